@@ -1,0 +1,126 @@
+"""The `tracker` command line: runs the guard, the benchmark and the tools around them.
+
+    tracker [--config F] [--backend B] [--source S] [--demo] [--frames N]     run the guard
+    tracker --check-config [--config F]                                         validate only
+    tracker --list-backends                                                     what runs here
+    tracker --backend a,b|all --benchmark [--batches 1,2,..] [--passes 100]     the study's benchmark
+    tracker convert --to tf|tflite|onnx [...]                                   Caffe -> other engines
+    tracker enroll NAME IMAGE_OR_FOLDER...                                      store a person
+    tracker eval-mot DETECTIONS [--gt GT] [--out TRACKS]                        tracker metrics
+
+A user mistake prints one line (`tracker: error: ...`) and exits 2 (3 for a missing runtime);
+only an unexpected failure prints a traceback (exit 1). Only this module knows `pipeline`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from pathlib import Path
+
+from tracker.errors import EXIT_UNEXPECTED, InputError, TrackerError
+
+SUBCOMMANDS = ("convert", "enroll", "eval-mot")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises InputError (exit 2, one line) instead of printing usage and exiting."""
+
+    def error(self, message: str):
+        raise InputError(f"{self.prog}: {message}")
+
+
+def _positive_int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"bad value {text!r}; expected comma-separated integers >= 1, e.g. 1,2,4,8")
+    return values
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"bad value {text!r}; expected an integer >= 1")
+    return value
+
+
+def _main_parser() -> _Parser:
+    p = _Parser(prog="tracker", description="Home-surveillance guard and its backend benchmark.")
+    p.add_argument("--config", type=Path, help="YAML config (default: config/tracker.yaml)")
+    p.add_argument("--backend", help="backend name; with --benchmark a comma list or 'all'")
+    p.add_argument("--precision", choices=("fp32", "int8"), help="model precision (default from config)")
+    p.add_argument("--source", help="override source: 'synthetic', a device index or /dev/videoN, a URL, a video file or an image folder")
+    p.add_argument("--demo", action="store_true", help="run on the built-in synthetic scene (no camera, no broker)")
+    p.add_argument("--frames", type=_positive_int, help="stop after this many frames")
+    p.add_argument("--check-config", action="store_true", help="validate the config and exit")
+    p.add_argument("--list-backends", action="store_true", help="list backends and whether they run here")
+    p.add_argument("--benchmark", action="store_true", help="time forward passes per batch size")
+    p.add_argument("--batches", type=_positive_int_list, default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
+    p.add_argument("--passes", type=_positive_int, default=100, help="forward passes per batch size")
+    p.add_argument("--out", type=Path, default=Path("bench-out"), help="benchmark output directory")
+    return p
+
+
+def _load_config(args):
+    from tracker.config import load_config
+
+    return load_config(args.config)
+
+
+def _run_main(argv: list[str]) -> int:
+    args = _main_parser().parse_args(argv)
+    config = _load_config(args)
+    if args.check_config:
+        print(f"config ok: {args.config or 'config/tracker.yaml'}")
+        return 0
+    if args.list_backends:
+        from tracker.bench import print_backend_list
+
+        return print_backend_list(config)
+    if args.benchmark:
+        from tracker.bench import run_benchmark_command
+
+        return run_benchmark_command(config, args)
+    from tracker.pipeline import run_guard
+
+    return run_guard(config, args)
+
+
+def _run_subcommand(name: str, argv: list[str]) -> int:
+    if name == "convert":
+        from tracker.model.convert import convert_command
+
+        return convert_command(argv)
+    if name == "enroll":
+        from tracker.identity import enroll_command
+
+        return enroll_command(argv)
+    from tracker.tracking.evaluate import eval_mot_command
+
+    return eval_mot_command(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] in SUBCOMMANDS:
+            return _run_subcommand(argv[0], argv[1:])
+        return _run_main(argv)
+    except TrackerError as err:
+        print(f"tracker: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except Exception:  # an unexpected failure: the traceback is the useful report
+        traceback.print_exc()
+        return EXIT_UNEXPECTED
+
+
+__all__ = ["main"]

@@ -1,0 +1,184 @@
+"""The guard's configuration: YAML validated once at start-up (DESIGN.md section 6).
+
+Every section is a pydantic model with `extra="forbid"`, so an unknown key is an error. A failure
+becomes one `ConfigError` line naming the key path, the bad value and what was expected. Secrets
+never live in the YAML: the MQTT password is read from `mqtt.password_file` (or from systemd's
+credentials directory) by the MQTT sink.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tracker.errors import ConfigError
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "config" / "tracker.yaml"
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DeviceConfig(Section):
+    id: str = Field("tracker", pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
+    name: str = Field("Tracker", min_length=1, max_length=64)
+
+
+class SourceConfig(Section):
+    kind: Literal["synthetic", "opencv", "folder", "picamera2"] = "synthetic"
+    uri: str = ""  # opencv: device index, /dev/videoN, URL or file; folder: a directory
+    width: int = Field(640, ge=32, le=4096)
+    height: int = Field(480, ge=32, le=4096)
+    fps: float = Field(10.0, gt=0, le=120)
+    frames: int | None = Field(None, ge=1)  # stop after this many frames (None: until the source ends)
+    queue_size: int = Field(4, ge=1, le=64)
+    seed: int = 0  # synthetic scene
+
+
+class MotionConfig(Section):
+    enabled: bool = True
+    downscale_width: int = Field(160, ge=16, le=1024)
+    threshold: int = Field(18, ge=1, le=255)
+    min_area_fraction: float = Field(0.002, ge=0.0, le=1.0)
+
+
+class DetectConfig(Section):
+    kind: Literal["haar"] = "haar"
+    detect_width: int = Field(640, ge=64, le=4096)
+    scale_factor: float = Field(1.1, gt=1.0, le=2.0)
+    min_neighbors: int = Field(5, ge=0, le=50)
+    min_face_px: int = Field(24, ge=8, le=1024)
+
+
+class ModelConfig(Section):
+    prototxt: Path = Path(__file__).resolve().parents[1] / "models" / "face_cnn.prototxt"
+    weights: Path = Path(__file__).resolve().parents[1] / "models" / "face_cnn.caffemodel"
+    probs: str = "prob"
+    embedding: str = "fc1"
+
+
+class BackendConfig(Section):
+    name: str = "caffe-openblas-dl"
+    precision: Literal["fp32", "int8"] = "fp32"
+    threads: int | None = Field(None, ge=1, le=64)
+    worker: bool = False
+
+
+class BatcherConfig(Section):
+    max_batch: int = Field(8, ge=1, le=256)
+    max_wait_ms: float = Field(30.0, ge=0.0, le=5000.0)
+
+
+class IdentityConfig(Section):
+    threshold: float = Field(0.5, ge=-1.0, le=1.0)
+
+
+class TrackingConfig(Section):
+    min_hits: int = Field(3, ge=1, le=100)
+    max_age: int = Field(10, ge=1, le=1000)
+    iou_threshold: float = Field(0.3, ge=0.0, le=1.0)
+    embedding_weight: float = Field(0.3, ge=0.0, le=1.0)
+
+
+class LatencyConfig(Section):
+    path: Path | None = None  # default: <state_dir>/latency.jsonl
+    max_bytes: int = Field(10_000_000, ge=10_000)
+    backups: int = Field(3, ge=0, le=100)
+    report_every_s: float = Field(10.0, gt=0)
+
+
+class SinksConfig(Section):
+    console: bool = True
+    jsonl: Path | None = None  # default: <state_dir>/events.jsonl
+
+
+class TLSConfig(Section):
+    ca: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
+    insecure: bool = False
+
+
+class OutboxConfig(Section):
+    path: Path | None = None  # default: <state_dir>/outbox.sqlite3
+    max_events: int = Field(10_000, ge=1)
+    max_age_s: float = Field(7 * 24 * 3600, gt=0)
+
+
+class MQTTConfig(Section):
+    enabled: bool = False
+    host: str = "localhost"
+    port: int = Field(1883, ge=1, le=65535)
+    prefix: str = Field("tracker", pattern=r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$")
+    username: str | None = None
+    password_file: Path | None = None
+    tls: TLSConfig = TLSConfig()
+    keepalive_s: int = Field(30, ge=5, le=3600)
+    state_interval_s: float = Field(30.0, gt=0)
+    outbox: OutboxConfig = OutboxConfig()
+    discovery: bool = True
+    discovery_prefix: str = "homeassistant"
+
+
+class Config(Section):
+    device: DeviceConfig = DeviceConfig()
+    state_dir: Path | None = None  # default: $STATE_DIRECTORY (systemd) or ~/.local/state/tracker
+    source: SourceConfig = SourceConfig()
+    motion: MotionConfig = MotionConfig()
+    detect: DetectConfig = DetectConfig()
+    model: ModelConfig = ModelConfig()
+    backend: BackendConfig = BackendConfig()
+    batcher: BatcherConfig = BatcherConfig()
+    identity: IdentityConfig = IdentityConfig()
+    tracking: TrackingConfig = TrackingConfig()
+    latency: LatencyConfig = LatencyConfig()
+    sinks: SinksConfig = SinksConfig()
+    mqtt: MQTTConfig = MQTTConfig()
+
+    def resolved_state_dir(self) -> Path:
+        """The directory for enrolments, snapshots, logs, the outbox and benchmark profiles."""
+        if self.state_dir is not None:
+            return self.state_dir
+        if os.environ.get("STATE_DIRECTORY"):  # set by systemd's StateDirectory=
+            return Path(os.environ["STATE_DIRECTORY"].split(":")[0])
+        return Path.home() / ".local" / "state" / "tracker"
+
+
+def _describe(error: dict) -> str:
+    path = ".".join(str(p) for p in error["loc"]) or "(top level)"
+    if error["type"] == "extra_forbidden":
+        return f"config: unknown key {path!r} (value {error['input']!r}); remove it or check its spelling"
+    return f"config: key {path!r}: bad value {error['input']!r}; expected {error['msg'].lower()}"
+
+
+def parse_config(data: object, origin: str = "config") -> Config:
+    """Validate a parsed YAML document; ConfigError names the first bad key."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{origin}: top level is {type(data).__name__}; expected a mapping of sections")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_describe(err.errors()[0])) from None
+
+
+def load_config(path: Path | None = None) -> Config:
+    """Read and validate the YAML file at `path` (default: config/tracker.yaml)."""
+    path = path or DEFAULT_CONFIG
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"config file {str(path)!r}: cannot read ({err.strerror}); expected a readable YAML file") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        raise ConfigError(f"config file {str(path)!r}: not valid YAML{at}; expected a mapping of sections") from None
+    return parse_config(data, f"config file {str(path)!r}")

@@ -1,0 +1,85 @@
+"""Frozen dataclasses that cross module boundaries (DESIGN.md section 6).
+
+Conventions shared by every stage:
+- images are numpy uint8 arrays in OpenCV's BGR channel order, shape (H, W, 3), row-major;
+- boxes are in pixels of the full-resolution frame, origin at the top-left corner;
+- times are integer nanoseconds of the monotonic clock (`time.monotonic_ns`), the only clock the
+  core reads; wall-clock time appears only where an event leaves the process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One captured image. `seq` counts frames from 0 per source run, without gaps at the source
+    (gaps downstream mean drops); `t_ns` is the monotonic capture time."""
+
+    seq: int
+    t_ns: int
+    image: np.ndarray  # (H, W, 3) uint8 BGR
+
+
+@dataclass(frozen=True)
+class Box:
+    """An axis-aligned box in pixels: top-left (x, y), width w, height h (floats, w, h > 0)."""
+
+    x: float
+    y: float
+    w: float
+    h: float
+
+    def as_xyxy(self) -> tuple[float, float, float, float]:
+        return (self.x, self.y, self.x + self.w, self.y + self.h)
+
+
+@dataclass(frozen=True)
+class Detection:
+    """A face found in a frame; `score` is detector confidence (larger is surer, unbounded)."""
+
+    box: Box
+    score: float = 1.0
+
+
+@dataclass(frozen=True)
+class Inference:
+    """A backend's output for a batch of N inputs.
+
+    probs:     (N, classes) float32, each row sums to 1 (the model's probability blob).
+    embedding: (N, D) float32 (the model's embedding blob, e.g. fc1 after ReLU, D = 128).
+    """
+
+    probs: np.ndarray
+    embedding: np.ndarray
+
+
+EventKind = Literal["entered", "identified", "left"]
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something a person did in front of the camera, produced once per confirmed track change.
+
+    id:         unique id (uuid4 hex), stable across retries so consumers can de-duplicate.
+    kind:       entered (track confirmed), identified (voted identity known or changed), left.
+    identity:   enrolled name, or "unknown".
+    confidence: the identity's voted confidence in [0, 1].
+    t_ns:       monotonic time of the frame that caused the event.
+    wall_time:  the same instant as Unix seconds (UTC), for consumers outside the process.
+    snapshot:   path of the JPEG of the track's best face, or None.
+    """
+
+    id: str
+    kind: EventKind
+    track_id: int
+    identity: str
+    confidence: float
+    box: Box
+    t_ns: int
+    wall_time: float
+    snapshot: str | None = field(default=None)
