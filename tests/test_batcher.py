@@ -1,0 +1,56 @@
+import numpy as np
+import pytest
+
+from tracker.batcher import Batcher
+
+
+def crops(k, value=0.0):
+    return np.full((k, 1, 88, 88), value, np.float32)
+
+
+def test_streaming_releases_every_frame_on_arrival():
+    b = Batcher(max_batch=1, max_wait_ms=1000)
+    for seq, k in enumerate([1, 0, 2, 0]):
+        batch = b.add(seq, crops(k), t_ns=seq)
+        assert batch is not None and batch.items == (seq,) and batch.counts == (k,)
+    assert b.flush() is None
+
+
+def test_groups_across_frames_until_max_batch_keeping_faceless_frames_in_order():
+    b = Batcher(max_batch=4, max_wait_ms=1000)
+    assert b.add("a", crops(1, 1), 0) is None
+    assert b.add("b", crops(0), 1) is None  # waits behind "a" to keep order
+    assert b.add("c", crops(2, 3), 2) is None
+    batch = b.add("d", crops(1, 4), 3)
+    assert batch.items == ("a", "b", "c", "d")
+    assert batch.counts == (1, 0, 2, 1)
+    assert batch.crops.shape == (4, 1, 88, 88) and batch.crops.flags.c_contiguous
+    parts = batch.split(batch.crops[:, 0, 0, 0])
+    assert [p.tolist() for p in parts] == [[1.0], [], [3.0, 3.0], [4.0]]
+
+
+def test_faceless_frame_with_nothing_pending_passes_straight_through():
+    b = Batcher(max_batch=8, max_wait_ms=1000)
+    batch = b.add("empty", crops(0), 0)
+    assert batch.items == ("empty",) and batch.crops.shape == (0, 1, 88, 88)
+
+
+def test_deadline_counts_from_first_frame_with_crops():
+    b = Batcher(max_batch=8, max_wait_ms=30)
+    b.add("a", crops(1), t_ns=1_000_000)
+    assert b.deadline_ns() == 31_000_000
+    assert b.due(30_999_999) is None
+    batch = b.due(31_000_000)
+    assert batch.items == ("a",)
+    assert b.deadline_ns() is None
+
+
+def test_a_frame_with_more_faces_than_max_batch_is_kept_whole():
+    b = Batcher(max_batch=2, max_wait_ms=10)
+    batch = b.add("crowd", crops(5), 0)
+    assert batch.counts == (5,) and len(batch.crops) == 5
+
+
+def test_rejects_nonsense_settings():
+    with pytest.raises(ValueError, match="max_batch 0"):
+        Batcher(max_batch=0, max_wait_ms=1)

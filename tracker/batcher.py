@@ -1,0 +1,91 @@
+"""Batcher: groups face crops across frames for the backend, keeping frames in order.
+
+A batch is a run of consecutive whole frames (a frame's crops are never split between batches,
+so every frame is complete when its batch returns). Rules, in this order:
+- a frame is appended to the pending run; frames with no crops join it too, so order is kept;
+- the run is released as soon as it holds `max_batch` crops or more (`max_batch=1`: every frame
+  is released on arrival: pure streaming);
+- otherwise it is released when `max_wait_ms` has passed since the capture time of its first
+  frame with crops (`due(now_ns)`), or when nothing is pending but crop-less frames;
+- `flush()` releases whatever is pending (end of stream, shutdown).
+Memory: at most `max_batch - 1` crops wait, plus one frame's worth; frames without crops never
+wait behind an empty run. Pure: the caller passes the monotonic time; no clock is read here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Batch(Generic[T]):
+    """Consecutive frames' items and their crops stacked: crops (N, 1, 88, 88) float32 (N >= 0),
+    counts[i] = how many of those rows belong to items[i], in order."""
+
+    items: tuple[T, ...]
+    crops: np.ndarray
+    counts: tuple[int, ...]
+
+    def split(self, rows: np.ndarray) -> list[np.ndarray]:
+        """Cut a per-crop array (N, ...) back into one array per item."""
+        return np.split(rows, np.cumsum(self.counts)[:-1]) if self.items else []
+
+
+@dataclass
+class Batcher(Generic[T]):
+    """Holds the pending run; see the module docstring for when it is released."""
+
+    max_batch: int
+    max_wait_ms: float
+    _items: list = field(default_factory=list)
+    _crops: list = field(default_factory=list)
+    _counts: list = field(default_factory=list)
+    _first_crop_ns: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1 or self.max_wait_ms < 0:
+            raise ValueError(f"batcher: max_batch {self.max_batch} must be >= 1 and max_wait_ms {self.max_wait_ms} >= 0")
+
+    @property
+    def pending_crops(self) -> int:
+        return sum(self._counts)
+
+    def add(self, item: T, crops: np.ndarray, t_ns: int) -> Batch[T] | None:
+        """Append one frame's `item` with its crops (k, 1, H, W) float32, k >= 0, captured at
+        `t_ns`; returns the released batch, if this frame completed one."""
+        self._items.append(item)
+        self._crops.append(crops)
+        self._counts.append(len(crops))
+        if len(crops) and self._first_crop_ns is None:
+            self._first_crop_ns = t_ns
+        if self.pending_crops >= self.max_batch or self._first_crop_ns is None:
+            return self.flush()
+        return None
+
+    def deadline_ns(self) -> int | None:
+        """Monotonic time at which the pending run must be released, or None if nothing waits."""
+        if self._first_crop_ns is None:
+            return None
+        return self._first_crop_ns + int(self.max_wait_ms * 1e6)
+
+    def due(self, now_ns: int) -> Batch[T] | None:
+        """Release the pending run if its deadline has passed at `now_ns`."""
+        deadline = self.deadline_ns()
+        if deadline is not None and now_ns >= deadline:
+            return self.flush()
+        return None
+
+    def flush(self) -> Batch[T] | None:
+        """Release everything pending (None if nothing is)."""
+        if not self._items:
+            return None
+        nonempty = [c for c in self._crops if len(c)]
+        crops = np.ascontiguousarray(np.concatenate(nonempty)) if nonempty else np.empty((0, 1, 88, 88), np.float32)
+        batch = Batch(tuple(self._items), crops, tuple(self._counts))
+        self._items, self._crops, self._counts, self._first_crop_ns = [], [], [], None
+        return batch
