@@ -1,0 +1,94 @@
+"""Per-frame latency log (DESIGN.md section 5) and its rolling percentiles.
+
+One JSON line per processed frame with the keys of `FrameLatency`, in that order. Stage times are
+milliseconds of the monotonic clock:
+    capture_ms  frame waiting between capture (Frame.t_ns) and the start of processing
+    motion_ms, detect_ms, infer_ms, track_ms, publish_ms   each stage's own time; infer_ms is the
+                time of the backend call that carried the frame's crops (shared by its batch)
+    total_ms    from capture to the end of publishing the frame's results
+`dropped` is the capture queue's running count of frames dropped before processing.
+The file rotates by size (`path`, `path.1`, ... `path.<backups>`), so the disk use is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+STAGES = ("capture_ms", "motion_ms", "detect_ms", "infer_ms", "track_ms", "publish_ms", "total_ms")
+
+
+@dataclass(frozen=True)
+class FrameLatency:
+    seq: int
+    t_ns: int
+    backend: str
+    batch: int  # crops in the backend call that carried this frame (0: no faces)
+    faces: int
+    capture_ms: float
+    motion_ms: float
+    detect_ms: float
+    infer_ms: float
+    track_ms: float
+    publish_ms: float
+    total_ms: float
+    dropped: int
+
+
+class LatencyLog:
+    """Appends FrameLatency records as JSON lines, rotating at `max_bytes` keeping `backups` files.
+
+    Lines are flushed to the OS as written so a crash loses at most the line being written.
+    """
+
+    def __init__(self, path: Path, max_bytes: int = 10_000_000, backups: int = 3):
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+        self.backups = backups
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8", buffering=1)
+
+    def write(self, record: FrameLatency) -> None:
+        line = json.dumps(asdict(record), separators=(",", ":")) + "\n"
+        if self._file.tell() + len(line) > self.max_bytes and self._file.tell() > 0:
+            self._rotate()
+        self._file.write(line)
+
+    def _rotate(self) -> None:
+        self._file.close()
+        if self.backups == 0:
+            self.path.unlink(missing_ok=True)
+        for i in range(self.backups, 0, -1):
+            older = self.path.with_name(f"{self.path.name}.{i - 1}") if i > 1 else self.path
+            if older.exists():
+                os.replace(older, self.path.with_name(f"{self.path.name}.{i}"))
+        self._file = open(self.path, "a", encoding="utf-8", buffering=1)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class RollingStats:
+    """p50/p95 per stage over the last `window` frames (bounded memory), for the state topic."""
+
+    def __init__(self, window: int = 1000):
+        self._rows: deque[tuple[float, ...]] = deque(maxlen=window)
+
+    def add(self, record: FrameLatency) -> None:
+        self._rows.append(tuple(getattr(record, s) for s in STAGES))
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def percentiles(self) -> dict[str, dict[str, float]]:
+        """{stage: {"p50": ms, "p95": ms}}; empty when no frame has been recorded."""
+        if not self._rows:
+            return {}
+        table = np.asarray(self._rows, dtype=np.float64)
+        p50, p95 = np.percentile(table, [50, 95], axis=0)
+        return {s: {"p50": round(float(a), 3), "p95": round(float(b), 3)} for s, a, b in zip(STAGES, p50, p95)}
