@@ -1,0 +1,31 @@
+import io
+import json
+
+from tracker.sinks.console import ConsoleSink
+from tracker.sinks.jsonl import JsonlSink
+from tracker.types import Box, Event
+
+
+def event(kind="entered", identity="unknown"):
+    return Event("e1", kind, 7, identity, 0.8125, Box(10.0, 20.0, 30.0, 40.0), 5, 1_767_225_600.25, "/s/7.jpg")
+
+
+def test_jsonl_writes_schema_1_payload_per_line(tmp_path):
+    sink = JsonlSink(tmp_path / "events" / "e.jsonl")
+    sink.publish_event(event(), None)
+    sink.publish_event(event("left", "ann"), None)
+    sink.close()
+    rows = [json.loads(x) for x in (tmp_path / "events" / "e.jsonl").read_text().splitlines()]
+    assert rows[0] == {
+        "schema": 1, "id": "e1", "kind": "entered", "track_id": 7, "identity": "unknown",
+        "confidence": 0.8125, "box": {"x": 10.0, "y": 20.0, "w": 30.0, "h": 40.0},
+        "ts": "2026-01-01T00:00:00.250+00:00", "snapshot": "/s/7.jpg"}
+    assert rows[1]["kind"] == "left" and rows[1]["identity"] == "ann"
+
+
+def test_console_prints_one_readable_line_per_event():
+    out = io.StringIO()
+    ConsoleSink(out).publish_event(event("identified", "ann"), None)
+    line = out.getvalue()
+    assert line.count("\n") == 1
+    assert "identified" in line and "track 7" in line and "ann (0.81)" in line and "30x40" in line

@@ -1,0 +1,30 @@
+"""Console sink: one human-readable line per event on a text stream (stdout by default)."""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from typing import TextIO
+
+from tracker.types import Event
+
+
+class ConsoleSink:
+    def __init__(self, stream: TextIO | None = None):
+        self._stream = stream or sys.stdout
+
+    def publish_event(self, event: Event, snapshot_jpeg: bytes | None) -> None:
+        when = datetime.fromtimestamp(event.wall_time).strftime("%H:%M:%S.%f")[:-3]
+        b = event.box
+        print(
+            f"{when} {event.kind:<10} track {event.track_id:<4} {event.identity} "
+            f"({event.confidence:.2f}) at x={b.x:.0f} y={b.y:.0f} {b.w:.0f}x{b.h:.0f}",
+            file=self._stream,
+            flush=True,
+        )
+
+    def publish_state(self, state: dict) -> None:
+        """State goes to the latency report on the console, not here."""
+
+    def close(self) -> None:
+        self._stream.flush()
