@@ -1,0 +1,44 @@
+import numpy as np
+import pytest
+
+from tracker.errors import InputError
+from tracker.identity import UNKNOWN, Gallery, IdentityVotes, save_person, validate_name
+
+
+@pytest.mark.parametrize("bad", ["", "../etc", "a/b", "..", ".hidden", "unknown", "x" * 65, "a b", "a..b"])
+def test_names_that_could_escape_or_clash_are_refused(bad):
+    with pytest.raises(InputError, match="enroll: bad name"):
+        validate_name(bad)
+
+
+def test_enrolled_people_are_matched_by_cosine_with_unknown_below_threshold(tmp_path):
+    rng = np.random.default_rng(0)
+    ann, bob = rng.standard_normal(128), rng.standard_normal(128)
+    save_person(tmp_path, "ann", ann + 0.1 * rng.standard_normal((5, 128)), "sha-A")
+    save_person(tmp_path, "bob", bob + 0.1 * rng.standard_normal((5, 128)), "sha-A")
+    gallery = Gallery.load(tmp_path, "sha-A", threshold=0.5)
+    assert gallery.names == ("ann", "bob") and gallery.means.shape == (2, 128)
+    queries = np.stack([3 * ann, bob, rng.standard_normal(128)]).astype(np.float32)
+    (n0, s0), (n1, s1), (n2, s2) = gallery.match(queries)
+    assert (n0, n1, n2) == ("ann", "bob", UNKNOWN)
+    assert s0 > 0.9 and s1 > 0.9 and s2 < 0.5
+
+
+def test_people_enrolled_with_other_weights_are_skipped(tmp_path, caplog):
+    save_person(tmp_path, "ann", np.ones((1, 4)), "old-weights")
+    gallery = Gallery.load(tmp_path, "new-weights", threshold=0.5)
+    assert gallery.names == ()
+    assert gallery.match(np.ones((2, 4), np.float32)) == [(UNKNOWN, 0.0)] * 2
+    assert "other model weights" in caplog.text
+
+
+def test_votes_accumulate_over_the_track_life():
+    votes = IdentityVotes(threshold=0.5)
+    assert votes.voted(1) == (UNKNOWN, 0.0)
+    for _ in range(4):
+        votes.add(1, "ann", 0.8)
+    votes.add(1, "bob", 0.9)  # one confusing frame does not flip the track
+    name, confidence = votes.voted(1)
+    assert name == "ann" and confidence == pytest.approx(3.2 / 4.1)
+    votes.forget(1)
+    assert votes.voted(1) == (UNKNOWN, 0.0)
