@@ -10,14 +10,29 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tracker.errors import ConfigError
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "config" / "tracker.yaml"
+
+
+def _existing_file(path: Path) -> Path:
+    """A path that names an existing regular file (checked at load time, so --check-config sees it)."""
+    try:
+        ok = path.is_file()
+        reason = "not found or not a regular file"
+    except (OSError, ValueError) as err:  # too long, embedded NUL, no permission to look
+        ok, reason = False, getattr(err, "strerror", None) or str(err)
+    if not ok:
+        raise ValueError(f"bad value {_short(str(path))}; expected an existing file ({reason})")
+    return path
+
+
+ExistingFile = Annotated[Path, AfterValidator(_existing_file)]
 
 
 class Section(BaseModel):
@@ -98,10 +113,22 @@ class SinksConfig(Section):
 
 
 class TLSConfig(Section):
-    ca: Path | None = None
-    cert: Path | None = None
-    key: Path | None = None
-    insecure: bool = False
+    enabled: bool = False  # also on when ca or cert is set; with no ca, the system's CAs verify the broker
+    ca: ExistingFile | None = None  # PEM CA bundle that signed the broker's certificate
+    cert: ExistingFile | None = None  # PEM client certificate (needs key)
+    key: ExistingFile | None = None  # PEM private key of the client certificate (needs cert)
+    insecure: bool = False  # skip the broker host-name check (never in production)
+
+    @model_validator(mode="after")
+    def _cert_and_key_together(self):
+        if (self.cert is None) != (self.key is None):
+            given = "cert" if self.key is None else "key"
+            raise ValueError(f"{given} given alone; expected both cert and key (a client certificate and its private key)")
+        return self
+
+    @property
+    def active(self) -> bool:
+        return self.enabled or self.ca is not None or self.cert is not None
 
 
 class OutboxConfig(Section):
@@ -112,17 +139,31 @@ class OutboxConfig(Section):
 
 class MQTTConfig(Section):
     enabled: bool = False
-    host: str = "localhost"
+    host: str = Field("localhost", min_length=1, max_length=253)
     port: int = Field(1883, ge=1, le=65535)
+    protocol: Literal["v5", "v311"] = "v5"  # v5: PUBACK reason codes, session take-over reason
     prefix: str = Field("tracker", pattern=r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$")
-    username: str | None = None
-    password_file: Path | None = None
+    username: str | None = Field(None, min_length=1)
+    password_file: ExistingFile | None = None  # default: $CREDENTIALS_DIRECTORY/mqtt-password if it exists
     tls: TLSConfig = TLSConfig()
     keepalive_s: int = Field(30, ge=5, le=3600)
+    reconnect_min_s: int = Field(1, ge=1, le=3600)
+    reconnect_max_s: int = Field(120, ge=1, le=3600)
+    max_inflight: int = Field(20, ge=1, le=1000)  # events handed to paho and not yet acknowledged
+    flush_timeout_s: float = Field(2.0, ge=0.0, le=4.0)  # on close: wait this long for PUBACKs
     state_interval_s: float = Field(30.0, gt=0)
     outbox: OutboxConfig = OutboxConfig()
     discovery: bool = True
-    discovery_prefix: str = "homeassistant"
+    discovery_prefix: str = Field("homeassistant", pattern=r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$")
+
+    @model_validator(mode="after")
+    def _delays_ordered(self):
+        if self.reconnect_max_s < self.reconnect_min_s:
+            raise ValueError(
+                f"reconnect_max_s {self.reconnect_max_s} is below reconnect_min_s {self.reconnect_min_s}; "
+                "expected reconnect_min_s <= reconnect_max_s"
+            )
+        return self
 
 
 class Config(Section):
@@ -149,11 +190,21 @@ class Config(Section):
         return Path.home() / ".local" / "state" / "tracker"
 
 
+def _short(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _describe(error: dict) -> str:
     path = ".".join(str(p) for p in error["loc"]) or "(top level)"
-    if error["type"] == "extra_forbidden":
-        return f"config: unknown key {path!r} (value {error['input']!r}); remove it or check its spelling"
-    return f"config: key {path!r}: bad value {error['input']!r}; expected {error['msg'].lower()}"
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return f"config: unknown key {path!r} (value {_short(error['input'])}); remove it or check its spelling"
+    if kind == "value_error":  # our own validators word the whole message (bad value and expectation)
+        return f"config: key {path!r}: {str(error['ctx']['error'])}"
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return f"config: key {path!r}: bad value {_short(error['input'])}; expected a mapping of keys (a YAML section)"
+    return f"config: key {path!r}: bad value {_short(error['input'])}; expected {error['msg'].lower()}"
 
 
 def parse_config(data: object, origin: str = "config") -> Config:
