@@ -1,0 +1,86 @@
+"""Reproducible weights for the face CNN (models/face_cnn.prototxt -> models/face_cnn.caffemodel).
+
+These are NOT trained face-recognition weights: they are He-normal random weights drawn from a
+fixed seed, so that every backend, test and benchmark has the same real-sized model offline. The
+network's cost (parameters, multiply-adds) and speed are those of the real model; its outputs
+are not meaningful identities.
+
+Recipe (float32, Caffe shapes): for each Convolution and InnerProduct layer in prototxt order, the
+weights are N(0, sqrt(2 / fan_in)) with fan_in = C/group * kh * kw (conv) or K (InnerProduct), and
+the bias is the small deterministic ramp 0.01 * linspace(-1, 1, num_output). One
+numpy Generator(PCG64(SEED)) draws all layers in order, so regenerating gives identical bytes.
+
+    python -m tracker.model.face_cnn [--prototxt P] [--out W]   # rewrites the caffemodel
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from tracker.errors import TrackerError
+from tracker.model.caffe_io import LayerDef, NetDef, load_net, write_caffemodel
+from tracker.model.shapes import infer_layer_shapes
+
+SEED = 20160301
+MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
+PROTOTXT = MODELS_DIR / "face_cnn.prototxt"
+CAFFEMODEL = MODELS_DIR / "face_cnn.caffemodel"
+
+# Figures DESIGN.md section 1 fixes; tests derive them from the prototxt and compare.
+PARAMS = 1_039_744
+MACS = 49_371_200
+
+
+def he_weights(structure: NetDef, seed: int = SEED) -> NetDef:
+    """`structure` (a NetDef loaded without weights) with He-normal weights and ramp biases."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    layers = []
+    for layer, shapes in zip(structure.layers, infer_layer_shapes(structure)):
+        blobs: tuple[np.ndarray, ...] = ()
+        if shapes.params:
+            if layer.type not in ("Convolution", "InnerProduct"):
+                raise TrackerError(f"face_cnn weights: no recipe for {layer.type} layer "
+                                   f"{layer.name!r}")
+            weight_shape = shapes.params[0]
+            transpose = (layer.type == "InnerProduct"
+                         and layer.param.inner_product_param.transpose)
+            fan_in = weight_shape[0] if transpose else int(np.prod(weight_shape[1:]))
+            weight = rng.standard_normal(weight_shape, dtype=np.float64) * np.sqrt(2.0 / fan_in)
+            blobs = (weight.astype(np.float32),)
+            if len(shapes.params) > 1:
+                n = shapes.params[1][0]
+                blobs += ((0.01 * np.linspace(-1.0, 1.0, n)).astype(np.float32),)
+        layers.append(LayerDef(layer.name, layer.type, layer.bottoms, layer.tops, layer.param,
+                               blobs))
+    return NetDef(structure.name, dict(structure.inputs), layers)
+
+
+def generate(prototxt: Path = PROTOTXT, out: Path = CAFFEMODEL, seed: int = SEED) -> Path:
+    """Write the reproducible caffemodel for `prototxt` to `out`; returns `out`."""
+    write_caffemodel(out, he_weights(load_net(prototxt, None), seed))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tracker.model.face_cnn",
+        description="Regenerate the face CNN's reproducible (untrained, He-normal) weights.")
+    parser.add_argument("--prototxt", type=Path, default=PROTOTXT)
+    parser.add_argument("--out", type=Path, default=CAFFEMODEL)
+    parser.add_argument("--seed", type=int, default=SEED)
+    args = parser.parse_args(argv)
+    try:
+        path = generate(args.prototxt, args.out, args.seed)
+    except TrackerError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+    print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
