@@ -140,11 +140,20 @@ def read_caffemodel(path: Path, *, upgrade: bool = True):
         net.ParseFromString(data)
     except pb_message.DecodeError as err:
         raise ModelError(f"caffemodel {path} ({len(data)} bytes) is truncated or corrupt: "
-                         f"{err}") from None
+                         f"{err}{_looks_like_text(data)}") from None
     if not len(net.layer) and not len(net.layers):
         raise ModelError(f"caffemodel {path} ({len(data)} bytes) holds no layers; expected a "
-                         f"binary Caffe NetParameter")
+                         f"binary Caffe NetParameter{_looks_like_text(data)}")
     return upgrade_net(net, path) if upgrade else net
+
+
+def _looks_like_text(data: bytes) -> str:
+    """A hint for the commonest mix-up: a prototxt given where the caffemodel goes."""
+    try:
+        data[:4096].decode("utf-8")
+    except UnicodeDecodeError:
+        return ""
+    return " (the file is text: a prototxt given as the weights?)"
 
 
 # ----------------------------------------------------------------------------- V1 upgrade
