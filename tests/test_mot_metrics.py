@@ -1,0 +1,145 @@
+"""CLEAR-MOT and IDF1 (tracker/tracking/metrics.py) and MOTChallenge parsing (mot.py).
+
+The reference figures are the table in ../shared/testdata/README.md: a published tracker's output
+(test.txt) scored against MOTChallenge 2015 ground truth, as the MOTChallenge devkit scores it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tracker.errors import InputError
+from tracker.tracking.metrics import evaluate
+from tracker.tracking.mot import MotTable, format_rows, parse_mot, read_mot, write_mot
+
+# seq: IDF1, Rcll, Prcn, GT, MT, PT, ML, FP, FN, IDsw, FM, MOTA, MOTP  (README of the test data)
+REFERENCE = {
+    "TUD-Campus": (0.557659, 0.582173, 0.941441, 8, 1, 6, 1, 13, 150, 7, 7, 0.526462, 0.722799),
+    "TUD-Stadtmitte": (0.644619, 0.608997, 0.939920, 10, 5, 4, 1, 45, 452, 7, 6, 0.564014, 0.654096),
+}
+FIELDS = (
+    "idf1", "recall", "precision", "num_objects", "mostly_tracked", "partially_tracked", "mostly_lost",
+    "false_positives", "misses", "id_switches", "fragmentations", "mota", "motp",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("seq", sorted(REFERENCE))
+def test_reference_table(testdata, seq):
+    gt = read_mot(testdata / "mot" / seq / "gt.txt", "gt")
+    hyp = read_mot(testdata / "mot" / seq / "test.txt", "tracks")
+    m = evaluate(gt, hyp)
+    for name, expected in zip(FIELDS, REFERENCE[seq]):
+        got = getattr(m, name)
+        if isinstance(expected, int):
+            assert got == expected, name
+        else:
+            assert got == pytest.approx(expected, abs=1e-3), name
+    assert m.mota == pytest.approx(1 - (m.misses + m.false_positives + m.id_switches) / m.num_gt_boxes)
+    assert m.idtp + m.idfn == m.num_gt_boxes and m.idtp + m.idfp == m.num_hyp_boxes
+
+
+def test_ignore_rows_are_dropped(testdata, tmp_path):
+    """Adding conf-0 gt rows (ignore boxes) on top of every hypothesis box changes nothing."""
+    src = testdata / "mot" / "TUD-Campus"
+    extra = [f"{line.split(',')[0]},{900 + k},{','.join(line.split(',')[2:6])},0,-1,-1,-1" for k, line in enumerate(src.joinpath("test.txt").read_text().splitlines())]
+    gt_path = tmp_path / "gt.txt"
+    gt_path.write_text(src.joinpath("gt.txt").read_text() + "\n".join(extra) + "\n")
+    m = evaluate(read_mot(gt_path, "gt"), read_mot(src / "test.txt", "tracks"))
+    assert (m.mota, m.idf1, m.num_objects) == pytest.approx((0.526462, 0.557659, 8), abs=1e-6)
+
+
+def table(rows) -> MotTable:
+    return MotTable.from_rows([(f, i, x, 0.0, 10.0, 10.0, 1.0) for f, i, x in rows])
+
+
+def test_perfect_tracking():
+    gt = table([(f, i, 20.0 * i) for f in range(1, 11) for i in (1, 2)])
+    hyp = table([(f, i + 100, 20.0 * i) for f in range(1, 11) for i in (1, 2)])
+    m = evaluate(gt, hyp)
+    assert (m.mota, m.motp, m.idf1, m.recall, m.precision) == (1.0, 1.0, 1.0, 1.0, 1.0)
+    assert (m.false_positives, m.misses, m.id_switches, m.fragmentations, m.mostly_tracked) == (0, 0, 0, 0, 2)
+
+
+def test_switch_fragmentation_and_mostly_tracked():
+    # Object 1 present on frames 1..10. Hypothesis 7 covers 1..4, nothing on 5..6, hypothesis 8
+    # covers 7..10: one fragmentation (tracked -> missed), one switch (7 -> 8), FN 2.
+    gt = table([(f, 1, 0.0) for f in range(1, 11)])
+    hyp = table([(f, 7, 1.0) for f in range(1, 5)] + [(f, 8, 1.0) for f in range(7, 11)])
+    m = evaluate(gt, hyp)
+    assert (m.misses, m.false_positives, m.id_switches, m.fragmentations) == (2, 0, 1, 1)
+    assert m.mota == pytest.approx(1 - 3 / 10)
+    assert m.motp == pytest.approx(9 / 11)  # IoU of boxes shifted by 1 px of 10
+    assert (m.mostly_tracked, m.partially_tracked, m.mostly_lost) == (1, 0, 0)  # 8/10 >= 0.8
+    assert m.idtp == 4 and m.idf1 == pytest.approx(2 * 4 / (10 + 8))
+
+
+def test_mostly_lost_and_partially_tracked_thresholds():
+    gt = table([(f, 1, 0.0) for f in range(1, 11)] + [(f, 2, 50.0) for f in range(1, 11)])
+    hyp = table([(1, 5, 0.0)] + [(f, 6, 50.0) for f in range(1, 3)])  # 1/10 and 2/10 tracked
+    m = evaluate(gt, hyp)
+    assert (m.mostly_tracked, m.partially_tracked, m.mostly_lost) == (0, 1, 1)
+
+
+def test_previous_frame_pairs_are_kept_even_if_another_is_closer():
+    # Frame 1: object pairs with hypothesis 1. Frame 2: hypothesis 2 fits better, but 1 is still
+    # within IoU 0.5, so the pair is kept: no switch.
+    gt = table([(1, 1, 0.0), (2, 1, 0.0)])
+    hyp = table([(1, 1, 0.0), (2, 1, 2.0), (2, 2, 0.0)])
+    m = evaluate(gt, hyp)
+    assert (m.id_switches, m.false_positives) == (0, 1)
+    assert m.motp == pytest.approx((1 + 8 / 12) / 2)
+
+
+def test_pairs_are_not_kept_across_a_missed_frame():
+    # Frame 2: the object is missed (no hypothesis). Frame 3: hypothesis 1 is back but 2 fits
+    # better; the devkit keeps only the previous frame's pairs, so the Hungarian step picks 2: a switch.
+    gt = table([(1, 1, 0.0), (2, 1, 0.0), (3, 1, 0.0)])
+    hyp = table([(1, 1, 0.0), (3, 1, 2.0), (3, 2, 0.0)])
+    m = evaluate(gt, hyp)
+    assert (m.id_switches, m.misses, m.false_positives, m.fragmentations) == (1, 1, 1, 1)
+
+
+def test_hungarian_pairs_minimise_total_distance():
+    # Two objects, two hypotheses; greedy by best IoU would pair (o1, hA) and strand o2.
+    gt = MotTable.from_rows([(1, 1, 0, 0, 10, 10, 1), (1, 2, 4, 0, 10, 10, 1)])
+    hyp = MotTable.from_rows([(1, 10, 2, 0, 10, 10, 1), (1, 11, -3, 0, 10, 10, 1)])
+    m = evaluate(gt, hyp)
+    assert (m.num_matches, m.false_positives, m.misses) == (2, 0, 0)
+
+
+def test_parse_formats_and_errors(tmp_path):
+    t = parse_mot("1,3,10,20,30,40,0.9,-1,-1,-1\n\n2 3 11 21 30 40\n", "tracks", "x")
+    assert t.frames.tolist() == [1, 2] and t.ids.tolist() == [3, 3] and t.conf.tolist() == [0.9, 1.0]
+    assert t.boxes[1].tolist() == [11, 21, 30, 40]
+    assert parse_mot("1,5,0,0,1,1,0\n", "gt", "x").frames.size == 0  # ignore row dropped
+    bad = {
+        "1,1,0,0,1\n": "expected at least 6",
+        "0,1,0,0,1,1,1\n": "frames count from 1",
+        "1.5,1,0,0,1,1,1\n": "expected an integer",
+        "1,1,zero,0,1,1,1\n": "field 'x' is 'zero'; expected a number",
+        "1,1,0,0,0,1,1\n": "expected w > 0 and h > 0",
+        "1,1,0,0,1,1,nan\n": "finite",
+        "1,1,0,0,1,1,1\n1,1,5,5,1,1,1\n": "appears twice in frame 1 (first on line 1)",
+    }
+    for text, message in bad.items():
+        with pytest.raises(InputError, match=r"line \d") as err:
+            parse_mot(text, "gt", "g.txt")
+        assert message in str(err.value) and "'g.txt'" in str(err.value)
+    with pytest.raises(InputError, match="not found"):
+        read_mot(tmp_path / "absent.txt", "gt")
+    binary = tmp_path / "bin.txt"
+    binary.write_bytes(b"\xff\xfe\x00\x81")
+    with pytest.raises(InputError, match="not text"):
+        read_mot(binary, "detections")
+
+
+def test_write_read_roundtrip(tmp_path):
+    t = MotTable.from_rows([(2, 4, 1.25, 2.5, 3.0, 4.0, 0.5), (1, 3, 0.0, 0.0, 1.0, 1.0, 1.0)])
+    path = tmp_path / "t.txt"
+    write_mot(path, t)
+    assert path.read_text().splitlines()[0] == "1,3,0.000,0.000,1.000,1.000,1.000,-1,-1,-1"
+    back = read_mot(path, "tracks")
+    assert back.frames.tolist() == [1, 2] and back.boxes.tolist() == t.boxes.tolist()
+    assert list(format_rows(back)) == path.read_text().splitlines(keepends=True)
+    with pytest.raises(InputError, match="cannot write"):
+        write_mot(tmp_path / "no" / "such" / "dir.txt", t)

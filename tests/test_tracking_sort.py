@@ -1,0 +1,196 @@
+"""The tracker's state machine, identities and determinism (tracker/tracking/sort.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tracker.config import TrackingConfig
+from tracker.tracking import Tracker, TrackState, TrackView
+from tracker.types import Box, Detection
+
+
+def det(x, y, w=40, h=40, score=1.0) -> Detection:
+    return Detection(Box(float(x), float(y), float(w), float(h)), score)
+
+
+def by_id(views: list[TrackView]) -> dict[int, TrackView]:
+    return {v.track_id: v for v in views}
+
+
+def test_tentative_then_confirmed_after_min_hits():
+    tr = Tracker(min_hits=3, max_age=2, iou_threshold=0.3)
+    states, confirmed_now = [], []
+    for t in range(5):
+        (v,) = tr.update([det(100 + 2 * t, 100)])
+        states.append(v.state)
+        confirmed_now.append(v.just_confirmed)
+        assert v.track_id == 1 and v.detection_index == 0
+        assert v.entered == v.just_confirmed
+    assert states == [TrackState.TENTATIVE, TrackState.TENTATIVE, TrackState.CONFIRMED, TrackState.CONFIRMED, TrackState.CONFIRMED]
+    assert confirmed_now == [False, False, True, False, False]
+    assert v.hits == 5 and v.hit_streak == 5 and v.age == 4 and not v.entered
+
+
+def test_min_hits_one_confirms_on_birth():
+    (v,) = Tracker(min_hits=1).update([det(0, 0)])
+    assert v.state is TrackState.CONFIRMED and v.just_confirmed and v.ever_confirmed
+
+
+def test_lost_then_ended_after_max_age_missed_frames():
+    tr = Tracker(min_hits=2, max_age=3, iou_threshold=0.3)
+    for t in range(3):
+        tr.update([det(10 * t, 0, 60, 60)])
+    timeline = []
+    for _ in range(5):  # frames without detections: the tracker is still called
+        views = tr.update([])
+        timeline.append([(v.track_id, v.state, v.misses) for v in views])
+    assert timeline == [
+        [(1, TrackState.LOST, 1)],
+        [(1, TrackState.LOST, 2)],
+        [(1, TrackState.LOST, 3)],
+        [(1, TrackState.ENDED, 4)],  # reported once, on the frame it ends...
+        [],  # ...then forgotten
+    ]
+    assert tr.live_count == 0 and tr.frame_count == 8
+
+
+def test_lost_track_keeps_moving_and_is_reacquired_without_new_entry():
+    tr = Tracker(min_hits=2, max_age=5, iou_threshold=0.3)
+    for t in range(6):
+        tr.update([det(100 + 5 * t, 50)])
+    for t in range(6, 9):  # occluded for three frames
+        (v,) = tr.update([])
+        assert v.state is TrackState.LOST and v.detection_index is None
+        assert v.box.x == pytest.approx(100 + 5 * t, abs=1.0)  # predicted along its motion
+    (v,) = tr.update([det(100 + 5 * 9, 50)])
+    assert v.track_id == 1 and v.state is TrackState.CONFIRMED
+    assert not v.just_confirmed and v.misses == 0 and v.hit_streak == 1
+
+
+def test_tentative_track_that_misses_ends_without_leaving():
+    tr = Tracker(min_hits=3, max_age=10)
+    tr.update([det(0, 0)])
+    (v,) = tr.update([])
+    assert v.state is TrackState.ENDED and not v.ever_confirmed and not v.left
+    assert tr.live_count == 0
+
+
+def test_confirmed_track_that_ends_leaves():
+    tr = Tracker(min_hits=1, max_age=1)
+    tr.update([det(0, 0)])
+    assert tr.update([])[0].state is TrackState.LOST
+    (v,) = tr.update([])
+    assert v.left and v.state is TrackState.ENDED
+
+
+def test_ids_unique_and_increasing_in_birth_order():
+    tr = Tracker(min_hits=1, max_age=1)
+    seen = []
+    for t in range(30):
+        dets = [det(300 * k + (t % 7) * 50, 0) for k in range(1 + t % 3)]  # people come and go
+        for v in tr.update(dets):
+            if v.age == 0:
+                seen.append(v.track_id)
+    assert seen == sorted(seen) and len(seen) == len(set(seen)) and seen[0] == 1
+
+
+def test_no_detections_ever():
+    tr = Tracker()
+    for _ in range(5):
+        assert tr.update([]) == []
+    assert tr.frame_count == 5
+
+
+def test_crossing_tracks_keep_their_ids():
+    """Two people walk towards each other along the same line, overlap fully, and part."""
+    tr = Tracker(min_hits=2, max_age=3, iou_threshold=0.3, embedding_weight=0.0)
+    first = {}
+    for t in range(40):
+        a = det(20 + 6 * t, 100)  # left to right
+        b = det(260 - 6 * t, 104)  # right to left
+        views = by_id(tr.update([a, b]))
+        assert len(views) == 2 and all(v.detection_index is not None for v in views.values())
+        for v in views.values():
+            x = v.box.x
+            first.setdefault(v.track_id, x)
+        if t == 39:
+            # The track born on the left is now on the right, and vice versa.
+            left_born = min(first, key=first.get)
+            right_born = max(first, key=first.get)
+            assert views[left_born].box.x == pytest.approx(20 + 6 * t, abs=2)
+            assert views[right_born].box.x == pytest.approx(260 - 6 * t, abs=2)
+            assert sorted(views) == [1, 2]
+
+
+def test_embeddings_separate_two_people_who_stand_still_together():
+    """Same box, different faces: the embedding keeps each detection with its track."""
+    tr = Tracker(min_hits=1, max_age=3, iou_threshold=0.3, embedding_weight=0.5)
+    ea, eb = np.eye(4, dtype=np.float32)[0], np.eye(4, dtype=np.float32)[1]
+    tr.update([det(0, 0), det(40, 0)], np.stack([ea, eb]))
+    # Both step into the same spot (IoU 1/3 with each track); the detections come in either order.
+    views = by_id(tr.update([det(20, 0), det(20, 0)], np.stack([eb, ea])))
+    assert views[1].detection_index == 1 and views[2].detection_index == 0
+    views = by_id(tr.update([det(20, 0), det(20, 0)], np.stack([ea, eb])))
+    assert views[1].detection_index == 0 and views[2].detection_index == 1
+    assert views[1].embedding is not None and views[1].embedding.dtype == np.float32
+    assert views[1].embedding[0] > 0.99  # smoothed, unit-norm, still person A
+    with pytest.raises(ValueError):
+        views[1].embedding[0] = 0  # read-only
+
+
+def test_embedding_shape_is_checked():
+    with pytest.raises(ValueError, match="shape"):
+        Tracker().update([det(0, 0)], np.zeros((2, 8), np.float32))
+
+
+def test_from_config_and_parameter_validation():
+    tr = Tracker.from_config(TrackingConfig(min_hits=2, max_age=7, iou_threshold=0.4, embedding_weight=0.1))
+    assert (tr.min_hits, tr.max_age, tr.iou_threshold, tr.embedding_weight) == (2, 7, 0.4, 0.1)
+    for bad in ({"min_hits": 0}, {"max_age": 0}, {"iou_threshold": 1.5}, {"embedding_weight": -1}):
+        with pytest.raises(ValueError):
+            Tracker(**bad)
+
+
+def test_views_are_frozen():
+    (v,) = Tracker(min_hits=1).update([det(0, 0)])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        v.state = TrackState.ENDED  # type: ignore[misc]
+
+
+def _scene(seed: int, frames: int = 40):
+    rng = np.random.default_rng(seed)
+    out = []
+    for t in range(frames):
+        dets = [det(rng.uniform(0, 300), rng.uniform(0, 300), rng.uniform(20, 60), rng.uniform(20, 60)) for _ in range(rng.integers(0, 6))]
+        emb = rng.random((len(dets), 8)).astype(np.float32)
+        out.append((dets, emb))
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 4), st.integers(1, 6))
+def test_deterministic_and_consistent(seed, min_hits, max_age):
+    """Two trackers fed the same frames return equal views; invariants hold on random input."""
+    scene = _scene(seed)
+    a = Tracker(min_hits, max_age, 0.2, 0.3)
+    b = Tracker(min_hits, max_age, 0.2, 0.3)
+    ended: set[int] = set()
+    for dets, emb in scene:
+        va, vb = a.update(dets, emb), b.update(dets, emb)
+        assert va == vb
+        assert [v.track_id for v in va] == sorted({v.track_id for v in va})
+        used = [v.detection_index for v in va if v.detection_index is not None]
+        assert sorted(used) == list(range(len(dets)))  # every detection feeds exactly one track
+        for v in va:
+            assert v.track_id not in ended
+            assert v.box.w > 0 and v.box.h > 0
+            if v.state is TrackState.ENDED:
+                ended.add(v.track_id)
+            if v.state in (TrackState.CONFIRMED, TrackState.LOST):
+                assert v.ever_confirmed
+            assert v.misses <= max_age + 1

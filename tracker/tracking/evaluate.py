@@ -1,0 +1,160 @@
+"""`tracker eval-mot`: run the tracker alone on a MOTChallenge detection file and score it.
+
+    tracker eval-mot DETECTIONS [--gt GT] [--out TRACKS]
+                     [--min-hits N] [--max-age N] [--iou-threshold F] [--no-backfill]
+
+The tracker (`sort.Tracker`, IoU only: detection files carry no appearance) is fed every frame
+from 1 to the last frame of DETECTIONS (or of GT, if later), empty frames included. The tracks
+written are the confirmed tracks on the frames a detection was assigned to them, with the Kalman
+posterior box and that detection's score.
+
+Back-filling (default on), because eval-mot is offline and knows what happened next:
+- a track becomes confirmed only after `min_hits` consecutive hits, so an online tracker announces
+  it late; once it is confirmed, its tentative frames are written too, under the same id;
+- a confirmed track that is LOST for a few frames and then re-acquired is written on the frames
+  in between with its Kalman predictions (conf 0), as the object was evidently still there.
+Tentative tracks that never get confirmed, and LOST frames of tracks that end without being
+re-acquired, are never written. `--no-backfill` writes only what an online consumer (the guard)
+sees: confirmed tracks on the frames a detection was assigned to them.
+
+Output: TRACKS in MOTChallenge format if --out is given; to stdout if neither --out nor --gt is.
+With --gt, the CLEAR-MOT and IDF1 table (`metrics.MotMetrics.COLUMNS`) is printed to stdout.
+Defaults of the tracker's parameters come from the config's `tracking` section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tracker.errors import InputError
+from tracker.tracking.metrics import MotMetrics, evaluate
+from tracker.tracking.mot import MotTable, format_rows, read_mot, write_mot
+from tracker.tracking.sort import Tracker, TrackState
+from tracker.types import Box, Detection
+
+
+def track_detections(detections: MotTable, tracker: Tracker, last_frame: int, *, backfill: bool = True) -> MotTable:
+    """Run `tracker` on frames 1..last_frame of `detections`; the confirmed tracks as a table
+    (ids = track ids, conf = the assigned detection's score, 0 for a back-filled gap), sorted by
+    (frame, id). `backfill`: also write the tentative frames of tracks that got confirmed and the
+    predicted boxes of LOST frames of tracks that were re-acquired (see the module docstring)."""
+    per_frame = detections.by_frame()
+    rows: list[tuple[int, int, float, float, float, float, float]] = []
+    # Rows of a track that are written only if it later is confirmed (tentative frames) or
+    # re-acquired (LOST frames); dropped if it ends first.
+    pending: dict[int, list[tuple[int, int, float, float, float, float, float]]] = {}
+    for frame in range(1, last_frame + 1):
+        dets: list[Detection] = []
+        if frame in per_frame:
+            _, boxes, scores = per_frame[frame]
+            dets = [Detection(Box(*map(float, b)), float(s)) for b, s in zip(boxes, scores)]
+        for view in tracker.update(dets):
+            b = view.box
+            if view.state is TrackState.ENDED:
+                pending.pop(view.track_id, None)
+            elif view.detection_index is None:  # LOST: predicted only
+                if backfill:
+                    pending.setdefault(view.track_id, []).append((frame, view.track_id, b.x, b.y, b.w, b.h, 0.0))
+            else:
+                row = (frame, view.track_id, b.x, b.y, b.w, b.h, dets[view.detection_index].score)
+                if view.state is TrackState.TENTATIVE:
+                    if backfill:
+                        pending.setdefault(view.track_id, []).append(row)
+                else:
+                    rows.extend(pending.pop(view.track_id, []))
+                    rows.append(row)
+    rows.sort(key=lambda r: (r[0], r[1]))
+    return MotTable.from_rows(rows)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise InputError(f"{self.prog}: {message}")
+
+
+def _int_in(lo: int, hi: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = lo - 1
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"bad value {text!r}; expected an integer from {lo} to {hi}")
+        return value
+
+    return parse
+
+
+def _unit_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"bad value {text!r}; expected a number from 0 to 1")
+    return value
+
+
+def _parser() -> _Parser:
+    from tracker.config import TrackingConfig
+
+    defaults = TrackingConfig()
+    p = _Parser(prog="tracker eval-mot", description="Run the tracker on MOTChallenge detections; score against ground truth.")
+    p.add_argument("detections", type=Path, help="MOTChallenge detection file: frame,-1,x,y,w,h,score,...")
+    p.add_argument("--gt", type=Path, help="MOTChallenge ground truth; prints CLEAR-MOT and IDF1")
+    p.add_argument("--out", type=Path, help="write the tracks here (MOTChallenge format)")
+    p.add_argument("--min-hits", type=_int_in(1, 100), default=defaults.min_hits, help=f"default {defaults.min_hits}")
+    p.add_argument("--max-age", type=_int_in(1, 1000), default=defaults.max_age, help=f"default {defaults.max_age}")
+    p.add_argument("--iou-threshold", type=_unit_float, default=defaults.iou_threshold, help=f"default {defaults.iou_threshold}")
+    p.add_argument("--no-backfill", action="store_true", help="write only what an online tracker knows: no tentative frames of confirmed tracks, no predicted boxes in re-acquired gaps")
+    return p
+
+
+def _sequence_name(gt_path: Path) -> str:
+    """MOTChallenge layouts are <seq>/gt/gt.txt and <seq>/gt.txt: name the sequence, not the file."""
+    if gt_path.stem != "gt":
+        return gt_path.stem
+    folder = gt_path.resolve().parent
+    if folder.name == "gt":
+        folder = folder.parent
+    return folder.name or gt_path.stem
+
+
+def format_table(name: str, metrics: MotMetrics) -> str:
+    """Two aligned lines: header and values, columns as in the README's reference table."""
+    headers = ["seq"] + [h for h, _, _ in MotMetrics.COLUMNS]
+    values = [name] + metrics.row()
+    widths = [max(len(h), len(v)) for h, v in zip(headers, values)]
+
+    def line(cells: list[str]) -> str:  # name left-aligned, numbers right-aligned
+        return "  ".join(c.ljust(w) if k == 0 else c.rjust(w) for k, (c, w) in enumerate(zip(cells, widths)))
+
+    return line(headers) + "\n" + line(values)
+
+
+def eval_mot_command(argv: list[str]) -> int:
+    """Entry point of `tracker eval-mot`; user mistakes raise InputError (exit 2 via the CLI)."""
+    args = _parser().parse_args(argv)
+    detections = read_mot(args.detections, "detections")
+    gt = read_mot(args.gt, "gt") if args.gt is not None else None
+    if gt is not None and not len(gt):
+        raise InputError(f"gt file {str(args.gt)!r}: no boxes to score against; expected at least one row with conf != 0")
+    last_frame = max(detections.last_frame, gt.last_frame if gt is not None else 0)
+    tracker = Tracker(args.min_hits, args.max_age, args.iou_threshold, embedding_weight=0.0)
+    tracks = track_detections(detections, tracker, last_frame, backfill=not args.no_backfill)
+
+    if args.out is not None:
+        write_mot(args.out, tracks)
+    elif gt is None:
+        sys.stdout.writelines(format_rows(tracks))
+    n_ids = len(set(tracks.ids.tolist()))
+    print(
+        f"eval-mot: {last_frame} frames, {len(detections)} detections -> {n_ids} tracks, {len(tracks)} boxes"
+        + (f" written to {args.out}" if args.out is not None else ""),
+        file=sys.stderr,
+    )
+    if gt is not None:
+        print(format_table(_sequence_name(args.gt), evaluate(gt, tracks)))
+    return 0

@@ -1,0 +1,204 @@
+"""CLEAR-MOT and identity (IDF1) metrics of tracker output against ground truth.
+
+Written from the metric definitions, matching the MOTChallenge devkit's conventions:
+
+- A ground-truth box o and a hypothesis box h may correspond in a frame when IoU(o, h) >= 0.5
+  (IoU distance 1 - IoU <= 0.5).
+- CLEAR-MOT (Bernardin & Stiefelhagen 2008), frame by frame: first keep the previous frame's
+  pairs (o, h) where both are present and still may correspond; then pair the remaining
+  objects and hypotheses by a minimum-total-distance (Hungarian) assignment over the allowed pairs.
+  Unpaired objects are misses (FN), unpaired hypotheses false positives (FP). An object paired with a
+  hypothesis other than the one it was last paired with (in any earlier frame) is an identity switch.
+  A fragmentation is a tracked -> missed transition within the span from an object's first to its
+  last tracked frame. Per object, the tracked ratio (frames paired / frames present) makes it mostly
+  tracked (>= 0.8), mostly lost (< 0.2) or partially tracked (in between).
+- MOTA = 1 - (FN + FP + IDsw) / (ground-truth boxes); MOTP = 1 - mean IoU distance of the pairs,
+  i.e. the mean IoU (larger is better).
+- IDF1 (Ristani et al. 2016): whole trajectories are matched one-to-one to maximise the number of
+  frames in which matched trajectories may correspond (a global minimum-cost bipartite matching of
+  IDFN + IDFP); IDTP counts those frames, IDFN = gt boxes - IDTP, IDFP = hypothesis boxes - IDTP,
+  IDF1 = 2 IDTP / (2 IDTP + IDFP + IDFN).
+
+(py-motmetrics instead keeps an object's most recent pair even across frames where it was missed;
+on the reference sequences TUD-Campus and TUD-Stadtmitte both rules give the same figures.)
+
+Ground-truth ignore boxes (conf 0) are dropped by `mot.read_mot` before this module sees them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from tracker.tracking.assign import iou_matrix, solve
+from tracker.tracking.mot import MotTable
+
+MATCH_IOU = 0.5
+
+
+@dataclass(frozen=True)
+class MotMetrics:
+    """Scores of one sequence. Ratios are fractions in [0, 1] (MOTA can be negative)."""
+
+    idf1: float
+    idp: float
+    idr: float
+    recall: float
+    precision: float
+    num_objects: int  # GT: distinct ground-truth ids
+    mostly_tracked: int
+    partially_tracked: int
+    mostly_lost: int
+    false_positives: int
+    misses: int  # FN
+    id_switches: int
+    fragmentations: int
+    mota: float
+    motp: float
+    num_gt_boxes: int
+    num_hyp_boxes: int
+    num_matches: int
+    idtp: int
+    idfp: int
+    idfn: int
+    num_frames: int
+
+    # (header, attribute, format) of the table `tracker eval-mot` prints, as the README's table.
+    COLUMNS = (
+        ("IDF1", "idf1", "{:.6f}"),
+        ("Rcll", "recall", "{:.6f}"),
+        ("Prcn", "precision", "{:.6f}"),
+        ("GT", "num_objects", "{:d}"),
+        ("MT", "mostly_tracked", "{:d}"),
+        ("PT", "partially_tracked", "{:d}"),
+        ("ML", "mostly_lost", "{:d}"),
+        ("FP", "false_positives", "{:d}"),
+        ("FN", "misses", "{:d}"),
+        ("IDsw", "id_switches", "{:d}"),
+        ("FM", "fragmentations", "{:d}"),
+        ("MOTA", "mota", "{:.6f}"),
+        ("MOTP", "motp", "{:.6f}"),
+    )
+
+    def row(self) -> list[str]:
+        return [fmt.format(getattr(self, attr)) for _, attr, fmt in self.COLUMNS]
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if den else 0.0
+
+
+def evaluate(gt: MotTable, hyp: MotTable, match_iou: float = MATCH_IOU) -> MotMetrics:
+    """Score hypothesis tracks against ground truth over every frame either has rows in."""
+    gt_frames = gt.by_frame()
+    hyp_frames = hyp.by_frame()
+    gt_ids = np.unique(gt.ids)
+    hyp_ids = np.unique(hyp.ids)
+    gt_index = {int(o): k for k, o in enumerate(gt_ids)}
+    hyp_index = {int(h): k for k, h in enumerate(hyp_ids)}
+    empty = (np.zeros(0, np.int64), np.zeros((0, 4)), np.zeros(0))
+
+    last_pair: dict[int, int] = {}  # object id -> hypothesis id it was most recently paired with
+    prev_pair: dict[int, int] = {}  # object id -> hypothesis id it was paired with in the previous frame
+    present = np.zeros(len(gt_ids), np.int64)  # frames each object is present
+    tracked = np.zeros(len(gt_ids), np.int64)  # frames each object is paired
+    history: list[list[bool]] = [[] for _ in gt_ids]  # per object, paired? on each frame present
+    co_match = np.zeros((len(gt_ids), len(hyp_ids)), np.int64)  # frames (o, h) may correspond
+    fp = fn = switches = matches = 0
+    distance_sum = 0.0
+
+    previous_frame = None
+    for frame in sorted(set(gt_frames) | set(hyp_frames)):
+        if previous_frame is not None and frame != previous_frame + 1:
+            prev_pair = {}  # a frame with no rows at all lay between: it paired nothing
+        previous_frame = frame
+        o_ids, o_boxes, _ = gt_frames.get(frame, empty)
+        h_ids, h_boxes, _ = hyp_frames.get(frame, empty)
+        dist = 1.0 - iou_matrix(o_boxes, h_boxes)
+        allowed = dist <= 1.0 - match_iou
+        oi = np.array([gt_index[int(o)] for o in o_ids], dtype=np.int64)
+        hi = np.array([hyp_index[int(h)] for h in h_ids], dtype=np.int64)
+        if allowed.any():
+            rows, cols = np.nonzero(allowed)
+            np.add.at(co_match, (oi[rows], hi[cols]), 1)
+
+        # 1. Keep the previous frame's pairs that are still allowed (the devkit's rule; an object
+        #    that was missed in between is re-paired by the Hungarian step below).
+        pairs: list[tuple[int, int]] = []
+        col_of = {int(h): j for j, h in enumerate(h_ids)}
+        free_o = np.ones(len(o_ids), bool)
+        free_h = np.ones(len(h_ids), bool)
+        for i, o in enumerate(o_ids):
+            j = col_of.get(prev_pair.get(int(o)))
+            if j is not None and free_h[j] and allowed[i, j]:
+                pairs.append((i, j))
+                free_o[i] = free_h[j] = False
+        # 2. Hungarian on the rest.
+        ro, rh = np.flatnonzero(free_o), np.flatnonzero(free_h)
+        sub = np.ix_(ro, rh)
+        for a, b in solve(dist[sub], allowed[sub]):
+            i, j = int(ro[a]), int(rh[b])
+            o, h = int(o_ids[i]), int(h_ids[j])
+            if o in last_pair and last_pair[o] != h:
+                switches += 1
+            pairs.append((i, j))
+
+        paired_o = np.zeros(len(o_ids), bool)
+        prev_pair = {int(o_ids[i]): int(h_ids[j]) for i, j in pairs}
+        for i, j in pairs:
+            last_pair[int(o_ids[i])] = int(h_ids[j])
+            paired_o[i] = True
+            distance_sum += float(dist[i, j])
+        matches += len(pairs)
+        fn += len(o_ids) - len(pairs)
+        fp += len(h_ids) - len(pairs)
+        for i, k in enumerate(oi):
+            present[k] += 1
+            tracked[k] += int(paired_o[i])
+            history[k].append(bool(paired_o[i]))
+
+    fragmentations = 0
+    for seq in history:
+        idx = [t for t, ok in enumerate(seq) if ok]
+        if idx:
+            span = seq[idx[0] : idx[-1] + 1]
+            fragmentations += sum(1 for a, b in zip(span, span[1:]) if a and not b)
+
+    ratio = np.divide(tracked, present, out=np.zeros(len(gt_ids)), where=present > 0)
+    mt = int(np.sum(ratio >= 0.8))
+    ml = int(np.sum(ratio < 0.2))
+
+    # IDF1: maximise the co-occurring frames of one-to-one trajectory pairs.
+    idtp = 0
+    if co_match.size:
+        r, c = linear_sum_assignment(co_match, maximize=True)
+        idtp = int(co_match[r, c].sum())
+    n_gt, n_hyp = len(gt), len(hyp)
+    idfn, idfp = n_gt - idtp, n_hyp - idtp
+
+    return MotMetrics(
+        idf1=_ratio(2 * idtp, n_gt + n_hyp),
+        idp=_ratio(idtp, n_hyp),
+        idr=_ratio(idtp, n_gt),
+        recall=_ratio(matches, n_gt),
+        precision=_ratio(matches, matches + fp),
+        num_objects=len(gt_ids),
+        mostly_tracked=mt,
+        partially_tracked=len(gt_ids) - mt - ml,
+        mostly_lost=ml,
+        false_positives=fp,
+        misses=fn,
+        id_switches=switches,
+        fragmentations=fragmentations,
+        mota=1.0 - _ratio(fn + fp + switches, n_gt),
+        motp=1.0 - _ratio(distance_sum, matches),
+        num_gt_boxes=n_gt,
+        num_hyp_boxes=n_hyp,
+        num_matches=matches,
+        idtp=idtp,
+        idfp=idfp,
+        idfn=idfn,
+        num_frames=len(set(gt_frames) | set(hyp_frames)),
+    )

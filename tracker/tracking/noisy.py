@@ -1,0 +1,102 @@
+"""Noisy detections derived from ground truth, to evaluate the tracker without a detector.
+
+Each ground-truth box becomes a detection unless dropped (probability `drop`); its centre moves by
+Gaussian noise of `pos_sigma` times its width/height and its width and height are scaled by
+exp(N(0, size_sigma)). Each frame also gets Poisson(`false_per_frame`) false detections, each
+with the size of a random ground-truth box, placed uniformly inside the area the ground truth
+covers. Everything is drawn from one generator seeded with `seed`: same inputs, same file.
+
+    python -m tracker.tracking.noisy GT OUT [--seed 0] [--pos-sigma 0.05] [--size-sigma 0.05]
+                                            [--drop 0.1] [--false-per-frame 0.2]
+
+writes OUT as a MOTChallenge detection file (`frame,-1,x,y,w,h,1,-1,-1,-1`), ready for
+`tracker eval-mot OUT --gt GT`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tracker.errors import InputError, TrackerError
+from tracker.tracking.mot import MotTable, read_mot, write_mot
+
+
+@dataclass(frozen=True)
+class DetectionNoise:
+    """pos_sigma, size_sigma: fractions of the box size; drop: probability in [0, 1);
+    false_per_frame: mean false detections per frame (>= 0)."""
+
+    seed: int = 0
+    pos_sigma: float = 0.05
+    size_sigma: float = 0.05
+    drop: float = 0.1
+    false_per_frame: float = 0.2
+
+
+def noisy_detections(gt: MotTable, noise: DetectionNoise = DetectionNoise()) -> MotTable:
+    """Detections (ids -1, scores 1) for frames 1..gt.last_frame derived from `gt`."""
+    rng = np.random.default_rng(noise.seed)
+    rows: list[tuple[int, int, float, float, float, float, float]] = []
+    if not len(gt):
+        return MotTable.from_rows(rows)
+    x0, y0 = gt.boxes[:, 0].min(), gt.boxes[:, 1].min()
+    x1 = (gt.boxes[:, 0] + gt.boxes[:, 2]).max()
+    y1 = (gt.boxes[:, 1] + gt.boxes[:, 3]).max()
+    per_frame = gt.by_frame()
+    for frame in range(1, gt.last_frame + 1):
+        _, boxes, _ = per_frame.get(frame, (None, np.zeros((0, 4)), None))
+        for x, y, w, h in boxes:
+            if rng.random() < noise.drop:
+                continue
+            cx = x + w / 2 + rng.normal(0.0, noise.pos_sigma) * w
+            cy = y + h / 2 + rng.normal(0.0, noise.pos_sigma) * h
+            nw = w * float(np.exp(rng.normal(0.0, noise.size_sigma)))
+            nh = h * float(np.exp(rng.normal(0.0, noise.size_sigma)))
+            rows.append((frame, -1, cx - nw / 2, cy - nh / 2, nw, nh, 1.0))
+        for _ in range(int(rng.poisson(noise.false_per_frame))):
+            w, h = gt.boxes[int(rng.integers(len(gt))), 2:4]
+            x = rng.uniform(x0, max(x0, x1 - w))
+            y = rng.uniform(y0, max(y0, y1 - h))
+            rows.append((frame, -1, float(x), float(y), float(w), float(h), 1.0))
+    return MotTable.from_rows(rows)
+
+
+def _parser() -> argparse.ArgumentParser:
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str):
+            raise InputError(f"{self.prog}: {message}")
+
+    d = DetectionNoise()
+    p = Parser(prog="python -m tracker.tracking.noisy", description="Derive noisy MOTChallenge detections from ground truth.")
+    p.add_argument("gt", type=Path, help="MOTChallenge ground-truth file")
+    p.add_argument("out", type=Path, help="detection file to write")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--pos-sigma", type=float, default=d.pos_sigma, help="centre noise, fraction of box size")
+    p.add_argument("--size-sigma", type=float, default=d.size_sigma, help="log-size noise")
+    p.add_argument("--drop", type=float, default=d.drop, help="probability a box is missed")
+    p.add_argument("--false-per-frame", type=float, default=d.false_per_frame, help="mean false detections per frame")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        if not (0.0 <= args.drop < 1.0 and args.pos_sigma >= 0 and args.size_sigma >= 0 and args.false_per_frame >= 0):
+            raise InputError("noise: expected 0 <= --drop < 1 and --pos-sigma, --size-sigma, --false-per-frame >= 0")
+        noise = DetectionNoise(args.seed, args.pos_sigma, args.size_sigma, args.drop, args.false_per_frame)
+        dets = noisy_detections(read_mot(args.gt, "gt"), noise)
+        write_mot(args.out, dets)
+    except TrackerError as err:
+        print(f"tracker: error: {err}", file=sys.stderr)
+        return err.exit_code
+    print(f"wrote {len(dets)} detections to {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
