@@ -1,0 +1,486 @@
+"""The project's Caffe engine: runs a `NetDef` (from `caffe_io.load_net`) forward with numpy.
+
+    net = Net(load_net(prototxt, caffemodel), dtype=np.float32, mode="dl")
+    out = net.forward(x, ["prob", "fc1"])     # x (N, C, H, W); dict of (N, ...) arrays (copies)
+
+Layer arithmetic is Caffe's (see `layers.py` and `ops.py`). Blob naming is Caffe's too: an
+in-place layer (top == bottom) overwrites its blob, so reading "fc1" of the face CNN gives fc1
+after its ReLU; every named blob (inputs and tops) can be read out.
+
+Two execution modes, same results (within float rounding):
+
+"caffe" -- Caffe's own CPU algorithm. Blobs are whole-batch NCHW arrays. Convolution loops over
+    the images: im2col of one image into ONE column buffer shared by every convolution layer,
+    then one sgemm per group through numpy's OpenBLAS, then the bias; ReLU is its own pass;
+    InnerProduct is one GEMM over the batch; pooling is Caffe's ceil-mode pooling. Blobs no later
+    layer reads are released, so peak memory is about two layers' activations for the batch.
+
+"dl" -- the same layers executed for deep-learning shapes:
+    * the batch is cut into chunks that fit ONE preallocated workspace (`workspace_bytes`, 64 MiB
+      by default); every activation and every large temporary of a chunk lives in it, at offsets
+      planned once from the blobs' lifetimes (a blob's slot is reused once no layer reads it);
+    * convolution does one im2col for the whole chunk, straight from a strided view of the input
+      into a (C*kh*kw, n*OH*OW) column buffer, and ONE GEMM (O, C*kh*kw) @ cols whose
+      (O, n*OH*OW) result is the top blob itself, kept in (C, N, H, W) memory and passed on as its
+      NCHW-shaped transposed view, so no layout transpose is ever copied (pooling and element-wise
+      layers keep that memory order; InnerProduct gathers it once into rows);
+    * the bias and an in-place ReLU that follows a Convolution/InnerProduct are applied in place
+      on the GEMM output (the ReLU layer is then not run separately);
+    * BLAS threads: see `_thread_plan`: measured on the 2-core EPYC, all cores for one GEMM per
+      chunk when the chunk is a single image, otherwise the chunk's images are split across worker
+      threads (one per core) that each run the whole net on their share with single-threaded BLAS
+      and their own workspace half, so im2col, pooling and the GEMMs all run in parallel.
+
+Thread settings are process-wide in OpenBLAS: `forward` sets them for its duration and restores
+them afterwards.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from tracker.errors import InputError, ModelError
+from tracker.model import ops as O
+from tracker.model import shapes as S
+
+DEFAULT_WORKSPACE_BYTES = 64 << 20
+_ALIGN = 64  # bytes; every workspace slot starts on a cache line
+MODES = ("caffe", "dl")
+
+
+def cpu_count() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+# --------------------------------------------------------------------------------------------
+# BLAS threads
+# --------------------------------------------------------------------------------------------
+
+_controller = None
+_controller_lock = threading.Lock()
+
+
+def _blas_controller():
+    """threadpoolctl's controller, built once (it scans the loaded libraries)."""
+    global _controller
+    with _controller_lock:
+        if _controller is None:
+            from threadpoolctl import ThreadpoolController
+
+            _controller = ThreadpoolController()
+        return _controller
+
+
+@contextmanager
+def blas_threads(n: int):
+    """Run the block with every loaded BLAS limited to `n` threads, then restore."""
+    with _blas_controller().limit(limits=n, user_api="blas"):
+        yield
+
+
+# --------------------------------------------------------------------------------------------
+# The "dl" workspace plan
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Slot:
+    """A region of the workspace: one blob storage or one temporary."""
+
+    nbytes: int  # for a full chunk
+    first: int  # index of the step that writes it first
+    last: int  # index of the last step that reads or writes it
+    offset: int = -1
+
+
+@dataclass
+class _Step:
+    """One op as scheduled: where its tops and temporaries live and which blobs become final."""
+
+    op: O.Op
+    in_place: bool
+    top_slot: int | None  # None: in place, the top is the first bottom's storage
+    top_layout: str  # "nchw" or "cnhw" (memory order of a 4-D top)
+    scratch_slots: list[int] = field(default_factory=list)
+    finals: list[str] = field(default_factory=list)  # blobs whose value is final after this step
+
+
+def _first_fit(slots: list[_Slot]) -> int:
+    """Give every slot an offset so that slots alive at the same step never overlap; total bytes."""
+    placed: list[_Slot] = []
+    total = 0
+    for slot in sorted(slots, key=lambda s: (s.first, -s.nbytes)):
+        if slot.nbytes == 0:
+            slot.offset = 0
+            continue
+        busy = sorted((s.offset, s.offset + s.nbytes) for s in placed if s.first <= slot.last and slot.first <= s.last)
+        offset = 0
+        for start, end in busy:
+            if offset + slot.nbytes <= start:
+                break
+            offset = max(offset, -(-end // _ALIGN) * _ALIGN)
+        slot.offset = offset
+        placed.append(slot)
+        total = max(total, offset + slot.nbytes)
+    return total
+
+
+# --------------------------------------------------------------------------------------------
+# The net
+# --------------------------------------------------------------------------------------------
+
+
+class Net:
+    """A Caffe net ready to run forward (see the module docstring for the two modes).
+
+    netdef: from `caffe_io.load_net` (weights included). dtype: float32 (the product) or float64
+    (the reference: `Net(netdef, np.float64, "caffe")`). mode: "caffe" or "dl".
+    workspace_bytes: the "dl" workspace cap (per worker thread share); a chunk holds at least one
+    image even if one image needs more. threads: cores to use (None: all this process may use).
+    Not thread-safe: one forward at a time per Net.
+    """
+
+    def __init__(self, netdef, dtype=np.float32, mode: str = "caffe", *, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES, threads: int | None = None):
+        if mode not in MODES:
+            raise InputError(f"engine mode: unknown {mode!r}; expected one of {', '.join(MODES)}")
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+            raise InputError(f"engine dtype: {self.dtype} is not supported; expected float32 or float64")
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise InputError(f"threads: {threads!r} is not a positive integer")
+        if workspace_bytes < 1:
+            raise InputError(f"workspace_bytes: {workspace_bytes!r} must be positive")
+        self.mode = mode
+        self.threads = min(threads or cpu_count(), cpu_count())
+        self.workspace_bytes = int(workspace_bytes)
+        self.name = netdef.name
+        if len(netdef.inputs) != 1:
+            raise ModelError(f"net {netdef.name!r}: the engine runs nets with exactly one input; found {len(netdef.inputs)} ({', '.join(netdef.inputs)})")
+        (self.input_name, declared), = netdef.inputs.items()
+        self.input_shape: tuple[int, ...] = tuple(int(d) for d in declared)
+        for layer in netdef.layers:
+            if layer.type not in O.OPS:
+                raise ModelError(f"layer {layer.name!r}: unknown layer type {layer.type!r}; the engine runs {', '.join(sorted(O.OPS))}")
+        self._netdef = netdef
+        layer_shapes = S.infer_layer_shapes(netdef, batch=1)
+        self.ops = [O.OPS[layer.type](layer, self.dtype, mode, sh) for layer, sh in zip(netdef.layers, layer_shapes)]
+        self.blob_names: tuple[str, ...] = tuple(dict.fromkeys([self.input_name] + [t for op in self.ops for t in op.tops]))
+        self._shape_cache: dict[int, dict[str, tuple[int, ...]]] = {}
+        self._steps = self._schedule()
+        self._batch_coupled = self._couples_batch()
+        # "caffe": the one column buffer every convolution shares (per-image sizes, lazily made).
+        self._columns: np.ndarray | None = None
+        # "dl": slot structure fixed once; offsets per chunk size; one workspace per worker.
+        self._intervals, self._input_slot = self._slot_structure() if mode == "dl" else ([], None)
+        self._plans: dict[int, tuple[list[_Slot], int]] = {}
+        self._workspaces: dict[int, np.ndarray] = {}
+        self._views: dict[tuple[int, int], dict] = {}
+
+    # ---------------------------------------------------------------- introspection
+
+    def blob_shapes(self, batch: int) -> dict[str, tuple[int, ...]]:
+        """Shape of every blob for a batch of `batch` images (final shapes of in-place blobs)."""
+        if batch not in self._shape_cache:
+            if len(self._shape_cache) > 16:
+                self._shape_cache.clear()
+            self._shape_cache[batch] = S.infer_shapes(self._netdef, batch)
+        return self._shape_cache[batch]
+
+    def describe(self) -> list[str]:
+        """The executed schedule, one line per step (fusions and layouts shown)."""
+        lines = []
+        for step in self._steps:
+            op = step.op
+            extra = " +ReLU" if getattr(op, "fuse_relu", False) else ""
+            where = "in place" if step.in_place else step.top_layout
+            lines.append(f"{op.name:<12} {op.type}{extra} -> {op.tops[0]} ({where})")
+        return lines
+
+    # ---------------------------------------------------------------- scheduling
+
+    def _schedule(self) -> list[_Step]:
+        """Steps in order; in "dl" mode Conv/InnerProduct absorb a following in-place ReLU."""
+        steps: list[_Step] = []
+        layout = {self.input_name: "nchw"}
+        i = 0
+        while i < len(self.ops):
+            op = self.ops[i]
+            top = op.tops[0]
+            in_place = top == op.bottoms[0] and op.in_place_safe
+            if self.mode == "dl" and isinstance(op, (O.Convolution, O.InnerProduct)) and top not in op.bottoms and i + 1 < len(self.ops):
+                nxt = self.ops[i + 1]
+                if isinstance(nxt, O.ReLU) and nxt.negative_slope == 0.0 and nxt.bottoms == (top,) and nxt.tops == (top,):
+                    op.fuse_relu = True
+                    i += 1  # the ReLU is done in place on the GEMM output
+            ndim4 = len(op.shapes.tops[0]) == 4
+            if isinstance(op, O.Convolution) and self.mode == "dl":
+                top_layout = "cnhw"
+            elif op.keeps_layout and ndim4 and layout.get(op.bottoms[0]) == "cnhw":
+                top_layout = "cnhw"
+            else:
+                top_layout = "nchw"
+            if in_place:
+                top_layout = layout[op.bottoms[0]]
+            layout[top] = top_layout
+            steps.append(_Step(op, in_place, None, top_layout))
+            i += 1
+        last_writer = {self.input_name: -1}
+        for idx, step in enumerate(steps):
+            last_writer[step.op.tops[0]] = idx
+        for name, idx in last_writer.items():
+            if idx >= 0:
+                steps[idx].finals.append(name)
+        self._input_final = last_writer[self.input_name] == -1
+        return steps
+
+    def _couples_batch(self) -> bool:
+        """True if some layer mixes images (an axis-0 op, batch statistics): no chunking then."""
+        one, two = self.blob_shapes(1), self.blob_shapes(2)
+        if any(one[b][:1] != (1,) or two[b][:1] != (2,) for b in one):
+            return True
+        for op in self.ops:
+            if isinstance(op, (O.Softmax, O.Concat, O.Scale)) and op.axis == 0:
+                return True
+            if isinstance(op, O.BatchNorm) and not op.use_global_stats:
+                return True
+        return False
+
+    # ---------------------------------------------------------------- forward
+
+    def forward(self, x: np.ndarray, outputs: Sequence[str]) -> dict[str, np.ndarray]:
+        """Run the net on x (N, *input_shape[1:]), N >= 1; return {name: blob copy} for `outputs`.
+
+        Raises InputError for an input of the wrong shape or dtype, or an unknown blob name.
+        """
+        x = self._check_input(x)
+        names = list(dict.fromkeys(outputs))
+        unknown = [n for n in names if n not in self.blob_names]
+        if unknown:
+            raise InputError(f"net {self.name!r}: no blob named {unknown[0]!r}; blobs are {', '.join(self.blob_names)}")
+        if self.mode == "caffe":
+            with blas_threads(self.threads):
+                return self._forward_caffe(x, names)
+        return self._forward_dl(x, names)
+
+    def _check_input(self, x) -> np.ndarray:
+        want = ("N",) + self.input_shape[1:]
+        if not isinstance(x, np.ndarray):
+            raise InputError(f"input {self.input_name!r}: expected a numpy array of shape {want}; found {type(x).__name__}")
+        if x.ndim != len(self.input_shape) or x.shape[1:] != self.input_shape[1:] or x.shape[0] < 1:
+            raise InputError(f"input {self.input_name!r}: expected shape {want} with N >= 1; found {x.shape}")
+        if x.dtype not in (np.float32, np.float64):
+            raise InputError(f"input {self.input_name!r}: expected dtype float32; found {x.dtype}")
+        return x
+
+    # "caffe" ----------------------------------------------------------------------------------
+
+    def _forward_caffe(self, x, names):
+        wanted = set(names)
+        results: dict[str, np.ndarray] = {}
+        blobs = {self.input_name: np.array(x, dtype=self.dtype, copy=True)}  # Caffe copies in
+        if self._input_final and self.input_name in wanted:
+            results[self.input_name] = blobs[self.input_name].copy()
+        last_use: dict[str, int] = {}
+        for idx, step in enumerate(self._steps):
+            for b in (*step.op.bottoms, *step.op.tops):
+                last_use[b] = idx
+        for idx, step in enumerate(self._steps):
+            op = step.op
+            ins = [blobs[b] for b in op.bottoms]
+            outs = [ins[0] if step.in_place else None]
+            blobs[op.tops[0]] = op.run(ins, outs, self._caffe_scratch(op, ins))[0]
+            for name in step.finals:
+                if name in wanted:
+                    results[name] = np.array(blobs[name], copy=True, order="C")
+            for b in set(op.bottoms) | set(op.tops):
+                if last_use[b] == idx:
+                    del blobs[b]  # Caffe keeps every blob; dropping dead ones bounds memory
+        return {n: results[n] for n in names}
+
+    def _caffe_scratch(self, op, ins) -> list[np.ndarray]:
+        sizes = op.scratch_sizes([a.shape for a in ins])
+        total = sum(sizes)
+        if total == 0:
+            return [np.empty(0, self.dtype) for _ in sizes]
+        if self._columns is None or self._columns.size < total:
+            self._columns = np.empty(total, self.dtype)
+        out, start = [], 0
+        for size in sizes:
+            out.append(self._columns[start : start + size])
+            start += size
+        return out
+
+    # "dl" -------------------------------------------------------------------------------------
+
+    def _slot_structure(self) -> tuple[list[tuple[int, int]], int | None]:
+        """Assign workspace slots to the schedule once: each step's top (unless in place) and
+        temporaries. Returns each slot's live interval (first, last step) and the input's slot
+        (None when the caller's array can be read directly: no layer writes the input in place)."""
+        intervals: list[list[int]] = []
+        storage: dict[str, int] = {}
+        input_slot = None
+        if any(s.in_place and s.op.bottoms[0] == self.input_name for s in self._steps):
+            input_slot = storage[self.input_name] = len(intervals)
+            intervals.append([-1, -1])
+        for idx, step in enumerate(self._steps):
+            for name in (*step.op.bottoms, *(step.op.tops if step.in_place else ())):
+                if name in storage:
+                    intervals[storage[name]][1] = idx
+            if not step.in_place:
+                step.top_slot = storage[step.op.tops[0]] = len(intervals)
+                intervals.append([idx, idx])
+            n_scratch = len(step.op.scratch_sizes(step.op.shapes.bottoms))
+            step.scratch_slots = list(range(len(intervals), len(intervals) + n_scratch))
+            intervals.extend([idx, idx] for _ in range(n_scratch))
+        return [tuple(iv) for iv in intervals], input_slot
+
+    def _plan(self, chunk: int) -> tuple[list[_Slot], int]:
+        """Workspace slots (with offsets) for chunks of up to `chunk` images, and total bytes."""
+        if chunk in self._plans:
+            return self._plans[chunk]
+        item = self.dtype.itemsize
+        sizes = [0] * len(self._intervals)
+        if self._input_slot is not None:
+            sizes[self._input_slot] = math.prod(self.blob_shapes(chunk)[self.input_name]) * item
+        for step, ls in zip(self._steps, self._op_shapes(chunk)):
+            if step.top_slot is not None:
+                sizes[step.top_slot] = math.prod(ls.tops[0]) * item
+            for slot, size in zip(step.scratch_slots, step.op.scratch_sizes(ls.bottoms)):
+                sizes[slot] = size * item
+        slots = [_Slot(size, first, last) for size, (first, last) in zip(sizes, self._intervals)]
+        total = _first_fit(slots)
+        if len(self._plans) > 16:
+            self._plans.clear()
+        self._plans[chunk] = (slots, total)
+        return slots, total
+
+    def _op_shapes(self, batch: int) -> list[S.LayerShapes]:
+        """LayerShapes of every scheduled step's op for `batch` images."""
+        by_name = dict(zip((layer.name for layer in self._netdef.layers), S.infer_layer_shapes(self._netdef, batch)))
+        return [by_name[step.op.name] for step in self._steps]
+
+    def _chunk_size(self, n: int, workers: int) -> int:
+        """Images per chunk: as many as fit one worker's share of the workspace (at least 1)."""
+        if self._batch_coupled:
+            return n
+        share = self.workspace_bytes // workers
+        per_image = self._plan(1)[1]
+        chunk = max(1, min(n, share // max(per_image, 1)))
+        while chunk > 1 and self._plan(chunk)[1] > share:
+            chunk -= 1
+        return chunk
+
+    def _arrays(self, worker: int, chunk: int, m: int) -> dict:
+        """Views of worker `worker`'s workspace for a chunk of m <= chunk images, cached."""
+        key = (worker, chunk, m)
+        cached = self._views.get(key)
+        if cached is not None:
+            return cached
+        slots, total = self._plan(chunk)
+        ws = self._workspaces.get(worker)
+        if ws is None or ws.nbytes < total:
+            ws = self._workspaces[worker] = np.empty(total, np.uint8)  # pages touched on first use
+            self._views = {k: v for k, v in self._views.items() if k[0] != worker}
+
+        def region(slot_idx: int, count: int) -> np.ndarray:
+            offset = slots[slot_idx].offset
+            return ws[offset : offset + count * self.dtype.itemsize].view(self.dtype)
+
+        tops: list[np.ndarray | None] = []
+        scratch: list[list[np.ndarray]] = []
+        for step, ls in zip(self._steps, self._op_shapes(m)):
+            top = None
+            if step.top_slot is not None:
+                shape = ls.tops[0]
+                flat = region(step.top_slot, math.prod(shape))
+                if step.top_layout == "cnhw":
+                    top = flat.reshape(shape[1], shape[0], *shape[2:]).transpose(1, 0, 2, 3)
+                else:
+                    top = flat.reshape(shape)
+            tops.append(top)
+            sizes = step.op.scratch_sizes(ls.bottoms)
+            scratch.append([region(slot, size) for slot, size in zip(step.scratch_slots, sizes)])
+        input_arr = None
+        if self._input_slot is not None:
+            shape = self.blob_shapes(m)[self.input_name]
+            input_arr = region(self._input_slot, math.prod(shape)).reshape(shape)
+        if len(self._views) > 64:
+            self._views.clear()
+        self._views[key] = cached = {"tops": tops, "scratch": scratch, "input": input_arr}
+        return cached
+
+    def _thread_plan(self, n: int) -> tuple[int, int]:
+        """(worker threads, BLAS threads per worker) for a batch of n.
+
+        Measured on the 2-core EPYC (scripts/engine_timing.py): one image cannot be split across
+        workers, so it gets every core inside its GEMMs; from two images on, one worker per core
+        with single-threaded BLAS wins, because im2col, pooling and the element-wise passes are
+        single-threaded numpy and would otherwise leave the other cores idle.
+        """
+        workers = min(self.threads, n) if not self._batch_coupled else 1
+        if workers <= 1:
+            return 1, self.threads
+        return workers, 1
+
+    def _forward_dl(self, x, names):
+        n = x.shape[0]
+        workers, blas = self._thread_plan(n)
+        results = {name: np.empty(self.blob_shapes(n)[name], dtype=self.dtype) for name in names}
+        # Split the images evenly between the workers; each runs its share chunk by chunk
+        # through its own part of the workspace.
+        bounds = [round(i * n / workers) for i in range(workers + 1)]
+        chunk = self._chunk_size(bounds[1] - bounds[0], workers)
+        jobs = []
+        for w in range(workers):
+            for s in range(bounds[w], bounds[w + 1], chunk):
+                e = min(bounds[w + 1], s + chunk)
+                self._arrays(w, chunk, e - s)  # built here, not concurrently in the workers
+                jobs.append((w, s, e))
+        with blas_threads(blas):
+            if workers == 1:
+                for w, s, e in jobs:
+                    self._run_dl_chunk(w, chunk, x[s:e], s, results)
+                return results
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                futures = [pool.submit(self._run_dl_worker, w, chunk, x, [j for j in jobs if j[0] == w], results) for w in range(workers)]
+                for f in futures:
+                    f.result()  # a worker's exception surfaces here
+        return results
+
+    def _run_dl_worker(self, worker: int, chunk: int, x: np.ndarray, jobs, results: dict) -> None:
+        for w, s, e in jobs:
+            self._run_dl_chunk(w, chunk, x[s:e], s, results)
+
+    def _run_dl_chunk(self, worker: int, chunk: int, xs: np.ndarray, s: int, results: dict) -> None:
+        """Run one chunk (images s .. s+len(xs) of the batch) and copy the wanted blobs out."""
+        m = xs.shape[0]
+        arrays = self._arrays(worker, chunk, m)
+        if arrays["input"] is not None:
+            np.copyto(arrays["input"], xs)
+            xs = arrays["input"]
+        elif xs.dtype != self.dtype:
+            xs = xs.astype(self.dtype)
+        blobs = {self.input_name: xs}
+        if self._input_final and self.input_name in results:
+            np.copyto(results[self.input_name][s : s + m], xs)
+        tops, scratch = arrays["tops"], arrays["scratch"]
+        for idx, step in enumerate(self._steps):
+            op = step.op
+            ins = [blobs[b] for b in op.bottoms]
+            out = ins[0] if step.in_place else tops[idx]
+            blobs[op.tops[0]] = op.run(ins, [out], scratch[idx])[0]
+            for name in step.finals:
+                if name in results:
+                    np.copyto(results[name][s : s + m], blobs[name])

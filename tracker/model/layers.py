@@ -1,0 +1,346 @@
+"""Caffe's layer arithmetic as numpy functions (inference only).
+
+Every function reproduces the forward pass of the BVLC Caffe layer of the same name, including
+its rounding and edge rules, for any float dtype (the engine runs float32; float64 is the
+reference). Arrays are NCHW-shaped (N, C, H, W) but may have any strides: the engine's
+"dl" mode keeps convolution outputs in (C, N, H, W) memory and hands layers the transposed
+NCHW-shaped view, so nothing here assumes C-contiguity unless it says so.
+
+Functions that take `out=` write their result there (it may alias the input: Caffe's in-place
+layers) and return it; with `out=None` they allocate. Geometry helpers are pure integer maths.
+No function here imports anything but numpy.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+# Caffe's enum values (caffe.proto): PoolingParameter.PoolMethod, EltwiseParameter.EltwiseOp,
+# LRNParameter.NormRegion.
+POOL_MAX, POOL_AVE, POOL_STOCHASTIC = 0, 1, 2
+ELTWISE_PROD, ELTWISE_SUM, ELTWISE_MAX = 0, 1, 2
+LRN_ACROSS_CHANNELS, LRN_WITHIN_CHANNEL = 0, 1
+
+
+# --------------------------------------------------------------------------------------------
+# Geometry
+# --------------------------------------------------------------------------------------------
+
+
+def conv_out_size(size: int, kernel: int, pad: int, stride: int, dilation: int = 1) -> int:
+    """Caffe's convolution output extent: floor((size + 2*pad - (dilation*(kernel-1)+1)) / stride) + 1."""
+    extent = dilation * (kernel - 1) + 1
+    return (size + 2 * pad - extent) // stride + 1
+
+
+def pool_out_size(size: int, kernel: int, pad: int, stride: int, ceil_mode: bool = True, any_pad: bool | None = None) -> int:
+    """Caffe's pooling output extent.
+
+    ceil((size + 2*pad - kernel) / stride) + 1 (floor with round_mode FLOOR); then, when the
+    layer has any padding (`any_pad`, i.e. pad_h or pad_w non-zero, default: this axis' pad), the
+    last window must start strictly inside image + pad, otherwise it is dropped. This is what
+    makes Caffe's pooled maps one cell larger than most frameworks' when the stride does not
+    divide the input.
+    """
+    span = size + 2 * pad - kernel
+    out = (-(-span // stride) if ceil_mode else span // stride) + 1
+    if (pad != 0 if any_pad is None else any_pad) and (out - 1) * stride >= size + pad:
+        out -= 1
+    return out
+
+
+def ave_pool_divisors(size: int, kernel: int, pad: int, stride: int, out: int) -> np.ndarray:
+    """Per output position along one axis, the cell count Caffe divides an AVE window's sum by.
+
+    The window [o*stride - pad, o*stride - pad + kernel) is clipped to the padded image
+    [-pad, size + pad): padded cells inside the padded image count, cells beyond it (from ceil
+    rounding) do not. The 2-D divisor is the outer product of the two axes' counts. int64 (out,).
+    """
+    start = np.arange(out) * stride - pad
+    end = np.minimum(start + kernel, size + pad)
+    return end - start
+
+
+# --------------------------------------------------------------------------------------------
+# Padding and sliding windows
+# --------------------------------------------------------------------------------------------
+
+
+def pad_into(x: np.ndarray, before: tuple[int, int], after: tuple[int, int], value: float, out: np.ndarray | None = None) -> np.ndarray:
+    """x (..., H, W) copied into (..., before_h + H + after_h, before_w + W + after_w) filled with `value`.
+
+    A negative `after` crops instead (windows that never reach the last rows). `out`, if given,
+    must have the padded shape; only its border is written besides the copied interior.
+    """
+    *lead, h, w = x.shape
+    bh, bw = before
+    ah, aw = after
+    hp, wp = bh + h + ah, bw + w + aw
+    if out is None:
+        out = np.empty((*lead, hp, wp), dtype=x.dtype)
+    h_in, w_in = min(h, h + ah), min(w, w + aw)
+    if bh:
+        out[..., :bh, :] = value
+    if ah > 0:
+        out[..., bh + h :, :] = value
+    if bw:
+        out[..., bh : bh + h_in, :bw] = value
+    if aw > 0:
+        out[..., bh : bh + h_in, bw + w :] = value
+    np.copyto(out[..., bh : bh + h_in, bw : bw + w_in], x[..., :h_in, :w_in])
+    return out
+
+
+def windows(xp: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int], out_hw: tuple[int, int]) -> np.ndarray:
+    """Read-only view (..., kh, kw, OH, OW) of the sliding windows of a padded map xp (..., Hp, Wp).
+
+    Element [..., i, j, y, x] = xp[..., y*sh + i*dh, x*sw + j*dw]. No copy; xp may have any strides.
+    """
+    kh, kw = kernel
+    sh, sw = stride
+    dh, dw = dilation
+    oh, ow = out_hw
+    if (oh - 1) * sh + (kh - 1) * dh >= xp.shape[-2] or (ow - 1) * sw + (kw - 1) * dw >= xp.shape[-1]:
+        raise ValueError("windows: padded map too small for the requested windows")
+    *lead_strides, s_h, s_w = xp.strides
+    return np.lib.stride_tricks.as_strided(
+        xp,
+        shape=(*xp.shape[:-2], kh, kw, oh, ow),
+        strides=(*lead_strides, s_h * dh, s_w * dw, s_h * sh, s_w * sw),
+        writeable=False,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Pooling
+# --------------------------------------------------------------------------------------------
+
+
+def pool2d(
+    x: np.ndarray,
+    method: int,
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    pad: tuple[int, int],
+    out_hw: tuple[int, int],
+    out: np.ndarray | None = None,
+    scratch: np.ndarray | None = None,
+) -> np.ndarray:
+    """Caffe MAX or AVE pooling of x (..., H, W) to (..., OH, OW) with OH, OW from `pool_out_size`.
+
+    MAX: padded cells never win (Caffe clips the window to the image). AVE: the window sum over
+    image cells divided by `ave_pool_divisors` (padding inside the padded image counts). Computed
+    as kh*kw strided passes over the output (vectorised over every leading axis), reading a
+    padded copy of x only when the windows leave the image. `scratch`, if given, is a buffer of at
+    least the padded size in x's dtype, reused for that copy (the engine passes its workspace).
+    """
+    if method not in (POOL_MAX, POOL_AVE):
+        raise ValueError(f"pool2d: unsupported pooling method {method}")
+    kh, kw = kernel
+    sh, sw = stride
+    ph, pw = pad
+    oh, ow = out_hw
+    *lead, h, w = x.shape
+    need_h, need_w = (oh - 1) * sh + kh, (ow - 1) * sw + kw  # padded extent the windows read
+    after = (need_h - h - ph, need_w - w - pw)
+    if ph or pw or after[0] > 0 or after[1] > 0:
+        fill = -np.inf if method == POOL_MAX else 0.0
+        buf = None
+        if scratch is not None:
+            size = int(np.prod(lead, dtype=np.int64)) * need_h * need_w
+            buf = scratch[:size].reshape(*lead, need_h, need_w)
+        xp = pad_into(x, (ph, pw), after, fill, out=buf)
+    else:
+        xp = x
+    if out is None:
+        out = np.empty((*lead, oh, ow), dtype=x.dtype)
+    win = windows(xp, kernel, stride, (1, 1), out_hw)
+    combine = np.maximum if method == POOL_MAX else np.add
+    np.copyto(out, win[..., 0, 0, :, :])
+    for i in range(kh):
+        for j in range(kw):
+            if i or j:
+                combine(out, win[..., i, j, :, :], out=out)
+    if method == POOL_AVE:
+        div = np.multiply.outer(ave_pool_divisors(h, kh, ph, sh, oh), ave_pool_divisors(w, kw, pw, sw, ow))
+        out /= div.astype(x.dtype)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Element-wise activations
+# --------------------------------------------------------------------------------------------
+
+
+def relu(x: np.ndarray, negative_slope: float = 0.0, out: np.ndarray | None = None) -> np.ndarray:
+    """Caffe ReLU: max(x, 0) + negative_slope * min(x, 0)."""
+    if negative_slope == 0.0:
+        return np.maximum(x, 0, out=out)
+    neg = np.minimum(x, 0)
+    res = np.maximum(x, 0, out=out)
+    neg *= x.dtype.type(negative_slope)
+    res += neg
+    return res
+
+
+def sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Caffe Sigmoid: 1 / (1 + exp(-x)), computed as 0.5 * tanh(0.5 x) + 0.5 (no overflow)."""
+    half = x.dtype.type(0.5)
+    out = np.multiply(x, half, out=out)
+    np.tanh(out, out=out)
+    out *= half
+    out += half
+    return out
+
+
+def tanh(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Caffe TanH."""
+    return np.tanh(x, out=out)
+
+
+# --------------------------------------------------------------------------------------------
+# Dense layers
+# --------------------------------------------------------------------------------------------
+
+
+def inner_product(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, axis: int, transpose: bool, out: np.ndarray | None = None) -> np.ndarray:
+    """Caffe InnerProduct: x flattened to (M, K) at `axis` times W^T (weight (N, K)), or times W
+    (weight (K, N)) when `transpose`; plus bias (N,). Returns shape x.shape[:axis] + (N,)."""
+    m = int(np.prod(x.shape[:axis], dtype=np.int64))
+    k = int(np.prod(x.shape[axis:], dtype=np.int64))
+    x2 = x.reshape(m, k)
+    w = weight if transpose else weight.T
+    n_out = w.shape[1]
+    res = np.matmul(x2, w, out=None if out is None else out.reshape(m, n_out))
+    if bias is not None:
+        res += bias
+    return res.reshape(*x.shape[:axis], n_out)
+
+
+def softmax(x: np.ndarray, axis: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Caffe Softmax along `axis`: exp(x - max) / sum(exp(x - max))."""
+    out = np.subtract(x, x.max(axis=axis, keepdims=True), out=out)
+    np.exp(out, out=out)
+    out /= out.sum(axis=axis, keepdims=True)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Normalisation
+# --------------------------------------------------------------------------------------------
+
+
+def lrn_across_channels(x: np.ndarray, size: int, alpha: float, beta: float, k: float, out: np.ndarray | None = None) -> np.ndarray:
+    """Caffe LRN ACROSS_CHANNELS on x (N, C, ...):
+    x / (k + alpha/size * sum_{c' in [c - (size-1)/2, c + size/2]} x[c']^2) ** beta,
+    channels outside [0, C) contributing zero."""
+    dt = x.dtype.type
+    sq = np.square(x)
+    pre = (size - 1) // 2
+    c = x.shape[1]
+    acc = np.zeros_like(sq)
+    for off in range(-pre, size - pre):  # window channel c+off
+        lo, hi = max(0, -off), min(c, c - off)
+        if lo < hi:
+            acc[:, lo:hi] += sq[:, lo + off : hi + off]
+    acc *= dt(alpha / size)
+    acc += dt(k)
+    np.power(acc, dt(-beta), out=acc)
+    return np.multiply(x, acc, out=out)
+
+
+def lrn_within_channel(x: np.ndarray, size: int, alpha: float, beta: float, out: np.ndarray | None = None) -> np.ndarray:
+    """Caffe LRN WITHIN_CHANNEL on x (..., H, W): x * (1 + alpha * avepool(x^2)) ** -beta.
+
+    Caffe builds it from AVE pooling of x^2 (kernel size x size, stride 1, pad (size-1)/2, so the
+    divisor is size^2 everywhere, i.e. alpha/size^2 times the window sum) and a Power layer with
+    shift 1: `k` plays no part. `size` must be odd (Caffe's check)."""
+    dt = x.dtype.type
+    pad = (size - 1) // 2
+    h, w = x.shape[-2:]
+    oh = pool_out_size(h, size, pad, 1)
+    ow = pool_out_size(w, size, pad, 1)
+    pooled = pool2d(np.square(x), POOL_AVE, (size, size), (1, 1), (pad, pad), (oh, ow))
+    pooled *= dt(alpha)
+    pooled += dt(1)
+    np.power(pooled, dt(-beta), out=pooled)
+    return np.multiply(x, pooled, out=out)
+
+
+def batch_norm(
+    x: np.ndarray,
+    mean: np.ndarray,
+    var: np.ndarray,
+    scale_factor: float,
+    eps: float,
+    use_global_stats: bool = True,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """Caffe BatchNorm on x (N, C, ...): (x - mean[c]) / sqrt(var[c] + eps).
+
+    With use_global_stats the stored mean and variance are divided by the stored scale factor
+    (0 means 0). Otherwise the statistics are the batch's (over N and the spatial axes, biased
+    variance), as Caffe does when use_global_stats is explicitly false.
+    """
+    c = x.shape[1]
+    bshape = (1, c) + (1,) * (x.ndim - 2)
+    dt = x.dtype.type
+    if use_global_stats:
+        factor = 0.0 if scale_factor == 0 else 1.0 / scale_factor
+        mu = (mean.astype(x.dtype) * dt(factor)).reshape(bshape)
+        sigma2 = (var.astype(x.dtype) * dt(factor)).reshape(bshape)
+    else:
+        axes = (0,) + tuple(range(2, x.ndim))
+        mu = x.mean(axis=axes, keepdims=True)
+        sigma2 = np.square(x - mu).mean(axis=axes, keepdims=True)
+    inv = 1 / np.sqrt(sigma2 + dt(eps))
+    out = np.subtract(x, mu, out=out)
+    out *= inv
+    return out
+
+
+def scale_shape(x_shape: Sequence[int], axis: int, factor_shape: Sequence[int]) -> tuple[int, ...]:
+    """The broadcast shape of a Scale/Bias factor of `factor_shape` aligned at `axis` of x."""
+    return (1,) * axis + tuple(factor_shape) + (1,) * (len(x_shape) - axis - len(factor_shape))
+
+
+def scale(x: np.ndarray, factor: np.ndarray, axis: int, bias: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
+    """Caffe Scale: x * factor (+ bias), factor's axes aligned with x's axes axis..axis+factor.ndim."""
+    bshape = scale_shape(x.shape, axis, factor.shape)
+    out = np.multiply(x, factor.reshape(bshape).astype(x.dtype, copy=False), out=out)
+    if bias is not None:
+        out += bias.reshape(bshape).astype(x.dtype, copy=False)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Shape and combination layers
+# --------------------------------------------------------------------------------------------
+
+
+def flatten_shape(shape: Sequence[int], axis: int, end_axis: int) -> tuple[int, ...]:
+    """Caffe Flatten: axes axis..end_axis (canonical, inclusive) merged into one."""
+    merged = int(np.prod(shape[axis : end_axis + 1], dtype=np.int64))
+    return tuple(shape[:axis]) + (merged,) + tuple(shape[end_axis + 1 :])
+
+
+def eltwise(xs: Sequence[np.ndarray], op: int, coeffs: Sequence[float] = (), out: np.ndarray | None = None) -> np.ndarray:
+    """Caffe Eltwise over equally shaped inputs: PROD, SUM (with per-input coefficients, default 1)
+    or MAX."""
+    if op == ELTWISE_SUM:
+        cs = list(coeffs) if coeffs else [1.0] * len(xs)
+        dt = xs[0].dtype.type
+        out = np.multiply(xs[0], dt(cs[0]), out=out)
+        for x, c in zip(xs[1:], cs[1:]):
+            if c == 1.0:
+                out += x
+            else:
+                out += x * dt(c)
+        return out
+    combine = {ELTWISE_PROD: np.multiply, ELTWISE_MAX: np.maximum}[op]
+    out = combine(xs[0], xs[1], out=out)
+    for x in xs[2:]:
+        combine(out, x, out=out)
+    return out

@@ -1,0 +1,405 @@
+"""The engine's operators: one per Caffe layer, parsed once from its LayerDef and ready to run.
+
+An operator holds its parameters in the engine's dtype (weights cast once, in the layout its
+GEMM wants) and runs on NCHW-shaped arrays of any strides. The engine (`engine.py`) decides
+where every top lives: it passes `outs` (preallocated arrays, or None to allocate) and
+`scratch` (temporaries carved from its workspace, or None). Shapes and geometry come from
+`tracker.model.shapes`, which restates Caffe's own rules, so the engine and the caffemodel
+checks agree by construction.
+
+Two execution modes exist for the layers whose algorithm differs:
+- "caffe": Caffe's algorithm. Convolution runs per image: im2col of one image into one reused
+  column buffer, then one GEMM per group, (O/g, C/g*kh*kw) @ (C/g*kh*kw, OH*OW), then the bias.
+  1x1 stride-1 unpadded convolutions skip im2col as Caffe does.
+- "dl": the same arithmetic over a whole chunk of images: one im2col of the chunk into a
+  (C*kh*kw, n*OH*OW) buffer and one GEMM whose (O, n*OH*OW) result IS the output blob in
+  (C, N, H, W) memory (handed on as its NCHW-shaped transposed view, so no transpose is ever
+  copied), with the bias and a following in-place ReLU applied in place on the GEMM output.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar, Sequence
+
+import numpy as np
+
+from tracker.errors import ModelError
+from tracker.model import layers as L
+from tracker.model import shapes as S
+
+Shape = tuple[int, ...]
+
+
+class Op:
+    """One layer. Subclasses implement `run`; `scratch_sizes` lists temporaries (element counts).
+
+    in_place_safe: the op may write its top into the array of its first bottom (Caffe's in-place
+    layers: top name == bottom name). Ops that cannot are given a fresh top and the blob name is
+    rebound, which is indistinguishable from Caffe for every reader of the blob.
+    keeps_layout: a 4-D top has the same memory order as the first bottom (element-wise ops), so
+    "dl" mode keeps (C, N, H, W) memory flowing between convolutions without copies.
+    """
+
+    in_place_safe: ClassVar[bool] = False
+    keeps_layout: ClassVar[bool] = False
+
+    def __init__(self, layer, dtype: np.dtype, mode: str, shapes: S.LayerShapes):
+        self.name: str = layer.name
+        self.type: str = layer.type
+        self.bottoms: tuple[str, ...] = tuple(layer.bottoms)
+        self.tops: tuple[str, ...] = tuple(layer.tops)
+        self.dtype = np.dtype(dtype)
+        self.mode = mode
+        self.shapes = shapes
+        self._layer = layer
+
+    def error(self, what: str) -> ModelError:
+        return ModelError(f"layer {self.name!r} ({self.type}): {what}")
+
+    def blob(self, i: int) -> np.ndarray:
+        """Parameter blob i, checked against the shape Caffe expects and cast to the engine dtype."""
+        blobs = self._layer.blobs
+        expected = self.shapes.params
+        if len(blobs) != len(expected):
+            raise self.error(f"has {len(blobs)} parameter blobs; expected {len(expected)} of shapes {list(expected)}")
+        arr = np.asarray(blobs[i])
+        if arr.size != math.prod(expected[i]):
+            raise self.error(f"parameter blob {i} has shape {arr.shape}; expected {expected[i]}")
+        return np.ascontiguousarray(arr.reshape(expected[i]), dtype=self.dtype)
+
+    def scratch_sizes(self, in_shapes: Sequence[Shape]) -> list[int]:
+        """Element counts of the temporaries one run on bottoms of `in_shapes` needs."""
+        return []
+
+    def run(self, ins: list[np.ndarray], outs: list[np.ndarray | None], scratch: list[np.ndarray]) -> list[np.ndarray]:
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------------------------
+# Convolution
+# --------------------------------------------------------------------------------------------
+
+
+class Convolution(Op):
+    def __init__(self, layer, dtype, mode, shapes):
+        super().__init__(layer, dtype, mode, shapes)
+        p = layer.param.convolution_param
+        bottom = shapes.bottoms[0]
+        if len(bottom) != 4 or S.canonical_axis(layer, p.axis, len(bottom)) != 1:
+            raise self.error(f"only 2-D convolution over axis 1 of an (N, C, H, W) input is supported; found input {bottom}, axis {p.axis}")
+        g = S.conv_geometry(layer, 2)
+        self.kernel, self.stride, self.pad, self.dilation = g.kernel, g.stride, g.pad, g.dilation
+        self.group = p.group
+        self.in_c, self.in_hw = bottom[1], bottom[2:]
+        self.out_c, self.out_hw = shapes.tops[0][1], shapes.tops[0][2:]
+        weight = self.blob(0)  # (O, C/g, kh, kw)
+        o_g = self.out_c // self.group
+        self.k_g = weight[0].size  # C/g * kh * kw: rows of the column buffer per group
+        self.weight = weight.reshape(self.group, o_g, self.k_g)  # per-group GEMM left operands
+        self.bias = self.blob(1).reshape(-1, 1) if p.bias_term else None
+        self.is_1x1 = self.kernel == (1, 1) and self.stride == (1, 1) and self.pad == (0, 0)
+        self.fuse_relu = False  # set by the "dl" planner when an in-place ReLU follows
+
+    def _padded_hw(self) -> tuple[int, int]:
+        return self.in_hw[0] + 2 * self.pad[0], self.in_hw[1] + 2 * self.pad[1]
+
+    def scratch_sizes(self, in_shapes):
+        n = in_shapes[0][0] if self.mode == "dl" else 1  # "caffe": one image at a time
+        if self.is_1x1:
+            return [0, 0]
+        cols = self.in_c * self.kernel[0] * self.kernel[1] * n * self.out_hw[0] * self.out_hw[1]
+        padded = self.in_c * n * math.prod(self._padded_hw()) if any(self.pad) else 0
+        return [cols, padded]
+
+    def _im2col(self, src: np.ndarray, cols: np.ndarray, padded: np.ndarray | None) -> None:
+        """Caffe's im2col of src (C, [n,] H, W) into cols viewed as (C, kh, kw, [n,] OH, OW)."""
+        if any(self.pad):
+            src = L.pad_into(src, self.pad, self.pad, 0.0, out=padded)
+        win = L.windows(src, self.kernel, self.stride, self.dilation, self.out_hw)
+        if win.ndim == 6:  # (C, n, kh, kw, OH, OW) -> rows (C, kh, kw), columns (n, OH, OW)
+            win = win.transpose(0, 2, 3, 1, 4, 5)
+        np.copyto(cols.reshape(win.shape), win)
+
+    def run(self, ins, outs, scratch):
+        return [self._run_caffe(ins[0], outs[0], scratch) if self.mode == "caffe" else self._run_dl(ins[0], outs[0], scratch)]
+
+    def _run_caffe(self, x, out, scratch):
+        n = x.shape[0]
+        p = self.out_hw[0] * self.out_hw[1]
+        if out is None:
+            out = np.empty((n, self.out_c, *self.out_hw), dtype=self.dtype)
+        out3 = out.reshape(n, self.out_c, p)
+        o_g = self.out_c // self.group
+        if not self.is_1x1:
+            cols = scratch[0][: self.k_g * self.group * p].reshape(self.k_g * self.group, p)
+            padded = scratch[1].reshape(self.in_c, *self._padded_hw()) if any(self.pad) else None
+        for i in range(n):
+            if self.is_1x1:
+                cols = x[i].reshape(self.in_c, p)
+            else:
+                self._im2col(x[i], cols, padded)
+            for g in range(self.group):
+                np.matmul(self.weight[g], cols[g * self.k_g : (g + 1) * self.k_g], out=out3[i, g * o_g : (g + 1) * o_g])
+            if self.bias is not None:
+                out3[i] += self.bias
+        return out
+
+    def _run_dl(self, x, out, scratch):
+        n = x.shape[0]
+        cols_n = n * self.out_hw[0] * self.out_hw[1]
+        if out is None:
+            out = np.empty((self.out_c, n, *self.out_hw), dtype=self.dtype).transpose(1, 0, 2, 3)
+        res = out.transpose(1, 0, 2, 3).reshape(self.out_c, cols_n)  # (O, n*OH*OW), a view
+        xc = x.transpose(1, 0, 2, 3)  # (C, n, H, W) view of whatever memory order x has
+        if self.is_1x1:
+            cols = np.ascontiguousarray(xc).reshape(self.in_c, cols_n)
+        else:
+            cols = scratch[0][: self.k_g * self.group * cols_n].reshape(self.k_g * self.group, cols_n)
+            padded = scratch[1].reshape(self.in_c, n, *self._padded_hw()) if any(self.pad) else None
+            self._im2col(xc, cols, padded)
+        o_g = self.out_c // self.group
+        for g in range(self.group):
+            np.matmul(self.weight[g], cols[g * self.k_g : (g + 1) * self.k_g], out=res[g * o_g : (g + 1) * o_g])
+        if self.bias is not None:
+            res += self.bias
+        if self.fuse_relu:
+            np.maximum(res, 0, out=res)
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# Pooling
+# --------------------------------------------------------------------------------------------
+
+
+class Pooling(Op):
+    keeps_layout = True
+
+    def __init__(self, layer, dtype, mode, shapes):
+        super().__init__(layer, dtype, mode, shapes)
+        p = layer.param.pooling_param
+        if p.pool not in (L.POOL_MAX, L.POOL_AVE):
+            raise self.error("pool STOCHASTIC is not supported (only MAX and AVE)")
+        self.method = p.pool
+        g = S.pool_geometry(layer, shapes.bottoms[0])
+        self.kernel, self.stride, self.pad, self.out_hw = g.kernel, g.stride, g.pad, g.out
+
+    def scratch_sizes(self, in_shapes):
+        n, c, h, w = in_shapes[0]
+        need_h = (self.out_hw[0] - 1) * self.stride[0] + self.kernel[0]
+        need_w = (self.out_hw[1] - 1) * self.stride[1] + self.kernel[1]
+        pads = any(self.pad) or need_h > h + self.pad[0] or need_w > w + self.pad[1]
+        return [n * c * need_h * need_w if pads and self.mode == "dl" else 0]
+
+    def run(self, ins, outs, scratch):
+        sc = scratch[0] if scratch and scratch[0].size else None
+        return [L.pool2d(ins[0], self.method, self.kernel, self.stride, self.pad, self.out_hw, out=outs[0], scratch=sc)]
+
+
+# --------------------------------------------------------------------------------------------
+# Element-wise activations and identity
+# --------------------------------------------------------------------------------------------
+
+
+class ReLU(Op):
+    in_place_safe = True
+    keeps_layout = True
+
+    def __init__(self, layer, dtype, mode, shapes):
+        super().__init__(layer, dtype, mode, shapes)
+        self.negative_slope = float(layer.param.relu_param.negative_slope)
+
+    def run(self, ins, outs, scratch):
+        return [L.relu(ins[0], self.negative_slope, out=outs[0])]
+
+
+class Sigmoid(Op):
+    in_place_safe = True
+    keeps_layout = True
+
+    def run(self, ins, outs, scratch):
+        return [L.sigmoid(ins[0], out=outs[0])]
+
+
+class TanH(Op):
+    in_place_safe = True
+    keeps_layout = True
+
+    def run(self, ins, outs, scratch):
+        return [L.tanh(ins[0], out=outs[0])]
+
+
+class Dropout(Op):
+    """Identity at inference (Caffe scales at training time, so TEST is a plain copy)."""
+
+    in_place_safe = True
+    keeps_layout = True
+
+    def run(self, ins, outs, scratch):
+        x, out = ins[0], outs[0]
+        if out is x:
+            return [x]
+        if out is None:
+            return [x.copy()]
+        np.copyto(out, x)
+        return [out]
+
+
+# --------------------------------------------------------------------------------------------
+# Dense
+# --------------------------------------------------------------------------------------------
+
+
+class InnerProduct(Op):
+    def __init__(self, layer, dtype, mode, shapes):
+        super().__init__(layer, dtype, mode, shapes)
+        p = layer.param.inner_product_param
+        self.axis = S.canonical_axis(layer, p.axis, len(shapes.bottoms[0]))
+        self.transpose = bool(p.transpose)
+        self.weight = self.blob(0)  # (N, K), or (K, N) with transpose
+        self.bias = self.blob(1) if p.bias_term else None
+        self.fuse_relu = False
+
+    def scratch_sizes(self, in_shapes):
+        # "dl": a bottom in (C, N, H, W) memory is gathered into NCHW order for the (M, K) GEMM.
+        return [math.prod(in_shapes[0]) if self.mode == "dl" else 0]
+
+    def run(self, ins, outs, scratch):
+        x = ins[0]
+        if not x.flags.c_contiguous and scratch and scratch[0].size:
+            gathered = scratch[0][: x.size].reshape(x.shape)
+            np.copyto(gathered, x)
+            x = gathered
+        res = L.inner_product(x, self.weight, self.bias, self.axis, self.transpose, out=outs[0])
+        if self.fuse_relu:
+            np.maximum(res, 0, out=res)
+        return [res]
+
+
+class Softmax(Op):
+    in_place_safe = True
+
+    def __init__(self, layer, dtype, mode, shapes):
+        super().__init__(layer, dtype, mode, shapes)
+        self.axis = S.canonical_axis(layer, layer.param.softmax_param.axis, len(shapes.bottoms[0]))
+
+    def run(self, ins, outs, scratch):
+        return [L.softmax(ins[0], self.axis, out=outs[0])]
+
+
+# --------------------------------------------------------------------------------------------
+# Normalisation
+# --------------------------------------------------------------------------------------------
+
+
+class LRN(Op):
+    in_place_safe = True
+    keeps_layout = True
+
+    def __init__(self, layer, dtype, mode, shapes):
+        super().__init__(layer, dtype, mode, shapes)
+        p = layer.param.lrn_param
+        self.size, self.alpha, self.beta, self.k = int(p.local_size), float(p.alpha), float(p.beta), float(p.k)
+        self.region = p.norm_region
+
+    def run(self, ins, outs, scratch):
+        if self.region == L.LRN_ACROSS_CHANNELS:
+            return [L.lrn_across_channels(ins[0], self.size, self.alpha, self.beta, self.k, out=outs[0])]
+        return [L.lrn_within_channel(ins[0], self.size, self.alpha, self.beta, out=outs[0])]
+
+
+class BatchNorm(Op):
+    in_place_safe = True
+    keeps_layout = True
+
+    def __init__(self, layer, dtype, mode, shapes):
+        super().__init__(layer, dtype, mode, shapes)
+        p = layer.param.batch_norm_param
+        # Caffe: use_global_stats defaults to true in the TEST phase, which is inference.
+        self.use_global_stats = p.use_global_stats if p.HasField("use_global_stats") else True
+        self.eps = float(p.eps)
+        self.mean, self.var = self.blob(0), self.blob(1)
+        self.scale_factor = float(self.blob(2).reshape(-1)[0])
+
+    def run(self, ins, outs, scratch):
+        return [L.batch_norm(ins[0], self.mean, self.var, self.scale_factor, self.eps, self.use_global_stats, out=outs[0])]
+
+
+class Scale(Op):
+    in_place_safe = True
+    keeps_layout = True
+
+    def __init__(self, layer, dtype, mode, shapes):
+        super().__init__(layer, dtype, mode, shapes)
+        p = layer.param.scale_param
+        bottom = shapes.bottoms[0]
+        if len(self.bottoms) == 2:
+            factor_shape = shapes.bottoms[1]
+            self.axis = 0 if not factor_shape else S.canonical_axis(layer, p.axis, len(bottom))
+            self.factor = None
+            self.bias = self.blob(0) if p.bias_term else None
+        else:
+            self.axis = S.canonical_axis(layer, p.axis, len(bottom)) if bottom else 0
+            self.factor = self.blob(0)
+            self.bias = self.blob(1) if p.bias_term else None
+
+    def run(self, ins, outs, scratch):
+        factor = ins[1] if self.factor is None else self.factor
+        return [L.scale(ins[0], factor, self.axis, self.bias, out=outs[0])]
+
+
+# --------------------------------------------------------------------------------------------
+# Shape and combination
+# --------------------------------------------------------------------------------------------
+
+
+class Flatten(Op):
+    def run(self, ins, outs, scratch):
+        shape = self.shapes.tops[0]
+        x = ins[0]
+        shape = (x.shape[0], *shape[1:])
+        if outs[0] is None:
+            return [x.reshape(shape)]  # a view when x is contiguous, as Caffe shares the data
+        np.copyto(outs[0], x.reshape(shape))
+        return [outs[0]]
+
+
+class Concat(Op):
+    def __init__(self, layer, dtype, mode, shapes):
+        super().__init__(layer, dtype, mode, shapes)
+        p = layer.param.concat_param
+        first = shapes.bottoms[0]
+        self.axis = p.concat_dim if p.HasField("concat_dim") else S.canonical_axis(layer, p.axis, len(first))
+
+    def run(self, ins, outs, scratch):
+        return [np.concatenate(ins, axis=self.axis, out=outs[0])]
+
+
+class Eltwise(Op):
+    def __init__(self, layer, dtype, mode, shapes):
+        super().__init__(layer, dtype, mode, shapes)
+        p = layer.param.eltwise_param
+        self.op = p.operation
+        self.coeffs = [float(c) for c in p.coeff]
+
+    def run(self, ins, outs, scratch):
+        return [L.eltwise(ins, self.op, self.coeffs, out=outs[0])]
+
+
+OPS: dict[str, type[Op]] = {
+    "Convolution": Convolution,
+    "Pooling": Pooling,
+    "ReLU": ReLU,
+    "Sigmoid": Sigmoid,
+    "TanH": TanH,
+    "Dropout": Dropout,
+    "InnerProduct": InnerProduct,
+    "Softmax": Softmax,
+    "LRN": LRN,
+    "BatchNorm": BatchNorm,
+    "Scale": Scale,
+    "Flatten": Flatten,
+    "Concat": Concat,
+    "Eltwise": Eltwise,
+}
