@@ -65,6 +65,8 @@ def _main_parser() -> _Parser:
     p.add_argument("--batches", type=_positive_int_list, default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
     p.add_argument("--passes", type=_positive_int, default=100, help="forward passes per batch size")
     p.add_argument("--out", type=Path, default=Path("bench-out"), help="benchmark output directory")
+    p.add_argument("--timeout", type=_positive_int, help="benchmark: kill a cell after this many seconds without progress (default 600)")
+    p.add_argument("--memory-limit", type=_positive_int, metavar="MB", help="benchmark: address-space limit of each cell's process, e.g. to emulate a 1 GB device")
     return p
 
 

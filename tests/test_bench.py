@@ -1,0 +1,383 @@
+"""`tracker --benchmark` and `tracker --list-backends`, end to end through tracker.cli.main.
+
+The benchmark tests run the real caffe backends at small settings. The failure tests register
+test-only backends (defined at the bottom of this file, imported by the benchmark's child through
+PYTHONPATH) that fail for real inside the child: a segmentation fault, SIGKILL, a MemoryError under
+the child's address-space limit, a hang; the benchmark must report each cell with its cause and
+go on. No timing is asserted: only that timings exist, are positive and consistent.
+"""
+
+from __future__ import annotations
+
+import csv
+import ctypes
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tracker import backends
+from tracker.backends.base import BackendBase
+from tracker.cli import main
+from tracker.types import Inference
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+FACE_CNN_MACS = 49_371_200  # DESIGN.md section 1
+REAL = ["caffe-openblas", "caffe-openblas-dl"]
+
+
+# ---- helpers -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def state_dir(tmp_path) -> Path:
+    return tmp_path / "state"
+
+
+@pytest.fixture
+def config_file(tmp_path, state_dir) -> Path:
+    path = tmp_path / "tracker.yaml"
+    path.write_text(f"state_dir: {state_dir}\n")
+    return path
+
+
+@pytest.fixture
+def test_backends(monkeypatch):
+    """Register the test-only backends below, and let the benchmark's children import them."""
+    for name, cls in TEST_BACKENDS.items():
+        monkeypatch.setitem(backends.REGISTRY, name, backends.Entry(f"test_bench:{cls}", "testextra"))
+    paths = [str(TESTS), str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def bench(capsys, config_file, out, *argv) -> tuple[int, str, str]:
+    return run_cli(capsys, "--config", config_file, "--benchmark", "--out", out, *argv)
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    assert data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def rows_of(doc: dict, label: str) -> list[dict]:
+    return [r for r in doc["rows"] if r["label"] == label]
+
+
+# ---- the benchmark -------------------------------------------------------------------------
+
+
+def test_benchmark_writes_table_json_csv_plots_and_profile(capsys, config_file, state_dir, tmp_path):
+    out = tmp_path / "out"
+    code, stdout, stderr = bench(capsys, config_file, out, "--backend", ",".join(REAL), "--batches", "2,1", "--passes", "3")
+    assert code == 0, stderr
+
+    # The table: batch sizes as rows, backends as columns, a per-image time in every cell.
+    lines = stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:1] == ["batch"])
+    assert lines[header].split() == ["batch", *REAL]
+    for offset, batch in enumerate([1, 2], start=1):
+        cells = lines[header + offset].split()
+        assert cells[0] == str(batch) and len(cells) == 3
+        assert all(float(c) > 0 for c in cells[1:])
+
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["schema"] == 1 and doc["complete"] is True
+    machine = doc["machine"]
+    assert isinstance(machine["cpu"], str) and machine["cpu"]
+    assert isinstance(machine["cores"], int) and machine["cores"] >= 1
+    assert isinstance(machine["arch"], str) and machine["arch"]
+    assert machine["blas"]["name"] and machine["blas"]["version"]
+    assert machine["sgemm_peak_gflops"] > 0
+    assert doc["versions"]["python"] == sys.version.split()[0]
+    assert doc["versions"]["numpy"] == np.__version__
+    assert set(doc["versions"]["runtimes"]) == set(REAL)
+    settings = doc["settings"]
+    assert settings["batches"] == [1, 2] and settings["passes"] == 3
+    assert settings["model"]["macs_per_image"] == FACE_CNN_MACS
+    assert settings["model"]["input_shape"] == [1, 88, 88]
+    assert doc["unavailable"] == {}
+
+    assert len(doc["rows"]) == 4
+    for row in doc["rows"]:
+        assert row["status"] == "ok" and row["precision"] == "fp32" and row["error"] is None
+        assert len(row["pass_ms"]) == 3 and all(t > 0 for t in row["pass_ms"])
+        mean_ms = sum(row["pass_ms"]) / 3
+        assert row["ms_per_image"] == pytest.approx(mean_ms / row["batch"], rel=1e-6)
+        assert row["images_per_s"] == pytest.approx(1000 * row["batch"] / mean_ms, rel=1e-6)
+        assert min(row["pass_ms"]) <= row["p50_ms"] <= row["p95_ms"] <= max(row["pass_ms"])
+        gflops = 2 * FACE_CNN_MACS * row["batch"] / (mean_ms / 1e3) / 1e9
+        assert row["gflops"] == pytest.approx(gflops, rel=1e-6)
+        assert row["peak_fraction"] == pytest.approx(gflops / machine["sgemm_peak_gflops"], rel=1e-6)
+        # numpy alone is ~25 MB resident; the model's weights are 4 MB more
+        assert 20 < row["peak_rss_mb"] < 4000
+        assert row["load_s"] > 0
+    assert [(r["label"], r["batch"]) for r in doc["rows"]] == [(b, n) for b in REAL for n in (1, 2)]
+
+    with open(out / "results.csv", newline="") as f:
+        csv_rows = list(csv.DictReader(f))
+    assert [(r["backend"], int(r["batch"]), r["status"]) for r in csv_rows] == [(b, n, "ok") for b in REAL for n in (1, 2)]
+    for r, j in zip(csv_rows, doc["rows"]):
+        assert float(r["ms_per_image"]) == pytest.approx(j["ms_per_image"])
+        assert float(r["peak_rss_mb"]) == pytest.approx(j["peak_rss_mb"])
+
+    for name in ("per_image_ms_linear.png", "per_image_ms_log.png"):
+        assert png_size(out / name) == (800, 500)
+        assert (out / name).stat().st_size > 10_000  # axes, two lines and a legend, not a blank image
+
+    profile = json.loads((state_dir / "profile.json").read_text())
+    assert profile["schema"] == 1
+    assert profile["machine"] == {k: machine[k] for k in ("cpu", "cores", "arch")}
+    assert {(e["backend"], e["precision"], e["batch"]) for e in profile["results"]} == {(b, "fp32", n) for b in REAL for n in (1, 2)}
+    for entry in profile["results"]:
+        (row,) = [r for r in doc["rows"] if (r["backend"], r["batch"]) == (entry["backend"], entry["batch"])]
+        assert entry["ms_per_image"] == row["ms_per_image"]
+
+
+def test_failed_cells_are_reported_with_their_cause_and_the_run_goes_on(capsys, config_file, state_dir, tmp_path, test_backends):
+    out = tmp_path / "out"
+    names = ["test-segfault", "test-sigkill", "test-memory"]
+    code, stdout, stderr = bench(
+        capsys, config_file, out, "--backend", ",".join(names), "--batches", "1,4", "--passes", "2", "--memory-limit", "8000"
+    )
+    assert code == 0, stderr
+    doc = json.loads((out / "results.json").read_text())
+    cells = {(r["label"], r["batch"]): r for r in doc["rows"]}
+    assert len(cells) == 6
+    for name in names:
+        assert cells[(name, 1)]["status"] == "ok"  # batch 1 works; each fails from batch 4 on
+        assert cells[(name, 4)]["status"] == "failed"
+        assert cells[(name, 4)]["ms_per_image"] is None and cells[(name, 4)]["pass_ms"] == []
+    assert cells[("test-segfault", 4)]["error"] == "killed by signal 11 (SIGSEGV) during the warm-up pass"
+    assert cells[("test-sigkill", 4)]["error"] == "killed by signal 9 (out of memory?) during the warm-up pass"
+    memory = cells[("test-memory", 4)]
+    assert memory["reason"] == "MemoryError" and memory["error"].startswith("MemoryError: ")
+    assert memory["error"].endswith("during the warm-up pass")
+    # The child's last words come with the cause; the peak RSS it reached is kept.
+    assert "about to fault" in cells[("test-segfault", 4)]["error_detail"]
+    assert cells[("test-sigkill", 4)]["peak_rss_mb"] > 0
+    # Table cells carry the short reason, the notes the whole cause.
+    table, notes = stdout.split("failed cells:")
+    for reason in ("failed: signal 11 (SIGSEGV)", "failed: signal 9 (OOM?)", "failed: MemoryError"):
+        assert reason in table
+    assert "test-memory at batch 4: MemoryError: " in notes
+    # A failed cell is no candidate for auto.
+    profile = json.loads((state_dir / "profile.json").read_text())
+    assert {(e["backend"], e["batch"]) for e in profile["results"]} == {(n, 1) for n in names}
+
+
+def test_a_hanging_cell_times_out_and_its_child_is_killed(capsys, config_file, tmp_path, test_backends):
+    out = tmp_path / "out"
+    code, stdout, stderr = bench(capsys, config_file, out, "--backend", "test-hang", "--batches", "4,1", "--passes", "2", "--timeout", "8")
+    assert code == 0, stderr
+    doc = json.loads((out / "results.json").read_text())
+    assert [(r["batch"], r["status"]) for r in doc["rows"]] == [(1, "ok"), (4, "failed")]
+    assert doc["rows"][1]["error"] == "timeout after 8 s without progress during the warm-up pass"
+    assert "failed: timeout 8 s" in stdout
+
+
+def test_ctrl_c_keeps_and_prints_what_was_measured(tmp_path, config_file):
+    """SIGINT to the benchmark while a cell hangs: the cell's child dies, the finished cells are
+    printed and stay in results.json, exit 130."""
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)])}
+    code = (
+        "import sys; from tracker import backends; "
+        "backends.REGISTRY['test-hang'] = backends.Entry('test_bench:HangsFromBatch4', None); "
+        "from tracker.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "--config", str(config_file), "--benchmark", "--backend", "test-hang",
+         "--batches", "1,4", "--passes", "2", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (out / "results.json").exists():
+            time.sleep(0.1)  # the first cell is recorded; the second one then hangs
+        assert (out / "results.json").exists(), proc.stderr.read() if proc.poll() is not None else "no results.json"
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stdout
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["complete"] is False
+    assert [(r["batch"], r["status"]) for r in doc["rows"]] == [(1, "ok")]
+    assert (out / "per_image_ms_linear.png").exists()
+
+
+def test_unavailable_backend_is_exit_3_naming_the_extra(capsys, config_file, tmp_path, test_backends):
+    code, stdout, stderr = bench(capsys, config_file, tmp_path / "out", "--backend", "caffe-openblas,test-missing", "--batches", "1", "--passes", "1")
+    assert code == 3
+    assert stderr.count("\n") == 1 and "Traceback" not in stderr
+    assert "test-missing" in stderr and "pip install -e '.[testextra]'" in stderr
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--backend", "caffe-openblas,nosuch"], "unknown backend 'nosuch'; expected one of caffe-openblas, caffe-openblas-dl"),
+        (["--backend", "caffe-openblas,,caffe-openblas-dl"], "empty name"),
+        (["--batches", "0"], "argument --batches: bad value '0'; expected comma-separated integers >= 1"),
+        (["--batches", "-1"], "argument --batches: bad value '-1'"),
+        (["--batches", "a,b"], "argument --batches: bad value 'a,b'"),
+        (["--batches", "1,,x"], "argument --batches: bad value '1,,x'"),
+        (["--passes", "0"], "argument --passes: bad value '0'; expected an integer >= 1"),
+        (["--passes", "many"], "argument --passes: bad value 'many'"),
+        (["--timeout", "-5"], "argument --timeout: bad value '-5'"),
+        (["--backend", "caffe-openblas", "--precision", "int8"], "backend 'caffe-openblas' has no 'int8' model"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, config_file, tmp_path, argv, expected):
+    code, stdout, stderr = bench(capsys, config_file, tmp_path / "out", *argv)
+    assert code == 2
+    assert stderr.startswith("tracker: error: ") and stderr.count("\n") == 1, stderr
+    assert expected in stderr
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_output_directory_that_cannot_be_created_is_exit_2(capsys, config_file, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    code, stdout, stderr = bench(capsys, config_file, blocker / "out", "--backend", "caffe-openblas")
+    assert code == 2 and stderr.count("\n") == 1
+    assert f"--out: cannot use {str(blocker / 'out')!r} as the output directory" in stderr
+    assert "expected a writable directory" in stderr
+
+
+# ---- the calibration profile ---------------------------------------------------------------
+
+
+def _entry(backend, batch, ms, precision="fp32"):
+    return {"backend": backend, "precision": precision, "batch": batch, "ms_per_image": ms}
+
+
+def test_profile_merges_with_this_machines_profile_and_replaces_another_machines(tmp_path):
+    from tracker.bench.machine import machine_key
+    from tracker.bench.profile import update_profile
+
+    here = machine_key()
+    path = tmp_path / "state" / "profile.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"schema": 1, "machine": here, "results": [
+        _entry("onnxruntime", 1, 0.5), _entry("onnxruntime", 8, 0.2, "int8"),
+        _entry("caffe-openblas", 1, 9.0), _entry("caffe-openblas", 256, 3.0),
+    ]}))  # fmt: skip
+    measured = {("caffe-openblas", "fp32", 1): 2.0, ("auto", "fp32", 1): 0.4}
+    failed = {("caffe-openblas", "fp32", 256)}
+    assert update_profile(path, here, measured, failed) is None
+    merged = json.loads(path.read_text())
+    assert merged["machine"] == here
+    # kept: other backends; replaced: the re-measured cell; removed: the one failing now; auto never
+    assert merged["results"] == [_entry("caffe-openblas", 1, 2.0), _entry("onnxruntime", 1, 0.5), _entry("onnxruntime", 8, 0.2, "int8")]
+
+    other = {"cpu": "Raspberry Pi 3 Model B Rev 1.2 (Cortex-A53)", "cores": 4, "arch": "aarch64"}
+    path.write_text(json.dumps({"schema": 1, "machine": other, "results": [_entry("onnxruntime", 1, 30.0)]}))
+    warning = update_profile(path, here, measured, set())
+    assert "measured on another machine" in warning and "Cortex-A53" in warning
+    assert json.loads(path.read_text())["results"] == [_entry("caffe-openblas", 1, 2.0)]
+
+    path.write_text("{ not json")
+    assert "unreadable" in update_profile(path, here, measured, set())
+    assert json.loads(path.read_text())["results"] == [_entry("caffe-openblas", 1, 2.0)]
+    assert [p.name for p in path.parent.iterdir()] == ["profile.json"]  # no temporary file left
+
+
+# ---- --list-backends -----------------------------------------------------------------------
+
+
+def test_list_backends_names_every_backend_with_availability_precisions_and_extra(capsys, config_file, test_backends):
+    code, stdout, stderr = run_cli(capsys, "--config", config_file, "--list-backends")
+    assert code == 0, stderr
+    lines = {line.split()[0]: line for line in stdout.splitlines()[1:] if line and not line.startswith((" ", "auto would", "auto:"))}
+    assert set(lines) >= set(backends.REGISTRY)
+    for name in REAL:
+        assert lines[name].split()[1:4] == ["yes", "fp32", "(base)"]
+    missing = lines["test-missing"].split(None, 4)
+    assert missing[1:4] == ["no", "fp32", "testextra"]
+    assert "tracker_test_no_such_runtime" in missing[4] and "pip install -e '.[testextra]'" in missing[4]
+    assert any(line.startswith("auto") for line in stdout.splitlines()[len(lines) + 1 :])
+
+
+# ---- test-only backends (imported by the benchmark's child process) -------------------------
+
+
+class _Linear(BackendBase):
+    """A real but tiny model: fixed random projections of the input to 848 probs and 128 features."""
+
+    name = "test-linear"
+    fail_from_batch = 4
+
+    def __init__(self, model, *, precision="fp32", threads=None, **options):
+        rng = np.random.default_rng(0)
+        self._w = rng.standard_normal((88 * 88, 848 + 128), dtype=np.float32) / 88
+
+    def infer(self, x: np.ndarray) -> Inference:
+        if x.shape[0] >= self.fail_from_batch:
+            print("about to fault", file=sys.stderr, flush=True)
+            self.fail(x.shape[0])
+        y = x.reshape(x.shape[0], -1) @ self._w
+        logits = y[:, :848] - y[:, :848].max(axis=1, keepdims=True)
+        probs = np.exp(logits)
+        return Inference(probs / probs.sum(axis=1, keepdims=True), np.maximum(y[:, 848:], 0))
+
+    def fail(self, batch: int) -> None:
+        pass
+
+
+class SegfaultsFromBatch4(_Linear):
+    def fail(self, batch):
+        ctypes.string_at(0)  # reads address 0: a real SIGSEGV
+
+
+class KilledFromBatch4(_Linear):
+    def fail(self, batch):
+        os.kill(os.getpid(), signal.SIGKILL)  # what the kernel's OOM killer does
+
+
+class MemoryHogFromBatch4(_Linear):
+    def fail(self, batch):
+        # 4 GiB per image: beyond the 8000 MB address-space limit the test sets, so malloc fails
+        np.ones((batch, 2**30), dtype=np.float32)
+
+
+class HangsFromBatch4(_Linear):
+    def fail(self, batch):
+        time.sleep(3600)
+
+
+class MissingRuntime(_Linear):
+    @classmethod
+    def check_runtime(cls):
+        try:
+            import tracker_test_no_such_runtime  # noqa: F401
+        except ImportError as err:
+            raise backends.missing_runtime("test-missing", "tracker_test_no_such_runtime", err) from None
+
+
+TEST_BACKENDS = {
+    "test-segfault": "SegfaultsFromBatch4",
+    "test-sigkill": "KilledFromBatch4",
+    "test-memory": "MemoryHogFromBatch4",
+    "test-hang": "HangsFromBatch4",
+    "test-missing": "MissingRuntime",
+}

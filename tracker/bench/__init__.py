@@ -1,0 +1,70 @@
+"""`tracker --benchmark`: the study's benchmark, reproduced on the machine it runs on.
+
+    tracker --benchmark --backend a,b|all [--batches 1,2,4,...,256] [--passes 100]
+            [--precision fp32|int8] [--out DIR] [--timeout S] [--memory-limit MB]
+
+For each backend x precision x batch size (a *cell*): load the backend, one warm-up forward pass,
+then `--passes` timed passes on the same seeded random batch (N, C, H, W) float32 (shape from the
+model's input blob). Each cell runs in a fresh child process (tracker.bench.child), so a crash, a
+signal, an out-of-memory or a hang is a failed cell with its cause and the run goes on; and the
+peak RSS of a cell is that of a process that ran this batch size only. `--memory-limit MB` caps the
+child's address space (RLIMIT_AS; virtual memory, stricter than RSS) to emulate a small device;
+`--timeout S` (default 600) kills a child that makes no progress (loading, or one pass) for S s.
+Without --precision every precision a backend offers is run (int8 rows beside fp32).
+
+Metrics of a cell (pass times are wall-clock perf_counter_ns around `backend.infer(x)`):
+    ms_per_image   mean pass time / batch (the study's number)
+    p50_ms, p95_ms percentiles of the pass times (ms per pass, not per image)
+    images_per_s   batch / mean pass time
+    gflops         2 * multiply-adds per image (counted from the model) * batch / mean pass time
+    peak_fraction  gflops / this machine's sgemm peak (numpy float32 1024^3 matmul, all cores, best of >= 3)
+    peak_rss_mb    peak RSS (MiB) of the cell's process from after loading to the last pass
+
+Outputs in --out (default bench-out/), rewritten atomically after every cell:
+    results.json, results.csv, per_image_ms_linear.png, per_image_ms_log.png
+and the calibration profile `<state_dir>/profile.json` read by `auto` (tracker.bench.profile).
+The terminal gets a progress bar (stderr, on a terminal only), one line per finished cell, then
+the table (batch sizes as rows, backends as columns, per-image ms; failed cells with a short
+reason) and every metric per backend. Exit 0 when the run completed (failed cells are results),
+130 when interrupted (what was measured is printed and kept), 2 for a bad request, 3 when a
+backend named explicitly cannot run here.
+
+results.json (schema 1):
+    schema: 1;  complete: bool (false if interrupted)
+    machine: {cpu: str, cores: int, arch: str, system: str, memory_mb: float|null,
+              blas: {name, version, architecture, threads}, sgemm_peak_gflops: float,
+              sgemm: {n, repeats, best_s}}
+    versions: {python, numpy, tracker, runtimes: {label: {module: version}}}
+    settings: {backends: [name], columns: [{backend, precision, label}], batches: [int],
+               passes: int, warmup_passes: 1, threads: int|null, timeout_s: float,
+               memory_limit_mb: int|null, seed: int,
+               model: {prototxt, weights, input_shape: [C,H,W], params, macs_per_image,
+                       flops_per_image}, process: str, rss: str, profile: path}
+    unavailable: {name: reason}     backends that cannot run here (with --backend all)
+    rows: [{backend, precision, label ("name" or "name int8"), batch, status: "ok"|"failed"|
+            "unavailable", passes, pass_ms: [float] (every timed pass, ms), ms_per_image,
+            p50_ms, p95_ms, images_per_s, gflops, peak_fraction (null unless ok), peak_rss_mb,
+            rss_method, load_s, reason (short, for the table), error (cause, one line),
+            error_detail (cause + tail of the child's output)}]
+results.csv: one line per cell with the columns of tracker.bench.report.CSV_FIELDS, plus one
+line per unavailable backend.
+"""
+
+from __future__ import annotations
+
+
+def run_benchmark_command(config, args) -> int:
+    """Entry from tracker.cli (`--benchmark`); imports the benchmark only when it runs."""
+    from tracker.bench.command import run_benchmark_command as run
+
+    return run(config, args)
+
+
+def print_backend_list(config) -> int:
+    """Entry from tracker.cli (`--list-backends`)."""
+    from tracker.bench.command import print_backend_list as show
+
+    return show(config)
+
+
+__all__ = ["print_backend_list", "run_benchmark_command"]

@@ -1,0 +1,178 @@
+"""The benchmark's child process: one cell (backend x precision x batch) or an availability probe.
+
+    python -m tracker.bench.child FD JOB_JSON
+
+The parent (tracker.bench.runner) starts one child per cell so that a crash, a signal, an
+out-of-memory or a hang costs that cell only, and so that the peak RSS of a cell is that of a
+process that ran this batch size alone. Results go back as JSON lines on the inherited pipe FD
+(never stdout: runtimes print there). Messages, in order:
+
+    {"event": "loaded", "load_s": s, "versions": {module: version}}
+    {"event": "progress", "done": k}                 k passes done, warm-up included (throttled)
+    {"event": "result", "pass_ns": [int, ...], "peak_rss_kb": int, "rss_method": str}
+    {"event": "error", "stage": "loading the backend"|"the warm-up pass"|"pass k/N", "type": exception class,
+     "message": one line, "unavailable": bool}
+    {"event": "probe", "backend": name, "available": bool, "reason": str|None, "precisions": [..]}
+
+A cell job: {"mode": "cell", "backend", "target", "extra", "precision", "batch", "passes",
+"threads", "model": {"prototxt", "weights", "probs", "embedding"}, "input_shape": [C, H, W],
+"seed", "memory_limit_mb", "options"}. A probe job: {"mode": "probe", "backends": [[name, target,
+extra], ...]}. Heavy modules are imported only after the memory limit is in place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+# Runtimes whose versions a result records when the backend loaded them into this process.
+_RUNTIME_MODULES = ("numpy", "cv2", "tensorflow", "ai_edge_litert", "onnxruntime", "onnx", "torch", "mxnet")
+_PROGRESS_EVERY_S = 0.2
+
+
+class _Channel:
+    """JSON lines to the parent over the inherited pipe."""
+
+    def __init__(self, fd: int):
+        self._file = os.fdopen(fd, "w", buffering=1, encoding="utf-8")
+
+    def send(self, **message) -> None:
+        self._file.write(json.dumps(message) + "\n")
+
+
+def _one_line(err: BaseException) -> str:
+    text = " | ".join(part.strip() for part in str(err).splitlines() if part.strip())
+    return text or err.__class__.__name__
+
+
+def _register(name: str, target: str, extra: str | None) -> None:
+    """Make `name` resolve to `target` in this process's registry.
+
+    The parent resolved the name (it may know backends this process's literal registry lacks,
+    e.g. one a test registered); creating through the registry keeps its checks and error texts.
+    """
+    from tracker import backends
+
+    backends.REGISTRY[name] = backends.Entry(target, extra)
+
+
+def _loaded_versions(backend) -> dict:
+    versions = {}
+    for module_name in _RUNTIME_MODULES:
+        module = sys.modules.get(module_name)
+        if module is not None and getattr(module, "__version__", None):
+            versions[module_name] = str(module.__version__)
+    # a backend running elsewhere (a worker on another interpreter) may say what it runs there
+    versions.update(getattr(backend, "runtime_versions", None) or {})
+    return versions
+
+
+def _reset_peak_rss() -> bool:
+    """Reset this process's peak RSS (VmHWM) to the current RSS; False where the kernel can't."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_rss_kb() -> int:
+    """Peak resident set size of this process in KiB (since the last reset, if any)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return maxrss // 1024 if sys.platform == "darwin" else maxrss
+
+
+def run_cell(job: dict, channel: _Channel) -> int:
+    """Load the backend, one warm-up pass, then `passes` timed forward passes of one batch."""
+    stage = "loading the backend"
+    try:
+        t0 = time.perf_counter()
+        import numpy as np
+
+        from tracker.backends import create_backend
+        from tracker.backends.base import ModelSpec
+
+        _register(job["backend"], job["target"], job["extra"])
+        m = job["model"]
+        spec = ModelSpec(Path(m["prototxt"]), Path(m["weights"]), m["probs"], m["embedding"])
+        backend = create_backend(
+            job["backend"], spec, precision=job["precision"], threads=job["threads"], **job["options"]
+        )
+        batch, passes = job["batch"], job["passes"]
+        # The same input for every backend and run: seeded, shape from the model's input blob.
+        x = np.random.default_rng(job["seed"]).standard_normal((batch, *job["input_shape"]), dtype=np.float32)
+        channel.send(event="loaded", load_s=time.perf_counter() - t0, versions=_loaded_versions(backend))
+
+        # Peak RSS of the cell counts what loading left resident, not loading's transient peak.
+        rss_method = "vmhwm-reset-after-load" if _reset_peak_rss() else "peak-since-start"
+        stage = "the warm-up pass"
+        backend.infer(x)
+        channel.send(event="progress", done=1)
+        pass_ns = []
+        last_report = time.monotonic()
+        for k in range(passes):
+            stage = f"pass {k + 1}/{passes}"
+            start = time.perf_counter_ns()
+            backend.infer(x)
+            pass_ns.append(time.perf_counter_ns() - start)
+            if time.monotonic() - last_report >= _PROGRESS_EVERY_S:
+                channel.send(event="progress", done=k + 2)
+                last_report = time.monotonic()
+        peak = _peak_rss_kb()
+        backend.close()
+        channel.send(event="result", pass_ns=pass_ns, peak_rss_kb=peak, rss_method=rss_method)
+        return 0
+    except BaseException as err:  # noqa: BLE001 - every failure, MemoryError included, is the cell's result
+        from tracker.errors import BackendUnavailable
+
+        channel.send(
+            event="error",
+            stage=stage,
+            type=err.__class__.__name__,
+            message=_one_line(err),
+            unavailable=isinstance(err, BackendUnavailable),
+        )
+        return 1
+
+
+def run_probe(job: dict, channel: _Channel) -> int:
+    """For each backend: can it run here (its check_runtime), and which precisions it offers."""
+    from tracker.backends import availability, backend_class
+
+    for name, target, extra in job["backends"]:
+        _register(name, target, extra)
+        try:
+            precisions = list(backend_class(name).precisions)
+            reason = availability(name)
+        except Exception as err:  # a backend module that is missing or broken cannot run here
+            precisions, reason = [], f"backend {name!r}: cannot load {target} ({err.__class__.__name__}: {_one_line(err)})"
+        channel.send(event="probe", backend=name, available=reason is None, reason=reason, precisions=precisions)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    fd, job = int(argv[0]), json.loads(argv[1])
+    limit = job.get("memory_limit_mb")
+    if limit:
+        # Address space, not RSS: the only limit the kernel enforces per process without cgroups.
+        resource.setrlimit(resource.RLIMIT_AS, (limit * 2**20, limit * 2**20))
+    channel = _Channel(fd)
+    if job["mode"] == "probe":
+        return run_probe(job, channel)
+    return run_cell(job, channel)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

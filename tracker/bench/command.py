@@ -1,0 +1,255 @@
+"""`tracker --benchmark` and `tracker --list-backends`: checking the request, then the run.
+
+Order of a run: every user mistake is found before anything is measured (backend names,
+precisions, the output directory, the model files, runtimes of explicitly named backends); then
+the sgemm peak; then one child per cell, backend after backend, batch sizes ascending; after each
+cell results.json, results.csv and the calibration profile are rewritten, after each column the
+plots. Ctrl-C kills the running child, prints what was measured and exits 130.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+
+from tracker.backends import REGISTRY
+from tracker.backends.base import ModelSpec
+from tracker.bench.machine import base_versions, machine_info, machine_key, sgemm_peak
+from tracker.bench.profile import profile_path, update_profile
+from tracker.bench.report import Column, Results, make_row, summary_line
+from tracker.bench.runner import Probe, probe_backends, run_cell
+from tracker.errors import BackendUnavailable, InputError, TrackerError
+
+SEED = 0  # the benchmark's input batch: np.random.default_rng(SEED), standard normal float32
+DEFAULT_TIMEOUT_S = 600.0
+ALL = "all"
+
+
+def parse_backend_names(text: str) -> tuple[list[str], bool]:
+    """`a,b` or `all` -> (registered names in order, whether `all` was asked)."""
+    if text.strip() == ALL:
+        return list(REGISTRY), True
+    names: list[str] = []
+    for part in text.split(","):
+        name = part.strip()
+        if not name:
+            raise InputError(f"--backend: empty name in {text!r}; expected comma-separated names, e.g. caffe-openblas,caffe-openblas-dl, or 'all'")
+        if name not in REGISTRY:
+            raise InputError(f"--backend: unknown backend {name!r}; expected one of {', '.join(REGISTRY)}, or 'all'")
+        if name not in names:
+            names.append(name)
+    return names, False
+
+
+def _entries(names: list[str]) -> list[tuple[str, str, str | None]]:
+    return [(name, REGISTRY[name].target, REGISTRY[name].extra) for name in names]
+
+
+def _prepare_out(out: Path) -> Path:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise InputError(f"--out: cannot use {str(out)!r} as the output directory ({err.strerror or err}); expected a writable directory") from None
+    return out
+
+
+def _model(config) -> tuple[ModelSpec, dict]:
+    """The ModelSpec to run and what the benchmark needs to know of it (loads and checks both files)."""
+    from tracker.model.caffe_io import load_net
+    from tracker.model.shapes import count_macs, count_params
+
+    m = config.model
+    spec = ModelSpec(Path(m.prototxt), Path(m.weights), m.probs, m.embedding)
+    netdef = load_net(spec.prototxt, spec.weights)
+    if len(netdef.inputs) != 1:
+        raise InputError(f"model {str(spec.prototxt)!r}: {len(netdef.inputs)} inputs; the benchmark expects exactly one (N, C, H, W) input")
+    (shape,) = netdef.inputs.values()
+    info = {
+        "prototxt": str(spec.prototxt),
+        "weights": str(spec.weights),
+        "input_shape": list(shape[1:]),
+        "params": count_params(netdef),
+        "macs_per_image": count_macs(netdef, 1),
+    }
+    info["flops_per_image"] = 2 * info["macs_per_image"]
+    return spec, info
+
+
+def _columns(names: list[str], probes: dict[str, Probe], precision: str | None, explicit: bool) -> list[Column]:
+    """The (backend, precision) pairs to run: one precision if asked for, else each one a backend offers."""
+    if precision is not None:
+        lacking = [n for n in names if probes[n].available and precision not in probes[n].precisions]
+        if explicit and lacking:
+            having = [n for n in REGISTRY if n in probes and precision in probes[n].precisions]
+            raise InputError(
+                f"--precision: backend {lacking[0]!r} has no {precision!r} model; backends with {precision!r}: {', '.join(having) or 'none'}"
+            )
+        return [Column(n, precision) for n in names if probes[n].available and precision in probes[n].precisions]
+    return [Column(n, p) for n in names if probes[n].available for p in probes[n].precisions]
+
+
+def _backend_options(name: str, state_dir: Path) -> dict:
+    """Constructor options beyond the contract's; `auto` needs to know where the profile is."""
+    return {"state_dir": str(state_dir)} if name == "auto" else {}
+
+
+def _warn(message: str) -> None:
+    print(f"tracker: warning: {message}", file=sys.stderr)
+
+
+def run_benchmark_command(config, args) -> int:
+    """`tracker --benchmark`: see the module docstring of tracker.bench for outputs and schema."""
+    names, all_mode = parse_backend_names(args.backend or config.backend.name)
+    batches = sorted(set(args.batches))
+    passes = args.passes
+    timeout_s = float(getattr(args, "timeout", None) or DEFAULT_TIMEOUT_S)
+    memory_limit = getattr(args, "memory_limit", None)
+    out = _prepare_out(Path(args.out))
+    spec, model_info = _model(config)
+    state_dir = Path(config.resolved_state_dir())
+    profile = profile_path(state_dir)
+
+    probes = probe_backends(_entries(names))
+    unavailable = {n: p.reason for n, p in probes.items() if not p.available}
+    if not all_mode and unavailable:
+        raise BackendUnavailable(next(iter(unavailable.values())))
+    if all_mode and "auto" in names and probes["auto"].available and not profile.exists():
+        # auto without a profile would only time its documented default; the run writes one
+        probes["auto"] = Probe(False, f"no calibration profile at {profile} yet; run the benchmark once first", probes["auto"].precisions)
+        unavailable["auto"] = probes["auto"].reason
+    columns = _columns(names, probes, args.precision, not all_mode)
+    if not columns:
+        raise InputError(f"--backend {args.backend or config.backend.name}: no backend with precision {args.precision!r} can run here")
+
+    print("benchmark: measuring this machine's sgemm peak ...", file=sys.stderr)
+    peak = sgemm_peak()
+    machine = machine_info(peak)
+    settings = {
+        "backends": names,
+        "columns": [{"backend": c.backend, "precision": c.precision, "label": c.label} for c in columns],
+        "batches": batches,
+        "passes": passes,
+        "warmup_passes": 1,
+        "threads": config.backend.threads,
+        "timeout_s": timeout_s,
+        "memory_limit_mb": memory_limit,
+        "seed": SEED,
+        "model": model_info,
+        "process": "one child process per cell (backend x precision x batch)",
+        "rss": "peak RSS of the cell's process from after the backend loaded to the last pass (VmHWM reset after loading); for a failed cell, the child's ru_maxrss at exit",
+        "profile": str(profile),
+    }
+    results = Results(machine, base_versions(), settings, columns, unavailable)
+    measured: dict[tuple[str, str, int], float] = {}
+    failed: set[tuple[str, str, int]] = set()
+    profile_ok = True
+
+    def record_profile() -> None:
+        nonlocal profile_ok
+        if not profile_ok:
+            return
+        try:
+            warning = update_profile(profile, machine_key(), measured, failed)
+        except OSError as err:
+            profile_ok = False
+            _warn(f"cannot write the calibration profile {profile} ({err.strerror or err}); auto will not see this run")
+            return
+        if warning:  # only the first write can replace a profile; later ones merge into ours
+            _warn(warning)
+
+    from tqdm import tqdm
+
+    total = len(columns) * len(batches) * (passes + 1)
+    bar = tqdm(total=total, unit="pass", file=sys.stderr, disable=None, dynamic_ncols=True)
+    interrupted = False
+    try:
+        for column in columns:
+            for batch in batches:
+                bar.set_description(f"{column.label} batch {batch}")
+                job = {
+                    "mode": "cell",
+                    "backend": column.backend,
+                    "target": REGISTRY[column.backend].target,
+                    "extra": REGISTRY[column.backend].extra,
+                    "precision": column.precision,
+                    "batch": batch,
+                    "passes": passes,
+                    "threads": config.backend.threads,
+                    "model": {"prototxt": str(spec.prototxt), "weights": str(spec.weights), "probs": spec.probs, "embedding": spec.embedding},
+                    "input_shape": model_info["input_shape"],
+                    "seed": SEED,
+                    "memory_limit_mb": memory_limit,
+                    "options": _backend_options(column.backend, state_dir),
+                }
+                start = bar.n
+                outcome = run_cell(job, timeout_s, lambda done, start=start: bar.update(start + done - bar.n))
+                bar.update(start + passes + 1 - bar.n)
+                row = make_row(column, batch, passes, outcome, model_info["macs_per_image"], peak["gflops"])
+                results.add(row, outcome.versions)
+                key = (column.backend, column.precision, batch)
+                if row["status"] == "ok":
+                    measured[key] = row["ms_per_image"]
+                else:
+                    failed.add(key)
+                bar.write(summary_line(row), file=sys.stderr)
+                results.write_data(out)
+                record_profile()
+            results.write_plots(out)
+        results.complete = True
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        bar.close()
+    results.write_data(out)
+    plots = results.write_plots(out)
+    print(results.table())
+    print()
+    print(results.details())
+    print()
+    files = [out / "results.json", out / "results.csv", *plots]
+    print("wrote " + ", ".join(str(f) for f in files) + (f"; calibration profile {profile}" if profile_ok and measured else ""))
+    return 130 if interrupted else 0
+
+
+def _auto_picks(state_dir: Path) -> list[str]:
+    """Lines saying what `auto` would pick per batch size, from tracker.backends.auto.describe_picks."""
+    try:
+        auto = importlib.import_module("tracker.backends.auto")
+    except ModuleNotFoundError as err:
+        if err.name != "tracker.backends.auto":
+            raise
+        return ["auto: not built in this checkout (tracker/backends/auto.py is missing)"]
+    describe = getattr(auto, "describe_picks", None)
+    if describe is None:
+        return ["auto: tracker.backends.auto does not say what it would pick (no describe_picks)"]
+    try:
+        picks = describe(state_dir)
+    except TrackerError as err:
+        return [f"auto: {err}"]
+    lines = [f"auto would pick (profile {profile_path(state_dir)}):"]
+    lines += [f"  batch {batch:>4}: {backend} ({precision})" for batch, backend, precision in picks]
+    return lines
+
+
+def print_backend_list(config) -> int:
+    """`tracker --list-backends`: every registered backend, whether it runs here (and if not, why
+    and which extra installs it), its precisions, and what `auto` would pick per batch size."""
+    probes = probe_backends(_entries(list(REGISTRY)))
+    header = ("backend", "here", "precisions", "extra")
+    rows = [
+        (name, "yes" if p.available else "no", ",".join(p.precisions) or "?", REGISTRY[name].extra or "(base)")
+        for name, p in probes.items()
+    ]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip())
+    for row, (name, p) in zip(rows, probes.items()):
+        line = "  ".join(v.ljust(w) for v, w in zip(row, widths))
+        print(f"{line}  {p.reason}" if p.reason else line.rstrip())
+    for line in _auto_picks(Path(config.resolved_state_dir())):
+        print(line)
+    return 0

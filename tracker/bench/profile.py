@@ -1,0 +1,73 @@
+"""The calibration profile that the `auto` backend reads: `<state_dir>/profile.json`.
+
+Format (CONVENTIONS.md, schema 1):
+
+    {"schema": 1,
+     "machine": {"cpu": "AMD EPYC", "cores": 2, "arch": "x86_64"},
+     "results": [{"backend": "caffe-openblas", "precision": "fp32", "batch": 1, "ms_per_image": 2.5}, ...]}
+
+A profile belongs to one machine. The benchmark merges its cells into a profile of the same
+machine (a new measurement replaces the old one of the same backend, precision and batch; a cell
+that failed now removes the old entry, since it no longer runs here) and replaces a profile of
+another machine, or an unreadable one, with a warning that says why. `auto` is never written:
+its own time is not a candidate for picking.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tracker.bench.report import atomic_write
+
+SCHEMA = 1
+FILENAME = "profile.json"
+
+
+def profile_path(state_dir: Path) -> Path:
+    return Path(state_dir) / FILENAME
+
+
+def _existing_results(path: Path, machine: dict) -> tuple[list[dict], str | None]:
+    """Entries of a valid profile of this machine at `path`, or ([], why it is not reused)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return [], None
+    except (OSError, ValueError) as err:
+        return [], f"profile {str(path)!r} is unreadable ({err.__class__.__name__}); replacing it"
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("results"), list):
+        return [], f"profile {str(path)!r} is not a schema-{SCHEMA} profile; replacing it"
+    if data.get("machine") != machine:
+        return [], f"profile {str(path)!r} was measured on another machine ({data.get('machine')}); replacing it with this machine's ({machine})"
+    entries = []
+    for entry in data["results"]:
+        try:
+            entries.append(
+                {"backend": str(entry["backend"]), "precision": str(entry["precision"]), "batch": int(entry["batch"]), "ms_per_image": float(entry["ms_per_image"])}
+            )
+        except (KeyError, TypeError, ValueError):
+            continue  # a malformed entry is dropped; the rest of the profile still holds
+    return entries, None
+
+
+def update_profile(path: Path, machine: dict, measured: dict[tuple[str, str, int], float], failed: set[tuple[str, str, int]]) -> str | None:
+    """Merge this run's cells into the profile at `path` and write it atomically.
+
+    measured: (backend, precision, batch) -> mean ms per image; failed: keys that failed now.
+    Returns a warning when an existing profile was replaced rather than merged, else None.
+    """
+    entries, warning = _existing_results(path, machine)
+    merged = {(e["backend"], e["precision"], e["batch"]): e["ms_per_image"] for e in entries}
+    for key in failed:
+        merged.pop(key, None)
+    merged.update(measured)
+    results = [
+        {"backend": b, "precision": p, "batch": n, "ms_per_image": ms}
+        for (b, p, n), ms in sorted(merged.items())
+        if b != "auto"
+    ]
+    document = {"schema": SCHEMA, "machine": machine, "results": results}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, (json.dumps(document, indent=1) + "\n").encode())
+    return warning

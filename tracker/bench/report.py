@@ -1,0 +1,250 @@
+"""The benchmark's results: one row per cell, the terminal table, results.json/.csv and the plots.
+
+Every file is written atomically (a temporary file in the same directory, then a rename), so an
+interrupted run leaves either the previous or the new complete file, never half of one.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tracker.bench.runner import CellOutcome
+
+CSV_FIELDS = (
+    "backend", "precision", "batch", "status", "ms_per_image", "p50_ms", "p95_ms", "images_per_s",
+    "gflops", "peak_fraction", "peak_rss_mb", "passes", "load_s", "reason", "error",
+)  # fmt: skip
+PLOT_FILES = {"linear": "per_image_ms_linear.png", "log": "per_image_ms_log.png"}
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write `data` to `path` so that readers see the old or the new file, never a partial one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One backend at one precision: a column of the table, a line of the plots."""
+
+    backend: str
+    precision: str
+
+    @property
+    def label(self) -> str:
+        return self.backend if self.precision == "fp32" else f"{self.backend} {self.precision}"
+
+
+def make_row(column: Column, batch: int, passes: int, outcome: CellOutcome, macs_per_image: int, peak_gflops: float) -> dict:
+    """The results.json row of one cell (see the schema in tracker.bench)."""
+    row = {
+        "backend": column.backend,
+        "precision": column.precision,
+        "label": column.label,
+        "batch": batch,
+        "status": outcome.status,
+        "passes": passes,
+        "pass_ms": [round(ns / 1e6, 6) for ns in outcome.pass_ns],
+        "ms_per_image": None,
+        "p50_ms": None,
+        "p95_ms": None,
+        "images_per_s": None,
+        "gflops": None,
+        "peak_fraction": None,
+        "peak_rss_mb": None if outcome.peak_rss_kb is None else round(outcome.peak_rss_kb / 1024, 1),
+        "rss_method": outcome.rss_method,
+        "load_s": None if outcome.load_s is None else round(outcome.load_s, 3),
+        "reason": outcome.reason,
+        "error": outcome.error,
+        "error_detail": outcome.error_detail,
+    }
+    if outcome.status == "ok":
+        ms = np.array(outcome.pass_ns, dtype=np.float64) / 1e6
+        mean_ms = float(ms.mean())
+        gflops = 2.0 * macs_per_image * batch / (mean_ms / 1e3) / 1e9
+        row.update(
+            ms_per_image=mean_ms / batch,
+            p50_ms=float(np.percentile(ms, 50)),
+            p95_ms=float(np.percentile(ms, 95)),
+            images_per_s=batch * 1e3 / mean_ms,
+            gflops=gflops,
+            peak_fraction=gflops / peak_gflops,
+        )
+    return row
+
+
+class Results:
+    """Everything measured so far, and its renderings. Rows are kept in run order."""
+
+    def __init__(self, machine: dict, versions: dict, settings: dict, columns: list[Column], unavailable: dict[str, str]):
+        self.machine = machine
+        self.versions = {**versions, "runtimes": {}}
+        self.settings = settings
+        self.columns = columns
+        self.unavailable = unavailable
+        self.rows: list[dict] = []
+        self.complete = False
+
+    def add(self, row: dict, runtime_versions: dict) -> None:
+        self.rows.append(row)
+        if runtime_versions:
+            self.versions["runtimes"].setdefault(row["label"], {}).update(runtime_versions)
+
+    def cell(self, column: Column, batch: int) -> dict | None:
+        for row in self.rows:
+            if row["label"] == column.label and row["batch"] == batch:
+                return row
+        return None
+
+    # ---- files ---------------------------------------------------------------------------
+
+    def to_json(self) -> dict:
+        return {
+            "schema": 1,
+            "complete": self.complete,
+            "machine": self.machine,
+            "versions": self.versions,
+            "settings": self.settings,
+            "unavailable": self.unavailable,
+            "rows": self.rows,
+        }
+
+    def write_data(self, out: Path) -> None:
+        """results.json and results.csv in `out`."""
+        atomic_write(out / "results.json", (json.dumps(self.to_json(), indent=1) + "\n").encode())
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        for row in self.rows:
+            writer.writerow(row)
+        for name, reason in self.unavailable.items():
+            writer.writerow({"backend": name, "status": "unavailable", "reason": "unavailable", "error": reason})
+        atomic_write(out / "results.csv", text.getvalue().encode())
+
+    def write_plots(self, out: Path) -> list[Path]:
+        """Per-image time against batch size, one line per column, linear and log time axis."""
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only; never a display
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import LogFormatter
+
+        batches = self.settings["batches"]
+        written = []
+        for scale, name in PLOT_FILES.items():
+            fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+            try:
+                for column in self.columns:
+                    points = [(r["batch"], r["ms_per_image"]) for r in self.rows if r["label"] == column.label and r["status"] == "ok"]
+                    if points:
+                        xs, ys = zip(*sorted(points))
+                        ax.plot(xs, ys, marker="o", label=column.label)
+                ax.set_xscale("log", base=2)
+                ax.set_xticks(batches, [str(b) for b in batches])
+                ax.set_yscale(scale)
+                if scale == "linear":
+                    ax.set_ylim(bottom=0)
+                else:  # plain numbers (20, 50, 100), not 2x10^1
+                    ax.yaxis.set_major_formatter(LogFormatter())
+                    ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+                ax.set_xlabel("batch size (images per forward pass)")
+                ax.set_ylabel("time per image (ms)" + (", log scale" if scale == "log" else ""))
+                ax.set_title(f"Per-image forward time, {self.machine['cpu']}, {self.machine['cores']} cores")
+                ax.grid(True, which="both", alpha=0.3)
+                if ax.get_legend_handles_labels()[0]:
+                    ax.legend()
+                buffer = io.BytesIO()
+                fig.savefig(buffer, format="png")
+            finally:
+                plt.close(fig)
+            atomic_write(out / name, buffer.getvalue())
+            written.append(out / name)
+        return written
+
+    # ---- terminal ------------------------------------------------------------------------
+
+    def table(self) -> str:
+        """Batch sizes as rows, columns as columns, per-image ms (the study's Table 1), then notes."""
+        batches = self.settings["batches"]
+        headers = ["batch"] + [c.label for c in self.columns] + list(self.unavailable)
+        lines_cells = []
+        notes = []
+        for batch in batches:
+            cells = [str(batch)]
+            for column in self.columns:
+                row = self.cell(column, batch)
+                if row is None:
+                    cells.append("-")
+                elif row["status"] == "ok":
+                    cells.append(f"{row['ms_per_image']:.3f}")
+                else:
+                    cells.append(f"failed: {row['reason']}")
+                    notes.append(f"  {column.label} at batch {batch}: {row['error']}")
+            cells += ["n/a"] * len(self.unavailable)
+            lines_cells.append(cells)
+        widths = [max(len(h), *(len(r[i]) for r in lines_cells)) for i, h in enumerate(headers)]
+        passes = self.settings["passes"]
+        m = self.machine
+        out = [
+            f"Per-image forward time (ms), mean of {passes} passes after a warm-up, on {m['cpu']} "
+            f"({m['cores']} cores, {m['arch']}; sgemm peak {m['sgemm_peak_gflops']:.1f} GFLOP/s)",
+            "  ".join(h.rjust(w) for h, w in zip(headers, widths)),
+        ]
+        out += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in lines_cells]
+        if notes:
+            out += ["failed cells:"] + notes
+        if self.unavailable:
+            out += ["not available here:"] + [f"  {name}: {reason}" for name, reason in self.unavailable.items()]
+        if not self.complete:
+            out.append("interrupted: the table shows the cells measured so far ('-' = not measured)")
+        return "\n".join(out)
+
+    def details(self) -> str:
+        """Every metric of every cell, one block per column."""
+        out = []
+        head = ("batch", "ms/image", "p50 ms", "p95 ms", "images/s", "GFLOP/s", "% peak", "RSS MB", "load s")
+        for column in self.columns:
+            rows = [r for r in self.rows if r["label"] == column.label]
+            if not rows:
+                continue
+            out.append(f"{column.label}:")
+            out.append("  " + " ".join(f"{h:>9}" for h in head))
+            for r in rows:
+                rss = "" if r["peak_rss_mb"] is None else f"{r['peak_rss_mb']:.0f}"
+                load = "" if r["load_s"] is None else f"{r['load_s']:.2f}"
+                if r["status"] == "ok":
+                    values = (
+                        f"{r['ms_per_image']:.3f}", f"{r['p50_ms']:.2f}", f"{r['p95_ms']:.2f}", f"{r['images_per_s']:.1f}",
+                        f"{r['gflops']:.2f}", f"{100 * r['peak_fraction']:.1f}", rss, load,
+                    )  # fmt: skip
+                    out.append("  " + " ".join(f"{v:>9}" for v in (str(r["batch"]), *values)))
+                else:
+                    out.append(f"  {r['batch']:>9} failed: {r['error']}" + (f" (peak RSS {rss} MB)" if rss else ""))
+        return "\n".join(out)
+
+
+def summary_line(row: dict) -> str:
+    """One progress line per finished cell."""
+    if row["status"] == "ok":
+        return (
+            f"{row['label']} batch {row['batch']}: {row['ms_per_image']:.3f} ms/image, "
+            f"p95 pass {row['p95_ms']:.2f} ms, peak RSS {row['peak_rss_mb']:.0f} MB"
+        )
+    return f"{row['label']} batch {row['batch']}: {row['status']}: {row['error']}"
+
+
+__all__ = ["Column", "Results", "atomic_write", "make_row", "summary_line"]
