@@ -65,11 +65,11 @@ def test_lost_track_keeps_moving_and_is_reacquired_without_new_entry():
         tr.update([det(100 + 5 * t, 50)])
     for t in range(6, 9):  # occluded for three frames
         (v,) = tr.update([])
-        assert v.state is TrackState.LOST and v.detection_index is None
+        assert v.state is TrackState.LOST and v.detection_index is None and not v.visible
         assert v.box.x == pytest.approx(100 + 5 * t, abs=1.0)  # predicted along its motion
     (v,) = tr.update([det(100 + 5 * 9, 50)])
     assert v.track_id == 1 and v.state is TrackState.CONFIRMED
-    assert not v.just_confirmed and v.misses == 0 and v.hit_streak == 1
+    assert not v.just_confirmed and v.misses == 0 and v.hit_streak == 1 and v.visible
 
 
 def test_tentative_track_that_misses_ends_without_leaving():
