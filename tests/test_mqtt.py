@@ -1,0 +1,288 @@
+"""The MQTT sink against a real Mosquitto broker: topics, payloads, retained flags, availability and
+the Last Will, Home Assistant discovery, two guards on one broker, the outbox across restarts."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mosquitto import Broker, Subscriber, make_event, sink_config
+from tracker.errors import ConfigError
+from tracker.events import event_payload
+from tracker.sinks.mqtt import MqttSink, read_password
+
+REPO = Path(__file__).resolve().parents[1]
+EVENT_KEYS = {"schema", "id", "kind", "track_id", "identity", "confidence", "box", "ts"}
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    with Broker(tmp_path_factory.mktemp("broker")) as b:
+        yield b
+
+
+@pytest.fixture
+def sinks():
+    made: list[MqttSink] = []
+    yield made
+    for sink in made:
+        sink.close()
+
+
+def open_sink(sinks, broker, state_dir, device="pi1", **mqtt_keys) -> MqttSink:
+    config = sink_config(broker, device, **mqtt_keys)
+    sink = MqttSink(config.mqtt, config.device, state_dir)
+    sinks.append(sink)
+    return sink
+
+
+def events_of(messages, topic):
+    return [json.loads(p) for t, p, _ in messages if t == topic]
+
+
+def test_events_state_snapshot_and_availability(broker, sinks, tmp_path):
+    sub = Subscriber(broker, ["tracker/pi1/#"])
+    sink = open_sink(sinks, broker, tmp_path)
+    sent = [make_event("entered", 3), make_event("identified", 3, "alice", 0.91), make_event("left", 3, "alice", 0.9)]
+    for i, event in enumerate(sent):
+        sink.publish_event(event, b"\xff\xd8 face %d" % i)
+    sink.publish_state({"fps": np.float32(9.5), "tracks": 1, "frames_dropped": 2, "backend": "caffe-openblas-dl",
+                        "latency_ms": {"total_ms": {"p50": 41.0, "p95": 77.5}}})
+    messages = sub.wait_for(lambda m: len(events_of(m, "tracker/pi1/events")) == 3
+                            and any(t == "tracker/pi1/state" and b'"tracks":1' in p for t, p, _ in m)
+                            and ("tracker/pi1/snapshot", b"\xff\xd8 face 2", False) in m)
+    got = events_of(messages, "tracker/pi1/events")
+    assert [g["id"] for g in got] == [e.id for e in sent]  # in order
+    for g, e in zip(got, sent):
+        assert set(g) == EVENT_KEYS
+        assert g == json.loads(json.dumps(event_payload(e)))
+        assert g["schema"] == 1 and set(g["box"]) == {"x", "y", "w", "h"}
+    assert not any(r for t, _, r in messages if t == "tracker/pi1/events")  # events are never retained
+    state = [json.loads(p) for t, p, _ in messages if t == "tracker/pi1/state"][-1]
+    assert state["schema"] == 1 and state["fps"] == 9.5 and state["tracks"] == 1
+    assert state["latency_ms"]["total_ms"]["p95"] == 77.5 and state["backend"] == "caffe-openblas-dl"
+    assert state["events_dropped"] == 0 and "outbox_pending" in state and "ts" in state
+    sub.close()
+
+    # A late subscriber gets the retained topics: online, the last state, the latest snapshot.
+    late = Subscriber(broker, ["tracker/pi1/#"])
+    retained = late.wait_for(lambda m: {t for t, _, r in m if r} >= {
+        "tracker/pi1/availability", "tracker/pi1/state", "tracker/pi1/snapshot"})
+    assert (("tracker/pi1/availability", b"online", True)) in retained
+    assert ("tracker/pi1/snapshot", b"\xff\xd8 face 2", True) in retained
+    assert len(sink.outbox) == 0  # every event acknowledged and deleted
+    late.close()
+
+    sink.close()
+    after = Subscriber(broker, ["tracker/pi1/availability"])
+    assert after.wait_for(lambda m: m)[0] == ("tracker/pi1/availability", b"offline", True)
+    after.close()
+
+
+LWT_CHILD = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {tests!r})
+    from mosquitto import Broker, sink_config
+    from tracker.sinks.mqtt import MqttSink
+    class B: port = {port}
+    config = sink_config(B, "victim")
+    sink = MqttSink(config.mqtt, config.device, {state!r})
+    while not sink.connected:
+        time.sleep(0.05)
+    print("connected", flush=True)
+    time.sleep(600)
+""")
+
+
+def test_last_will_when_the_guard_is_killed(broker, tmp_path):
+    sub = Subscriber(broker, ["tracker/victim/availability"])
+    code = LWT_CHILD.format(tests=str(REPO / "tests"), port=broker.port, state=str(tmp_path))
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert child.stdout.readline().strip() == "connected"
+        sub.wait_for(lambda m: ("tracker/victim/availability", b"online", False) in m
+                     or ("tracker/victim/availability", b"online", True) in m)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        payloads = sub.wait_for(lambda m: m[-1][1] == b"offline")
+        assert [p for _, p, _ in payloads][-2:] == [b"online", b"offline"]
+    finally:
+        if child.poll() is None:
+            child.kill()
+        sub.close()
+
+
+def test_home_assistant_discovery(broker, sinks, tmp_path):
+    sub = Subscriber(broker, ["homeassistant/device/#"])
+    open_sink(sinks, broker, tmp_path, "hall")
+    topic = "homeassistant/device/tracker_hall/config"
+    doc = json.loads(sub.wait_for(lambda m: any(t == topic for t, _, _ in m))[-1][1])
+    assert doc["dev"]["ids"] == ["tracker_hall"] and doc["dev"]["name"] == "Guard hall"
+    assert doc["o"]["name"] == "tracker"  # origin is mandatory for device discovery
+    assert doc["availability_topic"] == "tracker/hall/availability"
+    assert (doc["payload_available"], doc["payload_not_available"]) == ("online", "offline")
+    cmps = doc["cmps"]
+    for key, comp in cmps.items():
+        assert comp["p"] and comp["unique_id"].startswith("tracker_hall_"), key
+    assert len({c["unique_id"] for c in cmps.values()}) == len(cmps)
+    platforms = {key: c["p"] for key, c in cmps.items()}
+    assert platforms == {"presence": "binary_sensor", "person": "event", "snapshot": "image", "fps": "sensor",
+                         "latency": "sensor", "dropped": "sensor"}
+    assert cmps["person"]["event_types"] == ["entered", "identified", "left"]
+    assert cmps["person"]["state_topic"] == "tracker/hall/events"
+    assert cmps["snapshot"]["image_topic"] == "tracker/hall/snapshot"
+    assert cmps["snapshot"]["content_type"] == "image/jpeg"
+    assert cmps["presence"]["state_topic"] == "tracker/hall/state"
+    assert cmps["fps"]["entity_category"] == cmps["latency"]["entity_category"] == "diagnostic"
+    assert cmps["latency"]["unit_of_measurement"] == "ms"
+
+    # Home Assistant restarts and announces itself: the guard sends discovery again.
+    before = len([1 for t, _, _ in sub.messages if t == topic])
+    sub.client.publish("homeassistant/status", "online", qos=1)
+    sub.wait_for(lambda m: len([1 for t, _, _ in m if t == topic]) > before)
+    sub.close()
+
+
+def test_two_guards_on_one_broker(broker, sinks, tmp_path):
+    sub = Subscriber(broker, ["tracker/+/events", "tracker/+/availability", "homeassistant/device/#"])
+    kitchen = open_sink(sinks, broker, tmp_path / "kitchen", "kitchen")
+    garden = open_sink(sinks, broker, tmp_path / "garden", "garden")
+    assert kitchen.client_id != garden.client_id
+    a = [make_event(track_id=i) for i in range(5)]
+    b = [make_event(track_id=100 + i) for i in range(5)]
+    for x, y in zip(a, b):
+        kitchen.publish_event(x, None)
+        garden.publish_event(y, None)
+    m = sub.wait_for(lambda m: len(events_of(m, "tracker/kitchen/events")) == 5
+                     and len(events_of(m, "tracker/garden/events")) == 5)
+    assert [e["id"] for e in events_of(m, "tracker/kitchen/events")] == [e.id for e in a]
+    assert [e["id"] for e in events_of(m, "tracker/garden/events")] == [e.id for e in b]
+    m = sub.wait_for(lambda m: {t for t, _, _ in m if t.startswith("homeassistant/")} >= {
+        "homeassistant/device/tracker_kitchen/config", "homeassistant/device/tracker_garden/config"})
+    assert ("tracker/kitchen/availability", b"online") in [(t, p) for t, p, _ in m]
+    assert ("tracker/garden/availability", b"online") in [(t, p) for t, p, _ in m]
+    assert kitchen.connected and garden.connected  # neither knocked the other off
+    assert "already connected" not in broker.log_text()
+    sub.close()
+
+
+def test_presence_change_publishes_state_at_once(broker, sinks, tmp_path):
+    # state_interval_s is an hour: only the presence change can explain the second state message
+    sink = open_sink(sinks, broker, tmp_path, "porch", state_interval_s=3600)
+    sub = Subscriber(broker, ["tracker/porch/state"])
+    sub.wait_for(lambda m: m)  # the retained (or first) state
+    sink.publish_state({"tracks": 2, "fps": 10.0})
+    states = sub.wait_for(lambda m: any(json.loads(p).get("tracks") == 2 for _, p, _ in m))
+    assert json.loads(states[-1][1])["fps"] == 10.0
+    sub.close()
+
+
+def test_broker_down_at_start_then_restart_with_a_full_outbox(tmp_path, sinks, caplog):
+    """The guard starts with no broker: it runs, says so once, keeps events (bounded, oldest dropped
+    and counted); restarted later, the new process delivers what the outbox kept, in order."""
+    broker = Broker(tmp_path / "b")  # configured, not started
+    caplog.set_level(logging.INFO, logger="tracker.sinks")
+    sink = open_sink(sinks, broker, tmp_path / "state", "attic", outbox={"max_events": 20})
+    events = [make_event(track_id=i) for i in range(30)]
+    for e in events:
+        sink.publish_event(e, None)
+    assert len(sink.outbox) == 20 and sink.outbox.dropped == 10 and not sink.connected
+    sink.close()
+    sinks.remove(sink)
+
+    with broker:
+        sub = Subscriber(broker, ["tracker/attic/events", "tracker/attic/state"])
+        sink = open_sink(sinks, broker, tmp_path / "state", "attic", outbox={"max_events": 20})
+        m = sub.wait_for(lambda m: len(events_of(m, "tracker/attic/events")) >= 20)
+        assert [e["id"] for e in events_of(m, "tracker/attic/events")][:20] == [e.id for e in events[10:]]
+        m = sub.wait_for(lambda m: any(json.loads(p).get("outbox_pending") == 0 for t, p, _ in m
+                                       if t == "tracker/attic/state") or len(sink.outbox) == 0)
+        sink.publish_state({"tracks": 1})  # presence change: a state with the counters now
+        m = sub.wait_for(lambda m: any(json.loads(p).get("tracks") == 1 for t, p, _ in m if t.endswith("/state")))
+        state = [json.loads(p) for t, p, _ in m if t.endswith("/state")][-1]
+        assert state["events_dropped"] == 10  # the drop count survived the restart
+        sub.close()
+    unreachable = [r for r in caplog.records if "unreachable" in r.getMessage()]
+    assert len(unreachable) == 1, [r.getMessage() for r in unreachable]
+    assert "the guard keeps running" in unreachable[0].getMessage()
+
+
+def test_mqtt_3_1_1_works_too(broker, sinks, tmp_path):
+    sub = Subscriber(broker, ["tracker/old/events"])
+    sink = open_sink(sinks, broker, tmp_path, "old", protocol="v311")
+    e = make_event()
+    sink.publish_event(e, None)
+    assert events_of(sub.wait_for(lambda m: m), "tracker/old/events")[0]["id"] == e.id
+    sub.close()
+
+
+def test_corrupt_outbox_is_moved_aside_and_the_sink_runs(broker, sinks, tmp_path, caplog):
+    (tmp_path / "outbox.sqlite3").write_bytes(b"this is not a database" * 100)
+    sub = Subscriber(broker, ["tracker/cellar/events"])
+    sink = open_sink(sinks, broker, tmp_path, "cellar")
+    assert sink.outbox.recovered_from is not None and sink.outbox.recovered_from.exists()
+    assert any("corrupt" in r.getMessage() and r.levelno == logging.ERROR for r in caplog.records)
+    e = make_event()
+    sink.publish_event(e, None)
+    assert events_of(sub.wait_for(lambda m: m), "tracker/cellar/events")[0]["id"] == e.id
+    sub.close()
+
+
+# -- the password file (no broker needed) ----------------------------------------------------------
+
+def _mqtt(tmp_path, **keys):
+    from tracker.config import parse_config
+
+    return parse_config({"mqtt": keys}).mqtt
+
+
+def test_password_file_group_readable_is_warned_about(tmp_path, caplog, monkeypatch):
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)
+    secret = tmp_path / "pw"
+    secret.write_text("hunter2\n")
+    secret.chmod(0o644)
+    assert read_password(_mqtt(tmp_path, username="guard", password_file=str(secret))) == "hunter2"
+    assert any("readable by group or others" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    secret.chmod(0o600)
+    assert read_password(_mqtt(tmp_path, username="guard", password_file=str(secret))) == "hunter2"
+    assert not caplog.records
+
+
+def test_password_from_systemd_credentials_directory(tmp_path, monkeypatch, caplog):
+    (tmp_path / "mqtt-password").write_text("from-systemd")
+    (tmp_path / "mqtt-password").chmod(0o440)  # systemd's own mode: not warned about
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
+    assert read_password(_mqtt(tmp_path, username="guard")) == "from-systemd"
+    assert not caplog.records
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY")
+    assert read_password(_mqtt(tmp_path, username="guard")) is None
+
+
+@pytest.mark.parametrize("content, keys, expected", [
+    ("", {"username": "guard"}, "is empty"),
+    ("pw", {}, "mqtt.username is null"),
+])
+def test_password_file_mistakes_are_one_line_config_errors(tmp_path, content, keys, expected):
+    secret = tmp_path / "pw"
+    secret.write_text(content)
+    secret.chmod(0o600)
+    with pytest.raises(ConfigError, match=expected) as err:
+        read_password(_mqtt(tmp_path, password_file=str(secret), **keys))
+    assert "\n" not in str(err.value) and str(secret) in str(err.value)
+
+
+def test_unreadable_password_file_is_a_config_error(tmp_path):
+    secret = tmp_path / "pw"
+    secret.write_bytes(b"\xff\xfe not utf-8")
+    with pytest.raises(ConfigError, match="cannot read"):
+        read_password(_mqtt(tmp_path, username="guard", password_file=str(secret)))

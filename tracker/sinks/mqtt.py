@@ -1,0 +1,470 @@
+"""MQTT sink: the guard's events, state, snapshot and availability over MQTT (DESIGN.md section 4).
+
+The only module that imports paho-mqtt (2.x, CallbackAPIVersion.VERSION2).
+
+    sink = MqttSink(config.mqtt, config.device, config.resolved_state_dir())
+    sink.publish_event(event, snapshot_jpeg)   # durable at once; sent in the background
+    sink.publish_state(state)                  # cheap: remembers the latest numbers
+    sink.close()                               # flush (<= flush_timeout_s), offline, disconnect
+
+Topics, schema 1 (`<base>` = `<mqtt.prefix>/<device.id>`):
+    <base>/availability  retained QoS 1  "online" on every connect; "offline" on close() and, as the
+                                         Last Will, when the broker loses the guard (crash, kill -9)
+    <base>/events        QoS 1           tracker.events.event_payload(event) as JSON
+    <base>/state         retained QoS 0  JSON {schema, ts, <the pipeline's state dict>, events_dropped,
+                                         outbox_pending}; MQTT 5 expires it after 3 intervals
+    <base>/snapshot      retained QoS 0  the latest event's face as JPEG bytes
+    <discovery>/device/<node>/config     retained QoS 1  Home Assistant discovery (homeassistant.py)
+
+Delivery (never lose an event): `publish_event` writes the event to the SQLite outbox (outbox.py) and
+returns; a publisher thread hands pending events to paho in outbox order, at most `max_inflight` at
+a time, and deletes each one when its PUBACK arrives (on_publish with its message id). On every
+(re)connect paho's own unacknowledged copies are dropped and the publisher starts again from the
+oldest pending event, so the outbox is the single queue that survives outages and restarts; a
+consumer may see an event twice (de-duplicate by `id`) but never miss one the outbox kept.
+
+MQTT 5 is the default (`mqtt.protocol: v5`) because its PUBACK carries a reason code: a broker that
+refuses an event (e.g. an ACL) says so, and the event is counted and logged instead of being taken for
+delivered, as MQTT 3.1.1 would have to; its CONNACK/DISCONNECT reasons also name wrong credentials and
+a second guard using the same client id. `v311` is there for old brokers.
+
+Failures never stop the guard: an unreachable broker, refused credentials or a TLS failure are logged
+once per outage with the cause, and paho retries with exponential back-off (reconnect_min_s ..
+reconnect_max_s) while events wait in the outbox. Setup mistakes (an unreadable password file, a bad
+certificate file) raise ConfigError at construction.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import ssl
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from tracker.config import DeviceConfig, MQTTConfig
+from tracker.errors import BackendUnavailable, ConfigError
+from tracker.events import SCHEMA_VERSION, event_payload
+from tracker.sinks.homeassistant import discovery_payload, discovery_topic
+from tracker.sinks.outbox import Outbox
+from tracker.types import Event
+
+log = logging.getLogger(__name__)
+
+CREDENTIAL_NAME = "mqtt-password"  # the file name under $CREDENTIALS_DIRECTORY (systemd LoadCredential=)
+MAX_SNAPSHOT_BYTES = 1 << 20  # one face JPEG is a few kB; refuse anything absurd rather than hold it
+_EXPIRE_EVERY_S = 60.0  # how often the age bound of the outbox is applied while running
+
+
+def read_password(config: MQTTConfig) -> str | None:
+    """The broker password: `mqtt.password_file`, else `$CREDENTIALS_DIRECTORY/mqtt-password`, else None.
+
+    Warns when a password file (not a systemd credential, which systemd keeps private) can be read by
+    its group or by others. The file's content minus the trailing newline is the password."""
+    path, managed = config.password_file, False
+    if path is None and os.environ.get("CREDENTIALS_DIRECTORY"):
+        candidate = Path(os.environ["CREDENTIALS_DIRECTORY"]) / CREDENTIAL_NAME
+        if candidate.is_file():
+            path, managed = candidate, True
+    if path is None:
+        return None
+    try:
+        mode = path.stat().st_mode
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        reason = getattr(err, "strerror", None) or str(err)
+        raise ConfigError(f"mqtt password file {str(path)!r}: cannot read ({reason}); "
+                          "expected a UTF-8 file readable by the guard's user") from None
+    if not managed and mode & 0o077:
+        log.warning("mqtt password file %s is readable by group or others (mode %03o); "
+                    "run: chmod 600 %s", path, mode & 0o777, path)
+    password = text.rstrip("\r\n")
+    if not password:
+        raise ConfigError(f"mqtt password file {str(path)!r} is empty; expected the broker password")
+    if config.username is None:
+        if managed:
+            log.warning("a systemd credential %s exists but mqtt.username is not set; connecting without "
+                        "user name and password", CREDENTIAL_NAME)
+            return None
+        raise ConfigError(f"mqtt.password_file is {str(path)!r} but mqtt.username is null; "
+                          "expected a user name to go with the password")
+    return password
+
+
+def tls_context(config: MQTTConfig) -> ssl.SSLContext | None:
+    """The client TLS context for `config.tls` (None when TLS is off): verifies the broker against
+    `ca` (or the system CAs), presents `cert`/`key` if given."""
+    tls = config.tls
+    if not tls.active:
+        return None
+    key_name = "mqtt.tls.ca"
+    try:
+        ctx = ssl.create_default_context(cafile=str(tls.ca) if tls.ca else None)
+        if tls.cert is not None:
+            key_name = "mqtt.tls.cert/key"
+            ctx.load_cert_chain(str(tls.cert), str(tls.key))
+    except (ssl.SSLError, OSError) as err:
+        raise ConfigError(f"{key_name}: cannot load ({err}); expected PEM files (a CA certificate; "
+                          "a client certificate and its unencrypted private key)") from None
+    if tls.insecure:
+        ctx.check_hostname = False
+    return ctx
+
+
+def _jsonable(value):
+    """json.dumps fallback for numpy scalars and paths in the pipeline's state dict."""
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+class MqttSink:
+    """See the module docstring. Thread-safe; `publish_event`/`publish_state` never block on the network."""
+
+    def __init__(self, config: MQTTConfig, device: DeviceConfig, state_dir: Path):
+        try:
+            import paho.mqtt.client as mqtt
+            from paho.mqtt.packettypes import PacketTypes
+            from paho.mqtt.properties import Properties
+        except ImportError as err:
+            raise BackendUnavailable(f"mqtt.enabled is true but paho-mqtt is not installed ({err}); "
+                                     "install it with: pip install 'tracker[mqtt]'") from None
+        self._mqtt = mqtt
+        self.config = config
+        self.device = device
+        base = f"{config.prefix}/{device.id}"
+        self.topics = {name: f"{base}/{name}" for name in ("availability", "events", "state", "snapshot")}
+        self.client_id = f"{config.prefix.replace('/', '-')}-{device.id}"
+        self._where = f"{config.host}:{config.port}"
+        self._v5 = config.protocol == "v5"
+        password = read_password(config)
+        context = tls_context(config)
+
+        outbox_path = config.outbox.path or Path(state_dir) / "outbox.sqlite3"
+        self.outbox = Outbox(outbox_path, config.outbox.max_events, config.outbox.max_age_s)
+
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._stop = False
+        self._connected = False
+        self._generation = 0  # bumped on every connect; stale in-flight records are ignored
+        self._cursor = 0  # highest outbox seq handed to paho on this connection
+        self._inflight: dict[int, int] = {}  # paho mid -> outbox seq, this connection only
+        self._early_acks: dict[int, object] = {}  # PUBACKs that beat the recording of their mid
+        self._refused = 0
+        self._add_failures = 0
+        self._state: dict = {}
+        self._present: bool | None = None
+        self._state_due = True
+        self._next_state = 0.0
+        self._snapshot: bytes | None = None
+        self._snapshot_due = False
+        self._discovery_due = config.discovery
+        self._problems: set[str] = set()  # connection problems logged in this outage (each once)
+        self._refused_now = False  # this connection attempt was refused in CONNACK (already logged)
+        self._closed = False
+        self._work = False  # set (lock held) whenever the publisher has something new to do
+
+        if self._v5:
+            self._state_props = Properties(PacketTypes.PUBLISH)
+            self._state_props.MessageExpiryInterval = int(max(3 * config.state_interval_s, 60))
+            client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=mqtt.MQTTv5)
+        else:
+            self._state_props = None
+            client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id,
+                                 protocol=mqtt.MQTTv311, clean_session=True)
+        self._client = client
+        # paho keeps at most the events window plus a few control messages (availability, discovery).
+        client.max_inflight_messages_set(config.max_inflight + 8)
+        client.max_queued_messages_set(config.max_inflight + 8)
+        client.reconnect_delay_set(config.reconnect_min_s, config.reconnect_max_s)
+        client.will_set(self.topics["availability"], "offline", qos=1, retain=True)
+        if config.username is not None:
+            client.username_pw_set(config.username, password)
+        if context is not None:
+            client.tls_set_context(context)
+            if config.tls.insecure:
+                client.tls_insecure_set(True)
+        client.on_connect = self._on_connect
+        client.on_connect_fail = self._on_connect_fail
+        client.on_disconnect = self._on_disconnect
+        client.on_publish = self._on_publish
+        client.on_message = self._on_message
+
+        pending = len(self.outbox)
+        if pending:
+            log.info("mqtt: %d event(s) from a previous run wait in the outbox %s", pending, outbox_path)
+        if self._v5:
+            client.connect_async(config.host, config.port, keepalive=config.keepalive_s, clean_start=True)
+        else:
+            client.connect_async(config.host, config.port, keepalive=config.keepalive_s)
+        client.loop_start()
+        self._thread = threading.Thread(target=self._publisher, name="mqtt-publisher", daemon=True)
+        self._thread.start()
+
+    # -- the sink API (pipeline thread) ---------------------------------------------------------
+
+    def publish_event(self, event: Event, snapshot_jpeg: bytes | None = None) -> None:
+        """Make `event` durable in the outbox (one SQLite commit) and wake the publisher. The JPEG, if
+        any, replaces the retained snapshot. Never raises for a disk or broker problem: an event that
+        cannot be stored is logged and counted in state.events_dropped."""
+        payload = json.dumps(event_payload(event), separators=(",", ":")).encode()
+        try:
+            self.outbox.add(event.id, payload)
+        except Exception as err:  # sqlite3.Error or OSError (disk full, file removed): keep guarding
+            with self._lock:
+                self._add_failures += 1
+                first = self._add_failures == 1
+            (log.error if first else log.debug)("mqtt: could not store event %s in the outbox (%s); it is "
+                                                "dropped (further failures are counted in state)", event.id, err)
+        with self._wake:
+            if snapshot_jpeg is not None:
+                if len(snapshot_jpeg) <= MAX_SNAPSHOT_BYTES:
+                    self._snapshot, self._snapshot_due = bytes(snapshot_jpeg), True
+                else:
+                    log.warning("mqtt: snapshot of %d bytes not published (limit %d)", len(snapshot_jpeg),
+                                MAX_SNAPSHOT_BYTES)
+            self._poke()
+
+    def publish_state(self, state: dict) -> None:
+        """Remember the pipeline's latest numbers; published every `state_interval_s`, at once when
+        `tracks` goes between zero and non-zero (Home Assistant's "person present"), and on connect.
+
+        Expected keys (others pass through): fps (float), tracks (int), frames_dropped (int),
+        backend (str), latency_ms ({stage: {"p50": ms, "p95": ms}}, tracker.latency.RollingStats)."""
+        with self._wake:
+            self._state = dict(state)
+            present = bool(state.get("tracks", 0))
+            if present != self._present:
+                self._present, self._state_due = present, True
+                self._poke()
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    @property
+    def events_dropped(self) -> int:
+        """Events that will never be sent: outbox bounds, refused by the broker, or not storable."""
+        return self.outbox.dropped + self._refused + self._add_failures
+
+    def close(self) -> None:
+        """Give in-flight events up to `flush_timeout_s` to be acknowledged (the rest stay in the
+        outbox for the next start), publish `offline`, disconnect, stop the threads, close the outbox.
+        Bounded by flush_timeout_s + about 2 s, so SIGTERM finishes well within systemd's timeout."""
+        if self._closed:
+            return
+        self._closed = True
+        deadline = time.monotonic() + self.config.flush_timeout_s
+        with self._wake:
+            while self._connected and len(self.outbox) and time.monotonic() < deadline:
+                self._wake.wait(0.05)
+            self._stop = True
+            self._wake.notify_all()
+        self._thread.join(timeout=2.0)
+        if self._connected:
+            info = self._client.publish(self.topics["availability"], "offline", qos=1, retain=True)
+            try:
+                info.wait_for_publish(timeout=1.0)
+            except (RuntimeError, ValueError):  # not queued (connection dropped meanwhile): the Will covers it
+                pass
+        self._client.disconnect()
+        # loop_stop joins paho's thread, which may sit in a connect attempt (connect timeout 5 s):
+        # wait a bounded time; the thread is a daemon and cannot outlive the process.
+        stopper = threading.Thread(target=self._client.loop_stop, daemon=True)
+        stopper.start()
+        stopper.join(timeout=1.0)
+        left = len(self.outbox)
+        self.outbox.close()
+        log.info("mqtt: closed (%d event(s) left in the outbox for the next start)", left)
+
+    # -- paho callbacks (paho's network thread) -------------------------------------------------
+
+    def _log_problem(self, text: str, error: bool = False) -> None:
+        """Log each distinct connection problem once per outage (the set is reset on connect)."""
+        if text not in self._problems and len(self._problems) < 16:
+            self._problems.add(text)
+            pending = len(self.outbox)
+            (log.error if error else log.warning)(
+                "mqtt: %s; the guard keeps running, %d event(s) wait in the outbox, retrying with back-off "
+                "(%d..%d s)", text, pending, self.config.reconnect_min_s, self.config.reconnect_max_s)
+
+    def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
+        if reason_code.is_failure:
+            hint = ""
+            if reason_code.getName() in ("Bad user name or password", "Not authorized"):
+                hint = " (check mqtt.username and the password file)"
+            self._refused_now = True
+            self._log_problem(f"broker {self._where} refused the connection: {reason_code.getName()}{hint}",
+                              error=True)
+            return
+        # paho would re-send its own unacknowledged copies now; the publisher re-sends from the
+        # outbox instead, in order, so drop them (they are all in the outbox).
+        client.drop_out_messages()
+        with self._wake:
+            self._connected = True
+            self._generation += 1
+            self._cursor = 0
+            self._inflight.clear()
+            self._early_acks.clear()
+            self._state_due = True
+            self._snapshot_due = self._snapshot is not None
+            self._discovery_due = self.config.discovery
+            self._poke()
+        client.publish(self.topics["availability"], "online", qos=1, retain=True)
+        if self.config.discovery:
+            client.subscribe(f"{self.config.discovery_prefix}/status", qos=1)
+        if self._problems:
+            log.warning("mqtt: connected to %s; sending %d waiting event(s)", self._where, len(self.outbox))
+        else:
+            log.info("mqtt: connected to %s as %s", self._where, self.client_id)
+        self._problems.clear()
+
+    def _on_connect_fail(self, client, userdata) -> None:
+        # paho calls this from inside its `except OSError` block, so the exception is at hand.
+        err = sys.exception()
+        if isinstance(err, ssl.SSLError):
+            text = f"TLS handshake with {self._where} failed ({err.reason or err}); check mqtt.tls.ca/cert/key"
+        elif isinstance(err, ConnectionRefusedError):
+            text = f"broker {self._where} unreachable (connection refused)"
+        elif err is not None:
+            text = f"broker {self._where} unreachable ({type(err).__name__}: {err})"
+        else:
+            text = f"broker {self._where} unreachable"
+        self._log_problem(text, error=isinstance(err, ssl.SSLError))
+
+    def _on_disconnect(self, client, userdata, flags, reason_code, properties) -> None:
+        with self._wake:
+            was_connected, self._connected = self._connected, False
+        if self._stop:
+            return
+        name = reason_code.getName() if hasattr(reason_code, "getName") else str(reason_code)
+        if not was_connected:
+            if not self._refused_now:  # closed after TCP/TLS but before CONNACK, e.g. a missing client cert
+                self._log_problem(f"broker {self._where} closed the connection before accepting it ({name}); "
+                                  "with TLS, check whether it requires a client certificate (mqtt.tls.cert/key)",
+                                  error=True)
+            self._refused_now = False
+            return
+        if name == "Session taken over":
+            self._log_problem(f"another client connected to {self._where} with client id {self.client_id!r} "
+                              "(two guards with the same device.id?); give each guard its own device.id",
+                              error=True)
+        else:
+            self._log_problem(f"lost the connection to {self._where} ({name})")
+
+    def _on_publish(self, client, userdata, mid, reason_code, properties) -> None:
+        with self._wake:
+            seq = self._inflight.pop(mid, None)
+            if seq is None:
+                self._early_acks[mid] = reason_code  # maybe an event whose mid is being recorded
+                return
+            self._acknowledged(seq, reason_code)
+            self._poke()
+
+    def _acknowledged(self, seq: int, reason_code) -> None:
+        """An event's PUBACK (lock held): delete it; a v5 refusal is counted and logged, not retried,
+        because the broker would refuse it again and hold up every later event."""
+        if reason_code is not None and getattr(reason_code, "is_failure", False):
+            self._refused += 1
+            log.error("mqtt: broker refused event (outbox seq %d) on %s: %s; dropped and counted",
+                      seq, self.topics["events"], reason_code.getName())
+        self.outbox.remove(seq)
+
+    def _on_message(self, client, userdata, message) -> None:
+        if message.topic == f"{self.config.discovery_prefix}/status" and message.payload == b"online":
+            with self._wake:  # Home Assistant restarted: it needs discovery and the current state again
+                self._discovery_due = self._state_due = True
+                self._snapshot_due = self._snapshot is not None
+                self._poke()
+
+    # -- the publisher thread -------------------------------------------------------------------
+
+    def _poke(self) -> None:
+        """Wake the publisher (lock held); the flag keeps a wake-up that comes while it is busy."""
+        self._work = True
+        self._wake.notify()
+
+    def _publisher(self) -> None:
+        next_expire = time.monotonic() + _EXPIRE_EVERY_S
+        while True:
+            with self._wake:
+                if self._stop:
+                    return
+                # disconnected: nothing to do until a callback wakes us (or the outbox ages)
+                wake_at = min(self._next_state, next_expire) if self._connected else next_expire
+                self._wake.wait_for(lambda: self._work or self._stop, max(0.05, wake_at - time.monotonic()))
+                self._work = False
+                if self._stop:
+                    return
+                connected = self._connected
+            try:
+                if time.monotonic() >= next_expire:
+                    next_expire = time.monotonic() + _EXPIRE_EVERY_S
+                    self.outbox.expire()
+                if connected:
+                    self._send_discovery()
+                    self._send_events()
+                    self._send_state()
+                    self._send_snapshot()
+            except Exception:  # a bug here must not silently stop delivery for the rest of the run
+                log.exception("mqtt: publisher error; continuing")
+                time.sleep(1.0)
+
+    def _send_events(self) -> None:
+        with self._wake:
+            room = self.config.max_inflight - len(self._inflight)
+            generation, cursor = self._generation, self._cursor
+        if room <= 0:
+            return
+        for seq, payload in self.outbox.pending(after=cursor, limit=room):
+            info = self._client.publish(self.topics["events"], payload, qos=1)
+            with self._wake:
+                if generation != self._generation:
+                    return  # reconnected meanwhile: the new connection starts from the oldest again
+                if info.rc == self._mqtt.MQTT_ERR_QUEUE_SIZE:
+                    return  # paho is full; try again after the next acknowledgement
+                self._cursor = seq
+                if info.mid in self._early_acks:
+                    self._acknowledged(seq, self._early_acks.pop(info.mid))
+                else:
+                    self._inflight[info.mid] = seq
+        with self._wake:
+            self._early_acks.clear()  # every event mid is recorded now: the rest were not events
+
+    def _send_state(self) -> None:
+        with self._wake:
+            due = self._state_due or time.monotonic() >= self._next_state
+            if not due:
+                return
+            self._state_due = False
+            self._next_state = time.monotonic() + self.config.state_interval_s
+            document = {"schema": SCHEMA_VERSION, "ts": _now_iso(), **self._state}
+        document["events_dropped"] = self.events_dropped
+        document["outbox_pending"] = len(self.outbox)
+        payload = json.dumps(document, separators=(",", ":"), default=_jsonable)
+        self._client.publish(self.topics["state"], payload, qos=0, retain=True, properties=self._state_props)
+
+    def _send_snapshot(self) -> None:
+        with self._wake:
+            if not self._snapshot_due:
+                return
+            self._snapshot_due, jpeg = False, self._snapshot
+        self._client.publish(self.topics["snapshot"], jpeg, qos=0, retain=True)
+
+    def _send_discovery(self) -> None:
+        with self._wake:
+            if not self._discovery_due:
+                return
+            self._discovery_due = False
+        topic = discovery_topic(self.config.discovery_prefix, self.config.prefix, self.device.id)
+        document = discovery_payload(self.config.prefix, self.device.id, self.device.name)
+        self._client.publish(topic, json.dumps(document, separators=(",", ":")), qos=1, retain=True)

@@ -1,0 +1,181 @@
+"""The durable event outbox: a small SQLite file (WAL) that holds every event until the broker
+acknowledges it, so a broker outage, a crash or a restart of the guard loses nothing.
+
+Contract (the MQTT sink is the only user; this module knows nothing about MQTT):
+- `add(event_id, payload)` commits the event to disk (synchronous=FULL) before it returns, so an
+  event is durable before anything tries to send it. Adding an id that is already there is a no-op.
+- Events keep the order they were added in: `seq` is an increasing integer; `pending(after, limit)`
+  returns `(seq, payload)` rows with seq > after, oldest first.
+- `remove(seq)` deletes an event once it is acknowledged.
+- Bounded: at most `max_events` rows and none older than `max_age_s` seconds of wall-clock time
+  (wall clock, not monotonic, because rows outlive the process and the boot). Beyond either bound
+  the oldest rows are deleted and counted in `dropped`, which is kept in the file too, so the count
+  survives restarts.
+- A file that is not a healthy SQLite database is renamed `<name>.corrupt-<UTC timestamp>` (with its
+  -wal/-shm companions), an error is logged, and a new empty outbox is started; `recovered_from`
+  then names the renamed file.
+Thread-safe: one connection guarded by a lock (the sink's publisher and MQTT network threads share it).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+from tracker.errors import InputError
+
+log = logging.getLogger(__name__)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+    id      TEXT NOT NULL UNIQUE,
+    created REAL NOT NULL,          -- wall-clock Unix seconds when added
+    payload BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+"""
+
+
+class Outbox:
+    def __init__(self, path: Path, max_events: int = 10_000, max_age_s: float = 7 * 24 * 3600,
+                 clock: Callable[[], float] = time.time):
+        if max_events < 1 or max_age_s <= 0:
+            raise ValueError(f"outbox bounds must be positive (max_events={max_events}, max_age_s={max_age_s})")
+        self.path = Path(path)
+        self.max_events = max_events
+        self.max_age_s = max_age_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.recovered_from: Path | None = None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = self._open()
+        except sqlite3.OperationalError as err:  # cannot open or lock: a setup problem, not corruption
+            raise InputError(
+                f"outbox {str(self.path)!r}: cannot open ({err}); expected a writable file path (mqtt.outbox.path)"
+            ) from None
+        except sqlite3.DatabaseError as err:  # not a database, malformed, or not our schema
+            self.recovered_from = self._move_aside(err)
+            self._db = self._open()
+        self._dropped = self._read_dropped()
+        self.expire()
+
+    # -- opening and recovery -------------------------------------------------------------------
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=5.0, check_same_thread=False, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")  # an added event survives power loss
+            status = db.execute("PRAGMA quick_check").fetchone()[0]
+            if status != "ok":
+                raise sqlite3.DatabaseError(f"integrity check failed: {status}")
+            db.executescript(_SCHEMA)
+            columns = [row[1] for row in db.execute("PRAGMA table_info(events)")]
+            if columns != ["seq", "id", "created", "payload"]:
+                raise sqlite3.DatabaseError(f"unexpected events table columns {columns}")
+        except sqlite3.DatabaseError:
+            db.close()
+            raise
+        return db
+
+    def _move_aside(self, err: Exception) -> Path:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+        target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        for suffix in ("", "-wal", "-shm"):
+            part = Path(str(self.path) + suffix)
+            if part.exists():
+                part.rename(Path(str(target) + suffix))
+        log.error(
+            "outbox %s is corrupt (%s): moved it aside to %s and started a new, empty outbox; "
+            "events that were waiting in it are not sent",
+            self.path, err, target,
+        )
+        return target
+
+    def _read_dropped(self) -> int:
+        row = self._db.execute("SELECT value FROM meta WHERE key='dropped'").fetchone()
+        return int(row[0]) if row else 0
+
+    # -- the contract ---------------------------------------------------------------------------
+
+    @property
+    def dropped(self) -> int:
+        """Events deleted unsent because of the bounds, since the file was created."""
+        return self._dropped
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+
+    def add(self, event_id: str, payload: bytes) -> int:
+        """Store one event durably; returns how many older events the count bound dropped."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute(
+                    "INSERT OR IGNORE INTO events (id, created, payload) VALUES (?, ?, ?)",
+                    (event_id, self._clock(), bytes(payload)),
+                )
+                count = self._db.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+                excess = max(0, count - self.max_events)
+                if excess:
+                    self._db.execute(
+                        "DELETE FROM events WHERE seq IN (SELECT seq FROM events ORDER BY seq LIMIT ?)", (excess,)
+                    )
+                    self._count_dropped(excess)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        if excess:
+            log.warning("outbox full (%d events): dropped the %d oldest unsent event(s)", self.max_events, excess)
+        return excess
+
+    def pending(self, after: int = 0, limit: int = 100) -> list[tuple[int, bytes]]:
+        """Up to `limit` events with seq > `after`, oldest first, as (seq, payload)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT seq, payload FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (after, limit)
+            ).fetchall()
+        return [(int(seq), bytes(payload)) for seq, payload in rows]
+
+    def remove(self, seq: int) -> bool:
+        """Delete an acknowledged event; False if it was already gone (dropped, or acknowledged twice)."""
+        with self._lock:
+            return self._db.execute("DELETE FROM events WHERE seq = ?", (seq,)).rowcount > 0
+
+    def expire(self) -> int:
+        """Drop (and count) events older than max_age_s; returns how many."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                gone = self._db.execute(
+                    "DELETE FROM events WHERE created < ?", (self._clock() - self.max_age_s,)
+                ).rowcount
+                if gone:
+                    self._count_dropped(gone)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        if gone:
+            log.warning("outbox: dropped %d unsent event(s) older than %.0f s", gone, self.max_age_s)
+        return gone
+
+    def _count_dropped(self, n: int) -> None:
+        self._dropped += n
+        self._db.execute(
+            "INSERT INTO meta (key, value) VALUES ('dropped', ?) ON CONFLICT(key) DO UPDATE SET value = ?",
+            (self._dropped, self._dropped),
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
