@@ -1,4 +1,4 @@
-"""Events: the wire form shared by every sink (JSON lines, MQTT, console).
+"""Events: when a person entered, was identified or left, and their wire form for every sink.
 
 The payload is schema version 1 of DESIGN.md section 4:
     {schema, id, kind, track_id, identity, confidence, box: {x, y, w, h}, ts}
@@ -8,8 +8,10 @@ of the full frame. Consumers de-duplicate by `id`.
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timezone
 
+from tracker.identity import UNKNOWN
 from tracker.types import Event
 
 SCHEMA_VERSION = 1
@@ -27,3 +29,38 @@ def event_payload(event: Event) -> dict:
         "box": {k: round(float(getattr(event.box, k)), 1) for k in ("x", "y", "w", "h")},
         "ts": datetime.fromtimestamp(event.wall_time, timezone.utc).isoformat(timespec="milliseconds"),
     }
+
+
+class EventMaker:
+    """Turns each frame's track views and identity votes into events, in this order per frame:
+    `entered` (a track was confirmed), `identified` (a confirmed track's voted identity became a
+    known name different from the one last announced), `left` (an announced track ended).
+
+    State: the identity last announced per live track (bounded by the tracker's live tracks;
+    forgotten when the track leaves). Ids come from `new_id` (uuid4 hex by default).
+    """
+
+    def __init__(self, new_id=lambda: uuid.uuid4().hex):
+        self._new_id = new_id
+        self._announced: dict[int, str] = {}
+
+    def frame_events(self, views, votes, t_ns: int, wall_time: float) -> list[Event]:
+        """views: the tracker's TrackViews for one frame; votes: IdentityVotes after this frame's
+        crops were voted; t_ns / wall_time: the frame's monotonic and wall-clock times."""
+        by_kind: dict[str, list[Event]] = {"entered": [], "identified": [], "left": []}
+        for view in views:
+            name, confidence = votes.voted(view.track_id)
+            if view.entered:
+                kind = "entered"
+                self._announced[view.track_id] = name
+            elif view.left:
+                kind = "left"
+                self._announced.pop(view.track_id, None)
+            elif view.track_id in self._announced and name not in (UNKNOWN, self._announced[view.track_id]):
+                kind = "identified"
+                self._announced[view.track_id] = name
+            else:
+                continue
+            event = Event(self._new_id(), kind, view.track_id, name, confidence, view.box, t_ns, wall_time)
+            by_kind[kind].append(event)
+        return by_kind["entered"] + by_kind["identified"] + by_kind["left"]

@@ -1,0 +1,49 @@
+import itertools
+
+import numpy as np
+
+from tracker.events import EventMaker
+from tracker.identity import IdentityVotes
+from tracker.tracking import Tracker
+from tracker.types import Detection, Box
+
+
+def run(frames, votes_per_frame):
+    """Drive the real tracker over `frames` (list of detection lists) and collect events."""
+    tracker = Tracker(min_hits=2, max_age=2)
+    votes = IdentityVotes(threshold=0.5)
+    ids = (f"e{i}" for i in itertools.count())
+    maker = EventMaker(new_id=lambda: next(ids))
+    events = []
+    for i, (dets, vote) in enumerate(zip(frames, votes_per_frame)):
+        views = tracker.update(dets)
+        for view in views:
+            if view.detection_index is not None and vote:
+                votes.add(view.track_id, *vote)
+        events += maker.frame_events(views, votes, t_ns=i, wall_time=1000.0 + i)
+    return events
+
+
+def test_entered_then_identified_then_left_for_one_person():
+    box = lambda i: Detection(Box(100 + 2 * i, 100, 50, 50))
+    frames = [[box(i)] for i in range(6)] + [[]] * 4
+    votes = [("unknown", 0.2)] * 2 + [("ann", 0.9)] * 4 + [None] * 4
+    events = run(frames, votes)
+    assert [(e.kind, e.identity) for e in events] == [("entered", "unknown"), ("identified", "ann"), ("left", "ann")]
+    assert [e.id for e in events] == ["e0", "e1", "e2"]
+    assert len({e.track_id for e in events}) == 1
+    entered, identified, left = events
+    assert entered.t_ns == 1 and entered.wall_time == 1001.0
+    assert identified.confidence > 0.5 and left.t_ns == 8
+
+
+def test_a_track_that_never_confirms_makes_no_events():
+    frames = [[Detection(Box(10, 10, 40, 40))], [], [], [], []]
+    assert run(frames, [("ann", 0.9)] + [None] * 4) == []
+
+
+def test_identity_known_at_confirmation_is_announced_once():
+    frames = [[Detection(Box(50, 50, 60, 60))]] * 4
+    events = run(frames, [("bob", 0.8)] * 4)
+    assert [(e.kind, e.identity) for e in events] == [("entered", "bob")]
+    assert np.isclose(events[0].confidence, 1.0)
