@@ -1,0 +1,394 @@
+"""Sources and the capture thread: queue policy and drop counting, reopen with back-off, clean end,
+stop(), and the bad inputs (absent camera, missing/corrupt video, non-images in a folder)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from tracker.config import SourceConfig
+from tracker.errors import InputError
+from tracker.sources import Backoff, Capture, SourceUnavailable, make_source
+from tracker.sources.base import SourceBase
+from tracker.sources.folder import FolderSource
+from tracker.sources.opencv_source import OpenCVSource
+from tracker.sources.picamera import PiCameraSource
+from tracker.sources.synthetic import SyntheticSource
+
+FAST = Backoff(initial_s=0.001, max_s=0.004)
+
+
+def wait_until(condition, what: str, limit_s: float = 20.0) -> None:
+    """Wait for a condition the test cannot be notified of (not a timing assertion: the limit only
+    turns a hang into a failure)."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.005)
+
+
+def write_video(path: Path, frames: int = 8, size=(64, 48)) -> None:
+    """A real MJPEG AVI whose frame i is uniformly grey level 30*i."""
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 10.0, size)
+    assert writer.isOpened()
+    for i in range(frames):
+        writer.write(np.full((size[1], size[0], 3), 30 * i, np.uint8))
+    writer.release()
+
+
+# -- the capture queue ------------------------------------------------------------------------------
+
+def test_slow_consumer_gets_the_newest_frames_and_the_drops_are_counted():
+    source = SyntheticSource(160, 120, frames=40, realtime=False)
+    capture = Capture(source, queue_size=3, drop_oldest=True).start()
+    wait_until(lambda: not capture.running, "the source to finish")  # the consumer has not read yet
+    frames = list(capture)
+    assert [f.seq for f in frames] == [37, 38, 39]  # the oldest were dropped, order kept
+    assert capture.dropped == 37
+    stats = capture.stats()
+    assert (stats.captured, stats.delivered, stats.dropped) == (40, 3, 37)
+
+
+def test_interleaved_slow_consumer_keeps_order_and_accounts_for_every_frame():
+    source = SyntheticSource(160, 120, frames=60, realtime=False)
+    seen = []
+    with Capture(source, queue_size=2, drop_oldest=True) as capture:
+        for frame in capture:
+            seen.append(frame.seq)
+            time.sleep(0.002)  # a slow consumer; how many frames it misses does not matter
+    assert seen == sorted(set(seen))
+    assert seen[-1] == 59  # the newest frame is never dropped
+    assert len(seen) + capture.dropped == 60
+
+
+def test_offline_source_waits_for_the_consumer_and_drops_nothing():
+    source = SyntheticSource(160, 120, frames=30, realtime=False)
+    capture = Capture(source, queue_size=2).start()
+    assert not capture.drop_oldest
+    wait_until(lambda: capture.stats().captured == 3, "the producer to fill the queue")
+    assert capture.running  # blocked on the full queue, not finished
+    assert [f.seq for f in capture] == list(range(30))
+    assert capture.dropped == 0
+
+
+def test_max_frames_ends_the_run():
+    source = SyntheticSource(160, 120, realtime=False)  # endless
+    with Capture(source, queue_size=4, max_frames=12) as capture:
+        assert [f.seq for f in capture] == list(range(12))
+
+
+def test_paced_source_is_live_like():
+    capture = Capture(SyntheticSource(160, 120, fps=200.0, frames=5, realtime=True), 2)
+    assert capture.drop_oldest
+    with capture:
+        assert [f.seq for f in capture][-1] == 4
+
+
+def test_get_times_out_with_a_clear_error():
+    blocker = threading.Event()
+    source = _BlockingSource(blocker)
+    capture = Capture(source, 2).start()
+    try:
+        with pytest.raises(TimeoutError, match="blocking test source"):
+            capture.get(timeout=0.05)
+    finally:
+        blocker.set()
+        capture.stop()
+
+
+# -- failures and reopening -------------------------------------------------------------------------
+
+class _FlakySource(SourceBase):
+    """A live source that fails to open `open_failures` times, then delivers frames, and fails one
+    read after `read_failure_at` frames."""
+
+    live = True
+    description = "flaky test camera"
+
+    def __init__(self, open_failures: int, read_failure_at: int | None = None):
+        super().__init__()
+        self.open_failures = open_failures
+        self.read_failure_at = read_failure_at
+        self.opens = 0
+
+    def open(self):
+        self.opens += 1
+        if self.open_failures:
+            self.open_failures -= 1
+            raise SourceUnavailable(f"{self.description}: not there yet")
+
+    def read(self):
+        if self.read_failure_at is not None and self._seq == self.read_failure_at:
+            self.read_failure_at = None
+            raise SourceUnavailable(f"{self.description}: unplugged")
+        return self._frame(np.full((8, 8, 3), self._seq % 256, np.uint8))
+
+
+class _BlockingSource(SourceBase):
+    live = True
+    description = "blocking test source"
+
+    def __init__(self, release: threading.Event):
+        super().__init__()
+        self.release = release
+
+    def read(self):
+        self.release.wait()
+        return None  # a live source with nothing: treated as a failure
+
+
+def test_backoff_doubles_up_to_a_bound():
+    assert [Backoff(0.5, 10.0).delay(k) for k in range(1, 8)] == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+
+
+def test_live_source_is_reopened_with_backoff_and_recovers(caplog):
+    source = _FlakySource(open_failures=3, read_failure_at=5)
+    with caplog.at_level(logging.WARNING, logger="tracker.sources"):
+        with Capture(source, queue_size=16, max_frames=10, drop_oldest=False, backoff=FAST) as capture:
+            seqs = [f.seq for f in capture]
+    assert seqs == list(range(10))  # the source keeps counting across reopens: no gap
+    stats = capture.stats()
+    assert stats.failures == 4 and stats.reopens == 2 and source.opens == 5
+    retries = [r.getMessage() for r in caplog.records if "retrying in" in r.getMessage()]
+    assert len(retries) == 4
+    assert "not there yet; retrying in 0.0 s (attempt 1)" in retries[0]
+    assert "(attempt 3)" in retries[2] and "unplugged" in retries[3] and "(attempt 1)" in retries[3]
+    assert sum("reopened after" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_absent_camera_is_retried_without_crashing(caplog):
+    source = OpenCVSource("/dev/video97")
+    assert source.live
+    with caplog.at_level(logging.WARNING, logger="tracker.sources"):
+        capture = Capture(source, 2, backoff=FAST).start()
+        wait_until(lambda: capture.stats().failures >= 3, "three failed opens")
+        capture.stop()
+    assert not capture.running
+    assert capture.get() is None
+    assert "camera '/dev/video97': /dev/video97 does not exist (camera absent or unplugged?); retrying in" in caplog.text
+
+
+def test_real_video_source_unplugged_mid_run_recovers(tmp_path, caplog):
+    """A live OpenCV source on a real video file: at the end it is reopened (like a camera that
+    stops delivering); while the file is gone every reopen fails; once it is back it recovers."""
+    video = tmp_path / "camera.avi"
+    write_video(video)
+    source = OpenCVSource(str(video), live=True)
+    with caplog.at_level(logging.WARNING, logger="tracker.sources"):
+        capture = Capture(source, queue_size=64, drop_oldest=False, backoff=FAST).start()
+        try:
+            first = [capture.get(timeout=20) for _ in range(12)]  # more than one pass of 8 frames
+            assert [f.seq for f in first] == list(range(12))
+            assert [round(f.image.mean() / 30) for f in first[:9]] == [0, 1, 2, 3, 4, 5, 6, 7, 0]
+            video.rename(tmp_path / "away.avi")  # "unplug"
+            wait_until(lambda: capture.stats().failures >= 4, "failed reopens while the file is gone")
+            reopens = capture.stats().reopens
+            (tmp_path / "away.avi").rename(video)  # "plug back in"
+            wait_until(lambda: capture.stats().reopens > reopens, "a reopen after plugging back")
+            later = capture.get(timeout=20)
+            assert later.seq > first[-1].seq and later.image.shape == (48, 64, 3)
+        finally:
+            capture.stop()
+    assert "no such file" in caplog.text and "reopened after" in caplog.text
+
+
+def test_stop_returns_even_when_the_source_is_stuck(caplog):
+    release = threading.Event()
+    capture = Capture(_BlockingSource(release), 2, stop_timeout_s=0.2).start()
+    with caplog.at_level(logging.WARNING, logger="tracker.sources"):
+        capture.stop()
+    assert capture.running  # still inside read(), left to finish on its own
+    assert capture.get() is None
+    assert "still inside a read after stop()" in caplog.text
+    release.set()
+    wait_until(lambda: not capture.running, "the stuck thread to exit once its read returns")
+
+
+def test_stop_interrupts_pacing_and_backoff_waits():
+    slow = Capture(SyntheticSource(64, 64, fps=0.1, realtime=True), 2).start()  # 10 s a frame
+    assert slow.get(timeout=20).seq == 0
+    slow.stop()
+    assert not slow.running
+    retrying = Capture(_FlakySource(open_failures=1000), 2, backoff=Backoff(30.0, 30.0)).start()
+    wait_until(lambda: retrying.stats().failures == 1, "the first failure")
+    retrying.stop()
+    assert not retrying.running
+
+
+# -- video files ------------------------------------------------------------------------------------
+
+def test_video_file_plays_to_the_end_then_ends_cleanly(tmp_path):
+    video = tmp_path / "clip.avi"
+    write_video(video, frames=8)
+    source = OpenCVSource(str(video))
+    assert not source.live
+    with Capture(source, 4) as capture:
+        frames = list(capture)
+    assert [f.seq for f in frames] == list(range(8))
+    assert [round(f.image.mean() / 30) for f in frames] == list(range(8))
+    assert all(f.image.dtype == np.uint8 and f.image.shape == (48, 64, 3) for f in frames)
+
+
+def test_corrupt_video_is_a_clear_input_error(tmp_path):
+    garbage = tmp_path / "corrupt.mp4"
+    garbage.write_bytes(bytes(range(256)) * 64)
+    capture = Capture(OpenCVSource(str(garbage)), 2).start()
+    with pytest.raises(InputError, match=r"video file '.*corrupt\.mp4': OpenCV cannot open it; expected a video file"):
+        capture.get(timeout=20)
+    capture.stop()
+    # A real video cut short before its first frame is complete.
+    whole = tmp_path / "whole.avi"
+    write_video(whole)
+    cut = tmp_path / "cut.avi"
+    cut.write_bytes(whole.read_bytes()[:300])
+    with pytest.raises(InputError, match=r"cut\.avi"):
+        OpenCVSource(str(cut)).open()
+
+
+def test_missing_video_is_a_clear_input_error(tmp_path):
+    with pytest.raises(InputError, match=r"video file '.*nope\.mp4': no such file; expected a video file"):
+        OpenCVSource(str(tmp_path / "nope.mp4")).open()
+
+
+# -- image folders ----------------------------------------------------------------------------------
+
+def test_folder_skips_non_images_with_a_clear_line(tmp_path, caplog):
+    for name, level in (("img2.png", 50), ("img10.png", 100), ("img1.jpg", 150)):
+        cv2.imwrite(str(tmp_path / name), np.full((40, 30), level, np.uint8))  # grey files
+    (tmp_path / "notes.txt").write_text("not an image")
+    (tmp_path / "broken.jpg").write_bytes(b"this is not a JPEG")
+    with caplog.at_level(logging.WARNING, logger="tracker.sources"):
+        with Capture(FolderSource(tmp_path), 8) as capture:
+            frames = list(capture)
+    assert [round(float(f.image.mean())) for f in frames] == [150, 50, 100]  # natural order: 1, 2, 10
+    assert all(f.image.shape == (40, 30, 3) for f in frames)  # grey converted to BGR
+    assert "skipping 'notes.txt': not an image file (suffix '.txt'" in caplog.text
+    assert "skipping 'broken.jpg': not a decodable image" in caplog.text
+
+
+def test_folder_without_images_is_an_input_error(tmp_path):
+    (tmp_path / "a.txt").write_text("x")
+    with pytest.raises(InputError, match=r"image folder '.*': no image files in it; expected files ending in \.jpg"):
+        FolderSource(tmp_path).open()
+    (tmp_path / "fake.png").write_text("not a png")
+    source = FolderSource(tmp_path)
+    source.open()
+    with pytest.raises(InputError, match=r"none of its 1 image file\(s\) could be decoded"):
+        source.read()
+    with pytest.raises(InputError, match="not a directory"):
+        FolderSource(tmp_path / "a.txt").open()
+
+
+# -- the factory and the Pi camera ------------------------------------------------------------------
+
+def test_make_source_picks_the_source_from_config_or_spec(tmp_path):
+    config = SourceConfig(width=320, height=240, fps=5.0, frames=7, seed=4)
+    synthetic = make_source(config, realtime=False)
+    assert isinstance(synthetic, SyntheticSource) and synthetic.pace_fps is None and synthetic.frames == 7
+    assert make_source(config).pace_fps == 5.0
+    camera = make_source(config, spec="/dev/video3")
+    assert isinstance(camera, OpenCVSource) and camera.kind == "camera" and camera.live
+    assert make_source(config, spec="2").kind == "camera"
+    stream = make_source(config, spec="rtsp://192.0.2.1/live")
+    assert stream.kind == "stream" and stream.live
+    assert isinstance(make_source(config, spec=str(tmp_path)), FolderSource)
+    video = make_source(config, spec=str(tmp_path / "x.mp4"))
+    assert video.kind == "file" and not video.live
+    pi = make_source(config, spec="picamera2:1", luma_width=160)
+    assert isinstance(pi, PiCameraSource) and pi.camera == 1 and pi.luma_size == (160, 120)
+    with pytest.raises(InputError, match="source.uri"):
+        make_source(SourceConfig(kind="opencv"))
+    with pytest.raises(InputError, match="not an integer"):
+        make_source(config, spec="picamera2:front")
+
+
+def test_picamera_without_picamera2_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "picamera2", None)  # as on any machine without apt's package
+    with pytest.raises(InputError, match="python3-picamera2.*--system-site-packages"):
+        PiCameraSource(0).open()
+
+
+class _FakePicamera2:
+    """Unit-test stand-in for picamera2.Picamera2 (no Pi camera here): records the configuration and
+    returns a BGR main array and a YUV420 lores array with stride padding, as picamera2 does."""
+
+    cameras = 1
+    fail_reads = 0
+    configs: list = []
+
+    @staticmethod
+    def global_camera_info():
+        return [{"Num": i} for i in range(_FakePicamera2.cameras)]
+
+    def __init__(self, num):
+        self.num = num
+
+    def create_video_configuration(self, **kwargs):
+        return kwargs
+
+    def configure(self, config):
+        _FakePicamera2.configs.append(config)
+        self.config = config
+
+    def start(self):
+        pass
+
+    def camera_configuration(self):
+        return self.config
+
+    def capture_arrays(self, names, wait=None):
+        assert wait is not None  # a stalled camera must time out
+        if _FakePicamera2.fail_reads:
+            _FakePicamera2.fail_reads -= 1
+            raise TimeoutError("no frame")
+        w, h = self.config["main"]["size"]
+        arrays = [np.full((h, w, 3), (10, 20, 30), np.uint8)]
+        if "lores" in names:
+            lw, lh = self.config["lores"]["size"]
+            yuv = np.zeros((lh * 3 // 2, lw + 32), np.uint8)  # 32 bytes of stride padding
+            yuv[:lh, :lw] = 77
+            arrays.append(yuv)
+        return arrays, {}
+
+    def stop(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_picamera_source_against_a_fake_picamera2(monkeypatch):
+    """Unit test of picamera.py's use of the picamera2 API (the real camera cannot run here)."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "picamera2", types.SimpleNamespace(Picamera2=_FakePicamera2))
+    _FakePicamera2.configs = []
+    source = PiCameraSource(0, width=640, height=480, fps=10.0, luma_width=320)
+    source.open()
+    config = _FakePicamera2.configs[-1]
+    assert config["main"] == {"size": (640, 480), "format": "RGB888"}
+    assert config["lores"] == {"size": (320, 240), "format": "YUV420"}
+    assert config["controls"] == {"FrameDurationLimits": (100000, 100000)}
+    frame = source.read()
+    assert frame.image.shape == (480, 640, 3) and tuple(frame.image[0, 0]) == (10, 20, 30)
+    assert frame.luma.shape == (240, 320) and (frame.luma == 77).all()  # Y plane without padding
+    source.close()
+    # A read timeout and a missing camera are retried, then the source recovers.
+    _FakePicamera2.fail_reads = 2
+    with Capture(source, 4, max_frames=3, drop_oldest=False, backoff=FAST) as capture:
+        assert [f.seq for f in capture] == [1, 2, 3]
+    assert capture.stats().failures == 2 and capture.stats().reopens == 2
+    _FakePicamera2.cameras = 0
+    try:
+        with pytest.raises(SourceUnavailable, match="no such camera"):
+            PiCameraSource(0).open()
+    finally:
+        _FakePicamera2.cameras = 1

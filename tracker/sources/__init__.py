@@ -1,0 +1,71 @@
+"""Frame sources (DESIGN.md section 3) and the capture thread.
+
+    make_source(config.source, spec=args.source, realtime=True, luma_width=config.detect.detect_width)
+        -> Source   (synthetic | opencv | folder | picamera2; see each module)
+    Capture(source, config.source.queue_size, max_frames=config.source.frames)  -> frames on a thread
+
+Importing this package imports neither OpenCV's capture backends nor picamera2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tracker.errors import InputError
+from tracker.sources.base import Backoff, Capture, CaptureStats, LumaFrame, Source, SourceUnavailable
+
+__all__ = ["Backoff", "Capture", "CaptureStats", "LumaFrame", "Source", "SourceUnavailable", "make_source"]
+
+_SPEC_HELP = ("expected 'synthetic', 'picamera2[:N]', a camera index or /dev/videoN, an rtsp/http URL, "
+              "a video file or an image folder")
+
+
+def make_source(config, *, spec: str | None = None, realtime: bool = True, luma_width: int | None = None) -> Source:
+    """The source described by `config` (a `tracker.config.SourceConfig`), or by `spec` (the CLI's
+    --source text, which overrides config.kind and config.uri; size, fps, seed and frames still come
+    from `config`).
+
+    realtime: for the synthetic scene, pace frames at config.fps like a camera (True, the demo) or
+        render them as fast as they are consumed (False, tests and benchmarks).
+    luma_width: for the Pi camera, the width of the low-resolution luma stream (usually
+        config.detect.detect_width); None for none.
+    """
+    kind, uri = config.kind, config.uri
+    if spec is not None:
+        kind, uri = _parse_spec(spec)
+    if kind == "synthetic":
+        from tracker.sources.synthetic import SyntheticSource
+
+        return SyntheticSource(config.width, config.height, config.fps, config.seed,
+                               frames=config.frames, realtime=realtime)
+    if kind == "picamera2":
+        try:
+            camera = int(uri or 0)
+        except ValueError:
+            raise InputError(f"source: picamera2 camera number {uri!r} is not an integer; expected e.g. 0") from None
+        from tracker.sources.picamera import PiCameraSource
+
+        return PiCameraSource(camera, width=config.width, height=config.height, fps=config.fps, luma_width=luma_width)
+    if not uri:
+        raise InputError(f"config: key 'source.uri': empty for source kind {kind!r}; " + _SPEC_HELP)
+    if kind == "folder":
+        from tracker.sources.folder import FolderSource
+
+        return FolderSource(uri)
+    from tracker.sources.opencv_source import OpenCVSource
+
+    return OpenCVSource(uri, width=config.width, height=config.height, fps=config.fps)
+
+
+def _parse_spec(spec: str) -> tuple[str, str]:
+    """--source text -> (kind, uri)."""
+    text = spec.strip()
+    if not text:
+        raise InputError(f"--source: empty; {_SPEC_HELP}")
+    if text == "synthetic":
+        return "synthetic", ""
+    if text == "picamera2" or text.startswith("picamera2:"):
+        return "picamera2", text.partition(":")[2]
+    if Path(text).is_dir():
+        return "folder", text
+    return "opencv", text

@@ -1,0 +1,74 @@
+"""A folder of images as an offline source, in natural name order (img2 before img10).
+
+Files whose suffix is not an image type, and image files that do not decode, are skipped with one
+warning line each naming the file and the reason. A folder without any file of an image type, or
+whose image files all fail to decode, is an InputError. Each frame has its image's own size.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from tracker.errors import InputError
+from tracker.sources.base import SourceBase
+from tracker.types import Frame
+
+log = logging.getLogger("tracker.sources")
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".pgm", ".ppm", ".pnm")
+
+
+def _natural_key(path: Path) -> list:
+    return [int(part) if part.isdigit() else part.lower() for part in re.split(r"(\d+)", path.name)]
+
+
+class FolderSource(SourceBase):
+    live = False
+
+    def __init__(self, folder: str | Path) -> None:
+        super().__init__()
+        self.folder = Path(folder)
+        self.description = f"image folder {str(self.folder)!r}"
+        self._files: list[Path] = []
+        self._next = 0
+
+    def open(self) -> None:
+        if not self.folder.is_dir():
+            raise InputError(f"{self.description}: not a directory; expected a folder of images")
+        files = sorted((p for p in self.folder.iterdir() if p.is_file()), key=_natural_key)
+        self._files = []
+        for path in files:
+            if path.suffix.lower() in IMAGE_SUFFIXES:
+                self._files.append(path)
+            else:
+                log.warning("%s: skipping %r: not an image file (suffix %r; expected one of %s)",
+                            self.description, path.name, path.suffix, " ".join(IMAGE_SUFFIXES))
+        if not self._files:
+            raise InputError(f"{self.description}: no image files in it; expected files ending in "
+                             + ", ".join(IMAGE_SUFFIXES))
+        self._next = 0
+
+    def read(self) -> Frame | None:
+        while self._next < len(self._files):
+            path = self._files[self._next]
+            self._next += 1
+            try:
+                data = np.fromfile(path, dtype=np.uint8)
+            except OSError as err:
+                log.warning("%s: skipping %r: cannot read it (%s)", self.description, path.name, err.strerror)
+                continue
+            image = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
+            if image is None:
+                log.warning("%s: skipping %r: not a decodable image (corrupt, or not really %s)",
+                            self.description, path.name, path.suffix)
+                continue
+            return self._frame(image)
+        if self._seq == 0:
+            raise InputError(f"{self.description}: none of its {len(self._files)} image file(s) could be decoded; "
+                             "expected at least one readable image")
+        return None

@@ -1,0 +1,123 @@
+"""OpenCV VideoCapture sources: a camera (index or /dev/videoN), a network stream, a video file.
+
+- Camera (V4L2): live. Absent or unplugged -> SourceUnavailable, so the capture thread retries.
+  The requested width/height/fps are asked of the driver (it may pick the nearest mode it has).
+- Network stream (rtsp://, http(s)://, ...; FFmpeg): live, with open and read timeouts so a dead
+  stream fails (and is reopened) instead of blocking forever.
+- Video file (FFmpeg): offline. Missing, not a video, or undecodable -> InputError naming the file;
+  the end of the file ends the run. The first frame is decoded at open() so a corrupt file is
+  reported at once rather than as an empty run.
+`live=True` forces the live behaviour on any uri (a file then plays again after it ends).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+
+from tracker.errors import InputError
+from tracker.sources.base import SourceBase, SourceUnavailable
+from tracker.types import Frame
+
+_STREAM = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+_DEVICE = re.compile(r"^(?:\d+|/dev/video\d+)$")
+STREAM_TIMEOUT_MS = 5000
+
+
+def classify(uri: str) -> str:
+    """'camera', 'stream' or 'file' for a source uri."""
+    if _DEVICE.match(uri):
+        return "camera"
+    if _STREAM.match(uri):
+        return "stream"
+    return "file"
+
+
+class OpenCVSource(SourceBase):
+    """See module docstring. width/height/fps are requests for cameras only (None: driver default)."""
+
+    def __init__(self, uri: str, *, width: int | None = None, height: int | None = None,
+                 fps: float | None = None, live: bool | None = None) -> None:
+        super().__init__()
+        self.uri = uri
+        self.kind = classify(uri)
+        self.live = self.kind != "file" if live is None else live
+        self.request = (width, height, fps)
+        self.description = {"camera": "camera", "stream": "stream", "file": "video file"}[self.kind] + f" {uri!r}"
+        self._cap = None
+        self._first: np.ndarray | None = None  # decoded at open(), returned by the first read()
+
+    def open(self) -> None:
+        import cv2
+
+        self.close()
+        # OpenCV logs its own warning for every failed open; our error line says it better.
+        level = cv2.utils.logging.getLogLevel()
+        cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
+        try:
+            self._open(cv2)
+        finally:
+            cv2.utils.logging.setLogLevel(level)
+
+    def _open(self, cv2) -> None:
+        if self.kind == "camera":
+            device = f"/dev/video{self.uri}" if self.uri.isdigit() else self.uri
+            if not os.path.exists(device):
+                raise SourceUnavailable(f"{self.description}: {device} does not exist (camera absent or unplugged?)")
+            cap = cv2.VideoCapture(device, cv2.CAP_V4L2)
+            width, height, fps = self.request
+            if cap.isOpened():
+                if width:
+                    cap.set(cv2.CAP_PROP_FRAME_WIDTH, width)
+                if height:
+                    cap.set(cv2.CAP_PROP_FRAME_HEIGHT, height)
+                if fps:
+                    cap.set(cv2.CAP_PROP_FPS, fps)
+                cap.set(cv2.CAP_PROP_BUFFERSIZE, 1)  # newest frame, not a driver queue of stale ones
+        elif self.kind == "stream":
+            cap = cv2.VideoCapture(self.uri, cv2.CAP_FFMPEG, [
+                cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, STREAM_TIMEOUT_MS, cv2.CAP_PROP_READ_TIMEOUT_MSEC, STREAM_TIMEOUT_MS])
+        else:
+            path = Path(self.uri)
+            if not path.is_file():
+                self._fail(f"{self.description}: no such file; expected a video file, a camera (0 or /dev/video0) "
+                           "or an rtsp/http URL")
+            cap = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
+        if not cap.isOpened():
+            cap.release()
+            self._fail(f"{self.description}: OpenCV cannot open it; expected "
+                       + ("a readable V4L2 camera" if self.kind == "camera" else
+                          "a reachable stream" if self.kind == "stream" else "a video file FFmpeg can decode"))
+        ok, image = cap.read()
+        if not ok or image is None:
+            cap.release()
+            self._fail(f"{self.description}: opened but no frame could be decoded; expected "
+                       + ("a video file with at least one readable frame (corrupt or truncated?)"
+                          if self.kind == "file" else "frames from a working device"))
+        self._cap, self._first = cap, image
+
+    def read(self) -> Frame | None:
+        if self._cap is None:
+            raise SourceUnavailable(f"{self.description}: read before open")
+        if self._first is not None:
+            image, self._first = self._first, None
+            return self._frame(image)
+        ok, image = self._cap.read()
+        if not ok or image is None:
+            if self.live:
+                raise SourceUnavailable(f"{self.description}: no frame (unplugged, or the stream dropped?)")
+            return None  # end of the file
+        return self._frame(image)
+
+    def close(self) -> None:
+        if self._cap is not None:
+            self._cap.release()
+            self._cap = None
+        self._first = None
+
+    def _fail(self, message: str) -> None:
+        """A failure: worth retrying for a live source, the user's mistake for a file."""
+        raise SourceUnavailable(message) if self.live else InputError(message)

@@ -1,0 +1,316 @@
+"""A deterministic synthetic scene: real faces walking through a room, with ground truth per frame.
+
+The faces are real photographs (the chips in `scene_faces/`, see the README there), drawn with a
+soft oval edge over a procedurally drawn room (wall, floor, door, window) and a pillar in the
+foreground, plus per-frame sensor noise. The scene is a script that repeats every `CYCLE_S`
+seconds of scene time with new random choices (identities, sizes, heights, speeds) per cycle:
+
+    ~1 s   nobody
+    A      enters at the left edge, walks right and leaves (in front of the pillar)
+    B      enters at the right edge, walks left, crosses A mid-frame and occludes it (B is nearer)
+    C      enters at the left, stops for ~2 s mid-frame, walks on BEHIND the pillar and leaves
+    ~1-5 s nobody (a static scene: the motion gate must stay quiet)
+
+Everything is a pure function of (seed, frame index n, size, fps): scene time is n / fps, so the
+same seed gives identical frames and ground truth whatever the capture speed, any length is
+possible, and any frame can be rendered on its own (`render(n)`).
+
+Ground truth per frame (`ground_truth(n)`): one `GroundTruth(track_id, identity, box, visible)` per
+face with at least one visible pixel. `box` is the square where the face chip is drawn, clipped to
+the frame (the chips are tight face crops, so Haar boxes cover ~90% of it); `visible` is the
+fraction of the face's oval that is visible (not outside the frame, not behind the pillar, not
+behind a nearer face). `track_id` is unique per walk through the scene (A, B and C of each cycle);
+`identity` is the person's name (the chip folder name), the same across cycles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from tracker.errors import InputError
+from tracker.sources.base import SourceBase
+from tracker.types import Box, Frame
+
+FACES_DIR = Path(__file__).resolve().with_name("scene_faces")
+CYCLE_S = 20.0
+PILLAR_Z = 1  # actors with a smaller z walk behind the pillar
+_ACTORS_PER_CYCLE = 3
+_NOISE_PAD = 64  # the noise field is this much larger than the frame, for per-frame offsets
+
+
+@dataclass(frozen=True)
+class GroundTruth:
+    """One face in one frame of the synthetic scene (see the module docstring)."""
+
+    track_id: int
+    identity: str
+    box: Box  # full-frame pixels, clipped to the frame
+    visible: float  # in (0, 1]
+
+
+@dataclass(frozen=True)
+class _Actor:
+    track_id: int
+    identity: str
+    chip: int  # index into SyntheticScene.chips
+    size: int  # side of the drawn face square, pixels
+    z: int  # drawing order: larger is nearer the camera
+    keys: tuple[tuple[float, float, float], ...]  # (t_s, centre x, centre y), piecewise linear
+
+    def centre(self, t: float) -> tuple[float, float] | None:
+        keys = self.keys
+        if t < keys[0][0] or t > keys[-1][0]:
+            return None
+        for (t0, x0, y0), (t1, x1, y1) in zip(keys, keys[1:]):
+            if t <= t1:
+                a = 0.0 if t1 == t0 else (t - t0) / (t1 - t0)
+                return x0 + a * (x1 - x0), y0 + a * (y1 - y0)
+        return keys[-1][1], keys[-1][2]
+
+
+def load_chips(faces_dir: Path = FACES_DIR) -> tuple[list[np.ndarray], list[str]]:
+    """The face chips (BGR uint8 squares) and the identity of each, from `<faces_dir>/<name>/*.jpg`."""
+    chips, names = [], []
+    for path in sorted(faces_dir.glob("*/*.jpg")):
+        image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+        if image is None:
+            raise InputError(f"scene face {str(path)!r}: cannot be decoded; expected a JPEG face chip")
+        chips.append(image)
+        names.append(path.parent.name)
+    if len(set(names)) < _ACTORS_PER_CYCLE:
+        raise InputError(f"scene faces {str(faces_dir)!r}: {len(set(names))} identities found; "
+                         f"expected folders of .jpg chips for at least {_ACTORS_PER_CYCLE} people")
+    return chips, names
+
+
+class SyntheticScene:
+    """The scene itself: `render(n)` -> (BGR image, ground truth) for frame n (see module doc).
+
+    width, height: frame size in pixels; fps: frames per second of scene time;
+    seed: picks everything random; noise_sigma: std of the per-frame Gaussian sensor noise in grey
+    levels (0 disables it).
+    """
+
+    def __init__(self, width: int = 640, height: int = 480, fps: float = 10.0, seed: int = 0,
+                 noise_sigma: float = 2.0, faces_dir: Path = FACES_DIR) -> None:
+        if width < 64 or height < 64:
+            raise InputError(f"synthetic scene: size {width}x{height} too small; expected at least 64x64")
+        if fps <= 0:
+            raise InputError(f"synthetic scene: fps {fps} must be > 0")
+        self.width, self.height, self.fps, self.seed = width, height, float(fps), seed
+        self.noise_sigma = float(noise_sigma)
+        self.chips, self.chip_identity = load_chips(faces_dir)
+        self.identities: tuple[str, ...] = tuple(sorted(set(self.chip_identity)))
+        self.pillar = (round(0.70 * width), round(0.77 * width))  # x range, full height
+        self._background = self._draw_background()
+        noise = np.random.default_rng([seed, 0, 3]).standard_normal(
+            (height + _NOISE_PAD, width + _NOISE_PAD, 3), dtype=np.float32) * self.noise_sigma
+        noise = np.rint(noise)
+        self._noise_up = np.clip(noise, 0, 255).astype(np.uint8)  # each pixel is in one of the two
+        self._noise_down = np.clip(-noise, 0, 255).astype(np.uint8)
+        self._cycles: dict[int, tuple[_Actor, ...]] = {}
+        self._sprites: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+    # -- public --------------------------------------------------------------------------------
+
+    def render(self, n: int) -> tuple[np.ndarray, list[GroundTruth]]:
+        """Frame n: its (H, W, 3) uint8 BGR image and its ground truth."""
+        placed = self._placed(n)
+        image = self._background.copy()
+        for actor, x, y in placed:
+            if actor.z < PILLAR_Z:
+                self._draw_face(image, actor, x, y)
+        self._draw_pillar(image)
+        for actor, x, y in placed:
+            if actor.z > PILLAR_Z:
+                self._draw_face(image, actor, x, y)
+        if self.noise_sigma > 0:
+            # Sensor noise: a window of a fixed noise field at a per-frame random offset (drawing
+            # fresh Gaussian noise would cost ~20 ms a frame here, far more than the rest).
+            dy, dx = np.random.default_rng([self.seed, n, 1]).integers(0, _NOISE_PAD, 2)
+            window = (slice(dy, dy + self.height), slice(dx, dx + self.width))
+            cv2.add(image, self._noise_up[window], dst=image)  # saturating, like a sensor
+            cv2.subtract(image, self._noise_down[window], dst=image)
+        return image, self._ground_truth(placed)
+
+    def ground_truth(self, n: int) -> list[GroundTruth]:
+        """The faces visible in frame n (without rendering the image)."""
+        return self._ground_truth(self._placed(n))
+
+    # -- script ----------------------------------------------------------------------------------
+
+    def _cycle(self, c: int) -> tuple[_Actor, ...]:
+        """The three walkers of cycle c (scene time c*CYCLE_S .. (c+1)*CYCLE_S)."""
+        if c in self._cycles:
+            return self._cycles[c]
+        rng = np.random.default_rng([self.seed, c, 0])
+        W, H = self.width, self.height
+        t0 = c * CYCLE_S
+        people = rng.permutation(len(self.identities))[:_ACTORS_PER_CYCLE]
+
+        def pick(k: int, size_range: tuple[float, float]) -> tuple[str, int, int, float]:
+            name = self.identities[int(people[k])]
+            chips = [i for i, who in enumerate(self.chip_identity) if who == name]
+            size = int(round(H * rng.uniform(*size_range)))
+            return name, chips[int(rng.integers(len(chips)))], size, W * rng.uniform(0.17, 0.22)
+
+        # A: left to right, in front of the pillar.
+        name, chip, s, v = pick(0, (0.19, 0.25))
+        ta = t0 + 1.0 + rng.uniform(0.0, 0.5)
+        ya = H * rng.uniform(0.30, 0.42)
+        a_end = (ta + (W + s) / v, W + s / 2, ya + H * rng.uniform(-0.04, 0.04))
+        a = _Actor(3 * c + 1, name, chip, s, PILLAR_Z + 1, ((ta, -s / 2, ya), a_end))
+        a_mid = a.keys[0][0] + (W / 2 + s / 2) / v  # when A's centre is mid-frame
+        # B: right to left, nearer (larger, drawn over A) and crossing A mid-frame.
+        name, chip, sb, vb = pick(1, (0.24, 0.29))
+        tb_mid = a_mid + rng.uniform(-0.3, 0.3)
+        yb = float(a.centre(a_mid)[1]) + rng.uniform(-0.3, 0.3) * s
+        tb = tb_mid - (W / 2 + sb / 2) / vb
+        b = _Actor(3 * c + 2, name, chip, sb, PILLAR_Z + 2,
+                   ((tb, W + sb / 2, yb), (tb + (W + sb) / vb, -sb / 2, yb)))
+        # C: left to right behind the pillar, standing still for a while mid-frame.
+        name, chip, sc, vc = pick(2, (0.17, 0.21))
+        tc = max(a.keys[-1][0], b.keys[-1][0]) + rng.uniform(0.5, 1.0)
+        yc = H * rng.uniform(0.35, 0.50)
+        xs = W * rng.uniform(0.35, 0.45)
+        t_stop = tc + (xs + sc / 2) / vc
+        t_go = t_stop + rng.uniform(1.5, 2.5)
+        cc = _Actor(3 * c + 3, name, chip, sc, PILLAR_Z - 1,
+                    ((tc, -sc / 2, yc), (t_stop, xs, yc), (t_go, xs, yc), (t_go + (W + sc / 2 - xs) / vc, W + sc / 2, yc)))
+        actors = (a, b, cc)
+        if len(self._cycles) > 8:  # bound the cache: frames are rendered in order
+            self._cycles.clear()
+        self._cycles[c] = actors
+        return actors
+
+    def _placed(self, n: int) -> list[tuple[_Actor, int, int]]:
+        """Actors on screen in frame n with the integer top-left of their face square, by z."""
+        t = n / self.fps
+        c = int(t // CYCLE_S)
+        placed = []
+        for cycle in (c - 1, c):  # a late walker of the previous cycle may still be on screen
+            if cycle < 0:
+                continue
+            for actor in self._cycle(cycle):
+                centre = actor.centre(t)
+                if centre is None:
+                    continue
+                x, y = int(round(centre[0] - actor.size / 2)), int(round(centre[1] - actor.size / 2))
+                if x < self.width and y < self.height and x + actor.size > 0 and y + actor.size > 0:
+                    placed.append((actor, x, y))
+        placed.sort(key=lambda p: p[0].z)
+        return placed
+
+    # -- drawing -------------------------------------------------------------------------------
+
+    def _sprite(self, chip: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """The chip resized to size x size (float32 BGR) and its soft oval alpha (float32 0..1)."""
+        key = (chip, size)
+        if key not in self._sprites:
+            if len(self._sprites) > 32:
+                self._sprites.clear()
+            face = cv2.resize(self.chips[chip], (size, size), interpolation=cv2.INTER_AREA).astype(np.float32)
+            yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) + 0.5
+            # An oval just inside the square, feathered over ~6% of the size: the face keeps its
+            # cheeks and chin (which the Haar cascade needs), the corners show the room.
+            r = np.hypot((xx - size / 2) / (0.50 * size), (yy - size * 0.52) / (0.56 * size))
+            alpha = np.clip((1.0 - r) / 0.06, 0.0, 1.0).astype(np.float32)
+            self._sprites[key] = (face, alpha)
+        return self._sprites[key]
+
+    def _draw_face(self, image: np.ndarray, actor: _Actor, x: int, y: int) -> None:
+        face, alpha = self._sprite(actor.chip, actor.size)
+        H, W = image.shape[:2]
+        x0, y0, x1, y1 = max(x, 0), max(y, 0), min(x + actor.size, W), min(y + actor.size, H)
+        f = face[y0 - y:y1 - y, x0 - x:x1 - x]
+        a = alpha[y0 - y:y1 - y, x0 - x:x1 - x, None]
+        roi = image[y0:y1, x0:x1]
+        roi[...] = (roi * (1.0 - a) + f * a + 0.5).astype(np.uint8)
+
+    def _draw_pillar(self, image: np.ndarray) -> None:
+        x0, x1 = self.pillar
+        image[:, x0:x1] = (70, 88, 96)
+        image[:, x0 + (x1 - x0) // 4:x0 + (x1 - x0) // 3] = (96, 116, 126)  # a highlight edge
+
+    def _draw_background(self) -> np.ndarray:
+        """A plain room, drawn once: wall gradient, floor, door, window, a little texture."""
+        W, H = self.width, self.height
+        rng = np.random.default_rng([self.seed, 0, 2])
+        ramp = np.linspace(0.0, 1.0, H, dtype=np.float32)[:, None, None]
+        wall = np.array([178, 190, 200], np.float32) * (1 - ramp) + np.array([150, 160, 172], np.float32) * ramp
+        image = np.broadcast_to(wall, (H, W, 3)).copy()
+        floor_y = round(0.78 * H)
+        image[floor_y:] = (80, 100, 125)
+        image[floor_y:floor_y + max(2, H // 120)] = (60, 70, 85)  # skirting board
+        dx0, dx1, dy0 = round(0.06 * W), round(0.22 * W), round(0.14 * H)
+        image[dy0:floor_y, dx0:dx1] = (90, 110, 135)  # door
+        image[dy0:floor_y, dx0:dx0 + 4] = image[dy0:dy0 + 4, dx0:dx1] = (60, 70, 85)
+        image[dy0:floor_y, dx1 - 4:dx1] = (60, 70, 85)
+        wx0, wx1, wy0, wy1 = round(0.82 * W), round(0.96 * W), round(0.10 * H), round(0.42 * H)
+        image[wy0:wy1, wx0:wx1] = (235, 215, 190)  # window (sky)
+        image[wy0:wy1, (wx0 + wx1) // 2 - 2:(wx0 + wx1) // 2 + 2] = (200, 200, 200)
+        image[(wy0 + wy1) // 2 - 2:(wy0 + wy1) // 2 + 2, wx0:wx1] = (200, 200, 200)
+        texture = cv2.GaussianBlur(rng.standard_normal((H, W), dtype=np.float32) * 6.0, (0, 0), 2.0)
+        image += texture[:, :, None]
+        return np.clip(image + 0.5, 0, 255).astype(np.uint8)
+
+    # -- ground truth ----------------------------------------------------------------------------
+
+    def _ground_truth(self, placed: list[tuple[_Actor, int, int]]) -> list[GroundTruth]:
+        W, H = self.width, self.height
+        result = []
+        for i, (actor, x, y) in enumerate(placed):
+            s = actor.size
+            mask = self._sprite(actor.chip, s)[1] > 0.5
+            total = int(mask.sum())
+            shown = np.zeros((s, s), bool)
+            x0, y0, x1, y1 = max(x, 0), max(y, 0), min(x + s, W), min(y + s, H)
+            shown[y0 - y:y1 - y, x0 - x:x1 - x] = mask[y0 - y:y1 - y, x0 - x:x1 - x]
+            if actor.z < PILLAR_Z:
+                px0, px1 = self.pillar
+                shown[:, max(px0 - x, 0):max(px1 - x, 0)] = False
+            for nearer, nx, ny in placed[i + 1:]:  # sorted by z: later ones are nearer
+                if nearer.z <= actor.z:
+                    continue
+                other = self._sprite(nearer.chip, nearer.size)[1] > 0.5
+                ox0, oy0 = max(nx - x, 0), max(ny - y, 0)
+                ox1, oy1 = min(nx + nearer.size - x, s), min(ny + nearer.size - y, s)
+                if ox0 < ox1 and oy0 < oy1:
+                    shown[oy0:oy1, ox0:ox1] &= ~other[oy0 + y - ny:oy1 + y - ny, ox0 + x - nx:ox1 + x - nx]
+            visible = int(shown.sum()) / total
+            if visible > 0:
+                result.append(GroundTruth(actor.track_id, actor.identity,
+                                          Box(float(x0), float(y0), float(x1 - x0), float(y1 - y0)), visible))
+        return result
+
+
+class SyntheticSource(SourceBase):
+    """The synthetic scene as a Source: frame `seq` is scene frame `seq`.
+
+    frames: length of the run (None: endless). realtime: release frames at `fps` like a camera
+    (the demo; the capture queue then drops the oldest when the consumer is slow) or as fast as they
+    are rendered (tests and benchmarks; the queue then waits, so every frame is processed).
+    `ground_truth(seq)` gives the faces in frame `seq`.
+    """
+
+    def __init__(self, width: int = 640, height: int = 480, fps: float = 10.0, seed: int = 0, *,
+                 frames: int | None = None, realtime: bool = True, noise_sigma: float = 2.0) -> None:
+        super().__init__()
+        self.scene = SyntheticScene(width, height, fps, seed, noise_sigma)
+        self.frames = frames
+        self.live = False  # it never fails, so there is nothing to reopen
+        self.pace_fps = self.scene.fps if realtime else None
+        self.description = f"synthetic scene {width}x{height} @ {self.scene.fps:g} fps (seed {seed})"
+
+    def read(self) -> Frame | None:
+        if self.frames is not None and self._seq >= self.frames:
+            return None
+        image, _ = self.scene.render(self._seq)
+        return self._frame(image)
+
+    def ground_truth(self, seq: int) -> list[GroundTruth]:
+        return self.scene.ground_truth(seq)
