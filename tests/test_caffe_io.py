@@ -173,7 +173,7 @@ def test_hand_written_v1_prototxt_with_legacy_params(tmp_path):
                  include { phase: TEST } }
     """)
     net = load_net(path, None)
-    assert net.inputs == {"data": (1, 3, 10, 10)}
+    assert net.name == "old" and net.inputs == {"data": (1, 3, 10, 10)}
     assert [(l.name, l.type) for l in net.layers] == [
         ("conv", "Convolution"), ("relu", "ReLU"), ("pool", "Pooling"),
         ("ip", "InnerProduct"), ("prob", "Softmax")]
@@ -529,3 +529,23 @@ def test_bad_input_is_one_line_and_exit_2_from_the_command_line(tmp_path):
     assert result.stderr.strip().count("\n") == 0
     assert "prototxt not found" in result.stderr and "missing.prototxt" in result.stderr
     assert "Traceback" not in result.stderr and not out.exists()
+
+
+def test_v1_writes_non_4d_inputs_as_input_shape(tmp_path):
+    proto = tmp_path / "vec.prototxt"
+    proto.write_text('layer { name: "x" type: "Input" top: "x" input_param { shape { dim: 2 '
+                     'dim: 3 } } }\n'
+                     'layer { name: "ip" type: "InnerProduct" bottom: "x" top: "y" '
+                     'param { name: "shared_w" lr_mult: 1 } param { lr_mult: 2 } '
+                     'inner_product_param { num_output: 4 } }\n')
+    net = load_net(proto, None)
+    v1 = tmp_path / "vec_v1.prototxt"
+    write_prototxt(v1, net, v1=True)
+    raw = read_prototxt(v1, upgrade=False)
+    assert list(raw.input) == ["x"] and len(raw.input_dim) == 0
+    assert list(raw.input_shape[0].dim) == [2, 3]
+    assert list(raw.layers[0].param) == ["shared_w", ""]  # names stay aligned with the blobs
+    back = load_net(v1, None)
+    assert back.inputs == {"x": (2, 3)}
+    assert [p.name for p in back.layers[0].param.param] == ["shared_w", ""]
+    assert caffe_io.infer_shapes(back) == {"x": (2, 3), "y": (2, 4)}

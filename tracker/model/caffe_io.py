@@ -167,10 +167,13 @@ def upgrade_v1_layer(v1, source: Path | str = "<net>"):
     (legacy num/channels/height/width are resolved against the expected shape at load time, as
     Caffe's ShapeEquals does).
     """
+    if not v1.HasField("type"):
+        raise ModelError(f"{source}: V1 layer {v1.name!r} has no type (the V0 syntax of 2013, "
+                         f"a `layer` inside `layers`, is not supported)")
     layer = caffe_pb.LayerParameter()
     for field, value in v1.ListFields():
         name = field.name
-        if name in ("name",):
+        if name == "name":
             layer.name = value
         elif name in ("bottom", "top", "loss_weight"):
             getattr(layer, name).extend(value)
@@ -180,7 +183,7 @@ def upgrade_v1_layer(v1, source: Path | str = "<net>"):
         elif name == "type":
             enum_name = _V1_ENUM.values_by_number[value].name
             if enum_name not in V1_TYPE_NAMES:  # NONE
-                raise ModelError(f"{source}: V1 layer {v1.name!r} has no type")
+                raise ModelError(f"{source}: V1 layer {v1.name!r} has type NONE")
             layer.type = V1_TYPE_NAMES[enum_name]
         elif name.endswith("_param"):
             getattr(layer, name).CopyFrom(value)
@@ -208,9 +211,14 @@ def upgrade_net(net, source: Path | str = "<net>"):
     if len(net.layer):
         raise ModelError(f"{source}: mixes current `layer` and V1 `layers` entries; expected one "
                          f"syntax")
-    upgraded = caffe_pb.NetParameter()
-    upgraded.CopyFrom(net)
-    upgraded.ClearField("layers")
+    # Every NetParameter field but the V1 layers, so their blobs are copied only once.
+    upgraded = caffe_pb.NetParameter(input=net.input, input_dim=net.input_dim,
+                                     input_shape=net.input_shape)
+    for name in ("name", "force_backward", "debug_info"):
+        if net.HasField(name):
+            setattr(upgraded, name, getattr(net, name))
+    if net.HasField("state"):
+        upgraded.state.CopyFrom(net.state)
     for v1 in net.layers:
         upgraded.layer.add().CopyFrom(upgrade_v1_layer(v1, source))
     return upgraded
@@ -230,23 +238,28 @@ def _v1_type_number(layer_type: str, layer_name: str) -> int:
 def downgrade_to_v1(net):
     """A current-syntax NetParameter in the legacy V1 form (for old tools and round-trip tests).
 
-    Input layers become net-level `input` + `input_dim` (V1 has no Input type); blobs are stored
+    Input layers become net-level `input` with `input_dim` (4 per input, when every input is
+    4-D, as V1-era nets wrote them) or else `input_shape` (V1 has no Input type); blobs are stored
     with num/channels/height/width (shapes of up to 4 axes, left-padded with 1s as Caffe's
     LegacyShape does); ParamSpecs become blobs_lr/weight_decay/param/blob_share_mode.
     """
     v1net = caffe_pb.NetParameter(name=net.name)
-    v1net.input.extend(net.input)
-    v1net.input_dim.extend(net.input_dim)
-    for shape in net.input_shape:
-        v1net.input_dim.extend(_legacy_dims(tuple(shape.dim), "input"))
+    if net.HasField("state"):
+        v1net.state.CopyFrom(net.state)
+    inputs = dict(_net_inputs(net, "<net>"))
+    for layer in net.layer:
+        if layer.type == "Input":
+            inputs.update(_input_layer_shapes(layer, "<net>"))
+    v1net.input.extend(inputs)
+    if all(len(shape) == 4 for shape in inputs.values()):
+        for shape in inputs.values():
+            v1net.input_dim.extend(shape)
+    else:
+        for shape in inputs.values():
+            v1net.input_shape.add(dim=shape)
     v1_fields = caffe_pb.V1LayerParameter.DESCRIPTOR.fields_by_name
     for layer in net.layer:
         if layer.type == "Input":
-            shapes = list(layer.input_param.shape)
-            for i, top in enumerate(layer.top):
-                shape = shapes[i] if len(shapes) > 1 else shapes[0]
-                v1net.input.append(top)
-                v1net.input_dim.extend(_legacy_dims(tuple(shape.dim), layer.name))
             continue
         v1 = v1net.layers.add(name=layer.name, type=_v1_type_number(layer.type, layer.name))
         v1.bottom.extend(layer.bottom)
@@ -256,11 +269,14 @@ def downgrade_to_v1(net):
             v1.include.add().CopyFrom(rule)
         for rule in layer.exclude:
             v1.exclude.add().CopyFrom(rule)
-        for spec in layer.param:
-            v1.blobs_lr.append(spec.lr_mult)
-            v1.weight_decay.append(spec.decay_mult)
-            if spec.name:
-                v1.param.append(spec.name)
+        specs = list(layer.param)
+        v1.blobs_lr.extend(spec.lr_mult for spec in specs)
+        v1.weight_decay.extend(spec.decay_mult for spec in specs)
+        # The V1 lists are matched by index, so write all names/modes or none.
+        if any(spec.name for spec in specs):
+            v1.param.extend(spec.name for spec in specs)
+        if any(spec.HasField("share_mode") for spec in specs):
+            v1.blob_share_mode.extend(spec.share_mode for spec in specs)
         for blob in layer.blobs:
             legacy = v1.blobs.add()
             dims = _legacy_dims(_blob_shape(blob), layer.name)
@@ -311,7 +327,10 @@ def to_net_parameter(netdef: NetDef, *, with_blobs: bool = True):
 
 
 def _as_message(net, with_blobs: bool):
-    return to_net_parameter(net, with_blobs=with_blobs) if isinstance(net, NetDef) else net
+    """A current-syntax NetParameter for a NetDef or a (possibly V1) NetParameter."""
+    if isinstance(net, NetDef):
+        return to_net_parameter(net, with_blobs=with_blobs)
+    return upgrade_net(net)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -321,6 +340,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; a model file is meant to be shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -414,7 +434,7 @@ def _in_test_phase(layer, net, source: Path) -> bool:
     return not any(_state_meets_rule(r, level, stages) for r in layer.exclude)
 
 
-def _net_inputs(net, source: Path) -> dict[str, tuple[int, ...]]:
+def _net_inputs(net, source: Path | str) -> dict[str, tuple[int, ...]]:
     """Inputs given at net level: `input` with `input_shape` or 4 `input_dim` each."""
     names = list(net.input)
     if not names:
@@ -433,7 +453,7 @@ def _net_inputs(net, source: Path) -> dict[str, tuple[int, ...]]:
     return {n: tuple(dims[4 * i:4 * i + 4]) for i, n in enumerate(names)}
 
 
-def _input_layer_shapes(layer, source: Path) -> dict[str, tuple[int, ...]]:
+def _input_layer_shapes(layer, source: Path | str) -> dict[str, tuple[int, ...]]:
     shapes = list(layer.input_param.shape)
     if len(shapes) not in (1, len(layer.top)) or not len(layer.top):
         raise ModelError(f"prototxt {source}: Input layer {layer.name!r} has {len(layer.top)} "
