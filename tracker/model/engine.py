@@ -371,6 +371,17 @@ class Net:
         by_name = dict(zip((layer.name for layer in self._netdef.layers), S.infer_layer_shapes(self._netdef, batch)))
         return [by_name[step.op.name] for step in self._steps]
 
+    def chunk_size(self, n: int) -> int:
+        """"dl": images per chunk for a batch of n (each worker runs chunks of its share)."""
+        workers, _ = self._thread_plan(n)
+        return self._chunk_size(round(n / workers), workers)
+
+    @property
+    def workspace_nbytes(self) -> int:
+        """"dl": bytes of workspace allocated so far (all workers); bounded by workspace_bytes
+        unless a single image needs more."""
+        return sum(ws.nbytes for ws in self._workspaces.values())
+
     def _chunk_size(self, n: int, workers: int) -> int:
         """Images per chunk: as many as fit one worker's share of the workspace (at least 1)."""
         if self._batch_coupled:
@@ -441,7 +452,7 @@ class Net:
         # Split the images evenly between the workers; each runs its share chunk by chunk
         # through its own part of the workspace.
         bounds = [round(i * n / workers) for i in range(workers + 1)]
-        chunk = self._chunk_size(bounds[1] - bounds[0], workers)
+        chunk = self.chunk_size(n)
         jobs = []
         for w in range(workers):
             for s in range(bounds[w], bounds[w + 1], chunk):

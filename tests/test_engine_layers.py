@@ -1,0 +1,680 @@
+"""The Caffe engine, layer by layer, against three independent answers:
+
+1. a float64 reference written here from Caffe's layer definitions with plain loops and einsum
+   (no engine code: no im2col, no strided windows, no shared helpers);
+2. OpenCV 4.x's Caffe importer (`cv2.dnn.readNetFromCaffe`) reading the same prototxt and a
+   caffemodel written by the project's caffe-io writer;
+3. the shared test data: OpenCV's layer-test prototxts with their reference outputs, and a LeNet
+   trained with BVLC Caffe with reference probabilities and per-layer blobs.
+
+Every case runs in both engine modes ("caffe" and "dl"), float32 and float64, and the shapes are
+chosen so that sloppy code fails: non-square inputs, windows that do not tile the input (Caffe's
+ceil rounding, AVE windows clipped by the padded border), batch 1 and batches larger than one
+"dl" workspace chunk.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import cv2
+import numpy as np
+import pytest
+
+from tracker.errors import InputError, ModelError
+from tracker.model.caffe_io import LayerDef, NetDef, load_net, write_caffemodel
+from tracker.model.engine import Net
+from tracker.model.shapes import infer_layer_shapes
+
+MODES = ("caffe", "dl")
+
+
+# ------------------------------------------------------------------------------------------
+# Building small nets as real files
+# ------------------------------------------------------------------------------------------
+
+
+def build_net(tmp_path: Path, name: str, body: str, input_shape: tuple[int, ...], seed: int = 0):
+    """Write `<name>.prototxt` (input "data" of `input_shape` + `body`) and a caffemodel with
+    random weights written by the caffe-io writer; return (prototxt, caffemodel, NetDef loaded
+    back from both files)."""
+    dims = " ".join(f"dim: {d}" for d in input_shape)
+    proto = tmp_path / f"{name}.prototxt"
+    proto.write_text(f'name: "{name}"\ninput: "data"\ninput_shape {{ {dims} }}\n{body}\n')
+    structure = load_net(proto, None)
+    rng = np.random.default_rng(seed)
+    layers = []
+    for layer, ls in zip(structure.layers, infer_layer_shapes(structure)):
+        if layer.type == "BatchNorm":
+            c = ls.params[0][0]
+            factor = 2.5
+            blobs = (rng.normal(0, 1, c) * factor, rng.uniform(0.2, 2.0, c) * factor, np.array([factor]))
+        else:
+            blobs = tuple(rng.normal(0, 0.5, shape) for shape in ls.params)
+        blobs = tuple(np.asarray(b, np.float32) for b in blobs)
+        layers.append(LayerDef(layer.name, layer.type, layer.bottoms, layer.tops, layer.param, blobs))
+    model = tmp_path / f"{name}.caffemodel"
+    write_caffemodel(model, NetDef(structure.name, structure.inputs, layers))
+    return proto, model, load_net(proto, model)
+
+
+def weights(netdef: NetDef, layer: str) -> list[np.ndarray]:
+    """A layer's parameter blobs as float64 (what the reference computes with)."""
+    (ld,) = [ld for ld in netdef.layers if ld.name == layer]
+    return [np.asarray(b, np.float64) for b in ld.blobs]
+
+
+def opencv_forward(proto: Path, model: Path, x: np.ndarray, layer: str) -> np.ndarray:
+    net = cv2.dnn.readNetFromCaffe(str(proto), str(model))
+    net.enableWinograd(False)  # plain convolution arithmetic, no Winograd rounding
+    net.setInput(x.astype(np.float32), "data")
+    return net.forward(layer)
+
+
+# ------------------------------------------------------------------------------------------
+# Float64 reference layers, written from Caffe's definitions
+# ------------------------------------------------------------------------------------------
+
+
+def ref_conv(x, w, b, stride=(1, 1), pad=(0, 0), dilation=(1, 1), group=1):
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    xp = np.zeros((n, c, h + 2 * pad[0], wd + 2 * pad[1]))
+    xp[:, :, pad[0] : pad[0] + h, pad[1] : pad[1] + wd] = x
+    oh = (h + 2 * pad[0] - (dilation[0] * (kh - 1) + 1)) // stride[0] + 1
+    ow = (wd + 2 * pad[1] - (dilation[1] * (kw - 1) + 1)) // stride[1] + 1
+    og = o // group
+    out = np.zeros((n, o, oh, ow))
+    for g in range(group):
+        for y in range(oh):
+            for xx in range(ow):
+                ys = [y * stride[0] + i * dilation[0] for i in range(kh)]
+                xs = [xx * stride[1] + j * dilation[1] for j in range(kw)]
+                patch = xp[:, g * cg : (g + 1) * cg][:, :, ys][:, :, :, xs]  # (n, cg, kh, kw)
+                out[:, g * og : (g + 1) * og, y, xx] = np.einsum("nckl,ockl->no", patch, w[g * og : (g + 1) * og])
+    if b is not None:
+        out += b.reshape(1, o, 1, 1)
+    return out
+
+
+def ref_pool(x, method, kernel, stride, pad=(0, 0), ceil=True):
+    """Caffe's PoolingLayer::Forward_cpu, cell by cell."""
+    n, c, h, w = x.shape
+    sizes = []
+    for size, k, s, p in zip((h, w), kernel, stride, pad):
+        o = (math.ceil if ceil else math.floor)((size + 2 * p - k) / s) + 1
+        if (pad[0] or pad[1]) and (o - 1) * s >= size + p:
+            o -= 1
+        sizes.append(o)
+    out = np.zeros((n, c, *sizes))
+    for py in range(sizes[0]):
+        for px in range(sizes[1]):
+            hs, ws = py * stride[0] - pad[0], px * stride[1] - pad[1]
+            he, we = min(hs + kernel[0], h + pad[0]), min(ws + kernel[1], w + pad[1])
+            area = (he - hs) * (we - ws)
+            hs, ws, he, we = max(hs, 0), max(ws, 0), min(he, h), min(we, w)
+            window = x[:, :, hs:he, ws:we]
+            if method == "MAX":
+                out[:, :, py, px] = window.max(axis=(2, 3))
+            else:
+                out[:, :, py, px] = window.sum(axis=(2, 3)) / area
+    return out
+
+
+def ref_softmax(x, axis):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def ref_lrn_across(x, size, alpha, beta, k):
+    n, c = x.shape[:2]
+    out = np.empty_like(x)
+    half = (size - 1) // 2
+    for ch in range(c):
+        lo, hi = max(0, ch - half), min(c, ch + half + 1)
+        s = (x[:, lo:hi] ** 2).sum(axis=1)
+        out[:, ch] = x[:, ch] / (k + alpha / size * s) ** beta
+    return out
+
+
+def ref_lrn_within(x, size, alpha, beta):
+    """Caffe: x * (1 + alpha/size^2 * sum of x^2 over the size x size window) ** -beta."""
+    h, w = x.shape[2:]
+    half = (size - 1) // 2
+    out = np.empty_like(x)
+    for y in range(h):
+        for xx in range(w):
+            win = x[:, :, max(0, y - half) : y + half + 1, max(0, xx - half) : xx + half + 1]
+            s = (win**2).sum(axis=(2, 3))
+            out[:, :, y, xx] = x[:, :, y, xx] * (1 + alpha / size**2 * s) ** -beta
+    return out
+
+
+def ref_ip(x, w, b, axis=1, transpose=False):
+    lead = x.shape[:axis]
+    x2 = x.reshape(int(np.prod(lead)), -1)
+    wt = w if transpose else w.T
+    out = np.einsum("mk,kn->mn", x2, wt)
+    if b is not None:
+        out = out + b
+    return out.reshape(*lead, -1)
+
+
+def ref_batchnorm(x, mean, var, factor, eps):
+    f = 0.0 if factor[0] == 0 else 1.0 / factor[0]
+    out = np.empty_like(x)
+    for ch in range(x.shape[1]):
+        out[:, ch] = (x[:, ch] - mean[ch] * f) / np.sqrt(var[ch] * f + eps)
+    return out
+
+
+def f32(v: float) -> float:
+    """A prototxt float as Caffe holds it (the proto fields are float32)."""
+    return float(np.float32(v))
+
+
+def relu(x, slope=0.0):
+    return np.where(x > 0, x, x * slope)
+
+
+# ------------------------------------------------------------------------------------------
+# The cases: prototxt body, input shape, reference, and whether OpenCV implements it as Caffe
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    id: str
+    body: str
+    shape: tuple[int, ...]
+    ref: Callable[[np.ndarray, NetDef], np.ndarray]
+    out: str = "out"
+    opencv: bool = True  # False where OpenCV's importer knowingly departs from Caffe (see note)
+    note: str = ""
+
+
+def conv_case(id, param, shape, **kw):
+    body = f'layer {{ name: "out" type: "Convolution" bottom: "data" top: "out" convolution_param {{ {param} }} }}'
+    def ref(x, nd):
+        ws = weights(nd, "out")
+        return ref_conv(x, ws[0], ws[1] if len(ws) > 1 else None, **kw)
+    return Case(id, body, shape, ref)
+
+
+def pool_case(id, param, shape, method, kernel, stride, pad=(0, 0)):
+    body = f'layer {{ name: "out" type: "Pooling" bottom: "data" top: "out" pooling_param {{ pool: {method} {param} }} }}'
+    return Case(id, body, shape, lambda x, nd: ref_pool(x, method, kernel, stride, pad))
+
+
+def single(type_, param=""):
+    return f'layer {{ name: "out" type: "{type_}" bottom: "data" top: "out" {param} }}'
+
+
+CASES = [
+    conv_case("conv-3x3-pad", "num_output: 5 kernel_size: 3 pad: 1", (2, 3, 9, 7), pad=(1, 1)),
+    conv_case(
+        "conv-kernel-hw-stride-pad-nobias",
+        "num_output: 4 kernel_h: 3 kernel_w: 2 stride_h: 2 stride_w: 3 pad_h: 1 pad_w: 2 bias_term: false",
+        (2, 3, 11, 13),
+        stride=(2, 3),
+        pad=(1, 2),
+    ),
+    conv_case(
+        "conv-group-dilation",
+        "num_output: 6 kernel_size: 3 group: 3 dilation: 2 pad: 2 stride: 2",
+        (1, 6, 10, 9),
+        stride=(2, 2),
+        pad=(2, 2),
+        dilation=(2, 2),
+        group=3,
+    ),
+    conv_case("conv-1x1", "num_output: 3 kernel_size: 1", (3, 4, 5, 6)),
+    conv_case(
+        "conv-repeated-per-axis",
+        "num_output: 2 kernel_size: 3 kernel_size: 2 stride: 1 stride: 2 pad: 0 pad: 1 dilation: 1 dilation: 2",
+        (2, 2, 8, 9),
+        stride=(1, 2),
+        pad=(0, 1),
+        dilation=(1, 2),
+    ),
+    pool_case("pool-max-ceil", "kernel_size: 3 stride: 2", (2, 3, 10, 9), "MAX", (3, 3), (2, 2)),
+    pool_case("pool-ave-ceil-pad", "kernel_size: 3 stride: 2 pad: 1", (2, 3, 10, 7), "AVE", (3, 3), (2, 2), (1, 1)),
+    pool_case("pool-max-ceil-pad", "kernel_size: 3 stride: 2 pad: 1", (2, 3, 10, 7), "MAX", (3, 3), (2, 2), (1, 1)),
+    pool_case(
+        "pool-ave-hw",
+        "kernel_h: 2 kernel_w: 3 stride_h: 2 stride_w: 1 pad_h: 1 pad_w: 0",
+        (1, 2, 7, 8),
+        "AVE",
+        (2, 3),
+        (2, 1),
+        (1, 0),
+    ),
+    pool_case("pool-max-2x2-tiles", "kernel_size: 2 stride: 2", (2, 3, 8, 6), "MAX", (2, 2), (2, 2)),
+    Case(
+        "pool-ave-floor",
+        single("Pooling", "pooling_param { pool: AVE kernel_size: 3 stride: 2 round_mode: FLOOR }"),
+        (1, 2, 10, 9),
+        lambda x, nd: ref_pool(x, "AVE", (3, 3), (2, 2), ceil=False),
+        opencv=False,
+        note="OpenCV 4.x's importer fails on BVLC's round_mode field",
+    ),
+    pool_case("pool-global-ave", "global_pooling: true", (2, 3, 5, 7), "AVE", (5, 7), (1, 1)),
+    pool_case("pool-global-max", "global_pooling: true", (2, 3, 5, 7), "MAX", (5, 7), (1, 1)),
+    Case("relu", single("ReLU"), (2, 3, 4, 5), lambda x, nd: relu(x)),
+    Case("relu-leaky", single("ReLU", "relu_param { negative_slope: 0.1 }"), (2, 3, 4, 5), lambda x, nd: relu(x, f32(0.1))),
+    Case("sigmoid", single("Sigmoid"), (2, 3, 4, 5), lambda x, nd: 1 / (1 + np.exp(-x))),
+    Case("tanh", single("TanH"), (2, 3, 4, 5), lambda x, nd: np.tanh(x)),
+    Case("dropout", single("Dropout", "dropout_param { dropout_ratio: 0.3 }"), (2, 3, 4, 5), lambda x, nd: x),
+    Case(
+        "innerproduct",
+        single("InnerProduct", "inner_product_param { num_output: 7 }"),
+        (3, 2, 3, 4),
+        lambda x, nd: ref_ip(x, *weights(nd, "out")),
+    ),
+    Case(
+        "innerproduct-axis2-nobias",
+        single("InnerProduct", "inner_product_param { num_output: 4 axis: 2 bias_term: false }"),
+        (2, 3, 4, 5),
+        lambda x, nd: ref_ip(x, weights(nd, "out")[0], None, axis=2),
+    ),
+    Case(
+        "innerproduct-transpose",
+        single("InnerProduct", "inner_product_param { num_output: 6 transpose: true }"),
+        (2, 3, 2, 2),
+        lambda x, nd: ref_ip(x, *weights(nd, "out"), transpose=True),
+        opencv=False,
+        note="OpenCV's importer ignores transpose and reads the (K, N) weights as (N, K)",
+    ),
+    Case("softmax", single("Softmax"), (2, 5, 3, 4), lambda x, nd: ref_softmax(x, 1)),
+    Case("softmax-axis-last", single("Softmax", "softmax_param { axis: -1 }"), (2, 3, 4, 6), lambda x, nd: ref_softmax(x, 3)),
+    Case(
+        "lrn-across",
+        single("LRN", "lrn_param { local_size: 5 alpha: 1.1 beta: 0.75 k: 2 }"),
+        (2, 7, 4, 5),
+        lambda x, nd: ref_lrn_across(x, 5, f32(1.1), 0.75, 2.0),
+        opencv=False,
+        note="OpenCV's importer ignores lrn_param.k (it reads a 'bias' parameter, default 1)",
+    ),
+    Case(
+        "lrn-across-3",
+        single("LRN", "lrn_param { local_size: 3 alpha: 0.5 beta: 0.6 }"),
+        (1, 4, 3, 5),
+        lambda x, nd: ref_lrn_across(x, 3, 0.5, f32(0.6), 1.0),
+    ),
+    Case(
+        "lrn-within",
+        single("LRN", "lrn_param { norm_region: WITHIN_CHANNEL local_size: 3 alpha: 0.9 beta: 0.6 }"),
+        (2, 3, 6, 7),
+        lambda x, nd: ref_lrn_within(x, 3, f32(0.9), f32(0.6)),
+    ),
+    Case(
+        "lrn-within-k-ignored",
+        single("LRN", "lrn_param { norm_region: WITHIN_CHANNEL local_size: 5 alpha: 2.0 beta: 0.75 k: 3 }"),
+        (1, 2, 6, 8),
+        lambda x, nd: ref_lrn_within(x, 5, 2.0, 0.75),  # Caffe's Power layer uses shift 1, not k
+    ),
+    Case(
+        "flatten",
+        single("Flatten"),
+        (2, 3, 4, 5),
+        lambda x, nd: x.reshape(2, -1),
+    ),
+    Case(
+        "flatten-axis-range",
+        single("Flatten", "flatten_param { axis: 1 end_axis: 2 }"),
+        (2, 3, 4, 5),
+        lambda x, nd: x.reshape(2, 12, 5),
+    ),
+    Case(
+        "concat-channels",
+        'layer { name: "r" type: "ReLU" bottom: "data" top: "r" }\n'
+        'layer { name: "t" type: "TanH" bottom: "data" top: "t" }\n'
+        'layer { name: "out" type: "Concat" bottom: "data" bottom: "r" bottom: "t" top: "out" }',
+        (2, 3, 4, 5),
+        lambda x, nd: np.concatenate([x, relu(x), np.tanh(x)], axis=1),
+    ),
+    Case(
+        "concat-axis2",
+        'layer { name: "r" type: "ReLU" bottom: "data" top: "r" }\n'
+        'layer { name: "out" type: "Concat" bottom: "data" bottom: "r" top: "out" concat_param { axis: 2 } }',
+        (2, 3, 4, 5),
+        lambda x, nd: np.concatenate([x, relu(x)], axis=2),
+    ),
+    Case(
+        "eltwise-sum-coeff",
+        'layer { name: "r" type: "ReLU" bottom: "data" top: "r" }\n'
+        'layer { name: "out" type: "Eltwise" bottom: "data" bottom: "r" top: "out" eltwise_param { operation: SUM coeff: 2 coeff: -0.5 } }',
+        (2, 3, 4, 5),
+        lambda x, nd: 2 * x - 0.5 * relu(x),
+    ),
+    Case(
+        "eltwise-prod",
+        'layer { name: "s" type: "Sigmoid" bottom: "data" top: "s" }\n'
+        'layer { name: "t" type: "TanH" bottom: "data" top: "t" }\n'
+        'layer { name: "out" type: "Eltwise" bottom: "data" bottom: "s" bottom: "t" top: "out" eltwise_param { operation: PROD } }',
+        (2, 3, 4, 5),
+        lambda x, nd: x * (1 / (1 + np.exp(-x))) * np.tanh(x),
+    ),
+    Case(
+        "eltwise-max",
+        'layer { name: "s" type: "Sigmoid" bottom: "data" top: "s" }\n'
+        'layer { name: "t" type: "TanH" bottom: "data" top: "t" }\n'
+        'layer { name: "out" type: "Eltwise" bottom: "data" bottom: "s" bottom: "t" top: "out" eltwise_param { operation: MAX } }',
+        (2, 3, 4, 5),
+        lambda x, nd: np.maximum(np.maximum(x, 1 / (1 + np.exp(-x))), np.tanh(x)),
+    ),
+    Case(
+        "batchnorm",
+        single("BatchNorm", "batch_norm_param { eps: 0.001 }"),
+        (2, 4, 3, 5),
+        lambda x, nd: ref_batchnorm(x, *weights(nd, "out"), f32(1e-3)),
+    ),
+    Case(
+        "batchnorm-batch-stats",
+        single("BatchNorm", "batch_norm_param { use_global_stats: false }"),
+        (1, 4, 3, 5),
+        lambda x, nd: (x - x.mean(axis=(0, 2, 3), keepdims=True)) / np.sqrt(x.var(axis=(0, 2, 3), keepdims=True) + f32(1e-5)),
+    ),
+    Case(
+        "batchnorm-batch-stats-n3",
+        single("BatchNorm", "batch_norm_param { use_global_stats: false }"),
+        (3, 4, 3, 5),
+        lambda x, nd: (x - x.mean(axis=(0, 2, 3), keepdims=True)) / np.sqrt(x.var(axis=(0, 2, 3), keepdims=True) + f32(1e-5)),
+        opencv=False,
+        note="OpenCV computes batch statistics only for a batch of 1",
+    ),
+    Case(
+        "scale-bias",
+        single("Scale", "scale_param { bias_term: true }"),
+        (2, 4, 3, 5),
+        lambda x, nd: x * weights(nd, "out")[0].reshape(1, 4, 1, 1) + weights(nd, "out")[1].reshape(1, 4, 1, 1),
+    ),
+    Case(
+        "scale-two-axes",
+        single("Scale", "scale_param { axis: 1 num_axes: 2 }"),
+        (2, 4, 3, 5),
+        lambda x, nd: x * weights(nd, "out")[0].reshape(1, 4, 3, 1),
+    ),
+    Case(
+        "scale-second-bottom",
+        'layer { name: "s" type: "Sigmoid" bottom: "data" top: "s" }\n'
+        'layer { name: "out" type: "Scale" bottom: "data" bottom: "s" top: "out" scale_param { axis: 0 } }',
+        (2, 3, 4, 5),
+        lambda x, nd: x / (1 + np.exp(-x)),
+    ),
+    Case(
+        "inplace-chain",
+        'layer { name: "out" type: "Convolution" bottom: "data" top: "out" convolution_param { num_output: 3 kernel_size: 2 } }\n'
+        'layer { name: "bn" type: "BatchNorm" bottom: "out" top: "out" }\n'
+        'layer { name: "sc" type: "Scale" bottom: "out" top: "out" scale_param { bias_term: true } }\n'
+        'layer { name: "relu" type: "ReLU" bottom: "out" top: "out" }',
+        (2, 2, 5, 4),
+        lambda x, nd: relu(
+            ref_batchnorm(ref_conv(x, *weights(nd, "out")), *weights(nd, "bn"), f32(1e-5)) * weights(nd, "sc")[0].reshape(1, 3, 1, 1)
+            + weights(nd, "sc")[1].reshape(1, 3, 1, 1)
+        ),
+        out="relu",  # OpenCV names outputs by layer: the last in-place layer's output is the blob
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Every case's files and NetDef, built once."""
+    tmp = tmp_path_factory.mktemp("layers")
+    return {c.id: build_net(tmp, c.id.replace("-", "_"), c.body, c.shape, seed=i) for i, c in enumerate(CASES)}
+
+
+def case_input(case: Case) -> np.ndarray:
+    return np.random.default_rng(len(case.id)).normal(0, 1.5, case.shape)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_layer_against_float64_reference(case, built):
+    proto, model, netdef = built[case.id]
+    x = case_input(case)
+    ref = case.ref(x, netdef)
+    exact = Net(netdef, np.float64, "caffe").forward(x, ["out"])["out"]
+    assert exact.shape == ref.shape
+    np.testing.assert_allclose(exact, ref, rtol=1e-10, atol=1e-12)
+    scale = max(1.0, float(np.abs(ref).max()))
+    for mode in MODES:
+        for dtype, tol in ((np.float64, 1e-10), (np.float32, 2e-6)):
+            got = Net(netdef, dtype, mode).forward(x.astype(dtype), ["out"])["out"]
+            assert got.dtype == dtype and got.shape == ref.shape
+            np.testing.assert_allclose(got, ref, rtol=0, atol=tol * scale, err_msg=f"{mode} {dtype.__name__}")
+
+
+OPENCV_CASES = [c for c in CASES if c.opencv]
+
+
+@pytest.mark.parametrize("case", OPENCV_CASES, ids=[c.id for c in OPENCV_CASES])
+def test_layer_against_opencv(case, built):
+    proto, model, netdef = built[case.id]
+    x = case_input(case).astype(np.float32)
+    cv = opencv_forward(proto, model, x, case.out)
+    for mode in MODES:
+        got = Net(netdef, np.float32, mode).forward(x, ["out"])["out"]
+        assert got.shape == cv.shape, mode
+        scale = max(1.0, float(np.abs(cv).max()))
+        err = np.abs(got - cv)
+        assert err.max() <= 1e-4 * scale and err.mean() <= 1e-5 * scale, (mode, err.max(), err.mean())
+
+
+DEPARTURES = [c for c in CASES if not c.opencv]
+
+
+@pytest.mark.parametrize("case", DEPARTURES, ids=[c.id for c in DEPARTURES])
+def test_opencv_departures_are_real(case, built):
+    """Each case left out of the OpenCV comparison is left out because OpenCV's importer departs
+    from Caffe there (`case.note`); the engine follows Caffe (checked against the reference)."""
+    proto, model, netdef = built[case.id]
+    x = case_input(case).astype(np.float32)
+    ours = Net(netdef, np.float32, "caffe").forward(x, ["out"])["out"]
+    try:
+        cv = opencv_forward(proto, model, x, case.out)
+    except cv2.error:
+        return  # OpenCV cannot run it at all
+    assert cv.shape != ours.shape or np.abs(cv - ours).max() > 1e-3, case.note
+
+
+# ------------------------------------------------------------------------------------------
+# The shared test data
+# ------------------------------------------------------------------------------------------
+
+LAYER_FILES = ["relu", "softmax", "lrn_channels", "lrn_spatial", "pooling_max", "pooling_ave"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", LAYER_FILES)
+def test_opencv_layer_testdata(testdata, name, mode):
+    d = testdata / "caffe" / "layers"
+    netdef = load_net(d / f"layer_{name}.prototxt", None)
+    x = np.load(d / "blob.npy")
+    ref = np.load(d / f"layer_{name}.ref_opencv.npy")
+    net = Net(netdef, np.float32, mode)
+    (top,) = netdef.layers[-1].tops
+    out = net.forward(x, [top])[top]
+    assert out.shape == ref.shape
+    err = np.abs(out - ref)
+    assert err.mean() <= 1e-5 and err.max() <= 1e-4, (err.mean(), err.max())
+
+
+@pytest.fixture(scope="module")
+def lenet(testdata):
+    d = testdata / "caffe" / "lenet"
+    return d, load_net(d / "lenet.prototxt", d / "lenet_iter_10000.caffemodel")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_lenet_reference_probabilities(lenet, mode):
+    d, netdef = lenet
+    x = np.load(d / "ref_input_mnist_t10k_first64.npy")
+    ref = np.load(d / "ref_opencv_prob_first64.npy")
+    prob = Net(netdef, np.float32, mode).forward(x, ["prob"])["prob"]
+    assert np.abs(prob - ref).max() <= 1e-4
+    assert (prob.argmax(1) == ref.argmax(1)).all()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_lenet_every_blob_of_image_1024(lenet, mode):
+    d, netdef = lenet
+    ref = np.load(d / "ref_opencv_blobs_mnist_idx1024.npz")
+    names = ["conv1", "pool1", "conv2", "pool2", "ip1", "ip2", "prob"]
+    got = Net(netdef, np.float32, mode).forward(ref["input"], ["data", *names])
+    np.testing.assert_array_equal(got["data"], ref["input"])
+    for name in names:
+        # Caffe's in-place ReLU overwrites ip1; OpenCV's dump has ip1 before it and relu1 after.
+        want = ref["relu1"] if name == "ip1" else ref[name]
+        assert got[name].shape == want.shape, name
+        scale = max(1.0, float(np.abs(want).max()))
+        assert np.abs(got[name] - want).max() <= 1e-4 * scale, name
+    assert (ref["ip1"] < 0).any()  # so the in-place check above is not vacuous
+    assert got["prob"].argmax() == 4
+
+
+# ------------------------------------------------------------------------------------------
+# The "dl" mode's chunks, workers and workspace
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_dl_chunks_match_caffe_mode(lenet, threads):
+    """A workspace too small for the batch: many chunks of several images, a ragged last chunk
+    per worker, and every blob still equal to Caffe's per-image algorithm."""
+    d, netdef = lenet
+    x = np.load(d / "ref_input_mnist_t10k_first64.npy")[:23]
+    names = ["conv1", "pool1", "conv2", "pool2", "ip1", "prob"]
+    want = Net(netdef, np.float32, "caffe", threads=threads).forward(x, names)
+    cap = 1_000_000
+    net = Net(netdef, np.float32, "dl", workspace_bytes=cap, threads=threads)
+    got = net.forward(x, names)
+    chunk = net.chunk_size(23)
+    assert 1 < chunk < 23 // threads  # several images per chunk, several chunks per worker
+    assert 0 < net.workspace_nbytes <= cap
+    for name in names:
+        np.testing.assert_allclose(got[name], want[name], rtol=0, atol=1e-5, err_msg=name)
+    one = net.forward(x[5:6], names)
+    for name in names:
+        np.testing.assert_allclose(one[name], want[name][5:6], rtol=0, atol=1e-5, err_msg=name)
+
+
+def test_batch_statistics_are_never_split_into_chunks(built):
+    """A layer that mixes images (BatchNorm on the batch's own statistics) must see the whole
+    batch even when the workspace would otherwise cut it into per-image chunks and workers."""
+    case = next(c for c in CASES if c.id == "batchnorm-batch-stats-n3")
+    _, _, netdef = built[case.id]
+    x = case_input(case)
+    net = Net(netdef, np.float32, "dl", workspace_bytes=64, threads=2)
+    got = net.forward(x.astype(np.float32), ["out"])["out"]
+    np.testing.assert_allclose(got, case.ref(x, netdef), atol=2e-6)
+
+
+def test_dl_workspace_smaller_than_one_image_still_runs(lenet):
+    d, netdef = lenet
+    x = np.load(d / "ref_input_mnist_t10k_first64.npy")[:3]
+    net = Net(netdef, np.float32, "dl", workspace_bytes=1000)
+    assert net.chunk_size(3) == 1
+    ref = np.load(d / "ref_opencv_prob_first64.npy")[:3]
+    assert np.abs(net.forward(x, ["prob"])["prob"] - ref).max() <= 1e-4
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_in_place_layer_on_the_input_leaves_the_callers_array_alone(tmp_path, mode):
+    body = 'layer { name: "r" type: "ReLU" bottom: "data" top: "data" }\n' + single("Sigmoid")
+    _, _, netdef = build_net(tmp_path, "inplace_input", body, (2, 3, 4, 5))
+    x = np.random.default_rng(1).normal(size=(3, 3, 4, 5)).astype(np.float32)
+    before = x.copy()
+    out = Net(netdef, np.float32, mode, workspace_bytes=2000).forward(x, ["data", "out"])
+    np.testing.assert_array_equal(x, before)
+    np.testing.assert_array_equal(out["data"], np.maximum(before, 0))  # the blob after its in-place layer
+    np.testing.assert_allclose(out["out"], 1 / (1 + np.exp(-np.maximum(before, 0))), atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_forward_returns_copies(lenet, mode):
+    d, netdef = lenet
+    x = np.load(d / "ref_input_mnist_t10k_first64.npy")[:2]
+    net = Net(netdef, np.float32, mode)
+    first = net.forward(x, ["pool2", "prob"])
+    kept = {k: v.copy() for k, v in first.items()}
+    net.forward(x[::-1].copy(), ["pool2", "prob"])
+    for k in kept:
+        np.testing.assert_array_equal(first[k], kept[k])
+        assert first[k].flags.c_contiguous
+
+
+def test_blob_shapes(lenet):
+    _, netdef = lenet
+    shapes = Net(netdef, np.float32, "dl").blob_shapes(5)
+    assert shapes["data"] == (5, 1, 28, 28)
+    assert shapes["conv2"] == (5, 50, 8, 8) and shapes["pool2"] == (5, 50, 4, 4)
+    assert shapes["ip1"] == (5, 500) and shapes["prob"] == (5, 10)
+
+
+def test_dl_fuses_relu_and_keeps_channel_major_memory():
+    from tracker.backends.base import default_model
+
+    spec = default_model()
+    net = Net(load_net(spec.prototxt, spec.weights), np.float32, "dl")
+    plan = "\n".join(net.describe())
+    assert "conv2        Convolution +ReLU -> conv2 (cnhw)" in plan
+    assert "pool2        Pooling -> pool2 (cnhw)" in plan
+    assert "fc1          InnerProduct +ReLU -> fc1 (nchw)" in plan
+    assert "relu" not in plan  # the separate ReLU layers are gone
+
+
+# ------------------------------------------------------------------------------------------
+# Bad input
+# ------------------------------------------------------------------------------------------
+
+
+def test_unknown_layer_type_names_layer_and_type(lenet, tmp_path):
+    _, netdef = lenet
+    bogus = LayerDef("mystery", "Bogus", ("pool2",), ("m",), netdef.layers[0].param, ())
+    bad = NetDef(netdef.name, netdef.inputs, [*netdef.layers[:4], bogus])
+    with pytest.raises(ModelError, match=r"layer 'mystery'.*'Bogus'"):
+        Net(bad)
+    proto = tmp_path / "bogus.prototxt"
+    proto.write_text('input: "data" input_shape { dim: 1 dim: 1 dim: 4 dim: 4 }\n'
+                     'layer { name: "odd" type: "Swish" bottom: "data" top: "odd" }\n')
+    with pytest.raises(ModelError, match=r"'odd'.*'Swish'"):
+        Net(load_net(proto, None))
+
+
+def test_parameter_blob_of_wrong_shape(lenet):
+    _, netdef = lenet
+    conv1 = netdef.layers[0]
+    broken = LayerDef(conv1.name, conv1.type, conv1.bottoms, conv1.tops, conv1.param, (conv1.blobs[0][:, :, :4, :4], conv1.blobs[1]))
+    with pytest.raises(ModelError, match=r"layer 'conv1' \(Convolution\): parameter blob 0 has shape \(20, 1, 4, 4\); expected \(20, 1, 5, 5\)"):
+        Net(NetDef(netdef.name, netdef.inputs, [broken, *netdef.layers[1:]]))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_bad_forward_arguments(lenet, mode):
+    _, netdef = lenet
+    net = Net(netdef, np.float32, mode)
+    good = np.zeros((2, 1, 28, 28), np.float32)
+    with pytest.raises(InputError, match=r"input 'data': expected shape \('N', 1, 28, 28\).*found \(2, 1, 28, 27\)"):
+        net.forward(np.zeros((2, 1, 28, 27), np.float32), ["prob"])
+    with pytest.raises(InputError, match=r"found \(0, 1, 28, 28\)"):
+        net.forward(good[:0], ["prob"])
+    with pytest.raises(InputError, match=r"expected dtype float32; found int32"):
+        net.forward(good.astype(np.int32), ["prob"])
+    with pytest.raises(InputError, match=r"found list"):
+        net.forward(good.tolist(), ["prob"])
+    with pytest.raises(InputError, match=r"no blob named 'relu1'; blobs are data, conv1, pool1"):
+        net.forward(good, ["prob", "relu1"])
+
+
+def test_bad_engine_settings(lenet):
+    _, netdef = lenet
+    with pytest.raises(InputError, match="engine mode: unknown 'fast'"):
+        Net(netdef, np.float32, "fast")
+    with pytest.raises(InputError, match="float16"):
+        Net(netdef, np.float16)
+    with pytest.raises(InputError, match="threads: 0"):
+        Net(netdef, threads=0)
