@@ -171,6 +171,7 @@ class MqttSink:
         self._problems: set[str] = set()  # connection problems logged in this outage (each once)
         self._refused_now = False  # this connection attempt was refused in CONNACK (already logged)
         self._closed = False
+        self.failed_attempts = 0  # connection attempts that failed or were refused (for tests and logs)
         self._work = False  # set (lock held) whenever the publisher has something new to do
 
         if self._v5:
@@ -290,6 +291,7 @@ class MqttSink:
 
     def _log_problem(self, text: str, error: bool = False) -> None:
         """Log each distinct connection problem once per outage (the set is reset on connect)."""
+        self.failed_attempts += 1
         if text not in self._problems and len(self._problems) < 16:
             self._problems.add(text)
             pending = len(self.outbox)
