@@ -224,6 +224,31 @@ def test_ctrl_c_keeps_and_prints_what_was_measured(tmp_path, config_file):
     assert (out / "per_image_ms_linear.png").exists()
 
 
+def test_int8_column_gets_a_quality_line_against_fp32(capsys, config_file, tmp_path, test_backends):
+    from tracker.model.convert.calibration import QUALITY_COUNT, QUALITY_SEED, sample_set
+
+    out = tmp_path / "out"
+    code, stdout, stderr = bench(capsys, config_file, out, "--backend", "test-int8", "--batches", "1", "--passes", "1")
+    assert code == 0, stderr
+    doc = json.loads((out / "results.json").read_text())
+    assert [(r["label"], r["precision"], r["status"]) for r in doc["rows"]] == [("test-int8", "fp32", "ok"), ("test-int8 int8", "int8", "ok")]
+    (quality,) = doc["quality"]
+    assert (quality["backend"], quality["precision"], quality["reference"]) == ("test-int8", "int8", "fp32")
+    # the same comparison, made here on the same fixed crops
+    x = sample_set(None, QUALITY_COUNT, QUALITY_SEED).make((1, 88, 88))
+    ref, int8 = Int8Linear(None).infer(x), Int8Linear(None, precision="int8").infer(x)
+    a, b = ref.embedding.astype(np.float64), int8.embedding.astype(np.float64)
+    cosine = (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    assert quality["crops"] == len(x) == QUALITY_COUNT
+    assert quality["top1_agreement"] == pytest.approx(np.mean(ref.probs.argmax(1) == int8.probs.argmax(1)))
+    assert quality["embedding_cosine_mean"] == pytest.approx(cosine.mean(), rel=1e-5)
+    assert quality["embedding_cosine_min"] == pytest.approx(cosine.min(), rel=1e-5)
+    assert quality["embedding_cosine_min"] < 1  # rounding to int8 did change something
+    assert "test-int8 int8: top-1 agreement " in stdout
+    table_header = next(line for line in stdout.splitlines() if line.startswith("batch"))
+    assert table_header.split() == ["batch", "test-int8", "test-int8", "int8"]
+
+
 def test_unavailable_backend_is_exit_3_naming_the_extra(capsys, config_file, tmp_path, test_backends):
     code, stdout, stderr = bench(capsys, config_file, tmp_path / "out", "--backend", "caffe-openblas,test-missing", "--batches", "1", "--passes", "1")
     assert code == 3
@@ -365,6 +390,19 @@ class HangsFromBatch4(_Linear):
         time.sleep(3600)
 
 
+class Int8Linear(_Linear):
+    """fp32, or int8: the same weights rounded to a symmetric per-output int8 grid."""
+
+    precisions = ("fp32", "int8")
+    fail_from_batch = 2**30
+
+    def __init__(self, model, *, precision="fp32", threads=None, **options):
+        super().__init__(model, precision=precision, threads=threads)
+        if precision == "int8":
+            scale = np.abs(self._w).max(axis=0) / 127
+            self._w = np.round(self._w / scale).astype(np.int8).astype(np.float32) * scale
+
+
 class MissingRuntime(_Linear):
     @classmethod
     def check_runtime(cls):
@@ -380,4 +418,5 @@ TEST_BACKENDS = {
     "test-memory": "MemoryHogFromBatch4",
     "test-hang": "HangsFromBatch4",
     "test-missing": "MissingRuntime",
+    "test-int8": "Int8Linear",
 }

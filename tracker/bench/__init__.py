@@ -10,14 +10,17 @@ signal, an out-of-memory or a hang is a failed cell with its cause and the run g
 peak RSS of a cell is that of a process that ran this batch size only. `--memory-limit MB` caps the
 child's address space (RLIMIT_AS; virtual memory, stricter than RSS) to emulate a small device;
 `--timeout S` (default 600) kills a child that makes no progress (loading, or one pass) for S s.
-Without --precision every precision a backend offers is run (int8 rows beside fp32).
+Without --precision every precision a backend offers is run (int8 rows beside fp32); for each
+int8 column a quality line says how often its top-1 class agrees with the same backend's fp32 and
+how close the embeddings are (cosine), on a fixed held-out set of face crops.
 
 Metrics of a cell (pass times are wall-clock perf_counter_ns around `backend.infer(x)`):
     ms_per_image   mean pass time / batch (the study's number)
     p50_ms, p95_ms percentiles of the pass times (ms per pass, not per image)
     images_per_s   batch / mean pass time
     gflops         2 * multiply-adds per image (counted from the model) * batch / mean pass time
-    peak_fraction  gflops / this machine's sgemm peak (numpy float32 1024^3 matmul, all cores, best of >= 3)
+    peak_fraction  gflops / this machine's sgemm peak (numpy float32 1024^3 matmul on all cores,
+                   best of >= 3 repeats, measured before and after the cells; the better counts)
     peak_rss_mb    peak RSS (MiB) of the cell's process from after loading to the last pass
 
 Outputs in --out (default bench-out/), rewritten atomically after every cell:
@@ -46,6 +49,10 @@ results.json (schema 1):
             p50_ms, p95_ms, images_per_s, gflops, peak_fraction (null unless ok), peak_rss_mb,
             rss_method, load_s, reason (short, for the table), error (cause, one line),
             error_detail (cause + tail of the child's output)}]
+    quality: [{backend, precision, reference: "fp32", crops, set_id, top1_agreement (0..1),
+               embedding_cosine_mean, embedding_cosine_min} or {backend, precision, reference,
+               error}]      one per non-fp32 column: that backend at fp32 vs at its reduced
+               precision on the fixed quality set of face crops (tracker.model.convert.calibration)
 results.csv: one line per cell with the columns of tracker.bench.report.CSV_FIELDS, plus one
 line per unavailable backend.
 """

@@ -1,4 +1,5 @@
-"""The benchmark's child process: one cell (backend x precision x batch) or an availability probe.
+"""The benchmark's child process: one cell (backend x precision x batch), an int8 quality check,
+or an availability probe.
 
     python -m tracker.bench.child FD JOB_JSON
 
@@ -13,10 +14,12 @@ process that ran this batch size alone. Results go back as JSON lines on the inh
     {"event": "error", "stage": "loading the backend"|"the warm-up pass"|"pass k/N", "type": exception class,
      "message": one line, "unavailable": bool}
     {"event": "probe", "backend": name, "available": bool, "reason": str|None, "precisions": [..]}
+    {"event": "quality", ...}                        see run_quality
 
 A cell job: {"mode": "cell", "backend", "target", "extra", "precision", "batch", "passes",
 "threads", "model": {"prototxt", "weights", "probs", "embedding"}, "input_shape": [C, H, W],
-"seed", "memory_limit_mb", "options"}. A probe job: {"mode": "probe", "backends": [[name, target,
+"seed", "memory_limit_mb", "options"}; a quality job is the same with "mode": "quality" (batch,
+passes and seed unused). A probe job: {"mode": "probe", "backends": [[name, target,
 extra], ...]}. Heavy modules are imported only after the memory limit is in place.
 """
 
@@ -32,6 +35,7 @@ from pathlib import Path
 # Runtimes whose versions a result records when the backend loaded them into this process.
 _RUNTIME_MODULES = ("numpy", "cv2", "tensorflow", "ai_edge_litert", "onnxruntime", "onnx", "torch", "mxnet")
 _PROGRESS_EVERY_S = 0.2
+_QUALITY_CHUNK = 50  # crops per forward pass of the quality check: bounded memory at any set size
 
 
 class _Channel:
@@ -94,57 +98,95 @@ def _peak_rss_kb() -> int:
     return maxrss // 1024 if sys.platform == "darwin" else maxrss
 
 
-def run_cell(job: dict, channel: _Channel) -> int:
+class _Stage:
+    """What the child is doing, for the error message if it fails."""
+
+    text = "loading the backend"
+
+
+def _create(job: dict, precision: str):
+    """The job's backend at `precision`, created through the registry."""
+    from tracker.backends import create_backend
+    from tracker.backends.base import ModelSpec
+
+    _register(job["backend"], job["target"], job["extra"])
+    m = job["model"]
+    spec = ModelSpec(Path(m["prototxt"]), Path(m["weights"]), m["probs"], m["embedding"])
+    return create_backend(job["backend"], spec, precision=precision, threads=job["threads"], **job["options"])
+
+
+def run_cell(job: dict, channel: _Channel, stage: _Stage) -> None:
     """Load the backend, one warm-up pass, then `passes` timed forward passes of one batch."""
-    stage = "loading the backend"
-    try:
-        t0 = time.perf_counter()
-        import numpy as np
+    t0 = time.perf_counter()
+    import numpy as np
 
-        from tracker.backends import create_backend
-        from tracker.backends.base import ModelSpec
+    backend = _create(job, job["precision"])
+    batch, passes = job["batch"], job["passes"]
+    # The same input for every backend and run: seeded, shape from the model's input blob.
+    x = np.random.default_rng(job["seed"]).standard_normal((batch, *job["input_shape"]), dtype=np.float32)
+    channel.send(event="loaded", load_s=time.perf_counter() - t0, versions=_loaded_versions(backend))
 
-        _register(job["backend"], job["target"], job["extra"])
-        m = job["model"]
-        spec = ModelSpec(Path(m["prototxt"]), Path(m["weights"]), m["probs"], m["embedding"])
-        backend = create_backend(
-            job["backend"], spec, precision=job["precision"], threads=job["threads"], **job["options"]
-        )
-        batch, passes = job["batch"], job["passes"]
-        # The same input for every backend and run: seeded, shape from the model's input blob.
-        x = np.random.default_rng(job["seed"]).standard_normal((batch, *job["input_shape"]), dtype=np.float32)
-        channel.send(event="loaded", load_s=time.perf_counter() - t0, versions=_loaded_versions(backend))
-
-        # Peak RSS of the cell counts what loading left resident, not loading's transient peak.
-        rss_method = "vmhwm-reset-after-load" if _reset_peak_rss() else "peak-since-start"
-        stage = "the warm-up pass"
+    # Peak RSS of the cell counts what loading left resident, not loading's transient peak.
+    rss_method = "vmhwm-reset-after-load" if _reset_peak_rss() else "peak-since-start"
+    stage.text = "the warm-up pass"
+    backend.infer(x)
+    channel.send(event="progress", done=1)
+    pass_ns = []
+    last_report = time.monotonic()
+    for k in range(passes):
+        stage.text = f"pass {k + 1}/{passes}"
+        start = time.perf_counter_ns()
         backend.infer(x)
-        channel.send(event="progress", done=1)
-        pass_ns = []
-        last_report = time.monotonic()
-        for k in range(passes):
-            stage = f"pass {k + 1}/{passes}"
-            start = time.perf_counter_ns()
-            backend.infer(x)
-            pass_ns.append(time.perf_counter_ns() - start)
-            if time.monotonic() - last_report >= _PROGRESS_EVERY_S:
-                channel.send(event="progress", done=k + 2)
-                last_report = time.monotonic()
-        peak = _peak_rss_kb()
-        backend.close()
-        channel.send(event="result", pass_ns=pass_ns, peak_rss_kb=peak, rss_method=rss_method)
-        return 0
-    except BaseException as err:  # noqa: BLE001 - every failure, MemoryError included, is the cell's result
-        from tracker.errors import BackendUnavailable
+        pass_ns.append(time.perf_counter_ns() - start)
+        if time.monotonic() - last_report >= _PROGRESS_EVERY_S:
+            channel.send(event="progress", done=k + 2)
+            last_report = time.monotonic()
+    peak = _peak_rss_kb()
+    backend.close()
+    channel.send(event="result", pass_ns=pass_ns, peak_rss_kb=peak, rss_method=rss_method)
 
-        channel.send(
-            event="error",
-            stage=stage,
-            type=err.__class__.__name__,
-            message=_one_line(err),
-            unavailable=isinstance(err, BackendUnavailable),
-        )
-        return 1
+
+def run_quality(job: dict, channel: _Channel, stage: _Stage) -> None:
+    """What int8 costs: the backend at `precision` against the same backend at fp32 on the fixed
+    quality set of face crops (tracker.model.convert.calibration, held out from calibration).
+
+    Sends {"event": "quality", "crops", "set_id", "top1_agreement" (fraction of crops whose argmax
+    class agrees), "embedding_cosine_mean", "embedding_cosine_min"}.
+    """
+    import numpy as np
+
+    from tracker.model.convert.calibration import QUALITY_COUNT, QUALITY_SEED, sample_set
+
+    stage.text = "making the quality set"
+    quality_set = sample_set(None, QUALITY_COUNT, QUALITY_SEED)
+    x = quality_set.make(tuple(job["input_shape"]))
+    stage.text = "loading the backend"
+    reference, candidate = _create(job, "fp32"), _create(job, job["precision"])
+    stage.text = "comparing outputs"
+    agree, cosines = [], []
+    for start in range(0, len(x), _QUALITY_CHUNK):
+        chunk = x[start : start + _QUALITY_CHUNK]
+        ref, out = reference.infer(chunk), candidate.infer(chunk)
+        agree.append(ref.probs.argmax(axis=1) == out.probs.argmax(axis=1))
+        a, b = ref.embedding.astype(np.float64), out.embedding.astype(np.float64)
+        na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            cos = (a * b).sum(axis=1) / (na * nb)
+        # all-zero embeddings (every ReLU off): two of them are the same embedding, one is not
+        cos[(na == 0) & (nb == 0)] = 1.0
+        cos[(na == 0) != (nb == 0)] = 0.0
+        cosines.append(cos)
+    agree_all, cos_all = np.concatenate(agree), np.concatenate(cosines)
+    reference.close()
+    candidate.close()
+    channel.send(
+        event="quality",
+        crops=int(len(x)),
+        set_id=quality_set.set_id,
+        top1_agreement=float(agree_all.mean()),
+        embedding_cosine_mean=float(cos_all.mean()),
+        embedding_cosine_min=float(cos_all.min()),
+    )
 
 
 def run_probe(job: dict, channel: _Channel) -> int:
@@ -171,7 +213,21 @@ def main(argv: list[str]) -> int:
     channel = _Channel(fd)
     if job["mode"] == "probe":
         return run_probe(job, channel)
-    return run_cell(job, channel)
+    stage = _Stage()
+    try:
+        (run_quality if job["mode"] == "quality" else run_cell)(job, channel, stage)
+        return 0
+    except BaseException as err:  # noqa: BLE001 - every failure, MemoryError included, is the job's result
+        from tracker.errors import BackendUnavailable
+
+        channel.send(
+            event="error",
+            stage=stage.text,
+            type=err.__class__.__name__,
+            message=_one_line(err),
+            unavailable=isinstance(err, BackendUnavailable),
+        )
+        return 1
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ from tracker.backends import REGISTRY
 from tracker.backends.base import ModelSpec
 from tracker.bench.machine import base_versions, machine_info, machine_key, sgemm_peak
 from tracker.bench.profile import profile_path, update_profile
-from tracker.bench.report import Column, Results, make_row, summary_line
-from tracker.bench.runner import Probe, probe_backends, run_cell
+from tracker.bench.report import Column, Results, make_row, quality_line, summary_line
+from tracker.bench.runner import Probe, probe_backends, run_cell, run_quality
 from tracker.errors import BackendUnavailable, InputError, TrackerError
 
 SEED = 0  # the benchmark's input batch: np.random.default_rng(SEED), standard normal float32
@@ -199,7 +199,15 @@ def run_benchmark_command(config, args) -> int:
                 bar.write(summary_line(row), file=sys.stderr)
                 results.write_data(out)
                 record_profile()
+            if column.precision != "fp32" and "fp32" in probes[column.backend].precisions:
+                bar.set_description(f"{column.label} quality")
+                quality = run_quality({**job, "mode": "quality"}, timeout_s)
+                results.add_quality({"backend": column.backend, "precision": column.precision, "reference": "fp32", **quality})
+                bar.write(quality_line(results.quality[-1]), file=sys.stderr)
+                results.write_data(out)
             results.write_plots(out)
+        # The machine is shared: the peak is the better of a measurement before and after the cells.
+        results.update_peak(sgemm_peak())
         results.complete = True
     except KeyboardInterrupt:
         interrupted = True

@@ -97,12 +97,27 @@ class Results:
         self.columns = columns
         self.unavailable = unavailable
         self.rows: list[dict] = []
+        self.quality: list[dict] = []
         self.complete = False
 
     def add(self, row: dict, runtime_versions: dict) -> None:
         self.rows.append(row)
         if runtime_versions:
             self.versions["runtimes"].setdefault(row["label"], {}).update(runtime_versions)
+
+    def update_peak(self, peak: dict) -> None:
+        """Take a new sgemm measurement (machine_info's "sgemm" form) if it beats the current
+        peak, and restate every cell's peak_fraction against it."""
+        if peak["gflops"] <= self.machine["sgemm_peak_gflops"]:
+            return
+        self.machine["sgemm_peak_gflops"] = peak["gflops"]
+        self.machine["sgemm"] = {k: peak[k] for k in ("n", "repeats", "best_s")}
+        for row in self.rows:
+            if row["gflops"] is not None:
+                row["peak_fraction"] = row["gflops"] / peak["gflops"]
+
+    def add_quality(self, entry: dict) -> None:
+        self.quality.append(entry)
 
     def cell(self, column: Column, batch: int) -> dict | None:
         for row in self.rows:
@@ -121,6 +136,7 @@ class Results:
             "settings": self.settings,
             "unavailable": self.unavailable,
             "rows": self.rows,
+            "quality": self.quality,
         }
 
     def write_data(self, out: Path) -> None:
@@ -207,6 +223,9 @@ class Results:
         out += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in lines_cells]
         if notes:
             out += ["failed cells:"] + notes
+        if self.quality:
+            out += ["quality against the same backend in fp32, on a fixed set of face crops:"]
+            out += ["  " + quality_line(q) for q in self.quality]
         if self.unavailable:
             out += ["not available here:"] + [f"  {name}: {reason}" for name, reason in self.unavailable.items()]
         if not self.complete:
@@ -247,4 +266,15 @@ def summary_line(row: dict) -> str:
     return f"{row['label']} batch {row['batch']}: {row['status']}: {row['error']}"
 
 
-__all__ = ["Column", "Results", "atomic_write", "make_row", "summary_line"]
+def quality_line(entry: dict) -> str:
+    """One line on what a reduced precision costs against fp32."""
+    label = f"{entry['backend']} {entry['precision']}"
+    if "error" in entry:
+        return f"{label}: quality check failed: {entry['error']}"
+    return (
+        f"{label}: top-1 agreement {100 * entry['top1_agreement']:.1f}% on {entry['crops']} crops, "
+        f"embedding cosine mean {entry['embedding_cosine_mean']:.4f} (min {entry['embedding_cosine_min']:.4f})"
+    )
+
+
+__all__ = ["Column", "Results", "atomic_write", "make_row", "quality_line", "summary_line"]

@@ -209,6 +209,30 @@ def run_cell(job: dict, timeout_s: float, on_progress: Callable[[int], None], en
         child.close()
 
 
+def run_quality(job: dict, timeout_s: float, env: dict | None = None) -> dict:
+    """The int8 quality check of tracker.bench.child.run_quality in a fresh child: its
+    measurements, or {"error": cause} when it failed."""
+    got: dict = {}
+
+    def on_message(msg: dict) -> None:
+        if msg.get("event") in ("quality", "error"):
+            got.update(msg)
+
+    child = _Child(job, env)
+    try:
+        try:
+            child.communicate(timeout_s, on_message)
+        except _TimedOut:
+            return {"error": f"timeout after {timeout_s:g} s without progress"}
+        if got.get("event") == "quality" and child.returncode == 0:
+            return {k: v for k, v in got.items() if k != "event"}
+        if got.get("event") == "error":
+            return {"error": f"{got['type']}: {got['message']} during {got['stage']}"}
+        return {"error": describe_exit(child.returncode)[0]}
+    finally:
+        child.close()
+
+
 @dataclass(frozen=True)
 class Probe:
     """Whether a backend can run here and which precisions it offers."""
