@@ -35,6 +35,7 @@ def test_entered_then_identified_then_left_for_one_person():
     entered, identified, left = events
     assert entered.t_ns == 1 and entered.wall_time == 1001.0
     assert identified.confidence > 0.5 and left.t_ns == 8
+    assert abs(left.box.x - 110) < 2  # where it was last seen (coasting would put it near 118)
 
 
 def test_a_track_that_never_confirms_makes_no_events():

@@ -101,7 +101,7 @@ def _run_subcommand(name: str, argv: list[str]) -> int:
 
         return convert_command(argv)
     if name == "enroll":
-        from tracker.identity import enroll_command
+        from tracker.enroll import enroll_command
 
         return enroll_command(argv)
     from tracker.tracking.evaluate import eval_mot_command

@@ -12,7 +12,8 @@ import uuid
 from datetime import datetime, timezone
 
 from tracker.identity import UNKNOWN
-from tracker.types import Event
+from tracker.tracking import TrackState
+from tracker.types import Box, Event
 
 SCHEMA_VERSION = 1
 
@@ -36,19 +37,28 @@ class EventMaker:
     `entered` (a track was confirmed), `identified` (a confirmed track's voted identity became a
     known name different from the one last announced), `left` (an announced track ended).
 
-    State: the identity last announced per live track (bounded by the tracker's live tracks;
-    forgotten when the track leaves). Ids come from `new_id` (uuid4 hex by default).
+    An event's box is where the track was last seen by the detector (a track that ends has only
+    coasted on predictions since, possibly out of the frame).
+
+    State per live track, forgotten when it ends: the identity last announced and the last box
+    seen (bounded by the tracker's live tracks). Ids come from `new_id` (uuid4 hex by default).
     """
 
     def __init__(self, new_id=lambda: uuid.uuid4().hex):
         self._new_id = new_id
         self._announced: dict[int, str] = {}
+        self._last_seen: dict[int, Box] = {}
 
     def frame_events(self, views, votes, t_ns: int, wall_time: float) -> list[Event]:
         """views: the tracker's TrackViews for one frame; votes: IdentityVotes after this frame's
         crops were voted; t_ns / wall_time: the frame's monotonic and wall-clock times."""
         by_kind: dict[str, list[Event]] = {"entered": [], "identified": [], "left": []}
         for view in views:
+            if view.detection_index is not None:
+                self._last_seen[view.track_id] = view.box
+            box = self._last_seen.get(view.track_id, view.box)
+            if view.state is TrackState.ENDED:
+                self._last_seen.pop(view.track_id, None)
             name, confidence = votes.voted(view.track_id)
             if view.entered:
                 kind = "entered"
@@ -61,6 +71,6 @@ class EventMaker:
                 self._announced[view.track_id] = name
             else:
                 continue
-            event = Event(self._new_id(), kind, view.track_id, name, confidence, view.box, t_ns, wall_time)
+            event = Event(self._new_id(), kind, view.track_id, name, confidence, box, t_ns, wall_time)
             by_kind[kind].append(event)
         return by_kind["entered"] + by_kind["identified"] + by_kind["left"]

@@ -1,0 +1,339 @@
+"""The guard: every stage of DESIGN.md section 3, wired together and run until stopped.
+
+    source -> motion gate -> face detector -> crops -> batcher -> backend -> identity -> tracker
+           -> events -> sinks, and one latency record per frame
+
+Threads: capture runs on its own thread (tracker.sources.Capture, a bounded queue that drops the
+oldest frame for live sources); everything else runs here, on the caller's thread, in frame order.
+The loop waits for a frame at most until the batcher's deadline, so a lone face is inferred
+`max_wait_ms` after its capture even when no further frame comes.
+
+A static scene (the motion gate sees nothing move) skips detection and inference: the previous
+frame's faces are carried over without new crops, so the tracker keeps still people alive instead
+of declaring them gone. Frames whose batch the backend failed on (a crashed worker) are still
+tracked, without identities, and counted as dropped in the latency log.
+
+Only `tracker.cli` imports this module; this is the only module that knows every stage.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from tracker.backends import create_backend
+from tracker.backends.base import ModelSpec
+from tracker.batcher import Batch, Batcher
+from tracker.config import Config, parse_config
+from tracker.crops import crop_batch
+from tracker.detect import HaarDetector
+from tracker.enroll import enroll
+from tracker.errors import BackendFailure
+from tracker.events import EventMaker
+from tracker.identity import Gallery, IdentityVotes, file_sha256
+from tracker.latency import FrameLatency, LatencyLog, RollingStats
+from tracker.motion import MotionGate
+from tracker.sinks.console import ConsoleSink
+from tracker.sinks.jsonl import JsonlSink
+from tracker.snapshots import SnapshotStore
+from tracker.sources import Capture, make_source
+from tracker.tracking import Tracker
+from tracker.types import Detection, Frame
+
+log = logging.getLogger("tracker")
+
+DEMO_FRAMES = 400  # 40 s of the synthetic scene at its default 10 fps: two people cross, one waits
+
+
+@dataclass(frozen=True)
+class _FrameWork:
+    """A frame between detection and tracking. Times are monotonic ns / ms."""
+
+    frame: Frame
+    detections: tuple[Detection, ...]
+    has_crops: bool  # False: detections carried from the previous frame (static scene)
+    start_ns: int  # processing started (frame left the capture queue)
+    motion_ms: float
+    detect_ms: float
+
+
+def _ms(start_ns: int, end_ns: int) -> float:
+    return (end_ns - start_ns) / 1e6
+
+
+def effective_config(config: Config, args) -> Config:
+    """The config with the command line's overrides (--backend, --precision, --frames, --demo)
+    applied and validated like the file. --demo: the synthetic scene paced at its fps, DEMO_FRAMES
+    long unless --frames says otherwise, state in `<state_dir>/demo` so that the demo's enrolments
+    never mix with real ones. (--source is parsed by `make_source`.)"""
+    data = config.model_dump()
+    if args.backend:
+        data["backend"]["name"] = args.backend
+    if args.precision:
+        data["backend"]["precision"] = args.precision
+    if args.demo:
+        data["source"].update(kind="synthetic", uri="", frames=args.frames or DEMO_FRAMES)
+        data["state_dir"] = config.resolved_state_dir() / "demo"
+    elif args.frames:
+        data["source"]["frames"] = args.frames
+    return parse_config(data, "command line")
+
+
+class Guard:
+    """One run of the guard. Build it, call `run()` (blocking); `stop()` may come from any thread
+    or a signal handler and makes `run()` return within about a second, after flushing."""
+
+    def __init__(self, config: Config, *, source_spec: str | None = None, realtime: bool = True,
+                 enroll_scene_people: bool = False):
+        self.config = config
+        self._enroll_scene_people = enroll_scene_people
+        self._source_spec = source_spec
+        self._realtime = realtime
+        self._stop = threading.Event()
+        self._capture: Capture | None = None
+        self.frames_processed = 0
+        self.inference_lost = 0  # frames whose crops a failed backend call lost
+        self._done_ns: deque[int] = deque(maxlen=100)  # processing end times, for fps
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._capture is not None:
+            self._capture.stop()
+
+    # -- set-up ----------------------------------------------------------------------------------
+
+    def _open_sinks(self, state_dir: Path) -> list:
+        cfg = self.config
+        sinks: list = []
+        if cfg.sinks.console:
+            sinks.append(ConsoleSink())
+        sinks.append(JsonlSink(cfg.sinks.jsonl or state_dir / "events.jsonl"))
+        if cfg.mqtt.enabled:
+            from tracker.sinks.mqtt import MqttSink
+
+            sinks.append(MqttSink(cfg.mqtt, cfg.device, state_dir))
+        return sinks
+
+    def _open_backend(self):
+        cfg = self.config
+        model = ModelSpec(cfg.model.prototxt, cfg.model.weights, cfg.model.probs, cfg.model.embedding)
+        options = {"worker": True} if cfg.backend.worker else {}
+        return create_backend(cfg.backend.name, model, precision=cfg.backend.precision,
+                              threads=cfg.backend.threads, **options)
+
+    def _enroll_demo_people(self) -> None:
+        """The demo knows the synthetic scene's people: enroll each from its face chips."""
+        from tracker.sources.synthetic import FACES_DIR
+
+        for folder in sorted(p for p in FACES_DIR.iterdir() if p.is_dir()):
+            enroll(folder.name, [folder], self.config, aligned=True, backend=self.backend, report=log.warning)
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        cfg = self.config
+        state_dir = cfg.resolved_state_dir()
+        state_dir.mkdir(parents=True, exist_ok=True)
+        closers: list = []
+        try:
+            self.backend = self._open_backend()
+            closers.append(self.backend.close)
+            self.sinks = self._open_sinks(state_dir)
+            closers.extend(s.close for s in self.sinks)
+            self.latency_log = LatencyLog(cfg.latency.path or state_dir / "latency.jsonl",
+                                          cfg.latency.max_bytes, cfg.latency.backups)
+            closers.append(self.latency_log.close)
+            self.stats = RollingStats()
+            self.gate = MotionGate.from_config(cfg.motion)
+            self.detector = HaarDetector.from_config(cfg.detect)
+            self.tracker = Tracker.from_config(cfg.tracking)
+            self.batcher: Batcher[_FrameWork] = Batcher(cfg.batcher.max_batch, cfg.batcher.max_wait_ms)
+            if self._enroll_scene_people:
+                self._enroll_demo_people()
+            self.gallery = Gallery.load(state_dir, file_sha256(cfg.model.weights), cfg.identity.threshold)
+            self.votes = IdentityVotes(cfg.identity.threshold)
+            self.events = EventMaker()
+            self.snapshots = SnapshotStore(state_dir / "snapshots")
+            # One offset turns monotonic frame times into wall-clock times for the outside world.
+            self._wall_offset_ns = time.time_ns() - time.monotonic_ns()
+            source = make_source(cfg.source, spec=self._source_spec, realtime=self._realtime,
+                                 luma_width=cfg.detect.detect_width)
+            log.info("guard: %s, backend %s (%s), %d people enrolled, state in %s", source.description,
+                     cfg.backend.name, cfg.backend.precision, len(self.gallery.names), state_dir)
+            self._capture = Capture(source, cfg.source.queue_size, max_frames=cfg.source.frames)
+            closers.append(self._capture.stop)
+            if self._stop.is_set():  # stopped while starting up
+                return 0
+            self._capture.start()
+            self._loop()
+            return 0
+        finally:
+            for close in reversed(closers):
+                close()
+
+    def _loop(self) -> None:
+        report_every_ns = int(self.config.latency.report_every_s * 1e9)
+        state_every_ns = int(self.config.mqtt.state_interval_s * 1e9)
+        next_report = next_state = time.monotonic_ns()
+        previous: tuple[Detection, ...] = ()
+        while not self._stop.is_set():
+            deadline = self.batcher.deadline_ns()
+            wait_s = 0.5 if deadline is None else max(0.0, (deadline - time.monotonic_ns()) / 1e9)
+            try:
+                frame = self._capture.get(timeout=wait_s)
+            except TimeoutError:
+                frame = False
+            now = time.monotonic_ns()
+            if frame is None:  # end of stream or stopped
+                break
+            if frame is False:
+                batch = self.batcher.due(now)
+            else:
+                work = self._detect(frame, previous, now)
+                previous = work.detections
+                crops = crop_batch(frame.image, [d.box for d in work.detections]) if work.has_crops else _NO_CROPS
+                batch = self.batcher.add(work, crops, frame.t_ns)
+            if batch is not None:
+                self._process(batch)
+            now = time.monotonic_ns()
+            if now >= next_report:
+                next_report = now + report_every_ns
+                self._report()
+            if now >= next_state:
+                next_state = now + state_every_ns
+                self._publish_state()
+        batch = self.batcher.flush()
+        if batch is not None:
+            self._process(batch)
+        self._report()
+        self._publish_state()
+
+    def _detect(self, frame: Frame, previous: tuple[Detection, ...], start_ns: int) -> _FrameWork:
+        motion = self.gate.update(frame)
+        after_motion = time.monotonic_ns()
+        if motion.moving:
+            detections = tuple(self.detector.detect(frame))
+            has_crops = True
+        else:
+            detections, has_crops = previous, False
+        return _FrameWork(frame, detections, has_crops, start_ns, _ms(start_ns, after_motion),
+                          _ms(after_motion, time.monotonic_ns()))
+
+    def _infer(self, crops: np.ndarray) -> np.ndarray | None:
+        """Embeddings (N, D) float32 for crops (N, 1, 88, 88), in chunks of at most max_batch;
+        None if the backend failed (the failure is logged; the caller counts the frames)."""
+        step = self.config.batcher.max_batch
+        try:
+            parts = [self.backend.infer(crops[i:i + step]).embedding for i in range(0, len(crops), step)]
+        except BackendFailure as err:
+            log.error("backend %s failed on a batch of %d faces: %s", self.config.backend.name, len(crops), err)
+            return None
+        return np.concatenate(parts)
+
+    def _process(self, batch: Batch[_FrameWork]) -> None:
+        infer_start = time.monotonic_ns()
+        embeddings = self._infer(batch.crops) if len(batch.crops) else np.empty((0, 0), np.float32)
+        infer_ms = _ms(infer_start, time.monotonic_ns())
+        lost = embeddings is None
+        if lost:
+            self.inference_lost += sum(1 for n in batch.counts if n)
+            embeddings = np.full((len(batch.crops), 1), np.nan, np.float32)
+        matches = self.gallery.match(embeddings) if len(embeddings) and not lost else []
+        offset = 0
+        for work, count, rows in zip(batch.items, batch.counts, batch.split(embeddings)):
+            frame_matches, offset = matches[offset:offset + count], offset + count
+            self._track_and_publish(work, rows if count and not lost else None, frame_matches,
+                                    len(batch.crops) if count else 0, infer_ms if count else 0.0)
+
+    def _track_and_publish(self, work: _FrameWork, embeddings: np.ndarray | None, matches, batch_size: int,
+                           infer_ms: float) -> None:
+        frame = work.frame
+        track_start = time.monotonic_ns()
+        views = self.tracker.update(work.detections, embeddings)
+        for view in views:
+            i = view.detection_index
+            if i is None:
+                continue
+            if matches:
+                self.votes.add(view.track_id, *matches[i])
+            if work.has_crops:
+                self.snapshots.offer(view.track_id, frame.image, work.detections[i].box)
+        wall_time = (frame.t_ns + self._wall_offset_ns) / 1e9
+        events = self.events.frame_events(views, self.votes, frame.t_ns, wall_time)
+        publish_start = time.monotonic_ns()
+        for event in events:
+            path, jpeg = self.snapshots.save(event.track_id, event.id)
+            event = replace(event, snapshot=path)
+            for sink in self.sinks:
+                sink.publish_event(event, jpeg)
+            if event.kind == "left":
+                self.votes.forget(event.track_id)
+                self.snapshots.forget(event.track_id)
+        end = time.monotonic_ns()
+        self.frames_processed += 1
+        self._done_ns.append(end)
+        record = FrameLatency(
+            seq=frame.seq, t_ns=frame.t_ns, backend=self.config.backend.name, batch=batch_size,
+            faces=len(work.detections), capture_ms=_ms(frame.t_ns, work.start_ns), motion_ms=work.motion_ms,
+            detect_ms=work.detect_ms, infer_ms=infer_ms, track_ms=_ms(track_start, publish_start),
+            publish_ms=_ms(publish_start, end), total_ms=_ms(frame.t_ns, end),
+            dropped=self._capture.dropped + self.inference_lost)
+        self.latency_log.write(record)
+        self.stats.add(record)
+
+    # -- reporting -------------------------------------------------------------------------------
+
+    def fps(self) -> float:
+        if len(self._done_ns) < 2:
+            return 0.0
+        return (len(self._done_ns) - 1) / ((self._done_ns[-1] - self._done_ns[0]) / 1e9)
+
+    def state(self) -> dict:
+        """The guard's state for the MQTT state topic (sinks add their own counters)."""
+        return {
+            "fps": round(self.fps(), 2),
+            "latency_ms": self.stats.percentiles(),
+            "tracks": self.tracker.live_count,
+            "frames": self.frames_processed,
+            "frames_dropped": (self._capture.dropped if self._capture else 0) + self.inference_lost,
+            "backend": self.config.backend.name,
+            "precision": self.config.backend.precision,
+        }
+
+    def _report(self) -> None:
+        p = self.stats.percentiles()
+        if not p:
+            return
+        stages = " ".join(f"{k[:-3]} {v['p50']:.1f}/{v['p95']:.1f}" for k, v in p.items())
+        log.info("%.1f fps, %d frames, %d dropped; ms p50/p95: %s", self.fps(), self.frames_processed,
+                 self.state()["frames_dropped"], stages)
+
+    def _publish_state(self) -> None:
+        state = self.state()
+        for sink in self.sinks:
+            sink.publish_state(state)
+
+
+_NO_CROPS = np.empty((0, 1, 88, 88), np.float32)
+
+
+def run_guard(config: Config, args) -> int:
+    """`tracker` without --benchmark/--list-backends: run the guard until the source ends or a
+    SIGTERM/SIGINT arrives; returns the exit code."""
+    config = effective_config(config, args)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    guard = Guard(config, source_spec=args.source, enroll_scene_people=args.demo)
+    stop = lambda signum, _frame: guard.stop()  # noqa: E731
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return guard.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
