@@ -1,0 +1,135 @@
+"""TLS and password authentication against brokers configured for them (certificates made by the
+test with openssl): the right credentials deliver events; wrong ones give one clear error line while
+the sink keeps retrying with back-off and never raises."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import pytest
+
+from mosquitto import Broker, Subscriber, make_certs, make_event, sink_config
+from tracker.errors import ConfigError
+from tracker.sinks.mqtt import MqttSink
+
+USERS = {"guard": "correct horse"}
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    return make_certs(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def tls_broker(tmp_path_factory, certs):
+    """TLS with a client certificate required, and a password file: both must be right."""
+    with Broker(tmp_path_factory.mktemp("tls"), users=USERS, tls=certs, require_client_cert=True) as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def password_broker(tmp_path_factory):
+    with Broker(tmp_path_factory.mktemp("pw"), users=USERS) as b:
+        yield b
+
+
+def password_file(tmp_path, text):
+    path = tmp_path / "mqtt-password"
+    path.write_text(text + "\n")
+    path.chmod(0o600)
+    return str(path)
+
+
+def wait_until(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.05)
+
+
+def deliver_one(broker, sink, device):
+    sub = Subscriber(broker, [f"tracker/{device}/events"])
+    event = make_event()
+    sink.publish_event(event, None)
+    got = json.loads(sub.wait_for(lambda m: m)[0][1])
+    sub.close()
+    return got["id"] == event.id
+
+
+def test_password_authentication(password_broker, tmp_path):
+    config = sink_config(password_broker, "pw-ok", username="guard",
+                         password_file=password_file(tmp_path, USERS["guard"]))
+    sink = MqttSink(config.mqtt, config.device, tmp_path)
+    try:
+        assert deliver_one(password_broker, sink, "pw-ok")
+    finally:
+        sink.close()
+
+
+def test_wrong_password_is_one_error_line_and_retries(password_broker, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="tracker.sinks")
+    config = sink_config(password_broker, "pw-bad", username="guard", password_file=password_file(tmp_path, "nope"))
+    sink = MqttSink(config.mqtt, config.device, tmp_path)
+    try:
+        sink.publish_event(make_event(), None)  # kept in the outbox, not lost
+        wait_until(lambda: sink.failed_attempts >= 3)  # refused again and again, with back-off
+        assert not sink.connected and len(sink.outbox) == 1
+    finally:
+        sink.close()
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1, errors
+    assert "refused the connection: " in errors[0]
+    assert "Not authorized" in errors[0] or "Bad user name or password" in errors[0]  # mosquitto 2: the former
+    assert "check mqtt.username and the password file" in errors[0]
+    assert password_broker.log_text().count("not authorised") >= 3  # the broker saw the retries
+
+
+def test_tls_with_client_certificate_and_password(tls_broker, certs, tmp_path):
+    config = sink_config(tls_broker, "tls-ok", username="guard", password_file=password_file(tmp_path, "correct horse"),
+                         tls={"ca": str(certs.ca), "cert": str(certs.client_cert), "key": str(certs.client_key)})
+    sink = MqttSink(config.mqtt, config.device, tmp_path)
+    try:
+        assert deliver_one(tls_broker, sink, "tls-ok")
+    finally:
+        sink.close()
+
+
+def test_tls_wrong_ca_is_one_error_line_and_retries(tls_broker, certs, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="tracker.sinks")
+    config = sink_config(tls_broker, "tls-bad", username="guard", password_file=password_file(tmp_path, "correct horse"),
+                         tls={"ca": str(certs.other_ca), "cert": str(certs.client_cert), "key": str(certs.client_key)})
+    sink = MqttSink(config.mqtt, config.device, tmp_path)
+    try:
+        wait_until(lambda: sink.failed_attempts >= 2)
+        assert not sink.connected
+    finally:
+        sink.close()
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1, errors
+    assert "TLS handshake with 127.0.0.1" in errors[0] and "CERTIFICATE_VERIFY_FAILED" in errors[0]
+
+
+def test_tls_without_the_required_client_certificate(tls_broker, certs, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="tracker.sinks")
+    config = sink_config(tls_broker, "tls-nocert", username="guard",
+                         password_file=password_file(tmp_path, "correct horse"), tls={"ca": str(certs.ca)})
+    sink = MqttSink(config.mqtt, config.device, tmp_path)
+    try:
+        wait_until(lambda: sink.failed_attempts >= 2)
+        assert not sink.connected
+    finally:
+        sink.close()
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1, errors
+    assert "client certificate" in errors[0] or "TLS handshake" in errors[0]
+
+
+def test_unloadable_certificate_is_a_config_error(tls_broker, tmp_path):
+    bogus = tmp_path / "bogus.pem"
+    bogus.write_text("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")
+    config = sink_config(tls_broker, "tls-bogus", tls={"ca": str(bogus)})
+    with pytest.raises(ConfigError, match="mqtt.tls.ca: cannot load"):
+        MqttSink(config.mqtt, config.device, tmp_path)
