@@ -1,0 +1,73 @@
+"""`nnpack`: PyTorch with its convolutions run by NNPACK, the configuration the study wanted.
+
+Where PyTorch really uses NNPACK: its convolution dispatcher (aten/src/ATen/native/Convolution.cpp,
+`ConvParams::use_nnpack`) picks NNPACK only if `torch.backends.nnpack` is enabled, the build has
+it (`torch._nnpack_available()`: the x86-64 and aarch64 PyPI wheels do), the input is float32
+NCHW on the CPU, there is no dilation, the kernel is at most 16x16, pad < kernel, and -- outside
+mobile builds -- the batch is at least 16; and only when MKLDNN (oneDNN) was not chosen first,
+which it is whenever it is enabled, as it is in both wheels. So a stock `F.conv2d` never reaches
+NNPACK on either platform, and would not for the guard's small batches anyway. This backend
+therefore enables `torch.backends.nnpack` and calls NNPACK's operator
+(`torch._nnpack_spatial_convolution`) directly for every convolution it can run, at every batch
+size (see tracker.model.convert.torch); pooling, fully connected layers and softmax are ordinary
+PyTorch CPU ops. `nnpack_convs` lists the layers NNPACK runs.
+
+The module is built straight from the Caffe files (torch is NCHW/OIHW like Caffe: nothing to
+convert, so nothing is cached). `threads` sets torch's intra-op threads (default: every core this
+process may use) before the first forward, because NNPACK sizes its thread pool once, from
+torch's count at its first call, for the life of the process.
+"""
+
+from __future__ import annotations
+
+import os
+
+from tracker.backends import missing_runtime
+from tracker.backends.base import BackendBase, ModelSpec
+from tracker.errors import BackendUnavailable
+from tracker.model.convert import check_batch, check_options, load_graph
+from tracker.types import Inference
+
+
+class TorchNNPACK(BackendBase):
+    """Options: cache_dir is accepted and unused (nothing is converted), so callers can pass
+    it to every backend alike."""
+
+    name = "nnpack"
+    precisions = ("fp32",)
+
+    @classmethod
+    def check_runtime(cls) -> None:
+        try:
+            import torch
+        except ImportError as err:
+            raise missing_runtime(cls.name, err.name or "torch", err) from None
+        if not torch._nnpack_available():  # also initialises NNPACK
+            raise BackendUnavailable(f"backend {cls.name!r}: this PyTorch build or CPU has no NNPACK "
+                                     f"(torch._nnpack_available() is False)")
+
+    def __init__(self, model: ModelSpec, *, precision: str = "fp32", threads: int | None = None, **options):
+        import torch
+
+        from tracker.model.convert.torch import build_torch
+
+        check_options(self.name, options, ("cache_dir",))
+        self.check_runtime()
+        self.precision = precision
+        self.threads = threads or len(os.sched_getaffinity(0))
+        torch.set_num_threads(self.threads)
+        torch.backends.nnpack.set_flags(True)
+        graph = load_graph(model)
+        self._shape = graph.input_shape
+        self._module = build_torch(graph, nnpack=True)
+        self.nnpack_convs = tuple(self._module.nnpack_convs)
+        self._torch = torch
+
+    def infer(self, x) -> Inference:
+        x = check_batch(self.name, x, self._shape)
+        with self._torch.inference_mode():
+            prob, embedding = self._module(self._torch.from_numpy(x))
+        return Inference(prob.numpy(), embedding.numpy())
+
+    def close(self) -> None:
+        self._module = None

@@ -1,0 +1,53 @@
+"""`onnxruntime`: ONNX Runtime's CPU execution provider on the converted ONNX model.
+
+The model comes from the converter cache (tracker.model.convert, target "onnx"): NCHW like Caffe,
+so batches go in as they are. fp32, or int8 (static QDQ quantisation calibrated on face crops).
+`threads` sets intra_op_num_threads (default: every core this process may use); inter-op
+parallelism is 1 (the graph is a chain, nothing runs side by side).
+"""
+
+from __future__ import annotations
+
+import os
+
+from tracker.backends import missing_runtime
+from tracker.backends.base import BackendBase, ModelSpec
+from tracker.model.convert import check_batch, check_options, convert
+from tracker.types import Inference
+
+
+class OnnxRuntime(BackendBase):
+    """Options: cache_dir (converted-model cache), calibration (int8: folder of face images)."""
+
+    name = "onnxruntime"
+    precisions = ("fp32", "int8")
+
+    @classmethod
+    def check_runtime(cls) -> None:
+        try:
+            import onnx  # noqa: F401  (the converter needs it)
+            import onnxruntime  # noqa: F401
+        except ImportError as err:
+            raise missing_runtime(cls.name, err.name or "onnxruntime", err) from None
+
+    def __init__(self, model: ModelSpec, *, precision: str = "fp32", threads: int | None = None, **options):
+        import onnxruntime as ort
+
+        check_options(self.name, options, ("cache_dir", "calibration"))
+        self.precision = precision
+        settings = ort.SessionOptions()
+        settings.intra_op_num_threads = threads or len(os.sched_getaffinity(0))
+        settings.inter_op_num_threads = 1
+        settings.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        settings.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self._session = convert(
+            model, "onnx", precision, calibration=options.get("calibration"), cache_dir=options.get("cache_dir"),
+            load=lambda path: ort.InferenceSession(str(path), settings, providers=["CPUExecutionProvider"]))
+        self._shape = tuple(self._session.get_inputs()[0].shape[1:])  # (C, H, W); batch is symbolic
+
+    def infer(self, x) -> Inference:
+        prob, embedding = self._session.run(["prob", "embedding"], {"data": check_batch(self.name, x, self._shape)})
+        return Inference(prob, embedding)
+
+    def close(self) -> None:
+        self._session = None

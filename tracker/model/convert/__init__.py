@@ -1,0 +1,190 @@
+"""Caffe -> other engines: `tracker convert` and the cached conversions the backends load.
+
+    tracker convert --to tf|tflite|onnx [--precision fp32|int8] [--prototxt P --weights W]
+                    [--probs BLOB] [--embedding BLOB] [--calibration DIR] [--cache-dir D] [--out PATH]
+
+Targets (each a single file, cached under `<cache_dir>/<caffemodel sha256>/`, see .cache):
+    tf      Keras 3 model (.keras), NHWC input "data", outputs {"prob", "embedding"}   fp32
+    tflite  LiteRT flatbuffer (.tflite) from that Keras model, NHWC input               fp32, int8
+    onnx    ONNX opset 17 (.onnx), NCHW input "data", outputs "prob", "embedding"      fp32, int8
+int8 tflite is full-integer (every op int8, per-channel weights; float32 input and outputs are
+quantised/dequantised at the model's boundary); int8 onnx is ONNX Runtime static quantisation
+(QDQ, per-channel int8 weights, uint8 activations). Both are calibrated on face crops
+(.calibration: the face chips shipped with the package by default, or --calibration DIR).
+
+The pipeline: caffe_io.load_net -> graph.lower (Caffe's semantics made explicit, see .graph) ->
+an emitter per engine (.keras, .onnx, .torch). Runtimes are imported only inside the functions
+that need them. Without --out the command prints the cached file's path; with --out it also
+copies the file there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import logging
+import shutil
+from pathlib import Path
+from typing import Callable, TypeVar
+
+import numpy as np
+
+from tracker.errors import BackendUnavailable, InputError
+from tracker.model.convert.cache import Entry, default_cache_dir, entry_for, fetch
+
+T = TypeVar("T")
+
+# target -> (file suffix, precisions, pip extra, module that must import)
+TARGETS: dict[str, tuple[str, tuple[str, ...], str, str]] = {
+    "tf": (".keras", ("fp32",), "tf", "tensorflow"),
+    "tflite": (".tflite", ("fp32", "int8"), "litert", "tensorflow"),
+    "onnx": (".onnx", ("fp32", "int8"), "onnx", "onnxruntime"),
+}
+
+
+def load_graph(model):
+    """The lowered graph (.graph.Graph) of `model`, a ModelSpec; ModelError for bad files."""
+    from tracker.model.caffe_io import load_net
+    from tracker.model.convert.graph import lower
+
+    return lower(load_net(model.prototxt, model.weights), model.probs, model.embedding)
+
+
+def require_runtime(target: str) -> None:
+    """BackendUnavailable (exit 3) naming the extra if `target`'s converter cannot import."""
+    _, _, extra, module = TARGETS[target]
+    try:
+        __import__(module)
+    except ImportError as err:
+        raise BackendUnavailable(
+            f"convert --to {target}: module {module!r} is not importable "
+            f"({err.__class__.__name__}: {err}); install it with: pip install -e '.[{extra}]'") from None
+
+
+def convert(model, target: str, precision: str = "fp32", *,
+            calibration: Path | np.ndarray | None = None, cache_dir: Path | None = None,
+            load: Callable[[Path], T] | None = None):
+    """`model` converted to `target` in `precision`, from the cache (built when missing, stale
+    or corrupt). Returns load(path) -- the loader is how the cache verifies a file before use --
+    or the path when `load` is None (then only the checksum is verified).
+
+    calibration (int8 only): a folder of face images or an (N, C, H, W) array; default the
+    shipped face chips. InputError for an unknown target or precision.
+    """
+    if target not in TARGETS:
+        raise InputError(f"--to: unknown target {target!r}; expected one of {', '.join(TARGETS)}")
+    ext, precisions, _, _ = TARGETS[target]
+    if precision not in precisions:
+        having = [t for t, spec in TARGETS.items() if precision in spec[1]]
+        raise InputError(f"--precision: target {target!r} has no {precision!r} form; targets "
+                         f"with {precision!r}: {', '.join(having)}")
+    require_runtime(target)
+    from tracker.model.convert.calibration import sample_set
+
+    samples = sample_set(calibration) if precision == "int8" else None
+    entry = entry_for(model, target, precision, ext, samples.set_id if samples else None, cache_dir)
+    builders = {"tf": _build_tf, "tflite": _build_tflite, "onnx": _build_onnx}
+    return fetch(entry, lambda path: builders[target](load_graph(model), path, precision, samples),
+                 load or (lambda path: path))
+
+
+@contextlib.contextmanager
+def _quiet_stdout():
+    """Keras's exporter prints to stdout; `tracker convert` keeps stdout for the result path."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        yield
+
+
+def _build_tf(graph, path: Path, precision: str, samples) -> None:
+    from tracker.model.convert.keras import build_keras
+
+    build_keras(graph).save(path)
+
+
+def _build_tflite(graph, path: Path, precision: str, samples) -> None:
+    import tensorflow as tf
+
+    from tracker.model.convert.keras import build_keras
+
+    converter = tf.lite.TFLiteConverter.from_keras_model(build_keras(graph))
+    if precision == "int8":
+        nhwc = samples.make(graph.input_shape).transpose(0, 2, 3, 1)
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = lambda: ([np.ascontiguousarray(x[None])] for x in nhwc)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    with _quiet_stdout():
+        path.write_bytes(converter.convert())
+
+
+def _build_onnx(graph, path: Path, precision: str, samples) -> None:
+    from tracker.model.convert.onnx import build_onnx
+
+    model = build_onnx(graph)
+    if precision == "fp32":
+        path.write_bytes(model.SerializeToString())
+        return
+    from tracker.model.convert.onnx import quantize_int8
+
+    quantize_int8(model, path, samples.make(graph.input_shape))
+
+
+def check_batch(backend: str, x, shape: tuple[int, ...]) -> np.ndarray:
+    """`x` as a C-contiguous float32 (N, *shape) array, N >= 1; InputError naming `backend` and
+    what was expected otherwise (the contract's input check, shared by the converted backends)."""
+    if not isinstance(x, np.ndarray) or x.ndim != 1 + len(shape) or x.shape[0] < 1 \
+            or tuple(x.shape[1:]) != tuple(shape):
+        found = x.shape if isinstance(x, np.ndarray) else type(x).__name__
+        raise InputError(f"backend {backend!r}: input of shape {found}; expected (N, "
+                         f"{', '.join(map(str, shape))}) float32 with N >= 1")
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def check_options(backend: str, options: dict, known: tuple[str, ...]) -> None:
+    """InputError naming an option `backend` does not take."""
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise InputError(f"backend {backend!r}: unknown option {unknown[0]!r}; it takes "
+                         f"{', '.join(known) or 'no options'}")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise InputError(f"{self.prog}: {message}")
+
+
+def convert_command(argv: list[str]) -> int:
+    """`tracker convert` (see the module docstring). Prints the converted file's path."""
+    from tracker.backends.base import ModelSpec, default_model
+
+    p = _Parser(prog="tracker convert", description="Convert the Caffe model for another engine.")
+    p.add_argument("--to", required=True, choices=tuple(TARGETS))
+    p.add_argument("--precision", default="fp32", choices=("fp32", "int8"))
+    p.add_argument("--prototxt", type=Path, help="Caffe prototxt (default: the face CNN)")
+    p.add_argument("--weights", type=Path, help="Caffe caffemodel (default: the face CNN)")
+    p.add_argument("--probs", default="prob", help="blob holding the probabilities (default prob)")
+    p.add_argument("--embedding", default="fc1", help="blob holding the embedding (default fc1)")
+    p.add_argument("--calibration", type=Path, help="int8: folder of face images (default: the shipped face chips)")
+    p.add_argument("--cache-dir", type=Path, help=f"default: $TRACKER_CACHE_DIR or {default_cache_dir()}")
+    p.add_argument("--out", type=Path, help="also copy the converted file here")
+    args = p.parse_args(argv)
+    if args.calibration is not None and args.precision != "int8":
+        raise InputError("--calibration: only int8 conversions are calibrated; add --precision int8")
+    base = default_model()
+    model = ModelSpec(args.prototxt or base.prototxt, args.weights or base.weights, args.probs, args.embedding)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="tracker: %(message)s")
+    path = convert(model, args.to, args.precision, calibration=args.calibration, cache_dir=args.cache_dir)
+    if args.out is not None:
+        try:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, args.out)
+        except OSError as err:
+            raise InputError(f"--out {str(args.out)!r}: cannot write ({err.strerror or err}); "
+                             f"expected a writable file path") from None
+        path = args.out
+    print(path)
+    return 0
+
+
+__all__ = ["TARGETS", "Entry", "check_batch", "check_options", "convert", "convert_command", "load_graph", "require_runtime"]

@@ -1,0 +1,279 @@
+"""A Caffe `NetDef` lowered to a small graph whose every op means one thing in every engine.
+
+Caffe's quirks are resolved here, once, so that each emitter (Keras, ONNX, torch) translates op
+by op without knowing Caffe:
+
+- Convolution keeps Caffe's OIHW weights, symmetric pad, stride, dilation and group.
+- Pooling becomes: crop (rows/columns no window reaches), explicit pad, *valid* pooling, and for
+  AVE an optional per-position scale. Caffe rounds the output size up (ceil mode) and clips the
+  last window when it would start inside the padding; the explicit pad below reproduces that
+  exactly: `pad_before = pad`, `pad_after = (out - 1) * stride + kernel - size - pad` (negative
+  means the tail is never read and is cropped). MAX pads by repeating the edge row/column -- every
+  window that reaches into the pad also holds that edge value, so the max is Caffe's (which
+  ignores padding) -- and that stays exact after int8 quantisation, unlike a -inf pad. AVE pads
+  with zeros and divides, like Caffe, by the window's size clipped to `size + pad` (so the
+  symmetric pad counts, the ceil-mode tail does not): the valid average over the zero-padded
+  input is multiplied by `kh*kw / divisor`, a constant (out_h, out_w) map, omitted when all 1.
+- InnerProduct on an image blob becomes Flatten (in Caffe's C, H, W order) + Dense; the NHWC
+  emitters fold the order into the weights (see `Flatten`).
+- In-place layers (ReLU on "fc1") produce a new tensor version; the model's outputs are the last
+  versions of the ModelSpec's blobs, i.e. read after in-place layers ran, as Caffe reads them.
+  An output blob that is an image is flattened in Caffe order, so outputs are always (N, D).
+- Dropout (TEST phase) is the identity; ops that no output needs are dropped.
+
+Shapes exclude the batch axis: (C, H, W) for images, (D,) for vectors. Weights are float32.
+A layer type outside `SUPPORTED` raises ModelError naming the layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tracker.errors import ModelError
+from tracker.model.shapes import conv_geometry, infer_layer_shapes, pool_geometry
+
+SUPPORTED = ("Convolution", "Pooling", "ReLU", "Sigmoid", "TanH", "InnerProduct", "Softmax",
+             "Dropout", "Flatten")
+
+
+@dataclass(frozen=True, eq=False)
+class Conv:
+    """2-D convolution, NCHW semantics. weight (O, I/group, kh, kw), bias (O,) or None."""
+
+    name: str
+    src: str
+    dst: str
+    weight: np.ndarray
+    bias: np.ndarray | None
+    stride: tuple[int, int]
+    pad: tuple[int, int]  # symmetric (h, w), as Caffe
+    dilation: tuple[int, int]
+    group: int
+
+
+@dataclass(frozen=True, eq=False)
+class Pool:
+    """crop -> pad -> valid pooling [-> scale]; see the module docstring for why this is Caffe.
+
+    crop: (bottom, right) rows/columns dropped first; pad: (top, left, bottom, right) added next,
+    by edge replication for "max" and zeros for "ave"; scale: (out_h, out_w) float32 or None.
+    """
+
+    name: str
+    src: str
+    dst: str
+    method: str  # "max" | "ave"
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    crop: tuple[int, int]
+    pad: tuple[int, int, int, int]
+    scale: np.ndarray | None
+
+
+@dataclass(frozen=True, eq=False)
+class Activation:
+    """Element-wise: "relu" (leaky when slope != 0), "sigmoid" or "tanh"."""
+
+    name: str
+    src: str
+    dst: str
+    fn: str
+    slope: float = 0.0
+
+
+@dataclass(frozen=True, eq=False)
+class Flatten:
+    """(C, H, W) -> (C*H*W,) in Caffe's order (channel slowest). NHWC engines either transpose
+    first or, when only Dense ops read the result, permute those Dense weights instead."""
+
+    name: str
+    src: str
+    dst: str
+
+
+@dataclass(frozen=True, eq=False)
+class Dense:
+    """y = x @ weight.T + bias on a (K,) vector. weight (O, K), bias (O,) or None."""
+
+    name: str
+    src: str
+    dst: str
+    weight: np.ndarray
+    bias: np.ndarray | None
+
+
+@dataclass(frozen=True, eq=False)
+class Softmax:
+    """Softmax over the channel axis (axis 1 of (N, C) or (N, C, H, W))."""
+
+    name: str
+    src: str
+    dst: str
+
+
+Op = Conv | Pool | Activation | Flatten | Dense | Softmax
+
+
+@dataclass(frozen=True, eq=False)
+class Graph:
+    """The lowered net: one image input, ops in execution order, two named outputs.
+
+    input: tensor name; shapes: tensor -> shape without batch; outputs: {"prob": tensor,
+    "embedding": tensor}, both (D,)-shaped; consumers: tensor -> ops reading it.
+    """
+
+    name: str
+    input: str
+    ops: tuple[Op, ...]
+    shapes: dict[str, tuple[int, ...]]
+    outputs: dict[str, str]
+    consumers: dict[str, tuple[Op, ...]] = field(default_factory=dict)
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return self.shapes[self.input]
+
+
+def _pool_axis(size: int, k: int, s: int, p: int, out: int, layer: str) -> tuple[int, int, np.ndarray]:
+    """(crop_after, pad_after, divisor per output position) along one axis, as Caffe pools."""
+    last_start = (out - 1) * s - p
+    if last_start >= size:  # only when stride > kernel: Caffe would emit -FLT_MAX / 0 there
+        raise ModelError(f"layer {layer!r} (Pooling): its last window starts past the input "
+                         f"(size {size}, kernel {k}, stride {s}, pad {p}); the converters do not "
+                         f"reproduce Caffe's output for empty windows")
+    after = (out - 1) * s + k - size - p
+    starts = np.arange(out) * s - p
+    divisor = np.minimum(starts + k, size + p) - starts
+    return max(0, -after), max(0, after), divisor
+
+
+def _lower_pool(layer, src: str, dst: str, bottom: tuple[int, ...]) -> Pool:
+    g = pool_geometry(layer, (1,) + bottom)
+    method = {0: "max", 1: "ave"}.get(layer.param.pooling_param.pool)
+    if method is None:
+        raise ModelError(f"layer {layer.name!r} (Pooling): pool method STOCHASTIC is not "
+                         f"supported by the converters; expected MAX or AVE")
+    crop_b, pad_b, div_h = _pool_axis(bottom[1], g.kernel[0], g.stride[0], g.pad[0], g.out[0], layer.name)
+    crop_r, pad_r, div_w = _pool_axis(bottom[2], g.kernel[1], g.stride[1], g.pad[1], g.out[1], layer.name)
+    scale = None
+    if method == "ave":
+        ratio = (g.kernel[0] * g.kernel[1]) / np.outer(div_h, div_w).astype(np.float64)
+        if not np.all(ratio == 1.0):
+            scale = ratio.astype(np.float32)
+    return Pool(layer.name, src, dst, method, g.kernel, g.stride, (crop_b, crop_r),
+                (g.pad[0], g.pad[1], pad_b, pad_r), scale)
+
+
+def lower(netdef, probs: str, embedding: str) -> Graph:
+    """Lower `netdef` (caffe_io.NetDef with weights) to a Graph with outputs `probs` and
+    `embedding` (blob names). ModelError for an unsupported layer, a missing output blob, or a
+    net that is not one image input."""
+    if len(netdef.inputs) != 1:
+        raise ModelError(f"net {netdef.name!r} has inputs {list(netdef.inputs)}; the converters "
+                         f"need exactly one image input (N, C, H, W)")
+    (input_name, input_shape), = netdef.inputs.items()
+    if len(input_shape) != 4:
+        raise ModelError(f"net {netdef.name!r}: input {input_name!r} has shape {input_shape}; "
+                         f"expected (N, C, H, W)")
+    shapes: dict[str, tuple[int, ...]] = {input_name: tuple(input_shape[1:])}
+    current = {input_name: input_name}  # blob -> its latest tensor version
+    ops: list[Op] = []
+    layer_shapes = infer_layer_shapes(netdef, 1)
+
+    def fresh(layer_name: str) -> str:
+        if layer_name in shapes:
+            raise ModelError(f"net {netdef.name!r}: layer {layer_name!r} has the name of a "
+                             f"blob; the converters name tensors after layers")
+        return layer_name
+
+    for layer, ls in zip(netdef.layers, layer_shapes):
+        if layer.type not in SUPPORTED:
+            raise ModelError(f"layer {layer.name!r} has type {layer.type!r}, which the "
+                             f"converters do not support (supported: {', '.join(SUPPORTED)})")
+        if len(layer.bottoms) != 1 or len(layer.tops) != 1:
+            raise ModelError(f"layer {layer.name!r} ({layer.type}) has {len(layer.bottoms)} "
+                             f"bottoms and {len(layer.tops)} tops; the converters need 1 and 1")
+        src = current[layer.bottoms[0]]
+        bottom = shapes[src]
+        top_shape = tuple(ls.tops[0][1:])
+        if layer.type == "Dropout":
+            current[layer.tops[0]] = src
+            continue
+        dst = fresh(layer.name)
+        if layer.type == "Convolution":
+            p = layer.param.convolution_param
+            if len(bottom) != 3 or p.axis not in (1, -3):
+                raise ModelError(f"layer {layer.name!r} (Convolution): the converters support "
+                                 f"2-D convolution on (N, C, H, W); found input {bottom}, axis {p.axis}")
+            g = conv_geometry(layer, 2)
+            ops.append(Conv(layer.name, src, dst, layer.blobs[0],
+                            layer.blobs[1] if p.bias_term else None, tuple(g.stride),
+                            tuple(g.pad), tuple(g.dilation), int(p.group)))
+        elif layer.type == "Pooling":
+            ops.append(_lower_pool(layer, src, dst, bottom))
+        elif layer.type == "ReLU":
+            ops.append(Activation(layer.name, src, dst, "relu",
+                                  float(layer.param.relu_param.negative_slope)))
+        elif layer.type in ("Sigmoid", "TanH"):
+            ops.append(Activation(layer.name, src, dst, layer.type.lower()))
+        elif layer.type == "Flatten":
+            p = layer.param.flatten_param
+            if p.axis not in (1, -len(bottom) - 1) or p.end_axis != -1:
+                raise ModelError(f"layer {layer.name!r} (Flatten): the converters support "
+                                 f"axis 1 to end_axis -1 only; found {p.axis}..{p.end_axis}")
+            if len(bottom) == 1:
+                current[layer.tops[0]] = src
+                continue
+            ops.append(Flatten(layer.name, src, dst))
+        elif layer.type == "InnerProduct":
+            p = layer.param.inner_product_param
+            if p.axis not in (1, -len(bottom) - 1):
+                raise ModelError(f"layer {layer.name!r} (InnerProduct): the converters support "
+                                 f"axis 1 only; found {p.axis}")
+            if len(bottom) != 1:
+                flat = fresh(layer.name + "_flatten")
+                ops.append(Flatten(layer.name + "_flatten", src, flat))
+                shapes[flat] = (int(np.prod(bottom)),)
+                src = flat
+            weight = layer.blobs[0].T if p.transpose else layer.blobs[0]
+            ops.append(Dense(layer.name, src, dst, np.ascontiguousarray(weight, np.float32),
+                             layer.blobs[1] if p.bias_term else None))
+        elif layer.type == "Softmax":
+            axis = layer.param.softmax_param.axis
+            if axis not in (1, -len(bottom) - 1):
+                raise ModelError(f"layer {layer.name!r} (Softmax): the converters support "
+                                 f"axis 1 (channels) only; found {axis}")
+            ops.append(Softmax(layer.name, src, dst))
+        shapes[dst] = top_shape
+        current[layer.tops[0]] = dst
+
+    outputs = {}
+    for role, blob in (("prob", probs), ("embedding", embedding)):
+        if blob not in current:
+            raise ModelError(f"model: {role} blob {blob!r} is not a blob of net {netdef.name!r}; "
+                             f"its blobs are {', '.join(current)}")
+        tensor = current[blob]
+        if len(shapes[tensor]) != 1:  # an image blob as output: (N, C*H*W) in Caffe order
+            flat = fresh(f"{blob}_{role}_flat")
+            ops.append(Flatten(flat, tensor, flat))
+            shapes[flat] = (int(np.prod(shapes[tensor])),)
+            tensor = flat
+        outputs[role] = tensor
+    ops = _needed(ops, set(outputs.values()))
+    consumers: dict[str, list[Op]] = {}
+    for op in ops:
+        consumers.setdefault(op.src, []).append(op)
+    return Graph(netdef.name, input_name, tuple(ops), shapes, outputs,
+                 {k: tuple(v) for k, v in consumers.items()})
+
+
+def _needed(ops: list[Op], wanted: set[str]) -> list[Op]:
+    """The ops the `wanted` tensors depend on, in their original order."""
+    keep = []
+    for op in reversed(ops):
+        if op.dst in wanted:
+            keep.append(op)
+            wanted.add(op.src)
+    return keep[::-1]

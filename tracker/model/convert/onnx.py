@@ -1,0 +1,121 @@
+"""The lowered graph (`graph.Graph`) as an ONNX model (opset 17), NCHW like Caffe.
+
+Input "data" (N, C, H, W) float32 with a symbolic batch; outputs "prob" (N, P) and "embedding"
+(N, D). Convolutions keep OIHW weights; pooling follows graph.Pool with explicit Slice (crop),
+Pad (mode "edge" for MAX, zeros for AVE), a valid MaxPool/AveragePool and a Mul by the constant
+divisor map for AVE; Flatten of NCHW is Caffe's order already; InnerProduct is Gemm(transB=1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from tracker.model.convert.graph import Activation, Conv, Dense, Flatten, Graph, Pool, Softmax
+
+OPSET = 17
+
+
+def build_onnx(graph: Graph) -> onnx.ModelProto:
+    """An ONNX ModelProto for `graph` (checked with onnx.checker)."""
+    nodes: list = []
+    inits: list = []
+
+    def const(name: str, array: np.ndarray) -> str:
+        name = "const/" + name
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    env = {graph.input: "data"}
+    for op in graph.ops:
+        x, y = env[op.src], "caffe/" + op.dst  # prefixed: never clashes with data/prob/embedding
+        if isinstance(op, Conv):
+            inputs = [x, const(op.name + "_W", op.weight.astype(np.float32))]
+            if op.bias is not None:
+                inputs.append(const(op.name + "_B", op.bias.astype(np.float32)))
+            ph, pw = op.pad
+            nodes.append(helper.make_node("Conv", inputs, [y], name=op.name,
+                                          kernel_shape=list(op.weight.shape[2:]),
+                                          strides=list(op.stride), pads=[ph, pw, ph, pw],
+                                          dilations=list(op.dilation), group=op.group))
+        elif isinstance(op, Pool):
+            cb, cr = op.crop
+            if cb or cr:
+                h, w = graph.shapes[op.src][1:]
+                nodes.append(helper.make_node(
+                    "Slice", [x, const(op.name + "_crop_start", np.array([0, 0], np.int64)),
+                              const(op.name + "_crop_end", np.array([h - cb, w - cr], np.int64)),
+                              const(op.name + "_crop_axes", np.array([2, 3], np.int64))],
+                    ["caffe/" + op.name + "_cropped"], name=op.name + "_crop"))
+                x = "caffe/" + op.name + "_cropped"
+            t, l, b, r = op.pad
+            if any(op.pad):
+                pads = const(op.name + "_pads", np.array([0, 0, t, l, 0, 0, b, r], np.int64))
+                nodes.append(helper.make_node("Pad", [x, pads], ["caffe/" + op.name + "_padded"],
+                                              name=op.name + "_pad",
+                                              mode="edge" if op.method == "max" else "constant"))
+                x = "caffe/" + op.name + "_padded"
+            kind = "MaxPool" if op.method == "max" else "AveragePool"
+            pooled = y if op.scale is None else "caffe/" + op.name + "_pooled"
+            nodes.append(helper.make_node(kind, [x], [pooled], name=op.name,
+                                          kernel_shape=list(op.kernel), strides=list(op.stride)))
+            if op.scale is not None:
+                nodes.append(helper.make_node(
+                    "Mul", [pooled, const(op.name + "_scale", op.scale[None, None])], [y],
+                    name=op.name + "_scale"))
+        elif isinstance(op, Activation):
+            if op.fn == "relu" and op.slope:
+                nodes.append(helper.make_node("LeakyRelu", [x], [y], name=op.name, alpha=op.slope))
+            else:
+                kind = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh"}[op.fn]
+                nodes.append(helper.make_node(kind, [x], [y], name=op.name))
+        elif isinstance(op, Flatten):
+            nodes.append(helper.make_node("Flatten", [x], [y], name=op.name, axis=1))
+        elif isinstance(op, Dense):
+            inputs = [x, const(op.name + "_W", op.weight.astype(np.float32))]
+            if op.bias is not None:
+                inputs.append(const(op.name + "_B", op.bias.astype(np.float32)))
+            nodes.append(helper.make_node("Gemm", inputs, [y], name=op.name, transB=1))
+        else:
+            assert isinstance(op, Softmax)
+            nodes.append(helper.make_node("Softmax", [x], [y], name=op.name, axis=1))
+        env[op.dst] = y
+    outputs = []
+    for role, tensor in graph.outputs.items():
+        nodes.append(helper.make_node("Identity", [env[tensor]], [role], name=role + "_output"))
+        outputs.append(helper.make_tensor_value_info(role, TensorProto.FLOAT, ["N", graph.shapes[tensor][0]]))
+    c, h, w = graph.input_shape
+    onnx_graph = helper.make_graph(
+        nodes, graph.name or "net",
+        [helper.make_tensor_value_info("data", TensorProto.FLOAT, ["N", c, h, w])], outputs, inits)
+    model = helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="tracker.convert")
+    model.ir_version = 8  # readable by every onnxruntime >= 1.14
+    onnx.checker.check_model(model)
+    return model
+
+
+def quantize_int8(model: onnx.ModelProto, path, samples: np.ndarray, **overrides) -> None:
+    """Write to `path` the static int8 quantisation of `model`, calibrated on `samples`
+    (N, C, H, W) float32 (min/max of each activation over the set)."""
+    import tempfile
+    from pathlib import Path
+
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self._items = iter(samples[i:i + 1] for i in range(len(samples)))
+
+        def get_next(self):
+            x = next(self._items, None)
+            return None if x is None else {"data": x}
+
+    options = dict(quant_format=QuantFormat.QDQ, per_channel=True, activation_type=QuantType.QUInt8,
+                   weight_type=QuantType.QInt8)
+    options.update(overrides)
+    with tempfile.TemporaryDirectory() as tmp:
+        fp32 = Path(tmp) / "fp32.onnx"
+        onnx.save(model, fp32)
+        quantize_static(str(fp32), str(path), Reader(), **options)
