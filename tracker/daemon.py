@@ -1,0 +1,97 @@
+"""systemd integration: the sd_notify protocol, written with the socket module (no dependency).
+
+The pipeline calls, from its processing loop:
+    ready(status)    once the camera, the backend and the first frame are up  -> READY=1 (+ STATUS=)
+    watchdog()       every processed frame; sends WATCHDOG=1 at most every WatchdogSec/2 (cheap to call)
+    status(text)     e.g. "12.3 fps, 2 tracks, backend caffe-openblas-dl"   -> STATUS=...
+    stopping()       when SIGTERM arrived and shutdown begins                   -> STOPPING=1
+Each returns True if a datagram was sent. All are no-ops returning False when $NOTIFY_SOCKET is unset
+(not under systemd, or Type= is not notify), so the same code runs in a terminal and in tests.
+
+Protocol facts (sd_notify(3)): one datagram of newline-separated KEY=VALUE lines to the AF_UNIX
+datagram socket named by $NOTIFY_SOCKET (a leading '@' means the abstract namespace). The watchdog
+interval is $WATCHDOG_USEC microseconds, meant for the process $WATCHDOG_PID (if set). With
+NotifyAccess=main only the main process may notify, so a backend worker child must not call these.
+Sending errors are swallowed: losing a notification must never stop the guard (a missed WATCHDOG is
+exactly what systemd is there to notice).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+_lock = threading.Lock()
+_last_watchdog = float("-inf")
+
+
+def _address() -> str | None:
+    path = os.environ.get("NOTIFY_SOCKET")
+    if not path:
+        return None
+    return "\0" + path[1:] if path.startswith("@") else path
+
+
+def notify(*fields: str) -> bool:
+    """Send KEY=VALUE fields as one datagram; False when not under systemd or the send failed."""
+    address = _address()
+    if address is None:
+        return False
+    message = "\n".join(fields).encode("utf-8")
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+            sock.sendto(message, address)
+    except OSError:
+        return False
+    return True
+
+
+def _clean(text: str) -> str:
+    return " ".join(str(text).split())  # one line: a newline would start a new KEY=VALUE field
+
+
+def ready(status_text: str | None = None) -> bool:
+    fields = ["READY=1"]
+    if status_text:
+        fields.append(f"STATUS={_clean(status_text)}")
+    return notify(*fields)
+
+
+def status(text: str) -> bool:
+    return notify(f"STATUS={_clean(text)}")
+
+
+def stopping() -> bool:
+    return notify("STOPPING=1")
+
+
+def watchdog_interval_s() -> float | None:
+    """systemd's WatchdogSec for this process in seconds, or None when no watchdog is armed for it."""
+    usec = os.environ.get("WATCHDOG_USEC")
+    pid = os.environ.get("WATCHDOG_PID")
+    if not usec or (pid and pid != str(os.getpid())):
+        return None
+    try:
+        value = int(usec)
+    except ValueError:
+        return None
+    return value / 1e6 if value > 0 else None
+
+
+def watchdog() -> bool:
+    """Ping the watchdog if half its interval has passed since the last ping (monotonic clock).
+
+    Call it from the loop whose progress proves the guard is alive, not from a timer thread: a stuck
+    loop then stops the pings and systemd restarts the service."""
+    global _last_watchdog
+    interval = watchdog_interval_s()
+    if interval is None or _address() is None:
+        return False
+    now = time.monotonic()
+    with _lock:
+        if now - _last_watchdog < interval / 2:
+            return False
+        _last_watchdog = now
+    return notify("WATCHDOG=1")
