@@ -97,3 +97,72 @@ def test_notifications_from_a_child_process_environment(notify_socket, tmp_path)
     code = "from tracker import daemon; daemon.ready('up'); daemon.watchdog(); daemon.watchdog(); daemon.stopping()"
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
     assert received(notify_socket) == [b"READY=1\nSTATUS=up", b"WATCHDOG=1", b"STOPPING=1"]
+
+
+# -- systemd/tracker.service and scripts/install-pi ------------------------------------------------
+
+UNIT = REPO / "systemd" / "tracker.service"
+
+
+def unit_settings() -> dict[str, list[str]]:
+    settings: dict[str, list[str]] = {}
+    for line in UNIT.read_text().splitlines():
+        if "=" in line and not line.startswith(("#", "[")):
+            key, value = line.split("=", 1)
+            settings.setdefault(key.strip(), []).append(value.strip())
+    return settings
+
+
+def test_unit_declares_notify_watchdog_restart_policy_and_sandbox():
+    s = unit_settings()
+    assert s["Type"] == ["notify"] and s["NotifyAccess"] == ["main"] and int(s["WatchdogSec"][0]) > 0
+    assert s["Restart"] == ["on-failure"] and s["RestartPreventExitStatus"] == ["2"]  # no loop on a config error
+    assert s["User"] == ["tracker"] and s["SupplementaryGroups"] == ["video"] and s["StateDirectory"] == ["tracker"]
+    for key in ("NoNewPrivileges", "ProtectHome", "PrivateTmp"):
+        assert s[key] == ["yes"], key
+    assert s["ProtectSystem"] == ["strict"] and s["CapabilityBoundingSet"] == [""]
+    assert s["SystemCallFilter"][0] == "@system-service"
+    assert set(s["RestrictAddressFamilies"][0].split()) <= {"AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK"}
+    assert "char-video4linux rw" in s["DeviceAllow"] and s["DevicePolicy"] == ["closed"]
+
+
+def _analyze(tmp_path, text: str, *args: str) -> subprocess.CompletedProcess:
+    unit = tmp_path / "tracker.service"
+    unit.write_text(text)
+    return subprocess.run(["systemd-analyze", *args, str(unit)], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+
+
+def test_systemd_analyze_verify_accepts_the_unit(tmp_path):
+    # verify insists that ExecStart exists: point it at this checkout's console script
+    text = UNIT.read_text().replace("/opt/tracker/venv/bin/tracker", str(REPO / ".venv" / "bin" / "tracker"))
+    result = _analyze(tmp_path, text, "verify")
+    assert result.returncode == 0 and result.stderr.strip() == "" and result.stdout.strip() == "", result.stderr
+    # the same check does object to a mistake (so the empty output above means something)
+    broken = _analyze(tmp_path, text.replace("Restart=on-failure", "Restart=sometimes"), "verify")
+    assert "restart specifier" in broken.stderr
+
+
+def test_systemd_analyze_security_exposure_below_2(tmp_path):
+    result = _analyze(tmp_path, UNIT.read_text(), "security", "--offline=true")
+    line = [ln for ln in result.stdout.splitlines() if "Overall exposure level" in ln]
+    assert line, result.stdout + result.stderr
+    score = float(line[0].split(":")[1].split()[0])
+    print(line[0])
+    assert score < 2.0
+
+
+def test_install_script_dry_run_lists_every_step():
+    result = subprocess.run(["bash", str(REPO / "scripts" / "install-pi"), "--dry-run", "--no-start"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for step in ("apt-get install", "python3-picamera2", "useradd --system", "--groups video tracker",
+                 "venv --system-site-packages /opt/tracker/venv", "pip install --quiet -e /opt/tracker/src[mqtt,litert]",
+                 "--check-config --config /etc/tracker/tracker.yaml", "/etc/systemd/system/tracker.service",
+                 "systemctl enable tracker.service"):
+        assert step in out, step
+    assert "systemctl restart" not in out  # --no-start
+    bad = subprocess.run(["bash", str(REPO / "scripts" / "install-pi"), "--frobnicate"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "unknown option '--frobnicate'" in bad.stderr
