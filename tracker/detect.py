@@ -28,8 +28,9 @@ from tracker.types import Box, Detection, Frame
 
 HAAR_CASCADE = "haarcascade_frontalface_default.xml"
 # A moving blob is grown by this fraction of its larger side on every side before searching it,
-# since only part of a face may have changed (e.g. its leading edge).
-_ROI_GROWTH = 0.35
+# since only part of a face may have changed (e.g. its leading edge, or the middle of a face
+# whose uniform cheeks hide the motion).
+_ROI_GROWTH = 0.5
 # When the regions to search cover more than this fraction of the frame, search the whole frame:
 # one pass is cheaper than several overlapping ones.
 _ROI_MAX_FRACTION = 0.6
@@ -54,8 +55,12 @@ class HaarDetector:
     def __init__(self, detect_width: int = 640, scale_factor: float = 1.1, min_neighbors: int = 5,
                  min_face_px: int = 24, cascade: Path | None = None) -> None:
         path = Path(cascade) if cascade is not None else default_cascade_path()
-        self._cascade = cv2.CascadeClassifier(str(path))
-        if self._cascade.empty():
+        try:
+            self._cascade = cv2.CascadeClassifier(str(path))
+            loaded = not self._cascade.empty()
+        except (cv2.error, SystemError):  # a file that is not a cascade makes the constructor throw
+            loaded = False
+        if not loaded:
             raise ModelError(f"face detector: cannot load Haar cascade {str(path)!r}; expected the XML that "
                              "opencv-python(-headless) < 5 ships in cv2.data.haarcascades")
         self.detect_width = detect_width

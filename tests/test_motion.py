@@ -1,0 +1,108 @@
+"""The motion gate on the synthetic scene: quiet on static frames (with sensor noise), firing where
+faces move, regions in full-frame pixels, configurable and switchable off."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from tracker.config import MotionConfig
+from tracker.motion import MotionGate
+from tracker.sources.base import LumaFrame
+from tracker.sources.synthetic import SyntheticScene
+from tracker.types import Frame
+
+
+@pytest.fixture(scope="module")
+def scene() -> SyntheticScene:
+    return SyntheticScene(fps=10.0, seed=3)  # nobody in frames 0-11; A and B walk from frame 12
+
+
+def _overlaps(a, b) -> bool:
+    return a.x < b.x + b.w and b.x < a.x + a.w and a.y < b.y + b.h and b.y < a.y + a.h
+
+
+def test_static_noisy_scene_does_not_fire(scene):
+    gate = MotionGate.from_config(MotionConfig())
+    verdicts = [gate.update(scene.render(n)[0]) for n in range(12)]
+    assert verdicts[0].moving and verdicts[0].regions[0].w == scene.width  # no background yet
+    assert not any(v.moving for v in verdicts[1:])
+    assert all(v.regions == () for v in verdicts[1:])
+    assert max(v.fraction for v in verdicts[1:]) < MotionConfig().min_area_fraction
+
+
+def test_moving_faces_fire_with_regions_on_them(scene):
+    gate = MotionGate()
+    for n in range(12):
+        gate.update(scene.render(n)[0])
+    fired = 0
+    walking = 0
+    for n in range(12, 60):
+        image, gts = scene.render(n)
+        motion = gate.update(image)
+        inside = [g for g in gts if g.visible > 0.5]
+        if not inside:
+            continue
+        walking += 1
+        if motion.moving:
+            fired += 1
+            for g in inside:  # every visible walker is covered by some moving region
+                assert any(_overlaps(g.box, r) for r in motion.regions), (n, g)
+            for r in motion.regions:
+                assert 0 <= r.x and r.x + r.w <= scene.width + 1e-6 and 0 <= r.y and r.y + r.h <= scene.height + 1e-6
+    assert walking >= 30 and fired == walking
+
+
+def test_sudden_light_change_fires_over_the_frame(scene):
+    gate = MotionGate()
+    image = scene.render(3)[0]
+    gate.update(image)
+    assert not gate.update(scene.render(4)[0]).moving
+    brighter = cv2.add(scene.render(5)[0], np.full_like(image, 40))
+    motion = gate.update(brighter)
+    assert motion.moving and motion.fraction > 0.9
+
+
+def test_threshold_and_area_are_honoured(scene):
+    still = scene.render(2)[0]
+    moved = still.copy()
+    moved[100:140, 100:140] = 255 - moved[100:140, 100:140]  # a 40x40 change: 0.5% of the frame
+    for min_area, expect in ((0.002, True), (0.02, False)):
+        gate = MotionGate(min_area_fraction=min_area)
+        gate.update(still)
+        assert gate.update(moved).moving is expect
+    deaf = MotionGate(threshold=250)
+    deaf.update(still)
+    assert not deaf.update(moved).moving
+
+
+def test_disabled_gate_always_says_moving(scene):
+    gate = MotionGate.from_config(MotionConfig(enabled=False))
+    image = scene.render(1)[0]
+    for _ in range(3):
+        motion = gate.update(image)
+        assert motion.moving and len(motion.regions) == 1 and motion.regions[0].w == scene.width
+
+
+def test_frame_size_change_restarts_the_background(scene):
+    gate = MotionGate()
+    gate.update(scene.render(1)[0])
+    assert not gate.update(scene.render(2)[0]).moving
+    small = cv2.resize(scene.render(3)[0], (320, 240))
+    first = gate.update(small)
+    assert first.moving and first.regions[0].w == 320
+
+
+def test_luma_plane_is_used_and_regions_are_full_frame(scene):
+    """A LumaFrame (e.g. the Pi camera's lores Y plane) gives the same verdict, in full-frame pixels."""
+    by_image, by_luma = MotionGate(), MotionGate()
+    for n in range(10, 30):
+        image = scene.render(n)[0]
+        luma = cv2.resize(cv2.cvtColor(image, cv2.COLOR_BGR2GRAY), (320, 240), interpolation=cv2.INTER_AREA)
+        a = by_image.update(Frame(n, n, image))
+        b = by_luma.update(LumaFrame(n, n, image, luma))
+        assert a.moving == b.moving
+        if n > 10 and a.moving:
+            assert all(any(_overlaps(ra, rb) for rb in b.regions) for ra in a.regions)
+            assert max(r.x + r.w for r in b.regions) > 320  # scaled to the 640-wide frame
