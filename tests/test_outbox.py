@@ -1,0 +1,126 @@
+"""The durable outbox on real SQLite files: order, bounds, restarts, and corrupt files."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+
+import pytest
+
+from tracker.errors import InputError
+from tracker.sinks.outbox import Outbox
+
+
+class Clock:
+    def __init__(self, t: float = 1_000_000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_order_remove_and_duplicate_ids(tmp_path):
+    box = Outbox(tmp_path / "o.db")
+    seqs = [box.add(f"e{i}", b"payload %d" % i) for i in range(5)]
+    assert seqs == [0] * 5  # nothing dropped
+    rows = box.pending()
+    assert [p for _, p in rows] == [b"payload %d" % i for i in range(5)]
+    assert [s for s, _ in rows] == sorted(s for s, _ in rows)
+    box.add("e2", b"again")  # an id already stored is not stored twice
+    assert len(box) == 5
+    assert box.remove(rows[1][0]) and not box.remove(rows[1][0])  # a second ack is harmless
+    assert [p for _, p in box.pending(after=rows[0][0], limit=2)] == [b"payload 2", b"payload 3"]
+    box.close()
+
+
+def test_count_bound_drops_the_oldest_and_counts_across_restarts(tmp_path, caplog):
+    box = Outbox(tmp_path / "o.db", max_events=3)
+    for i in range(7):
+        box.add(f"e{i}", b"%d" % i)
+    assert [p for _, p in box.pending()] == [b"4", b"5", b"6"] and box.dropped == 4
+    assert any("dropped the 1 oldest" in r.getMessage() for r in caplog.records)
+    box.close()
+    again = Outbox(tmp_path / "o.db", max_events=3)  # a restarted guard resumes where it stopped
+    assert [p for _, p in again.pending()] == [b"4", b"5", b"6"] and again.dropped == 4
+    again.close()
+
+
+def test_age_bound_uses_the_wall_clock(tmp_path):
+    clock = Clock()
+    box = Outbox(tmp_path / "o.db", max_age_s=60, clock=clock)
+    box.add("old", b"old")
+    clock.t += 50
+    box.add("new", b"new")
+    clock.t += 20  # "old" is 70 s old now, "new" 20 s
+    assert box.expire() == 1 and [p for _, p in box.pending()] == [b"new"] and box.dropped == 1
+    box.close()
+    clock.t += 100
+    reopened = Outbox(tmp_path / "o.db", max_age_s=60, clock=clock)  # expiry also applies at start
+    assert len(reopened) == 0 and reopened.dropped == 2
+    reopened.close()
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "foreign schema"])
+def test_corrupt_file_is_moved_aside_and_a_new_outbox_started(tmp_path, caplog, damage):
+    path = tmp_path / "outbox.sqlite3"
+    if damage == "garbage":
+        path.write_bytes(b"\x00\x01garbage" * 1000)
+    elif damage == "truncated":
+        Outbox(path).close()
+        db = sqlite3.connect(path)  # grow it in one transaction (one add per commit is slow)
+        db.executemany("INSERT INTO events (id, created, payload) VALUES (?, 1e12, ?)",
+                       [(f"e{i}", b"x" * 200) for i in range(2000)])
+        db.commit()
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        db.close()
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    else:
+        with sqlite3.connect(path) as db:
+            db.execute("CREATE TABLE events (what TEXT)")
+    box = Outbox(path)
+    assert box.recovered_from is not None and box.recovered_from.exists()
+    assert box.recovered_from.name.startswith("outbox.sqlite3.corrupt-")
+    assert len(box) == 0
+    box.add("fresh", b"works")
+    assert [p for _, p in box.pending()] == [b"works"]
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "corrupt" in errors[0] and str(box.recovered_from) in errors[0]
+    box.close()
+
+
+def test_unopenable_path_is_one_clear_error(tmp_path):
+    (tmp_path / "dir.db").mkdir()
+    with pytest.raises(InputError, match="mqtt.outbox.path") as err:
+        Outbox(tmp_path / "dir.db")
+    assert (tmp_path / "dir.db").is_dir()  # not mistaken for corruption and moved away
+
+
+def test_bad_bounds_are_refused(tmp_path):
+    with pytest.raises(ValueError):
+        Outbox(tmp_path / "o.db", max_events=0)
+
+
+def test_concurrent_adds_and_removes(tmp_path):
+    """The publisher, the network thread and the pipeline share one outbox."""
+    box = Outbox(tmp_path / "o.db")
+    done = threading.Event()
+    removed: list[int] = []
+
+    def acker():
+        after = 0
+        while not done.is_set() or box.pending(after, 1):
+            for seq, _ in box.pending(after, 10):
+                assert box.remove(seq)
+                removed.append(seq)
+                after = seq
+
+    thread = threading.Thread(target=acker)
+    thread.start()
+    for i in range(300):
+        box.add(f"e{i}", b"p")
+    done.set()
+    thread.join(60)
+    assert len(removed) == 300 and len(box) == 0
+    box.close()
