@@ -209,7 +209,7 @@ class Results:
                     cells.append(f"{row['ms_per_image']:.3f}")
                 else:
                     cells.append(f"failed: {row['reason']}")
-                    notes.append(f"  {column.label} at batch {batch}: {row['error']}")
+                    notes.append(f"  {column.label} at batch {batch}: {row['error_detail']}")
             cells += ["n/a"] * len(self.unavailable)
             lines_cells.append(cells)
         widths = [max(len(h), *(len(r[i]) for r in lines_cells)) for i, h in enumerate(headers)]
