@@ -36,7 +36,8 @@ ExistingFile = Annotated[Path, AfterValidator(_existing_file)]
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf/nan would pass range checks like gt=0 and then break timers and sleeps at run time
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class DeviceConfig(Section):
@@ -53,6 +54,7 @@ class SourceConfig(Section):
     frames: int | None = Field(None, ge=1)  # stop after this many frames (None: until the source ends)
     queue_size: int = Field(4, ge=1, le=64)
     seed: int = 0  # synthetic scene
+    realtime: bool = True  # synthetic scene: paced at fps like a camera (False: as fast as consumed)
 
 
 class MotionConfig(Section):
@@ -134,7 +136,7 @@ class TLSConfig(Section):
 class OutboxConfig(Section):
     path: Path | None = None  # default: <state_dir>/outbox.sqlite3
     max_events: int = Field(10_000, ge=1)
-    max_age_s: float = Field(7 * 24 * 3600, gt=0)
+    max_age_s: float = Field(7 * 24 * 3600, gt=0, le=366 * 24 * 3600)
 
 
 class MQTTConfig(Section):
@@ -150,8 +152,8 @@ class MQTTConfig(Section):
     reconnect_min_s: int = Field(1, ge=1, le=3600)
     reconnect_max_s: int = Field(120, ge=1, le=3600)
     max_inflight: int = Field(20, ge=1, le=1000)  # events handed to paho and not yet acknowledged
-    flush_timeout_s: float = Field(2.0, ge=0.0, le=4.0)  # on close: wait this long for PUBACKs
-    state_interval_s: float = Field(30.0, gt=0)
+    flush_timeout_s: float = Field(2.0, ge=0.0, le=3.0)  # on close: wait this long for PUBACKs
+    state_interval_s: float = Field(30.0, ge=1.0, le=24 * 3600)
     outbox: OutboxConfig = OutboxConfig()
     discovery: bool = True
     discovery_prefix: str = Field("homeassistant", pattern=r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$")

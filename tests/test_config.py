@@ -1,0 +1,167 @@
+"""Strict config: the default file is complete and valid, every mistake is one line naming the key
+path, the bad value and what was expected (exit 2 from the CLI, no traceback), and random YAML never
+produces anything but a valid Config or a ConfigError (hypothesis)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from tracker.config import DEFAULT_CONFIG, Config, load_config, parse_config
+from tracker.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def leaf_paths(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    paths = []
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            paths += leaf_paths(annotation, (*prefix, name))
+        else:
+            paths.append((*prefix, name))
+    return paths
+
+
+ALL_KEYS = sorted({p[-1] for p in leaf_paths(Config)} | {p[0] for p in leaf_paths(Config)})
+
+
+def test_default_file_is_valid_and_equals_the_built_in_defaults():
+    assert load_config(DEFAULT_CONFIG) == Config()
+
+
+def test_default_file_documents_every_key_with_a_comment():
+    text = DEFAULT_CONFIG.read_text()
+    lines = text.splitlines()
+    for path in leaf_paths(Config):
+        # the key, nested under its section (by indentation), commented out only if its default is
+        # machine-dependent (the model paths)
+        pattern = re.compile(rf"^{'  ' * (len(path) - 1)}#? ?{re.escape(path[-1])}:")
+        matches = [ln for ln in lines if pattern.match(ln)]
+        assert matches, f"{'.'.join(path)} is not documented in {DEFAULT_CONFIG}"
+        assert any("#" in ln.split(":", 1)[1] or ln.lstrip().startswith("#") for ln in matches), path
+
+
+@pytest.mark.parametrize("data, key, fragment", [
+    ({"mqtt": {"port": 70000}}, "mqtt.port", "less than or equal to 65535"),
+    ({"mqtt": {"port": "eighty"}}, "mqtt.port", "valid integer"),
+    ({"mqtt": {"prot": "v5"}}, "mqtt.prot", "unknown key"),
+    ({"mqtt": {"protocol": "v4"}}, "mqtt.protocol", "'v5' or 'v311'"),
+    ({"mqtt": {"prefix": "a/#"}}, "mqtt.prefix", "pattern"),
+    ({"mqtt": {"discovery_prefix": "home assistant"}}, "mqtt.discovery_prefix", "pattern"),
+    ({"mqtt": {"password_file": "/no/such/file"}}, "mqtt.password_file", "expected an existing file"),
+    ({"mqtt": {"tls": {"ca": "/no/such/ca.pem"}}}, "mqtt.tls.ca", "expected an existing file"),
+    ({"mqtt": {"tls": {"cert": str(DEFAULT_CONFIG)}}}, "mqtt.tls", "cert given alone"),
+    ({"mqtt": {"reconnect_min_s": 60, "reconnect_max_s": 10}}, "mqtt", "expected reconnect_min_s <= reconnect_max_s"),
+    ({"mqtt": {"state_interval_s": float("inf")}}, "mqtt.state_interval_s", "finite number"),
+    ({"mqtt": {"outbox": {"max_events": 0}}}, "mqtt.outbox.max_events", "greater than or equal to 1"),
+    ({"mqtt": {"outbox": {"max_age_s": -1}}}, "mqtt.outbox.max_age_s", "greater than 0"),
+    ({"mqtt": {"username": ""}}, "mqtt.username", "at least 1 character"),
+    ({"mqtt": "yes"}, "mqtt", "a mapping of keys"),
+    ({"mqtt": {"tls": ["ca"]}}, "mqtt.tls", "a mapping of keys"),
+    ({"device": {"id": "Living Room"}}, "device.id", "pattern"),
+    ({"source": {"kind": "webcam"}}, "source.kind", "'synthetic', 'opencv', 'folder' or 'picamera2'"),
+    ({"source": {"fps": 0}}, "source.fps", "greater than 0"),
+    ({"batcher": {"max_batch": 1000}}, "batcher.max_batch", "less than or equal to 256"),
+    ({"sinks": {"console": "maybe"}}, "sinks.console", "valid boolean"),
+    ({"colour": "blue"}, "colour", "unknown key"),
+])
+def test_bad_values_are_one_line_naming_key_value_and_expectation(data, key, fragment):
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    message = str(err.value)
+    assert "\n" not in message
+    assert f"'{key}'" in message and fragment in message, message
+    assert len(message) < 400
+
+
+def test_long_bad_values_are_shortened():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"device": {"name": "x" * 5000}})
+    assert len(str(err.value)) < 300 and "..." in str(err.value)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tracker", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("content, fragment", [
+    ("mqtt:\n  port: 99999\n", "config: key 'mqtt.port': bad value 99999; expected"),
+    ("mqtt: [\n", "not valid YAML at line"),
+    ("- just\n- a list\n", "top level is list; expected a mapping of sections"),
+    ("mqtt:\n  enabled: true\n  tls:\n    key: /etc/hostname\n", "key given alone"),
+])
+def test_check_config_exits_2_with_one_line(tmp_path, content, fragment):
+    path = tmp_path / "bad.yaml"
+    path.write_text(content)
+    result = run_cli("--check-config", "--config", str(path))
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tracker: error: ") and fragment in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_check_config_missing_file_and_good_file(tmp_path):
+    missing = run_cli("--check-config", "--config", str(tmp_path / "nope.yaml"))
+    assert missing.returncode == 2 and "cannot read" in missing.stderr and "Traceback" not in missing.stderr
+    good = tmp_path / "good.yaml"
+    good.write_text("device:\n  id: hall\nmqtt:\n  enabled: true\n  host: broker.lan\n")
+    ok = run_cli("--check-config", "--config", str(good))
+    assert ok.returncode == 0 and "config ok" in ok.stdout
+
+
+# -- property: random YAML never gives a traceback -------------------------------------------------
+
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70), st.floats(),
+    st.text(max_size=20), st.sampled_from(["", "v5", "localhost", "/etc/hostname", "a\x00b", "x" * 300, "~", "yes"]),
+)
+keys = st.one_of(st.sampled_from(ALL_KEYS), st.text(max_size=12), st.integers(-5, 5), st.none(), st.booleans())
+values = st.recursive(
+    scalars,
+    lambda children: st.one_of(st.lists(children, max_size=4), st.dictionaries(keys, children, max_size=5)),
+    max_leaves=25,
+)
+documents = st.one_of(
+    st.dictionaries(st.sampled_from(ALL_KEYS), values, max_size=6),  # mostly real sections
+    st.dictionaries(keys, values, max_size=4),
+    values,
+)
+
+_tmp = Path(tempfile.mkdtemp(prefix="tracker-config-property-"))
+
+
+def check_document(text: str) -> None:
+    path = _tmp / "random.yaml"
+    path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    try:
+        config = load_config(path)
+    except ConfigError as err:
+        message = str(err)
+        assert message and "\n" not in message and "Traceback" not in message
+    else:
+        assert isinstance(config, Config)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(documents)
+def test_random_yaml_structures_give_a_config_or_a_config_error(document):
+    check_document(yaml.safe_dump(document, allow_unicode=True))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(list("abmqt: -[]{}#\n'\"&*!|>%@,0129.\t") + ["mqtt", "port", "  ", "tls:"]),
+                max_size=40).map("".join))
+def test_random_yaml_text_gives_a_config_or_a_config_error(text):
+    check_document(text)
