@@ -329,7 +329,8 @@ def run_guard(config: Config, args) -> int:
     SIGTERM/SIGINT arrives; returns the exit code."""
     config = effective_config(config, args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    guard = Guard(config, source_spec=args.source, enroll_scene_people=args.demo)
+    guard = Guard(config, source_spec=args.source, realtime=config.source.realtime,
+                  enroll_scene_people=args.demo)
     stop = lambda signum, _frame: guard.stop()  # noqa: E731
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
