@@ -65,3 +65,27 @@ def test_demo_guard_publishes_events_and_goes_offline_on_sigterm(tmp_path):
     outbox = tmp_path / "state" / "demo" / "outbox.sqlite3"
     with sqlite3.connect(outbox) as db:
         assert db.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 0
+
+
+def test_killed_guard_goes_offline_by_its_last_will(tmp_path):
+    with Broker(tmp_path / "broker") as broker:
+        sub = Subscriber(broker, ["tracker/crash/availability"])
+        config = tmp_path / "tracker.yaml"
+        config.write_text(yaml.safe_dump({
+            "device": {"id": "crash"}, "state_dir": str(tmp_path / "state"), "sinks": {"console": False},
+            "mqtt": {"enabled": True, "host": "127.0.0.1", "port": broker.port},
+        }))
+        guard = subprocess.Popen([sys.executable, "-m", "tracker", "--demo", "--frames", "100000",
+                                  "--config", str(config)], cwd=REPO, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+        try:
+            sub.wait_for(lambda m: [p for _, p, _ in m] == [b"online"], timeout=300)
+            guard.send_signal(signal.SIGKILL)  # no chance to say goodbye: the broker must say it
+            guard.wait(60)
+            messages = sub.wait_for(lambda m: len(m) >= 2)
+            assert [p for _, p, _ in messages] == [b"online", b"offline"]
+        finally:
+            if guard.poll() is None:
+                guard.kill()
+                guard.wait()
+            sub.close()
