@@ -49,11 +49,14 @@ def availability(name: str) -> str | None:
     return None
 
 
-def create_backend(name: str, model=None, *, precision: str = "fp32", threads: int | None = None, **options):
+def create_backend(name: str, model=None, *, precision: str = "fp32", threads: int | None = None,
+                   worker: bool = False, worker_options: dict | None = None, **options):
     """Create backend `name` for `model` (a ModelSpec; default: the face CNN).
 
-    Raises InputError for an unknown name or a precision the backend lacks (listing the backends
-    that have it), BackendUnavailable (exit 3) when its runtime is missing.
+    worker=True runs it in a child process (tracker.backends.worker.WorkerBackend, keyword
+    arguments from `worker_options`); backends that always run in a worker (`runs_in_worker`,
+    e.g. MXNet) ignore it. Raises InputError for an unknown name or a precision the backend lacks
+    (listing the backends that have it), BackendUnavailable (exit 3) when its runtime is missing.
     """
     from tracker.backends.base import default_model
 
@@ -64,6 +67,11 @@ def create_backend(name: str, model=None, *, precision: str = "fp32", threads: i
             f"precision: backend {name!r} has no {precision!r} model; "
             f"backends with {precision!r}: {', '.join(having) or 'none'}"
         )
+    if worker and not getattr(cls, "runs_in_worker", False):
+        from tracker.backends.worker import WorkerBackend
+
+        # the child checks the runtime: importing it here would defeat the isolation
+        return WorkerBackend(name, model or default_model(), precision, threads, options=options, **(worker_options or {}))
     cls.check_runtime()
     return cls(model or default_model(), precision=precision, threads=threads, **options)
 

@@ -1,0 +1,325 @@
+"""The backend worker with real child processes: results, every way a child can fail, restarts.
+
+The misbehaving backends are in tests/worker_faults.py, imported by the child through PYTHONPATH;
+the faults are real (SIGKILL, SIGABRT, MemoryError under RLIMIT_AS, a hang), nothing of the worker
+is mocked. Timeouts are bounded (pytest-timeout guards every test); no timing is asserted.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import worker_faults
+from tracker.backends import create_backend
+from tracker.backends.base import default_model
+from tracker.backends.worker import InputsLost, RestartingBackend, WorkerBackend, WorkerFailure
+from tracker.errors import BackendFailure, BackendUnavailable, InputError
+
+TESTS = Path(__file__).resolve().parent
+pytestmark = pytest.mark.timeout(120)
+
+
+def faulty(fault="none", after=2, **kwargs) -> WorkerBackend:
+    """A worker running worker_faults.Faulty (input shape: the face CNN's, 1x88x88)."""
+    options = {"fault": fault, "after": after}
+    if "marker" in kwargs:
+        options["marker"] = str(kwargs.pop("marker"))
+    return WorkerBackend("faulty", default_model(), target="worker_faults:Faulty", options=options,
+                         env={"PYTHONPATH": str(TESTS)}, **kwargs)
+
+
+def batch(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n, 1, 88, 88), dtype=np.float32)
+
+
+def assert_gone(pid: int) -> None:
+    """The child was reaped: no such process any more (a zombie would still answer)."""
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+# ---- results -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", ["shm", "pipe"])
+def test_real_backend_behind_worker_matches_in_process(transport):
+    x = batch(5)
+    local = create_backend("caffe-openblas")
+    # the worker splits 5 inputs into chunks of 2, 2, 1; the engine's float sums may depend on N
+    parts = [local.infer(x[i:i + 2]) for i in (0, 2, 4)]
+    want = type(parts[0])(np.concatenate([p.probs for p in parts]), np.concatenate([p.embedding for p in parts]))
+    remote = create_backend("caffe-openblas", worker=True, worker_options={"transport": transport, "max_batch": 2})
+    try:
+        assert isinstance(remote, WorkerBackend) and remote.transport == transport
+        assert remote.runtime_versions["numpy"] == np.__version__
+        assert remote.runtime_versions["worker_python"] == sys.executable
+        got = remote.infer(x)
+        assert got.probs.shape == (5, 848) and got.embedding.shape == (5, 128)
+        assert got.probs.dtype == np.float32 and got.embedding.dtype == np.float32
+        # the same engine in another process: the same arithmetic
+        np.testing.assert_array_equal(got.probs, want.probs)
+        np.testing.assert_array_equal(got.embedding, want.embedding)
+        again = remote.infer(x[4:])
+        np.testing.assert_array_equal(again.probs, want.probs[4:])
+        assert not np.shares_memory(again.probs, got.probs)
+    finally:
+        remote.close()
+    assert_gone(remote.pid)
+
+
+def test_results_are_owned_by_the_caller():
+    w = faulty()
+    try:
+        first = w.infer(batch(3, seed=1))
+        kept = first.probs.copy()
+        w.infer(batch(3, seed=2))  # overwrites the shared buffers
+        np.testing.assert_array_equal(first.probs, kept)
+        np.testing.assert_allclose(first.probs, worker_faults.expected(batch(3, seed=1)).probs, rtol=1e-6)
+    finally:
+        w.close()
+
+
+def test_parent_rejects_bad_input_without_the_child():
+    w = faulty()
+    try:
+        with pytest.raises(InputError, match="dtype float32; found float64"):
+            w.infer(batch(2).astype(np.float64))
+        with pytest.raises(InputError, match=r"shape \('N', 1, 88, 88\)"):
+            w.infer(np.zeros((2, 1, 28, 28), np.float32))
+        with pytest.raises(InputError, match="N >= 1"):
+            w.infer(np.zeros((0, 1, 88, 88), np.float32))
+        np.testing.assert_allclose(w.infer(batch(1)).embedding, worker_faults.expected(batch(1)).embedding)
+    finally:
+        w.close()
+
+
+def test_input_error_in_the_child_keeps_it_running():
+    w = faulty("reject", after=3)
+    try:
+        w.infer(batch(1))
+        with pytest.raises(InputError, match="call 3 rejected"):
+            w.infer(batch(1))
+        # the same process goes on serving: its call counter kept counting
+        with pytest.raises(InputError, match="call 4 rejected"):
+            w.infer(batch(1))
+        os.kill(w.pid, 0)
+    finally:
+        w.close()
+
+
+# ---- a child that dies ---------------------------------------------------------------------
+
+
+def test_kill_9_mid_batch(tmp_path):
+    marker = tmp_path / "in-batch"
+    w = faulty("wait", marker=marker)
+    pid = w.pid
+
+    def killer():
+        for _ in range(600):  # at most 60 s
+            if marker.exists():
+                os.kill(pid, signal.SIGKILL)
+                return
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=killer)
+    thread.start()
+    with pytest.raises(WorkerFailure) as err:
+        w.infer(batch(4))
+    thread.join()
+    assert err.value.returncode == -signal.SIGKILL
+    assert err.value.lost_inputs == 4
+    assert "killed by signal 9 (SIGKILL" in str(err.value) and "4 inputs lost" in str(err.value)
+    assert w.in_flight == 0
+    assert_gone(pid)
+    with pytest.raises(WorkerFailure, match="not running .*killed by signal 9") as again:
+        w.infer(batch(2))
+    assert again.value.lost_inputs == 2
+    w.close()
+
+
+@pytest.mark.parametrize("fault, cause, code", [
+    ("abort", r"killed by signal 6 \(SIGABRT\)", -signal.SIGABRT),
+    ("exit", "exited with code 7", 7),
+    ("kill", r"killed by signal 9 \(SIGKILL: out of memory", -signal.SIGKILL),
+])
+def test_child_death_is_reported_with_its_cause(fault, cause, code):
+    w = faulty(fault, after=3)
+    w.infer(batch(1))
+    with pytest.raises(WorkerFailure, match=cause) as err:
+        w.infer(batch(3))
+    assert err.value.returncode == code and err.value.lost_inputs == 3
+    assert_gone(w.pid)
+
+
+def test_out_of_memory_under_a_memory_limit():
+    # 64 MiB per input: batch 32 wants 2 GiB in a child limited to 1 GiB of address space
+    w = faulty("greedy", memory_limit_mb=1024)
+    with pytest.raises(WorkerFailure, match="out of memory in the worker.*MemoryError") as err:
+        w.infer(batch(32))
+    assert err.value.lost_inputs == 32
+    assert_gone(w.pid)
+
+
+def test_exception_in_the_child_is_a_failure_with_its_message():
+    w = faulty("crash")
+    with pytest.raises(WorkerFailure, match="RuntimeError in the worker during the call: faulty engine broke on call 2"):
+        w.infer(batch(1))
+    assert_gone(w.pid)
+
+
+def test_failure_while_loading():
+    with pytest.raises(WorkerFailure, match="RuntimeError in the worker during loading: faulty engine broke on call 1") as err:
+        faulty("crash", after=1)  # the warm-up is call 1
+    assert err.value.lost_inputs == 0
+
+
+def test_hang_times_out_and_the_child_is_killed():
+    w = faulty("hang", call_timeout_s=1.5)
+    with pytest.raises(WorkerFailure, match=r"timeout after 1.5 s during the infer of 2 inputs") as err:
+        w.infer(batch(2))
+    assert err.value.lost_inputs == 2 and err.value.returncode == -signal.SIGKILL
+    assert_gone(w.pid)
+
+
+def test_output_tail_is_in_the_error():
+    w = WorkerBackend("faulty", default_model(), target="worker_faults:Faulty", options={"fault": "abort"},
+                      env={"PYTHONPATH": str(TESTS)})
+    with pytest.raises(WorkerFailure, match="child output: .*faulty: aborting on call 2") as err:
+        w.infer(batch(1))
+    assert "faulty: aborting on call 2" in err.value.output_tail
+
+
+# ---- a child that never gets going -------------------------------------------------------
+
+
+def test_never_ready_times_out():
+    t0 = time.monotonic()
+    with pytest.raises(WorkerFailure, match=r"timeout after 2 s during the loading the backend"):
+        WorkerBackend("never", default_model(), target="worker_faults:NeverReady", env={"PYTHONPATH": str(TESTS)},
+                      ready_timeout_s=2)
+    assert time.monotonic() - t0 < 60  # bounded, generously: never a hang
+
+
+def test_missing_interpreter(tmp_path):
+    with pytest.raises(InputError, match=r"worker python '.*/nope/python' does not exist; expected .*Python"):
+        WorkerBackend("caffe-openblas", python=tmp_path / "nope" / "python")
+    with pytest.raises(InputError, match="is not an executable file"):
+        WorkerBackend("caffe-openblas", python=tmp_path)
+
+
+@pytest.mark.parametrize("program", ["/bin/sh", "/bin/true"])
+def test_interpreter_that_is_not_python(program):
+    with pytest.raises(InputError, match=rf"worker python '{program}' could not run the worker \(exited with code \d+ before saying hello"):
+        WorkerBackend("caffe-openblas", python=program)
+
+
+def test_missing_runtime_in_the_child_keeps_its_exit_code():
+    with pytest.raises(BackendUnavailable, match="runtime 'nothing' is not importable") as err:
+        WorkerBackend("unavailable", default_model(), target="worker_faults:Unavailable", env={"PYTHONPATH": str(TESTS)})
+    assert err.value.exit_code == 3
+
+
+# ---- restarts ------------------------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_restarting_backend_recovers_a_killed_worker_and_counts_lost_inputs():
+    clock = FakeClock()
+    started = []
+
+    def factory():
+        w = faulty("kill", after=3)  # warm-up is call 1; the second infer kills the child
+        started.append(w.pid)
+        return w
+
+    backend = RestartingBackend(factory, backoff_initial_s=0.5, clock=clock)
+    try:
+        assert backend.name == "faulty"
+        np.testing.assert_allclose(backend.infer(batch(2)).probs, worker_faults.expected(batch(2)).probs, rtol=1e-6)
+        with pytest.raises(InputsLost) as err:
+            backend.infer(batch(3))
+        assert err.value.lost_inputs == 3 and "killed by signal 9" in err.value.cause
+        assert err.value.retry_in_s == 0.5
+        assert_gone(started[0])
+        # before the back-off delay: inputs are lost at once, no restart yet
+        with pytest.raises(InputsLost, match="restarting in") as err:
+            backend.infer(batch(1))
+        assert err.value.lost_inputs == 1 and len(started) == 1
+        clock.now += 0.5
+        out = backend.infer(batch(2, seed=5))  # restarted, then served
+        np.testing.assert_allclose(out.embedding, worker_faults.expected(batch(2, seed=5)).embedding)
+        assert len(started) == 2 and started[1] != started[0]
+        assert backend.stats() == {"running": True, "restarts": 1, "failures": 1, "consecutive_failures": 0,
+                                   "lost_inputs": 4, "last_cause": err.value.cause.removeprefix("restarting: ")}
+    finally:
+        backend.close()
+    assert_gone(started[1])
+
+
+class _Flaky:
+    """A unit-test stand-in for a backend: fails on the calls listed."""
+
+    name = "flaky"
+
+    def __init__(self, log, fail: bool):
+        self.log, self.fail = log, fail
+
+    def infer(self, x):
+        if self.fail:
+            raise WorkerFailure("boom", cause="boom", lost_inputs=len(x))
+        return "ok"
+
+    def close(self):
+        self.log.append("closed")
+
+
+def test_backoff_doubles_to_its_cap_resets_after_success_and_can_give_up():
+    clock, log = FakeClock(), []
+    plan = iter([True, True, True, True, False])  # each created backend fails or works
+    backend = RestartingBackend(lambda: _Flaky(log, next(plan)), backoff_initial_s=1, backoff_max_s=3, clock=clock)
+    delays = []
+    for _ in range(4):
+        with pytest.raises(InputsLost) as err:
+            backend.infer(np.zeros((2, 1)))
+        delays.append(err.value.retry_in_s)
+        clock.now += err.value.retry_in_s
+    assert delays == [1, 2, 3, 3]
+    assert backend.infer(np.zeros((1, 1))) == "ok" and backend.consecutive_failures == 0
+    backend.backend.fail = True
+    with pytest.raises(InputsLost) as err:
+        backend.infer(np.zeros((1, 1)))
+    assert err.value.retry_in_s == 1  # reset by the success
+    assert log.count("closed") == 5 and backend.lost_inputs == 9
+
+    give_up = RestartingBackend(lambda: _Flaky([], True), max_consecutive_failures=2, backoff_initial_s=0, clock=clock)
+    with pytest.raises(InputsLost):
+        give_up.infer(np.zeros((1, 1)))
+    with pytest.raises(BackendFailure, match="gave up after 2 consecutive failures") as err:
+        give_up.infer(np.zeros((1, 1)))
+    assert not isinstance(err.value, InputsLost)
+
+
+def test_restart_errors_other_than_failures_propagate():
+    clock = FakeClock()
+    makes = iter([lambda: _Flaky([], True), lambda: (_ for _ in ()).throw(BackendUnavailable("runtime gone"))])
+    backend = RestartingBackend(lambda: next(makes)(), backoff_initial_s=0, clock=clock)
+    with pytest.raises(InputsLost):
+        backend.infer(np.zeros((1, 1)))
+    with pytest.raises(BackendUnavailable, match="runtime gone"):
+        backend.infer(np.zeros((1, 1)))

@@ -1,0 +1,623 @@
+"""The backend worker: any backend in a child process, possibly on another Python interpreter.
+
+Why: MXNet 1.9.1 needs numpy < 1.24, which cannot share an interpreter with the rest of the
+product; and an engine that crashes or eats the memory should take down a child, not the guard.
+
+`WorkerBackend` satisfies the Backend contract (name, infer, close). The child
+(`tracker.backends.worker_child`) loads the backend, runs one warm-up image, and reports ready with
+its runtime versions. Each `infer` copies the batch into memory shared with the child (a memfd;
+transport "shm", the default) or writes it down a pipe (transport "pipe", for systems without
+memfd_create), and the results come back the same way. Measured with scripts/worker_overhead.py:
+see the README; shared memory is the default because its cost does not grow with the pipe's
+64 KiB chunks.
+
+Failure contract (never a hang):
+- every wait has a deadline: `ready_timeout_s` for start-up, `call_timeout_s` (default
+  20 s + 2 s per image) for each infer; on expiry the child is killed (SIGKILL) and reaped;
+- a child that dies (exit code, signal, out of memory) is noticed as soon as its reply pipe
+  closes (at the latest within a second), reaped, and reported;
+- either way the caller gets a `WorkerFailure` (a BackendFailure) naming the cause, with the tail of
+  the child's output and `lost_inputs`, the number of inputs of the failed call (they produced no
+  result). After a WorkerFailure the worker is dead: every later infer raises WorkerFailure at once.
+  `RestartingBackend` below turns that into restarts with back-off.
+- a bad interpreter (missing, not executable, or not a Python able to run the child) is an
+  InputError (exit 2): it is a value the user or the config supplied. A backend whose runtime is
+  missing in the child's interpreter is BackendUnavailable (exit 3), as in-process.
+
+Bounds: one call at a time (not thread-safe: the pipeline has one inference thread); batches larger
+than `max_batch` (default 256, the largest batch the config and the benchmark allow) are split into
+chunks of at most `max_batch`; the shared memory is max_batch x (C*H*W + P + D) float32 (8.2 MB for
+the face CNN at 256), and only the pages a batch touches are backed by RAM. The child's output
+(stdout and stderr) is kept as a bounded tail (the last 16 KiB) for error messages, never on disk.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import mmap
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from tracker.backends.worker_child import _LEN, region_offsets, write_frame
+from tracker.errors import (
+    BackendFailure,
+    BackendUnavailable,
+    ConfigError,
+    InputError,
+    ModelError,
+    TrackerError,
+)
+from tracker.types import Inference
+
+ROOT = Path(__file__).resolve().parents[2]  # the directory holding the `tracker` package
+DEFAULT_MAX_BATCH = 256
+DEFAULT_READY_TIMEOUT_S = 120.0  # importing a runtime and loading a model on a Pi 3 can take a while
+CALL_TIMEOUT_BASE_S = 20.0
+CALL_TIMEOUT_PER_IMAGE_S = 2.0  # far above the slowest backend's per-image time on a Pi 3
+_EXIT_GRACE_S = 5.0  # a closed or dead child gets this long to be reaped before SIGKILL
+_POLL_S = 1.0  # liveness check while waiting (a grandchild could hold the reply pipe open)
+_TAIL_BYTES = 16384
+_BOOTSTRAP = (
+    "import sys; sys.path.append(sys.argv[1]); "
+    "from tracker.backends.worker_child import main; raise SystemExit(main(sys.argv[2:]))"
+)
+# Errors the child may report that keep their class (and exit code) in the parent.
+_ERRORS = {cls.__name__: cls for cls in (InputError, ConfigError, ModelError, BackendUnavailable, BackendFailure)}
+
+
+class WorkerFailure(BackendFailure):
+    """The worker's child failed; the worker is dead until restarted.
+
+    cause: one line (e.g. "killed by signal 9 (SIGKILL: out of memory?)", "timeout after 30 s").
+    lost_inputs: inputs of the call that failed (0 when it failed while starting or idle).
+    output_tail: the last lines the child printed (may be empty). returncode: the child's exit
+    code (negative: the signal), None if it could not be reaped.
+    """
+
+    def __init__(self, message: str, *, cause: str, lost_inputs: int, output_tail: str = "", returncode: int | None = None):
+        super().__init__(message)
+        self.cause = cause
+        self.lost_inputs = lost_inputs
+        self.output_tail = output_tail
+        self.returncode = returncode
+
+
+def describe_exit(returncode: int | None) -> str:
+    """The cause of a child's end in words."""
+    if returncode is None:
+        return "did not exit"
+    if returncode < 0:
+        signum = -returncode
+        try:
+            signame = signal.Signals(signum).name
+        except ValueError:
+            signame = "unknown signal"
+        if signum == signal.SIGKILL:
+            return f"killed by signal {signum} ({signame}: out of memory, or killed by another process)"
+        return f"killed by signal {signum} ({signame})"
+    return f"exited with code {returncode}"
+
+
+class _OutputTail:
+    """Reads the child's stdout+stderr pipe on a thread, keeping only the last _TAIL_BYTES."""
+
+    def __init__(self, fd: int):
+        self._fd = fd
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._size = 0
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="worker-output", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while chunk := os.read(self._fd, 4096):
+                with self._lock:
+                    self._chunks.append(chunk)
+                    self._size += len(chunk)
+                    while self._size - len(self._chunks[0]) >= _TAIL_BYTES:
+                        self._size -= len(self._chunks.popleft())
+        except OSError:
+            pass
+        finally:
+            os.close(self._fd)
+
+    def text(self) -> str:
+        with self._lock:
+            return b"".join(self._chunks)[-_TAIL_BYTES:].decode("utf-8", "replace")
+
+    def tail(self, lines: int = 4, chars: int = 600) -> str:
+        """The last non-empty lines, joined on one line (for error messages)."""
+        kept = [line.strip() for line in self.text().splitlines() if line.strip()][-lines:]
+        return " | ".join(kept)[-chars:]
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+
+def check_interpreter(python: str | os.PathLike) -> str:
+    """The interpreter path as a string; InputError if it does not exist or is not executable."""
+    path = Path(python)
+    if not path.exists():
+        raise InputError(f"worker python {str(path)!r} does not exist; expected the path of a Python >= 3.9 interpreter")
+    if path.is_dir() or not os.access(path, os.X_OK):
+        raise InputError(f"worker python {str(path)!r} is not an executable file; expected the path of a Python >= 3.9 interpreter")
+    return str(path)
+
+
+def model_input_shape(model) -> tuple[int, ...]:
+    """(C, H, W) of the model's single input, read from its prototxt (ModelError if not one input)."""
+    from tracker.model.caffe_io import load_net
+
+    inputs = load_net(model.prototxt, None).inputs
+    if len(inputs) != 1:
+        raise ModelError(f"model {model.prototxt}: {len(inputs)} inputs; a worker backend runs nets with exactly one (N, C, H, W) input")
+    return tuple(next(iter(inputs.values()))[1:])
+
+
+class WorkerBackend:
+    """Backend `name` (or any "module:Class" `target`) running in a child process.
+
+    name, model, precision, threads: as for create_backend; the child creates the backend with them.
+    target: "module:Class" to load in the child (default: the registry's entry for `name`).
+    options: keyword options for the backend's constructor (JSON-serialisable).
+    python: the child's interpreter (default: this one, sys.executable).
+    env: extra environment for the child; a value of None removes that variable.
+    memory_limit_mb: address-space limit (RLIMIT_AS) the child sets on itself before loading.
+    max_batch, ready_timeout_s, call_timeout_s, transport ("shm" | "pipe"): see the module docstring.
+
+    After start-up: `runtime_versions` (what the child runs, e.g. {"python": "3.11.7", "numpy":
+    "1.23.5", "mxnet": "1.9.1"}), `pid`, `load_s`, `input_shape` (N-first, N = -1), `in_flight`
+    (inputs sent whose results have not come back: the current call's, else 0).
+    """
+
+    def __init__(self, name: str, model=None, precision: str = "fp32", threads: int | None = None, *,
+                 target: str | None = None, options: dict | None = None, python: str | os.PathLike | None = None,
+                 env: dict | None = None, memory_limit_mb: int | None = None, max_batch: int = DEFAULT_MAX_BATCH,
+                 ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S, call_timeout_s: float | None = None,
+                 transport: str | None = None, input_shape: tuple[int, ...] | None = None):
+        from tracker.backends import REGISTRY
+        from tracker.backends.base import default_model
+
+        self.name = name
+        self.model = model or default_model()
+        if target is None:
+            if name not in REGISTRY:
+                raise InputError(f"worker: unknown backend {name!r} and no target given; expected one of {', '.join(REGISTRY)}")
+            target = REGISTRY[name].target
+        if transport is None:
+            transport = "shm" if hasattr(os, "memfd_create") else "pipe"
+        if transport not in ("shm", "pipe"):
+            raise InputError(f"worker transport: found {transport!r}; expected 'shm' or 'pipe'")
+        if transport == "shm" and not hasattr(os, "memfd_create"):
+            raise InputError("worker transport 'shm' needs os.memfd_create (Linux); use transport 'pipe'")
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise InputError(f"worker max_batch: found {max_batch!r}; expected a positive integer")
+        self.max_batch = max_batch
+        self.transport = transport
+        self.python = check_interpreter(python or sys.executable)
+        chw = tuple(input_shape) if input_shape is not None else model_input_shape(self.model)
+        self.input_shape = (-1, *chw)
+        self.ready_timeout_s = float(ready_timeout_s)
+        self.call_timeout_s = call_timeout_s
+        self._job = {
+            "target": target,
+            "model": {"prototxt": str(self.model.prototxt), "weights": str(self.model.weights),
+                      "probs": self.model.probs, "embedding": self.model.embedding},
+            "precision": precision,
+            "threads": threads,
+            "options": options or {},
+            "input_shape": list(chw),
+            "max_batch": max_batch,
+            "memory_limit_mb": memory_limit_mb,
+        }
+        self._env = dict(os.environ)
+        for key, value in (env or {}).items():
+            if value is None:
+                self._env.pop(key, None)
+            else:
+                self._env[key] = str(value)
+        self.runtime_versions: dict = {}
+        self.pid: int | None = None
+        self.load_s: float | None = None
+        self.in_flight = 0
+        self._proc: subprocess.Popen | None = None
+        self._dead: str | None = None  # why the worker cannot serve (set on failure and close)
+        self._start()
+
+    # ------------------------------------------------------------------ start-up
+
+    def _start(self) -> None:
+        per_image = int(np.prod(self.input_shape[1:]))
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        out_r, out_w = os.pipe()
+        shm_fd = os.memfd_create("tracker-worker", os.MFD_CLOEXEC) if self.transport == "shm" else -1
+        child_fds = (req_r, rep_w) + ((shm_fd,) if shm_fd >= 0 else ())
+        try:
+            self._proc = subprocess.Popen(
+                [self.python, "-c", _BOOTSTRAP, str(ROOT), str(req_r), str(rep_w), str(shm_fd), json.dumps(self._job)],
+                stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, pass_fds=child_fds, env=self._env,
+                start_new_session=True,  # a Ctrl-C meant for the guard reaches the guard, which closes us
+            )
+        except OSError as err:
+            for fd in (req_r, req_w, rep_r, rep_w, out_r, out_w) + ((shm_fd,) if shm_fd >= 0 else ()):
+                os.close(fd)
+            raise InputError(f"worker python {self.python!r} cannot be started ({err.strerror or err}); "
+                             f"expected a Python >= 3.9 interpreter") from None
+        finally:
+            if self._proc is not None:
+                for fd in (req_r, rep_w, out_w):
+                    os.close(fd)
+        self.pid = self._proc.pid
+        self._req, self._rep, self._shm_fd = req_w, rep_r, shm_fd
+        os.set_blocking(self._req, False)
+        self._output = _OutputTail(out_r)
+        self._rbuf = bytearray()
+        self._shm = None
+        deadline = self._deadline(self.ready_timeout_s)
+        hello = self._await("start-up", deadline, lost=0, before_hello=True)
+        if hello.get("event") != "hello":
+            self._fail(f"sent {hello.get('event')!r} instead of hello", lost=0)
+        ready = self._await("loading the backend", deadline, lost=0)
+        if ready["event"] == "error":
+            self._raise_child_error(ready, lost=0)
+        self.runtime_versions = {**ready["versions"], "worker_python": self.python}
+        self.load_s = ready["load_s"]
+        self.probs_dim, self.embedding_dim = ready["probs_dim"], ready["embedding_dim"]
+        if shm_fd >= 0:
+            probs_at, embedding_at, total = region_offsets(self.max_batch, per_image, self.probs_dim, self.embedding_dim)
+            self._shm = mmap.mmap(shm_fd, total)
+            self._views = (
+                np.frombuffer(self._shm, np.float32, self.max_batch * per_image, 0).reshape(self.max_batch, *self.input_shape[1:]),
+                np.frombuffer(self._shm, np.float32, self.max_batch * self.probs_dim, probs_at).reshape(self.max_batch, self.probs_dim),
+                np.frombuffer(self._shm, np.float32, self.max_batch * self.embedding_dim, embedding_at).reshape(self.max_batch, self.embedding_dim),
+            )
+
+    # ------------------------------------------------------------------ calls
+
+    def infer(self, x: np.ndarray) -> Inference:
+        """x (N, C, H, W) float32, N >= 1 -> Inference (arrays owned by the caller).
+
+        Raises InputError for a bad x (checked here, the child is not involved), WorkerFailure
+        when the child fails (it is then dead; see RestartingBackend), or the child's own
+        InputError for an input its backend rejects (the child goes on).
+        """
+        if self._dead is not None:
+            n = x.shape[0] if isinstance(x, np.ndarray) and x.ndim else 0
+            raise WorkerFailure(f"backend {self.name!r} worker is not running ({self._dead})",
+                                cause=self._dead, lost_inputs=n)
+        want = ("N", *self.input_shape[1:])
+        if not isinstance(x, np.ndarray):
+            raise InputError(f"{self.name} input: expected a numpy float32 array of shape {want}; found {type(x).__name__}")
+        if x.dtype != np.float32:
+            raise InputError(f"{self.name} input: expected dtype float32; found {x.dtype}")
+        if x.ndim != len(self.input_shape) or x.shape[1:] != self.input_shape[1:] or x.shape[0] < 1:
+            raise InputError(f"{self.name} input: expected shape {want} with N >= 1; found {x.shape}")
+        n = x.shape[0]
+        self.in_flight = n
+        try:
+            parts = [self._call(x[i:i + self.max_batch], lost=n) for i in range(0, n, self.max_batch)]
+        finally:
+            self.in_flight = 0
+        if len(parts) == 1:
+            return parts[0]
+        return Inference(np.concatenate([p.probs for p in parts]), np.concatenate([p.embedding for p in parts]))
+
+    def _call(self, x: np.ndarray, lost: int) -> Inference:
+        n = x.shape[0]
+        timeout = self.call_timeout_s if self.call_timeout_s is not None else CALL_TIMEOUT_BASE_S + CALL_TIMEOUT_PER_IMAGE_S * n
+        deadline = self._deadline(timeout)
+        what = f"infer of {n} input{'s' if n != 1 else ''}"
+        if self._shm is not None:
+            np.copyto(self._views[0][:n], x)
+            self._send({"op": "infer", "n": n}, (), deadline, what, lost)
+        else:
+            self._send({"op": "infer", "n": n}, (np.ascontiguousarray(x),), deadline, what, lost)
+        reply = self._await(what, deadline, lost)
+        if reply["event"] == "error":
+            self._raise_child_error(reply, lost)
+        if reply["event"] != "result" or reply["n"] != n:
+            self._fail(f"answered {reply!r} to an {what}", lost)
+        if self._shm is not None:
+            return Inference(self._views[1][:n].copy(), self._views[2][:n].copy())
+        probs = np.empty((n, self.probs_dim), np.float32)
+        embedding = np.empty((n, self.embedding_dim), np.float32)
+        self._read_exact(memoryview(probs).cast("B"), deadline, what, lost)
+        self._read_exact(memoryview(embedding).cast("B"), deadline, what, lost)
+        return Inference(probs, embedding)
+
+    # ------------------------------------------------------------------ framing with deadlines
+
+    def _send(self, header: dict, payloads, deadline: float, what: str, lost: int) -> None:
+        data = json.dumps(header).encode()
+        for part in (_LEN.pack(len(data)) + data, *payloads):
+            view = memoryview(part).cast("B")
+            while view:
+                try:
+                    view = view[os.write(self._req, view):]
+                    continue
+                except BlockingIOError:
+                    pass
+                except BrokenPipeError:
+                    self._fail_dead(what, lost)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._fail(f"timeout after {self._wait_s:g} s during the {what} (the child stopped reading)", lost)
+                select.select([], [self._req], [], min(remaining, _POLL_S))
+                if self._proc.poll() is not None:
+                    self._fail_dead(what, lost)
+
+    def _fill(self, count: int, deadline: float, what: str, lost: int) -> None:
+        """Read until self._rbuf holds `count` bytes, or fail (EOF: the child died; deadline: timeout)."""
+        while len(self._rbuf) < count:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._fail(f"timeout after {self._wait_s:g} s during the {what}", lost)
+            ready, _, _ = select.select([self._rep], [], [], min(remaining, _POLL_S))
+            if ready:
+                chunk = os.read(self._rep, max(65536, count - len(self._rbuf)))
+                if not chunk:
+                    self._fail_dead(what, lost)
+                self._rbuf += chunk
+            elif self._proc.poll() is not None:
+                self._fail_dead(what, lost)
+
+    def _await(self, what: str, deadline: float, lost: int, before_hello: bool = False) -> dict:
+        try:
+            self._fill(_LEN.size, deadline, what, lost)
+            size = _LEN.unpack_from(self._rbuf)[0]
+            self._fill(_LEN.size + size, deadline, what, lost)
+        except WorkerFailure as err:
+            if before_hello and err.returncode is not None and err.returncode >= 0:
+                # it ran and ended without a word: not a Python that can run the worker
+                raise InputError(
+                    f"worker python {self.python!r} could not run the worker ({describe_exit(err.returncode)} "
+                    f"before saying hello{': ' + err.output_tail if err.output_tail else ''}); "
+                    f"expected a Python >= 3.9 interpreter") from None
+            raise
+        header = json.loads(bytes(self._rbuf[_LEN.size:_LEN.size + size]))
+        del self._rbuf[:_LEN.size + size]
+        return header
+
+    def _read_exact(self, view: memoryview, deadline: float, what: str, lost: int) -> None:
+        """Fill view with payload bytes: first what is buffered, then straight from the pipe."""
+        take = min(len(view), len(self._rbuf))
+        view[:take] = self._rbuf[:take]
+        del self._rbuf[:take]
+        view = view[take:]
+        while view:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._fail(f"timeout after {self._wait_s:g} s during the {what}", lost)
+            ready, _, _ = select.select([self._rep], [], [], min(remaining, _POLL_S))
+            if ready:
+                got = os.readv(self._rep, [view])
+                if not got:
+                    self._fail_dead(what, lost)
+                view = view[got:]
+            elif self._proc.poll() is not None:
+                self._fail_dead(what, lost)
+
+    def _deadline(self, timeout_s: float) -> float:
+        self._wait_s = timeout_s
+        return time.monotonic() + timeout_s
+
+    # ------------------------------------------------------------------ failures
+
+    def _raise_child_error(self, reply: dict, lost: int):
+        """An error the child reported: keep tracker error classes, else WorkerFailure."""
+        if reply.get("recoverable"):
+            raise _ERRORS.get(reply["type"], InputError)(reply["message"])
+        cls = _ERRORS.get(reply["type"])
+        if cls is not None and cls is not BackendFailure and reply["stage"] == "load":
+            self._shutdown()
+            self._dead = f"{reply['type']} while loading"
+            raise cls(reply["message"])
+        kind = f"out of memory in the worker ({reply['type']})" if "MemoryError" in reply["type"] else f"{reply['type']} in the worker"
+        self._fail(f"{kind} during {'loading' if reply['stage'] == 'load' else 'the call'}: {reply['message']}", lost)
+
+    def _fail_dead(self, what: str, lost: int):
+        """The child closed its pipe or exited: reap it and say how it ended."""
+        self._reap(_EXIT_GRACE_S)
+        self._fail(f"{describe_exit(self._proc.returncode)} during the {what}", lost)
+
+    def _fail(self, cause: str, lost: int):
+        """Kill and reap the child, mark the worker dead, raise WorkerFailure."""
+        self._shutdown()
+        returncode = self._proc.returncode if self._proc is not None else None
+        tail = self._output.tail()
+        self._dead = cause
+        text = f"backend {self.name!r} worker (pid {self.pid}, {self.python}): {cause}"
+        if lost:
+            text += f"; {lost} input{'s' if lost != 1 else ''} lost"
+        if tail:
+            text += f"; child output: {tail}"
+        raise WorkerFailure(text, cause=cause, lost_inputs=lost, output_tail=tail, returncode=returncode)
+
+    def _reap(self, grace: float) -> None:
+        try:
+            self._proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+    def _shutdown(self) -> None:
+        """Kill (if still running) and reap the child; release pipes and shared memory."""
+        if self._proc is None:
+            return
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.wait()
+        self._output.join(_EXIT_GRACE_S)  # the pipe is at EOF once the child is gone
+        self._release()
+
+    def _release(self) -> None:
+        if self._shm is not None:
+            self._views = None
+            try:
+                self._shm.close()
+            except BufferError:  # a caller still holds a view; the mapping goes with the object
+                pass
+            self._shm = None
+        for fd in (self._req, self._rep, self._shm_fd):
+            if fd is not None and fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._req = self._rep = self._shm_fd = None
+
+    def output_text(self) -> str:
+        """The child's recent output (stdout and stderr, the last 16 KiB), for diagnostics."""
+        return self._output.text()
+
+    def close(self) -> None:
+        """Ask the child to exit (it closes its backend), then reap it; SIGKILL after a grace period."""
+        if self._proc is None or self._req is None:
+            return
+        if self._dead is None:
+            try:
+                os.set_blocking(self._req, True)
+                write_frame(self._req, {"op": "close"})
+            except OSError:
+                pass
+            self._reap(_EXIT_GRACE_S)
+        self._shutdown()
+        self._dead = self._dead or "closed"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_proc", None) is not None and self._proc.poll() is None:
+            self._proc.kill()
+
+
+class InputsLost(BackendFailure):
+    """RestartingBackend.infer produced no result for its inputs: count them as dropped.
+
+    lost_inputs: how many inputs (crops) of the call are lost (= len(x) of the call).
+    cause: why (the worker's failure, or "restarting: ..." while waiting to restart).
+    retry_in_s: seconds until the next restart attempt (0 when the backend is running again).
+    """
+
+    def __init__(self, message: str, *, lost_inputs: int, cause: str, retry_in_s: float):
+        super().__init__(message)
+        self.lost_inputs = lost_inputs
+        self.cause = cause
+        self.retry_in_s = retry_in_s
+
+
+class RestartingBackend:
+    """A backend that restarts after a BackendFailure, with capped exponential back-off.
+
+        backend = RestartingBackend(lambda: create_backend(name, model, worker=True), name=name)
+        try:
+            out = backend.infer(x)
+        except InputsLost as err:          # err.lost_inputs inputs are gone: count their frames as dropped
+            ...
+
+    The first backend is created in the constructor, and its errors propagate (a configuration
+    problem must stop the guard at start-up). Later, when the backend raises BackendFailure (a
+    WorkerFailure: its child died, hung or ran out of memory), `infer` closes it and raises
+    InputsLost for that call's inputs. A restart is attempted at the next `infer` once the delay
+    has passed: `backoff_initial_s` after the first failure, doubling (`backoff_factor`) with
+    each consecutive failure, capped at `backoff_max_s`; calls before then raise InputsLost at once
+    (no blocking). A restart that fails with BackendFailure counts as another failure; any other
+    error from the factory (bad config, runtime missing) propagates. A successful call resets the
+    delay. With `max_consecutive_failures` set, failure number N raises a plain BackendFailure
+    (give up; e.g. let systemd restart the guard) instead of InputsLost.
+
+    `stats()` -> dict: running, restarts, failures, consecutive_failures, lost_inputs (total),
+    last_cause. Not thread-safe (one inference thread).
+    """
+
+    def __init__(self, factory: Callable[[], object], *, name: str | None = None, backoff_initial_s: float = 0.5,
+                 backoff_max_s: float = 30.0, backoff_factor: float = 2.0, max_consecutive_failures: int | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        if not (backoff_initial_s >= 0 and backoff_max_s >= backoff_initial_s and backoff_factor >= 1):
+            raise InputError(f"restart back-off: found initial {backoff_initial_s}, max {backoff_max_s}, factor "
+                             f"{backoff_factor}; expected 0 <= initial <= max and factor >= 1")
+        self._factory = factory
+        self._clock = clock
+        self.backoff_initial_s, self.backoff_max_s, self.backoff_factor = backoff_initial_s, backoff_max_s, backoff_factor
+        self.max_consecutive_failures = max_consecutive_failures
+        self._backend = factory()
+        self.name = name or self._backend.name
+        self.restarts = 0
+        self.failures = 0
+        self.consecutive_failures = 0
+        self.lost_inputs = 0
+        self.last_cause: str | None = None
+        self._next_attempt = 0.0
+
+    @property
+    def backend(self):
+        """The running backend, or None while waiting to restart."""
+        return self._backend
+
+    def delay_after(self, failures: int) -> float:
+        """Seconds between consecutive failure number `failures` (>= 1) and the next restart."""
+        return min(self.backoff_max_s, self.backoff_initial_s * self.backoff_factor ** (failures - 1))
+
+    def _failed(self, cause: str, lost: int, err: BaseException) -> InputsLost:
+        self.failures += 1
+        self.consecutive_failures += 1
+        self.lost_inputs += lost
+        self.last_cause = cause
+        if self.max_consecutive_failures is not None and self.consecutive_failures >= self.max_consecutive_failures:
+            raise BackendFailure(f"backend {self.name!r}: gave up after {self.consecutive_failures} consecutive failures; last: {err}") from err
+        delay = self.delay_after(self.consecutive_failures)
+        self._next_attempt = self._clock() + delay
+        return InputsLost(f"backend {self.name!r}: {lost} input{'s' if lost != 1 else ''} lost ({err}); restart in {delay:g} s",
+                          lost_inputs=lost, cause=cause, retry_in_s=delay)
+
+    def infer(self, x: np.ndarray) -> Inference:
+        """As the wrapped backend's infer; raises InputsLost (a BackendFailure) when the inputs are lost."""
+        n = x.shape[0] if isinstance(x, np.ndarray) and x.ndim else 0
+        if self._backend is None:
+            wait = self._next_attempt - self._clock()
+            if wait > 0:
+                self.lost_inputs += n
+                raise InputsLost(f"backend {self.name!r}: restarting in {wait:.3g} s after: {self.last_cause}; {n} inputs lost",
+                                 lost_inputs=n, cause=f"restarting: {self.last_cause}", retry_in_s=wait)
+            try:
+                self._backend = self._factory()
+            except BackendFailure as err:
+                raise self._failed(getattr(err, "cause", str(err)), n, err) from err
+            self.restarts += 1
+        try:
+            out = self._backend.infer(x)
+        except BackendFailure as err:
+            backend, self._backend = self._backend, None
+            try:
+                backend.close()
+            except TrackerError:
+                pass
+            raise self._failed(getattr(err, "cause", str(err)), getattr(err, "lost_inputs", n) or n, err) from err
+        self.consecutive_failures = 0
+        return out
+
+    def stats(self) -> dict:
+        return {"running": self._backend is not None, "restarts": self.restarts, "failures": self.failures,
+                "consecutive_failures": self.consecutive_failures, "lost_inputs": self.lost_inputs,
+                "last_cause": self.last_cause}
+
+    def close(self) -> None:
+        if self._backend is not None:
+            self._backend.close()
+            self._backend = None
