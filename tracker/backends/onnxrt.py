@@ -1,7 +1,8 @@
 """`onnxruntime`: ONNX Runtime's CPU execution provider on the converted ONNX model.
 
 The model comes from the converter cache (tracker.model.convert, target "onnx"): NCHW like Caffe,
-so batches go in as they are. fp32, or int8 (static QDQ quantisation calibrated on face crops).
+so batches go in as they are. fp32, or int8 (static QDQ quantisation calibrated on face crops,
+ending at the logits: the softmax is applied here, in float32).
 `threads` sets intra_op_num_threads (default: every core this process may use); inter-op
 parallelism is 1 (the graph is a chain, nothing runs side by side).
 """
@@ -12,7 +13,7 @@ import os
 
 from tracker.backends import missing_runtime
 from tracker.backends.base import BackendBase, ModelSpec
-from tracker.model.convert import check_batch, check_options, convert
+from tracker.model.convert import check_batch, check_options, convert, softmax
 from tracker.types import Inference
 
 
@@ -44,9 +45,14 @@ class OnnxRuntime(BackendBase):
             model, "onnx", precision, calibration=options.get("calibration"), cache_dir=options.get("cache_dir"),
             load=lambda path: ort.InferenceSession(str(path), settings, providers=["CPUExecutionProvider"]))
         self._shape = tuple(self._session.get_inputs()[0].shape[1:])  # (C, H, W); batch is symbolic
+        self._logits = "prob" not in {o.name for o in self._session.get_outputs()}  # int8: logits
 
     def infer(self, x) -> Inference:
-        prob, embedding = self._session.run(["prob", "embedding"], {"data": check_batch(self.name, x, self._shape)})
+        x = check_batch(self.name, x, self._shape)
+        if self._logits:
+            logits, embedding = self._session.run(["logits", "embedding"], {"data": x})
+            return Inference(softmax(logits), embedding)
+        prob, embedding = self._session.run(["prob", "embedding"], {"data": x})
         return Inference(prob, embedding)
 
     def close(self) -> None:

@@ -13,9 +13,8 @@ import os
 
 import numpy as np
 
-from tracker.backends import missing_runtime
 from tracker.backends.base import BackendBase, ModelSpec
-from tracker.errors import ModelError
+from tracker.errors import BackendUnavailable, ModelError
 from tracker.model.convert import check_batch, check_options
 from tracker.types import Inference
 
@@ -41,12 +40,15 @@ class OpenCVDNN(BackendBase):
 
     @classmethod
     def check_runtime(cls) -> None:
+        # OpenCV is a base dependency (no extra to name): say which package to reinstall.
         try:
             import cv2
         except ImportError as err:
-            raise missing_runtime(cls.name, err.name or "cv2", err) from None
+            raise BackendUnavailable(f"backend {cls.name!r}: runtime 'cv2' is not importable ({err.__class__.__name__}: "
+                                     f"{err}); it is a base dependency: pip install 'opencv-python-headless>=4.8,<5'") from None
         if not hasattr(getattr(cv2, "dnn", None), "readNetFromCaffe"):
-            raise missing_runtime(cls.name, "cv2.dnn", ImportError("this OpenCV has no Caffe importer (OpenCV 5 removed it)"))
+            raise BackendUnavailable(f"backend {cls.name!r}: OpenCV {cv2.__version__} has no Caffe importer "
+                                     f"(OpenCV 5 removed it); install 'opencv-python-headless>=4.8,<5'")
 
     def __init__(self, model: ModelSpec, *, precision: str = "fp32", threads: int | None = None, **options):
         import cv2

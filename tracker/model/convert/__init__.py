@@ -10,7 +10,9 @@ Targets (each a single file, cached under `<cache_dir>/<caffemodel sha256>/`, se
 int8 tflite is full-integer (every op int8, per-channel weights; float32 input and outputs are
 quantised/dequantised at the model's boundary); int8 onnx is ONNX Runtime static quantisation
 (QDQ, per-channel int8 weights, uint8 activations). Both are calibrated on face crops
-(.calibration: the face chips shipped with the package by default, or --calibration DIR).
+(.calibration: the face chips shipped with the package by default, or --calibration DIR), and
+both end at the logits: their outputs are "logits" and "embedding", and the backends apply the
+final softmax in float32 (see graph.float_softmax for why).
 
 The pipeline: caffe_io.load_net -> graph.lower (Caffe's semantics made explicit, see .graph) ->
 an emitter per engine (.keras, .onnx, .torch). Runtimes are imported only inside the functions
@@ -25,6 +27,7 @@ import contextlib
 import io
 import logging
 import shutil
+import warnings
 from pathlib import Path
 from typing import Callable, TypeVar
 
@@ -85,8 +88,22 @@ def convert(model, target: str, precision: str = "fp32", *,
     samples = sample_set(calibration) if precision == "int8" else None
     entry = entry_for(model, target, precision, ext, samples.set_id if samples else None, cache_dir)
     builders = {"tf": _build_tf, "tflite": _build_tflite, "onnx": _build_onnx}
-    return fetch(entry, lambda path: builders[target](load_graph(model), path, precision, samples),
-                 load or (lambda path: path))
+
+    def build(path: Path) -> None:
+        graph = load_graph(model)
+        if precision == "int8":
+            from tracker.model.convert.graph import float_softmax
+
+            graph = float_softmax(graph)
+        builders[target](graph, path, precision, samples)
+    return fetch(entry, build, load or (lambda path: path))
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise softmax of (N, K) logits in float32 (for int8 models, which end at the logits)."""
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    e /= e.sum(axis=1, keepdims=True)
+    return e
 
 
 @contextlib.contextmanager
@@ -113,7 +130,10 @@ def _build_tflite(graph, path: Path, precision: str, samples) -> None:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.representative_dataset = lambda: ([np.ascontiguousarray(x[None])] for x in nhwc)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    with _quiet_stdout():
+    with _quiet_stdout(), warnings.catch_warnings():
+        # "Statistics for quantized inputs were expected": the float32 input is quantised by the
+        # model's own first op, with ranges from the representative data -- nothing is missing.
+        warnings.filterwarnings("ignore", message="Statistics for quantized inputs")
         path.write_bytes(converter.convert())
 
 
@@ -187,4 +207,5 @@ def convert_command(argv: list[str]) -> int:
     return 0
 
 
-__all__ = ["TARGETS", "Entry", "check_batch", "check_options", "convert", "convert_command", "load_graph", "require_runtime"]
+__all__ = ["TARGETS", "Entry", "check_batch", "check_options", "convert", "convert_command", "load_graph",
+           "require_runtime", "softmax"]

@@ -121,7 +121,8 @@ class Graph:
     """The lowered net: one image input, ops in execution order, two named outputs.
 
     input: tensor name; shapes: tensor -> shape without batch; outputs: {"prob": tensor,
-    "embedding": tensor}, both (D,)-shaped; consumers: tensor -> ops reading it.
+    "embedding": tensor} (or "logits" instead of "prob", see float_softmax), all (D,)-shaped;
+    consumers: tensor -> ops reading it.
     """
 
     name: str
@@ -262,11 +263,28 @@ def lower(netdef, probs: str, embedding: str) -> Graph:
             tensor = flat
         outputs[role] = tensor
     ops = _needed(ops, set(outputs.values()))
-    consumers: dict[str, list[Op]] = {}
+    return Graph(netdef.name, input_name, tuple(ops), shapes, outputs, _consumers(ops))
+
+
+def float_softmax(graph: Graph) -> Graph:
+    """`graph` ending at the logits: the Softmax producing "prob" is removed and its input becomes
+    the output "logits" (the caller applies the softmax in float32). For int8 models: an int8
+    softmax has a resolution of 1/256, which cannot rank the ~1e-3 probabilities of a wide,
+    unsure classifier (848 identities), so the quantised model stops before it. A graph whose
+    "prob" is not a Softmax of a vector is returned unchanged."""
+    last = next((op for op in graph.ops if op.dst == graph.outputs["prob"]), None)
+    if not isinstance(last, Softmax) or len(graph.shapes[last.src]) != 1:
+        return graph
+    outputs = {"logits": last.src, "embedding": graph.outputs["embedding"]}
+    ops = _needed([op for op in graph.ops if op is not last], set(outputs.values()))
+    return Graph(graph.name, graph.input, tuple(ops), graph.shapes, outputs, _consumers(ops))
+
+
+def _consumers(ops: list[Op]) -> dict[str, tuple[Op, ...]]:
+    readers: dict[str, list[Op]] = {}
     for op in ops:
-        consumers.setdefault(op.src, []).append(op)
-    return Graph(netdef.name, input_name, tuple(ops), shapes, outputs,
-                 {k: tuple(v) for k, v in consumers.items()})
+        readers.setdefault(op.src, []).append(op)
+    return {k: tuple(v) for k, v in readers.items()}
 
 
 def _needed(ops: list[Op], wanted: set[str]) -> list[Op]:

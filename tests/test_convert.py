@@ -1,0 +1,193 @@
+"""Converters: Caffe semantics through graph.lower and the Keras, ONNX and torch emitters, against
+the float64 Caffe engine (and OpenCV's outputs for the pooling layer tests); `tracker convert`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from backend_parity import TOL, reference, run_without, write_quirky
+from tracker.backends.base import ModelSpec
+from tracker.cli import main
+from tracker.errors import ModelError
+from tracker.model.caffe_io import load_net
+from tracker.model.convert import load_graph
+from tracker.model.convert.graph import Dense, Flatten, Pool, float_softmax, lower
+
+POOL_PROTOTXT = """
+name: "pool"
+layer {{ name: "data" type: "Input" top: "data" input_param {{ shape {{ dim: 1 dim: 3 dim: {h} dim: {w} }} }} }}
+layer {{ name: "pool" type: "Pooling" bottom: "data" top: "pool"
+        pooling_param {{ pool: {method} kernel_h: {kh} kernel_w: {kw} stride_h: {sh} stride_w: {sw} pad_h: {ph} pad_w: {pw} }} }}
+"""
+
+# (h, w, kh, kw, sh, sw, ph, pw): ceil tails, pads, Caffe's clip of a window starting in the pad
+POOL_CASES = [
+    (10, 7, 3, 2, 2, 2, 0, 0),  # ceil tail on both axes
+    (9, 11, 3, 3, 2, 3, 1, 1),  # pad + tail
+    (4, 5, 2, 2, 3, 3, 1, 1),  # last window would start in the pad: Caffe drops it (a crop)
+    (6, 6, 2, 2, 2, 2, 0, 0),  # divides evenly: no pad at all
+]
+
+
+def _emitters(graph, x):
+    """{emitter: (prob, embedding)} for the Keras, ONNX and torch forms of `graph` on x (NCHW)."""
+    import onnxruntime as ort
+    import torch
+
+    from tracker.model.convert.keras import build_keras
+    from tracker.model.convert.onnx import build_onnx
+    from tracker.model.convert.torch import build_torch
+
+    keras_out = build_keras(graph)(x.transpose(0, 2, 3, 1))
+    session = ort.InferenceSession(build_onnx(graph).SerializeToString(), providers=["CPUExecutionProvider"])
+    with torch.inference_mode():
+        torch_out = build_torch(graph)(torch.from_numpy(x))
+    return {
+        "keras": (keras_out["prob"].numpy(), keras_out["embedding"].numpy()),
+        "onnx": tuple(session.run(["prob", "embedding"], {"data": x})),
+        "torch": tuple(t.numpy() for t in torch_out),
+    }
+
+
+@pytest.fixture(scope="module")
+def quirky(tmp_path_factory) -> ModelSpec:
+    return write_quirky(tmp_path_factory.mktemp("quirky"))
+
+
+def test_quirky_net_exercises_the_quirks(quirky):
+    graph = load_graph(quirky)
+    pools = [op for op in graph.ops if isinstance(op, Pool)]
+    assert pools[0].pad[2:] == (1, 1), "MAX pooling must read a ceil-mode tail on both axes"
+    assert pools[1].scale is not None, "AVE pooling must divide edge windows by less than kh*kw"
+    assert graph.shapes["data"] == (2, 23, 17)
+    flat = next(op for op in graph.ops if isinstance(op, Flatten))
+    c, h, w = graph.shapes[flat.src]
+    assert h != w and c > 1
+
+
+def test_quirky_net_matches_the_engine_in_every_emitter(quirky):
+    x = np.random.default_rng(0).standard_normal((4, 2, 23, 17)).astype(np.float32)
+    probs, embedding = reference(quirky, x)
+    for name, (p, e) in _emitters(load_graph(quirky), x).items():
+        assert p.shape == probs.shape and e.shape == embedding.shape, name
+        assert np.abs(p - probs).max() <= TOL, name
+        assert np.abs(e - embedding).max() <= TOL, name
+
+
+def test_a_wrong_flatten_order_would_be_caught(quirky):
+    """The same weights read in H, W, C order (the NHWC mistake) change the outputs far beyond
+    the tolerance on this input, so the parity test above would fail on that mistake."""
+    graph = load_graph(quirky)
+    x = np.random.default_rng(0).standard_normal((4, 2, 23, 17)).astype(np.float32)
+    fc1 = next(op for op in graph.ops if isinstance(op, Dense))
+    c, h, w = graph.shapes[next(op for op in graph.ops if op.dst == fc1.src).src]
+    wrong = fc1.weight.reshape(-1, h, w, c).transpose(0, 3, 1, 2).reshape(fc1.weight.shape)
+    mutated = type(graph)(graph.name, graph.input, tuple(
+        Dense(op.name, op.src, op.dst, wrong, op.bias) if op is fc1 else op for op in graph.ops),
+        graph.shapes, graph.outputs, graph.consumers)
+    probs, embedding = reference(quirky, x)
+    _, e = _emitters(mutated, x)["onnx"]
+    assert np.abs(e - embedding).max() > 100 * TOL
+
+
+@pytest.mark.parametrize("method", ["MAX", "AVE"])
+@pytest.mark.parametrize("case", POOL_CASES, ids=[str(c) for c in POOL_CASES])
+def test_pooling_matches_caffe(tmp_path, method, case):
+    h, w, kh, kw, sh, sw, ph, pw = case
+    prototxt = tmp_path / "pool.prototxt"
+    prototxt.write_text(POOL_PROTOTXT.format(method=method, h=h, w=w, kh=kh, kw=kw, sh=sh, sw=sw, ph=ph, pw=pw))
+    model = ModelSpec(prototxt, prototxt, "pool", "pool")
+    netdef = load_net(prototxt, None)
+    graph = lower(netdef, "pool", "pool")
+    x = np.random.default_rng(1).standard_normal((2, 3, h, w)).astype(np.float32)
+    from tracker.model.engine import Net
+
+    want = Net(netdef, dtype=np.float64, mode="caffe").forward(x.astype(np.float64), ["pool"])["pool"].reshape(2, -1)
+    for name, (p, _) in _emitters(graph, x).items():
+        assert p.shape == want.shape, name
+        assert np.abs(p - want).max() <= TOL, (name, np.abs(p - want).max())
+    del model
+
+
+@pytest.mark.parametrize("method", ["max", "ave"])
+def test_pooling_matches_opencv_reference(testdata, method):
+    """OpenCV 4.10's outputs for its own Caffe pooling tests (kernel 3x5, stride 2x1, pad 2x1)."""
+    folder = testdata / "caffe" / "layers"
+    netdef = load_net(folder / f"layer_pooling_{method}.prototxt", None)
+    x = np.load(folder / "blob.npy")
+    want = np.load(folder / f"layer_pooling_{method}.ref_opencv.npy").reshape(len(x), -1)
+    for name, (p, _) in _emitters(lower(netdef, "output", "output"), x).items():
+        assert np.abs(p - want).max() <= 1e-4, name
+
+
+def test_lenet_matches_the_engine_in_every_emitter(testdata):
+    from backend_parity import lenet, mnist
+
+    model, x = lenet(testdata), mnist(testdata)[:16]
+    probs, embedding = reference(model, x)
+    for name, (p, e) in _emitters(load_graph(model), x).items():
+        assert np.abs(p - probs).max() <= TOL and np.abs(e - embedding).max() <= TOL, name
+
+
+def test_unsupported_layer_is_named(tmp_path):
+    prototxt = tmp_path / "lrn.prototxt"
+    prototxt.write_text("""
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 3 dim: 8 dim: 8 } } }
+layer { name: "norm1" type: "LRN" bottom: "data" top: "norm1" }
+""")
+    with pytest.raises(ModelError, match=r"layer 'norm1' has type 'LRN', which the converters do not support"):
+        lower(load_net(prototxt, None), "norm1", "norm1")
+
+
+def test_missing_output_blob_is_named(quirky):
+    with pytest.raises(ModelError, match=r"embedding blob 'fc9' is not a blob of net 'quirky'"):
+        lower(load_net(quirky.prototxt, quirky.weights), "prob", "fc9")
+
+
+def test_float_softmax_ends_at_the_logits(quirky):
+    graph = float_softmax(load_graph(quirky))
+    assert set(graph.outputs) == {"logits", "embedding"} and graph.outputs["logits"] == "fc2"
+    assert graph.ops[-1].dst == "fc2"
+
+
+def test_convert_command_writes_each_target(tmp_path, quirky, capsys):
+    for target, suffix in (("onnx", ".onnx"), ("tflite", ".tflite"), ("tf", ".keras")):
+        out = tmp_path / f"model{suffix}"
+        code = main(["convert", "--to", target, "--prototxt", str(quirky.prototxt), "--weights", str(quirky.weights),
+                     "--cache-dir", str(tmp_path / "cache"), "--out", str(out)])
+        assert code == 0 and out.stat().st_size > 1000
+        assert capsys.readouterr().out.strip() == str(out)
+    import onnx
+
+    model = onnx.load(tmp_path / "model.onnx")
+    assert [o.name for o in model.graph.output] == ["prob", "embedding"]
+
+
+def test_convert_command_int8_onnx_ends_at_logits(tmp_path, testdata, capsys):
+    from backend_parity import lenet
+
+    model = lenet(testdata)
+    code = main(["convert", "--to", "onnx", "--precision", "int8", "--prototxt", str(model.prototxt),
+                 "--weights", str(model.weights), "--embedding", "ip1", "--cache-dir", str(tmp_path)])
+    assert code == 0
+    import onnx
+
+    model = onnx.load(capsys.readouterr().out.strip())
+    assert [o.name for o in model.graph.output] == ["logits", "embedding"]
+    assert any(n.op_type == "QuantizeLinear" for n in model.graph.node)
+
+
+def test_convert_command_bad_input(tmp_path, capsys):
+    assert main(["convert", "--to", "tf", "--precision", "int8", "--cache-dir", str(tmp_path)]) == 2
+    assert "target 'tf' has no 'int8' form; targets with 'int8': tflite, onnx" in capsys.readouterr().err
+    assert main(["convert", "--to", "caffe2"]) == 2
+    assert "--to" in capsys.readouterr().err
+    assert main(["convert", "--to", "onnx", "--weights", str(tmp_path / "none.caffemodel"), "--cache-dir", str(tmp_path)]) == 2
+    assert "none.caffemodel" in capsys.readouterr().err
+
+
+def test_convert_command_missing_runtime_exits_3(tmp_path):
+    done = run_without("onnxruntime", f"from tracker.cli import main; raise SystemExit(main(['convert', '--to', 'onnx', '--cache-dir', {str(tmp_path)!r}]))")
+    assert done.returncode == 3, done.stderr
+    assert "pip install -e '.[onnx]'" in done.stderr and "Traceback" not in done.stderr

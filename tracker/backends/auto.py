@@ -1,0 +1,179 @@
+"""`auto`: for each batch, the backend this machine measured fastest at that batch size.
+
+The calibration profile is `<state_dir>/profile.json`, written by `tracker --benchmark`
+(tracker.bench.profile, schema 1): {"machine": {"cpu", "cores", "arch"}, "results": [{"backend",
+"precision", "batch", "ms_per_image"}, ...]}. For a batch of N images at precision P, `auto` looks
+at the profile's entries of precision P, takes the smallest measured batch size >= N (the largest
+one measured if N is beyond them all: per-image time flattens out at large batches) and runs the
+backend with the lowest ms_per_image there. Measured sizes are normally 1, 2, 4, ..., 256, so a
+batch of 3 is served by the winner at 4. Why up: the batcher hands over at most max_batch crops and
+usually fewer, a batch of 3 padded into a batch-4 engine pays about what 4 does, and rounding
+down would choose for batch 2 a backend whose per-call overhead was amortised over fewer images
+than it will see -- at or above is the conservative side for the small-batch engines that win
+streaming. At a measured size the pick is exactly that size's winner.
+
+Without a usable profile -- none yet, unreadable, not schema 1, measured on another machine
+(cpu, cores or arch differ from this one's), or without entries for P -- `auto` says why once
+(a logging warning) and runs DEFAULTS[P] for every batch: caffe-openblas-dl for fp32 (the
+project's own engine, always installed), tf-neon-vfpv4 for int8.
+
+Sub-backends are created on first use and kept (at most `max_live`, default 3, least recently used
+closed first: each holds a runtime and a model in memory); they get the same precision, threads
+and cache_dir. A sub-backend that cannot be created (its runtime was removed since the profile
+was measured) is skipped with a warning for the next fastest at that batch size, then the default.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import OrderedDict
+from pathlib import Path
+
+from tracker.backends.base import BackendBase, ModelSpec
+from tracker.errors import BackendUnavailable, InputError, TrackerError
+from tracker.types import Inference
+
+log = logging.getLogger("tracker.backends.auto")
+
+DEFAULTS = {"fp32": "caffe-openblas-dl", "int8": "tf-neon-vfpv4"}
+PROFILE_NAME = "profile.json"
+DEFAULT_MAX_LIVE = 3
+
+
+def default_state_dir() -> Path:
+    from tracker.config import Config
+
+    return Config().resolved_state_dir()
+
+
+def load_profile(state_dir: Path) -> tuple[dict[str, dict[int, list[tuple[float, str]]]], str | None]:
+    """The profile's ranking per precision and batch -- {precision: {batch: [(ms, backend), ...]
+    fastest first}} -- or ({}, why it cannot be used)."""
+    from tracker.bench.machine import machine_key
+
+    path = Path(state_dir) / PROFILE_NAME
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}, f"no calibration profile at {path} (run `tracker --benchmark --backend all` to measure this machine)"
+    except (OSError, ValueError) as err:
+        return {}, f"calibration profile {path} is unreadable ({err.__class__.__name__}: {err}); ignoring it"
+    if not isinstance(data, dict) or data.get("schema") != 1 or not isinstance(data.get("results"), list):
+        return {}, f"calibration profile {path} is not a schema-1 profile; ignoring it"
+    here = machine_key()
+    if data.get("machine") != here:
+        return {}, (f"calibration profile {path} was measured on another machine ({data.get('machine')}); "
+                    f"this one is {here}; ignoring it")
+    ranking: dict[str, dict[int, list[tuple[float, str]]]] = {}
+    for entry in data["results"]:
+        try:
+            backend, precision = str(entry["backend"]), str(entry["precision"])
+            batch, ms = int(entry["batch"]), float(entry["ms_per_image"])
+        except (KeyError, TypeError, ValueError):
+            continue  # one malformed entry does not spoil the others
+        if backend != "auto" and batch >= 1 and ms > 0:
+            ranking.setdefault(precision, {}).setdefault(batch, []).append((ms, backend))
+    for per_batch in ranking.values():
+        for candidates in per_batch.values():
+            candidates.sort()
+    if not ranking:
+        return {}, f"calibration profile {path} has no measurements; ignoring it"
+    return ranking, None
+
+
+def measured_batch(batches, n: int) -> int:
+    """The smallest measured batch size >= n, else the largest measured."""
+    above = [b for b in batches if b >= n]
+    return min(above) if above else max(batches)
+
+
+def describe_picks(state_dir: Path) -> list[tuple[int, str, str]]:
+    """What `auto` would run: (batch, backend, precision) for every measured batch size of every
+    precision in the profile (for `tracker --list-backends`). TrackerError saying why when the
+    profile cannot be used (and what `auto` then runs)."""
+    ranking, why = load_profile(Path(state_dir))
+    if why:
+        raise TrackerError(f"{why}; auto runs {DEFAULTS['fp32']} (fp32) / {DEFAULTS['int8']} (int8)")
+    return [(batch, per_batch[batch][0][1], precision)
+            for precision, per_batch in sorted(ranking.items()) for batch in sorted(per_batch)]
+
+
+class Auto(BackendBase):
+    """Options: state_dir (where profile.json is; default the config's state dir), cache_dir
+    (passed to sub-backends), max_live (sub-backends kept, default 3)."""
+
+    name = "auto"
+    precisions = ("fp32", "int8")
+
+    def __init__(self, model: ModelSpec, *, precision: str = "fp32", threads: int | None = None, **options):
+        from tracker.model.convert import check_options
+
+        check_options(self.name, options, ("state_dir", "cache_dir", "max_live"))
+        self.model, self.precision, self.threads = model, precision, threads
+        self._cache_dir = options.get("cache_dir")
+        self._max_live = int(options.get("max_live", DEFAULT_MAX_LIVE))
+        if self._max_live < 1:
+            raise InputError(f"backend 'auto': max_live {self._max_live}; expected >= 1")
+        state_dir = options.get("state_dir")
+        ranking, why = load_profile(Path(state_dir) if state_dir is not None else default_state_dir())
+        self._ranking = ranking.get(precision, {})
+        if why is None and not self._ranking:
+            why = f"the calibration profile has no {precision} measurements"
+        if why:
+            log.warning("auto: %s; running %s for every batch size", why, DEFAULTS[precision])
+        self._live: OrderedDict[str, object] = OrderedDict()
+        self._choice: dict[int, str] = {}  # batch size -> backend that serves it (bounded by max batch seen)
+        self._broken: set[str] = set()
+
+    def candidates(self, n: int) -> list[str]:
+        """Backends for a batch of `n`, best first, ending with the default."""
+        names = []
+        if self._ranking:
+            names = [b for _, b in self._ranking[measured_batch(self._ranking, n)]]
+        return [b for b in dict.fromkeys(names + [DEFAULTS[self.precision]]) if b not in self._broken]
+
+    def pick(self, n: int) -> str:
+        """The backend `auto` runs for a batch of `n` (creating nothing)."""
+        return self._choice.get(n) or self.candidates(n)[0]
+
+    def _backend(self, n: int):
+        name = self._choice.get(n)
+        if name in self._live:
+            self._live.move_to_end(name)
+            return self._live[name]
+        from tracker.backends import create_backend
+
+        for name in self.candidates(n):
+            if name in self._live:
+                backend = self._live[name]
+                self._live.move_to_end(name)
+                break
+            options = {"cache_dir": self._cache_dir} if self._cache_dir is not None else {}
+            try:
+                backend = create_backend(name, self.model, precision=self.precision, threads=self.threads, **options)
+            except (BackendUnavailable, InputError) as err:
+                if name == DEFAULTS[self.precision]:
+                    raise
+                log.warning("auto: cannot create %s for batch %d (%s); using the next fastest", name, n, err)
+                self._broken.add(name)
+                self._choice.clear()
+                continue
+            if len(self._live) >= self._max_live:
+                _, old = self._live.popitem(last=False)
+                old.close()
+            self._live[name] = backend
+            break
+        self._choice[n] = name
+        return backend
+
+    def infer(self, x) -> Inference:
+        n = x.shape[0] if hasattr(x, "shape") and len(x.shape) else 0
+        if n < 1:
+            raise InputError(f"backend 'auto': input of shape {getattr(x, 'shape', type(x).__name__)}; "
+                             f"expected (N, C, H, W) float32 with N >= 1")
+        return self._backend(n).infer(x)
+
+    def close(self) -> None:
+        while self._live:
+            self._live.popitem(last=False)[1].close()
