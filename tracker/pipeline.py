@@ -190,18 +190,20 @@ class Guard:
                 frame = self._capture.get(timeout=wait_s)
             except TimeoutError:
                 frame = False
-            now = time.monotonic_ns()
             if frame is None:  # end of stream or stopped
                 break
-            if frame is False:
-                batch = self.batcher.due(now)
-            else:
-                work = self._detect(frame, previous, now)
+            # A run past its max_wait_ms goes before the next frame is worked on, also when frames
+            # keep coming (a busy guard never times out waiting for one, so this is the only check).
+            batch = self.batcher.due(time.monotonic_ns())
+            if batch is not None:
+                self._process(batch)
+            if frame is not False:
+                work = self._detect(frame, previous, time.monotonic_ns())
                 previous = work.detections
                 crops = crop_batch(frame.image, [d.box for d in work.detections]) if work.has_crops else _NO_CROPS
                 batch = self.batcher.add(work, crops, frame.t_ns)
-            if batch is not None:
-                self._process(batch)
+                if batch is not None:
+                    self._process(batch)
             now = time.monotonic_ns()
             if now >= next_report:
                 next_report = now + report_every_ns
