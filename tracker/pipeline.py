@@ -44,7 +44,7 @@ from tracker.sinks.console import ConsoleSink
 from tracker.sinks.jsonl import JsonlSink
 from tracker.snapshots import SnapshotStore
 from tracker.sources import Capture, make_source
-from tracker.tracking import Tracker
+from tracker.tracking import Tracker, TrackState
 from tracker.types import Detection, Frame
 
 log = logging.getLogger("tracker")
@@ -275,9 +275,12 @@ class Guard:
             event = replace(event, snapshot=path)
             for sink in self.sinks:
                 sink.publish_event(event, jpeg)
-            if event.kind == "left":
-                self.votes.forget(event.track_id)
-                self.snapshots.forget(event.track_id)
+        for view in views:
+            # Every track that ends, announced or not (a tentative one that died also voted and
+            # offered faces), takes its votes and best face with it: no state outlives its track.
+            if view.state is TrackState.ENDED:
+                self.votes.forget(view.track_id)
+                self.snapshots.forget(view.track_id)
         end = time.monotonic_ns()
         self.frames_processed += 1
         self._done_ns.append(end)
