@@ -320,13 +320,13 @@ CASES = [
         "flatten",
         single("Flatten"),
         (2, 3, 4, 5),
-        lambda x, nd: x.reshape(2, -1),
+        lambda x, nd: x.reshape(x.shape[0], -1),
     ),
     Case(
         "flatten-axis-range",
         single("Flatten", "flatten_param { axis: 1 end_axis: 2 }"),
         (2, 3, 4, 5),
-        lambda x, nd: x.reshape(2, 12, 5),
+        lambda x, nd: x.reshape(x.shape[0], 12, 5),
     ),
     Case(
         "concat-channels",
@@ -443,9 +443,13 @@ def test_layer_against_float64_reference(case, built):
     scale = max(1.0, float(np.abs(ref).max()))
     for mode in MODES:
         for dtype, tol in ((np.float64, 1e-10), (np.float32, 2e-6)):
-            got = Net(netdef, dtype, mode).forward(x.astype(dtype), ["out"])["out"]
+            net = Net(netdef, dtype, mode, threads=2)
+            got = net.forward(x.astype(dtype), ["out"])["out"]
             assert got.dtype == dtype and got.shape == ref.shape
             np.testing.assert_allclose(got, ref, rtol=0, atol=tol * scale, err_msg=f"{mode} {dtype.__name__}")
+            # One image alone takes other paths in "dl" (layers split between the two workers).
+            one = net.forward(x[:1].astype(dtype), ["out"])["out"]
+            np.testing.assert_allclose(one, case.ref(x[:1], netdef), rtol=0, atol=tol * scale, err_msg=f"{mode} {dtype.__name__} one image")
 
 
 OPENCV_CASES = [c for c in CASES if c.opencv]

@@ -74,6 +74,8 @@ class _CaffeEngine(BackendBase):
         return Inference(out[self.model.probs].reshape(n, -1), out[self.model.embedding].reshape(n, -1))
 
     def close(self) -> None:
+        if self._net is not None:
+            self._net.close()
         self._net = None
 
 

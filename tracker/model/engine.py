@@ -90,6 +90,22 @@ def blas_threads(n: int):
         yield
 
 
+class _Parallel:
+    """Runs `parts` pieces of one layer at once: piece 0 on the calling thread, the others on the
+    Net's worker pool (each with single-threaded BLAS). Used for a chunk of one image."""
+
+    def __init__(self, pool: ThreadPoolExecutor, workers: int):
+        self.pool, self.workers = pool, workers
+
+    def run(self, fn, parts: int) -> None:
+        futures = [self.pool.submit(fn, i) for i in range(1, parts)]
+        try:
+            fn(0)
+        finally:
+            for f in futures:
+                f.result()
+
+
 # --------------------------------------------------------------------------------------------
 # The "dl" workspace plan
 # --------------------------------------------------------------------------------------------
@@ -163,7 +179,7 @@ class Net:
         if workspace_bytes < 1:
             raise InputError(f"workspace_bytes: {workspace_bytes!r} must be positive")
         self.mode = mode
-        self.threads = min(threads or cpu_count(), cpu_count())
+        self.threads = threads or cpu_count()
         self.workspace_bytes = int(workspace_bytes)
         self.name = netdef.name
         if len(netdef.inputs) != 1:
@@ -186,7 +202,8 @@ class Net:
         self._intervals, self._input_slot = self._slot_structure() if mode == "dl" else ([], None)
         self._plans: dict[int, tuple[list[_Slot], int]] = {}
         self._workspaces: dict[int, np.ndarray] = {}
-        self._views: dict[tuple[int, int], dict] = {}
+        self._views: dict[tuple[int, int, int], dict] = {}
+        self._executor: ThreadPoolExecutor | None = None
 
     # ---------------------------------------------------------------- introspection
 
@@ -373,7 +390,7 @@ class Net:
 
     def chunk_size(self, n: int) -> int:
         """"dl": images per chunk for a batch of n (each worker runs chunks of its share)."""
-        workers, _ = self._thread_plan(n)
+        workers = self._thread_plan(n)[0]
         return self._chunk_size(round(n / workers), workers)
 
     @property
@@ -432,49 +449,68 @@ class Net:
         self._views[key] = cached = {"tops": tops, "scratch": scratch, "input": input_arr}
         return cached
 
-    def _thread_plan(self, n: int) -> tuple[int, int]:
-        """(worker threads, BLAS threads per worker) for a batch of n.
+    def _thread_plan(self, n: int) -> tuple[int, int, int]:
+        """(image workers, layer workers, BLAS threads) for a batch of n images.
 
-        Measured on the 2-core EPYC (scripts/engine_timing.py): one image cannot be split across
-        workers, so it gets every core inside its GEMMs; from two images on, one worker per core
-        with single-threaded BLAS wins, because im2col, pooling and the element-wise passes are
-        single-threaded numpy and would otherwise leave the other cores idle.
+        "dl" never relies on OpenBLAS's own threads: on the 2-core EPYC shared with other work, a
+        multi-threaded sgemm that follows non-BLAS work (im2col, pooling) waited tens of ms for
+        its spinning helper thread to be scheduled again (0.6 ms back to back, ~35 ms median after
+        a 1 ms pause: see the README figures). Instead:
+        - n >= 2: the images are split between one worker per core, each running the whole net
+          on its share with single-threaded BLAS, so im2col, pooling and the element-wise passes
+          run in parallel too, and workers only meet once per forward;
+        - n == 1: every Convolution splits its output rows, and every InnerProduct its outputs,
+          between the workers (each does its own im2col band and GEMM).
+        A net that mixes images (batch statistics, axis-0 layers) runs as one chunk on the calling
+        thread with `threads` BLAS threads.
         """
-        workers = min(self.threads, n) if not self._batch_coupled else 1
-        if workers <= 1:
-            return 1, self.threads
-        return workers, 1
+        if self._batch_coupled:
+            return 1, 1, self.threads
+        if n == 1:
+            return 1, self.threads, 1
+        return min(self.threads, n), 1, 1
 
     def _forward_dl(self, x, names):
         n = x.shape[0]
-        workers, blas = self._thread_plan(n)
+        workers, layer_workers, blas = self._thread_plan(n)
+        par = _Parallel(self._pool(layer_workers - 1), layer_workers) if layer_workers > 1 else None
         results = {name: np.empty(self.blob_shapes(n)[name], dtype=self.dtype) for name in names}
         # Split the images evenly between the workers; each runs its share chunk by chunk
         # through its own part of the workspace.
         bounds = [round(i * n / workers) for i in range(workers + 1)]
         chunk = self.chunk_size(n)
-        jobs = []
+        jobs: list[list[tuple[int, int]]] = []
         for w in range(workers):
-            for s in range(bounds[w], bounds[w + 1], chunk):
-                e = min(bounds[w + 1], s + chunk)
+            jobs.append([(s, min(bounds[w + 1], s + chunk)) for s in range(bounds[w], bounds[w + 1], chunk)])
+            for s, e in jobs[w]:
                 self._arrays(w, chunk, e - s)  # built here, not concurrently in the workers
-                jobs.append((w, s, e))
         with blas_threads(blas):
-            if workers == 1:
-                for w, s, e in jobs:
-                    self._run_dl_chunk(w, chunk, x[s:e], s, results)
-                return results
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                futures = [pool.submit(self._run_dl_worker, w, chunk, x, [j for j in jobs if j[0] == w], results) for w in range(workers)]
+            # The calling thread is worker 0; the others come from a pool kept across calls.
+            futures = [self._pool(workers - 1).submit(self._run_dl_jobs, w, chunk, x, jobs[w], results, None) for w in range(1, workers)]
+            try:
+                self._run_dl_jobs(0, chunk, x, jobs[0], results, par)
+            finally:
                 for f in futures:
-                    f.result()  # a worker's exception surfaces here
+                    f.result()  # waits for every worker; a worker's exception surfaces here
         return results
 
-    def _run_dl_worker(self, worker: int, chunk: int, x: np.ndarray, jobs, results: dict) -> None:
-        for w, s, e in jobs:
-            self._run_dl_chunk(w, chunk, x[s:e], s, results)
+    def _pool(self, size: int) -> ThreadPoolExecutor:
+        if self._executor is None or self._executor._max_workers < size:
+            self.close()
+            self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix=f"engine-{self.name}")
+        return self._executor
 
-    def _run_dl_chunk(self, worker: int, chunk: int, xs: np.ndarray, s: int, results: dict) -> None:
+    def close(self) -> None:
+        """Stop the "dl" worker threads (the Net stays usable; they restart on demand)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    def _run_dl_jobs(self, worker: int, chunk: int, x: np.ndarray, jobs, results: dict, par: _Parallel | None) -> None:
+        for s, e in jobs:
+            self._run_dl_chunk(worker, chunk, x[s:e], s, results, par)
+
+    def _run_dl_chunk(self, worker: int, chunk: int, xs: np.ndarray, s: int, results: dict, par: _Parallel | None) -> None:
         """Run one chunk (images s .. s+len(xs) of the batch) and copy the wanted blobs out."""
         m = xs.shape[0]
         arrays = self._arrays(worker, chunk, m)
@@ -491,7 +527,7 @@ class Net:
             op = step.op
             ins = [blobs[b] for b in op.bottoms]
             out = ins[0] if step.in_place else tops[idx]
-            blobs[op.tops[0]] = op.run(ins, [out], scratch[idx])[0]
+            blobs[op.tops[0]] = op.run(ins, [out], scratch[idx], par)[0]
             for name in step.finals:
                 if name in results:
                     np.copyto(results[name][s : s + m], blobs[name])

@@ -72,7 +72,7 @@ class Op:
         """Element counts of the temporaries one run on bottoms of `in_shapes` needs."""
         return []
 
-    def run(self, ins: list[np.ndarray], outs: list[np.ndarray | None], scratch: list[np.ndarray]) -> list[np.ndarray]:
+    def run(self, ins: list[np.ndarray], outs: list[np.ndarray | None], scratch: list[np.ndarray], par=None) -> list[np.ndarray]:
         raise NotImplementedError
 
 
@@ -121,8 +121,10 @@ class Convolution(Op):
             win = win.transpose(0, 2, 3, 1, 4, 5)
         np.copyto(cols.reshape(win.shape), win)
 
-    def run(self, ins, outs, scratch):
-        return [self._run_caffe(ins[0], outs[0], scratch) if self.mode == "caffe" else self._run_dl(ins[0], outs[0], scratch)]
+    def run(self, ins, outs, scratch, par=None):
+        if self.mode == "caffe":
+            return [self._run_caffe(ins[0], outs[0], scratch)]
+        return [self._run_dl(ins[0], outs[0], scratch, par)]
 
     def _run_caffe(self, x, out, scratch):
         n = x.shape[0]
@@ -145,26 +147,47 @@ class Convolution(Op):
                 out3[i] += self.bias
         return out
 
-    def _run_dl(self, x, out, scratch):
+    def _run_dl(self, x, out, scratch, par):
         n = x.shape[0]
-        cols_n = n * self.out_hw[0] * self.out_hw[1]
+        oh, ow = self.out_hw
+        cols_n = n * oh * ow
         if out is None:
-            out = np.empty((self.out_c, n, *self.out_hw), dtype=self.dtype).transpose(1, 0, 2, 3)
+            out = np.empty((self.out_c, n, oh, ow), dtype=self.dtype).transpose(1, 0, 2, 3)
         res = out.transpose(1, 0, 2, 3).reshape(self.out_c, cols_n)  # (O, n*OH*OW), a view
         xc = x.transpose(1, 0, 2, 3)  # (C, n, H, W) view of whatever memory order x has
         if self.is_1x1:
             cols = np.ascontiguousarray(xc).reshape(self.in_c, cols_n)
+            src = None
         else:
             cols = scratch[0][: self.k_g * self.group * cols_n].reshape(self.k_g * self.group, cols_n)
-            padded = scratch[1].reshape(self.in_c, n, *self._padded_hw()) if any(self.pad) else None
-            self._im2col(xc, cols, padded)
-        o_g = self.out_c // self.group
-        for g in range(self.group):
-            np.matmul(self.weight[g], cols[g * self.k_g : (g + 1) * self.k_g], out=res[g * o_g : (g + 1) * o_g])
-        if self.bias is not None:
-            res += self.bias
-        if self.fuse_relu:
-            np.maximum(res, 0, out=res)
+            src = L.pad_into(xc, self.pad, self.pad, 0.0, out=scratch[1].reshape(self.in_c, n, *self._padded_hw())) if any(self.pad) else xc
+
+        def rows(r0: int, r1: int) -> None:
+            """im2col + GEMM + bias (+ReLU) for output rows [r0, r1) (all rows of every image
+            when the chunk has several images)."""
+            band = slice(r0 * ow, r1 * ow) if n == 1 else slice(0, cols_n)
+            if src is not None:
+                win = L.windows(src, self.kernel, self.stride, self.dilation, self.out_hw)[..., r0:r1, :]
+                # (C, n, kh, kw, rows, OW) -> rows of cols (C, kh, kw), columns (n, rows, OW)
+                dst = cols.reshape(self.in_c, *self.kernel, n, oh, ow)[..., r0:r1, :]
+                np.copyto(dst, win.transpose(0, 2, 3, 1, 4, 5))
+            o_g = self.out_c // self.group
+            r = res[:, band]
+            for g in range(self.group):
+                np.matmul(self.weight[g], cols[g * self.k_g : (g + 1) * self.k_g, band], out=r[g * o_g : (g + 1) * o_g])
+            if self.bias is not None:
+                r += self.bias
+            if self.fuse_relu:
+                np.maximum(r, 0, out=r)
+
+        if par is not None and n == 1 and oh >= 2:
+            # One image: each worker takes a band of output rows (its own im2col columns and GEMM
+            # output columns), so every core works without BLAS threads.
+            parts = min(par.workers, oh)
+            bounds = [round(i * oh / parts) for i in range(parts + 1)]
+            par.run(lambda i: rows(bounds[i], bounds[i + 1]), parts)
+        else:
+            rows(0, oh)
         return out
 
 
@@ -192,7 +215,7 @@ class Pooling(Op):
         pads = any(self.pad) or need_h > h + self.pad[0] or need_w > w + self.pad[1]
         return [n * c * need_h * need_w if pads and self.mode == "dl" else 0]
 
-    def run(self, ins, outs, scratch):
+    def run(self, ins, outs, scratch, par=None):
         sc = scratch[0] if scratch and scratch[0].size else None
         return [L.pool2d(ins[0], self.method, self.kernel, self.stride, self.pad, self.out_hw, out=outs[0], scratch=sc)]
 
@@ -210,7 +233,7 @@ class ReLU(Op):
         super().__init__(layer, dtype, mode, shapes)
         self.negative_slope = float(layer.param.relu_param.negative_slope)
 
-    def run(self, ins, outs, scratch):
+    def run(self, ins, outs, scratch, par=None):
         return [L.relu(ins[0], self.negative_slope, out=outs[0])]
 
 
@@ -218,7 +241,7 @@ class Sigmoid(Op):
     in_place_safe = True
     keeps_layout = True
 
-    def run(self, ins, outs, scratch):
+    def run(self, ins, outs, scratch, par=None):
         return [L.sigmoid(ins[0], out=outs[0])]
 
 
@@ -226,7 +249,7 @@ class TanH(Op):
     in_place_safe = True
     keeps_layout = True
 
-    def run(self, ins, outs, scratch):
+    def run(self, ins, outs, scratch, par=None):
         return [L.tanh(ins[0], out=outs[0])]
 
 
@@ -236,7 +259,7 @@ class Dropout(Op):
     in_place_safe = True
     keeps_layout = True
 
-    def run(self, ins, outs, scratch):
+    def run(self, ins, outs, scratch, par=None):
         x, out = ins[0], outs[0]
         if out is x:
             return [x]
@@ -265,13 +288,32 @@ class InnerProduct(Op):
         # "dl": a bottom in (C, N, H, W) memory is gathered into NCHW order for the (M, K) GEMM.
         return [math.prod(in_shapes[0]) if self.mode == "dl" else 0]
 
-    def run(self, ins, outs, scratch):
+    def run(self, ins, outs, scratch, par=None):
         x = ins[0]
         if not x.flags.c_contiguous and scratch and scratch[0].size:
             gathered = scratch[0][: x.size].reshape(x.shape)
             np.copyto(gathered, x)
             x = gathered
-        res = L.inner_product(x, self.weight, self.bias, self.axis, self.transpose, out=outs[0])
+        out = outs[0]
+        n_out = self.weight.shape[1 if self.transpose else 0]
+        if par is not None and out is not None and x.shape[0] < par.workers and self.axis == 1 and n_out >= 2 * par.workers:
+            # Fewer images than workers: the product is a matrix-vector one, bound by reading the
+            # weights, so each worker reads the weights of its own share of the outputs.
+            x2, res = x.reshape(x.shape[0], -1), out.reshape(x.shape[0], n_out)
+            w = self.weight if self.transpose else self.weight.T  # (K, N) view
+            bounds = [round(i * n_out / par.workers) for i in range(par.workers + 1)]
+
+            def part(i: int) -> None:
+                cols = slice(bounds[i], bounds[i + 1])
+                np.matmul(x2, w[:, cols], out=res[:, cols])
+                if self.bias is not None:
+                    res[:, cols] += self.bias[cols]
+                if self.fuse_relu:
+                    np.maximum(res[:, cols], 0, out=res[:, cols])
+
+            par.run(part, par.workers)
+            return [out]
+        res = L.inner_product(x, self.weight, self.bias, self.axis, self.transpose, out=out)
         if self.fuse_relu:
             np.maximum(res, 0, out=res)
         return [res]
@@ -284,7 +326,7 @@ class Softmax(Op):
         super().__init__(layer, dtype, mode, shapes)
         self.axis = S.canonical_axis(layer, layer.param.softmax_param.axis, len(shapes.bottoms[0]))
 
-    def run(self, ins, outs, scratch):
+    def run(self, ins, outs, scratch, par=None):
         return [L.softmax(ins[0], self.axis, out=outs[0])]
 
 
@@ -303,7 +345,7 @@ class LRN(Op):
         self.size, self.alpha, self.beta, self.k = int(p.local_size), float(p.alpha), float(p.beta), float(p.k)
         self.region = p.norm_region
 
-    def run(self, ins, outs, scratch):
+    def run(self, ins, outs, scratch, par=None):
         if self.region == L.LRN_ACROSS_CHANNELS:
             return [L.lrn_across_channels(ins[0], self.size, self.alpha, self.beta, self.k, out=outs[0])]
         return [L.lrn_within_channel(ins[0], self.size, self.alpha, self.beta, out=outs[0])]
@@ -322,7 +364,7 @@ class BatchNorm(Op):
         self.mean, self.var = self.blob(0), self.blob(1)
         self.scale_factor = float(self.blob(2).reshape(-1)[0])
 
-    def run(self, ins, outs, scratch):
+    def run(self, ins, outs, scratch, par=None):
         return [L.batch_norm(ins[0], self.mean, self.var, self.scale_factor, self.eps, self.use_global_stats, out=outs[0])]
 
 
@@ -344,7 +386,7 @@ class Scale(Op):
             self.factor = self.blob(0)
             self.bias = self.blob(1) if p.bias_term else None
 
-    def run(self, ins, outs, scratch):
+    def run(self, ins, outs, scratch, par=None):
         factor = ins[1] if self.factor is None else self.factor
         return [L.scale(ins[0], factor, self.axis, self.bias, out=outs[0])]
 
@@ -355,7 +397,7 @@ class Scale(Op):
 
 
 class Flatten(Op):
-    def run(self, ins, outs, scratch):
+    def run(self, ins, outs, scratch, par=None):
         shape = self.shapes.tops[0]
         x = ins[0]
         shape = (x.shape[0], *shape[1:])
@@ -372,7 +414,7 @@ class Concat(Op):
         first = shapes.bottoms[0]
         self.axis = p.concat_dim if p.HasField("concat_dim") else S.canonical_axis(layer, p.axis, len(first))
 
-    def run(self, ins, outs, scratch):
+    def run(self, ins, outs, scratch, par=None):
         return [np.concatenate(ins, axis=self.axis, out=outs[0])]
 
 
@@ -383,7 +425,7 @@ class Eltwise(Op):
         self.op = p.operation
         self.coeffs = [float(c) for c in p.coeff]
 
-    def run(self, ins, outs, scratch):
+    def run(self, ins, outs, scratch, par=None):
         return [L.eltwise(ins, self.op, self.coeffs, out=outs[0])]
 
 
