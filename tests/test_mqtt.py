@@ -176,6 +176,24 @@ def test_two_guards_on_one_broker(broker, sinks, tmp_path):
     sub.close()
 
 
+def test_two_guards_with_one_device_id_are_named_as_the_cause(broker, sinks, tmp_path, caplog):
+    """A misconfiguration, not a crash loop: MQTT 5 tells the displaced guard why it was dropped."""
+    first = open_sink(sinks, broker, tmp_path / "a", "twin", reconnect_max_s=1)
+    deadline = time.monotonic() + 30
+    while not first.connected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    open_sink(sinks, broker, tmp_path / "b", "twin", reconnect_max_s=1)
+    while time.monotonic() < deadline and not any("give each guard its own device.id" in r.getMessage()
+                                                  for r in caplog.records):
+        time.sleep(0.05)
+    mine = [r for r in caplog.records if r.name == "tracker.sinks.mqtt" and r.levelno >= logging.WARNING]
+    errors = [r.getMessage() for r in mine if r.levelno == logging.ERROR]
+    # mosquitto 2.0.11 just closes the displaced connection (newer brokers send the MQTT 5 reason
+    # "Session taken over"); either way the log names the likely cause, and does not repeat itself
+    assert any("client id 'tracker-twin'" in e and "own device.id" in e for e in errors), errors
+    assert len(mine) <= 8, [r.getMessage() for r in mine]
+
+
 def test_presence_change_publishes_state_at_once(broker, sinks, tmp_path):
     # state_interval_s is an hour: only the presence change can explain the second state message
     sink = open_sink(sinks, broker, tmp_path, "porch", state_interval_s=3600)

@@ -58,6 +58,8 @@ log = logging.getLogger(__name__)
 CREDENTIAL_NAME = "mqtt-password"  # the file name under $CREDENTIALS_DIRECTORY (systemd LoadCredential=)
 MAX_SNAPSHOT_BYTES = 1 << 20  # one face JPEG is a few kB; refuse anything absurd rather than hold it
 _EXPIRE_EVERY_S = 60.0  # how often the age bound of the outbox is applied while running
+_STABLE_S = 30.0  # a connection that lasted this long ends an outage (its problems may be logged again)
+_FLAPS = 3  # connections in a row dropped before _STABLE_S: say what usually causes that
 
 
 def read_password(config: MQTTConfig) -> str | None:
@@ -169,6 +171,8 @@ class MqttSink:
         self._snapshot_due = False
         self._discovery_due = config.discovery
         self._problems: set[str] = set()  # connection problems logged in this outage (each once)
+        self._connected_at = 0.0
+        self._short_sessions = 0  # connections in a row that were dropped before _STABLE_S
         self._refused_now = False  # this connection attempt was refused in CONNACK (already logged)
         self._closed = False
         self.failed_attempts = 0  # connection attempts that failed or were refused (for tests and logs)
@@ -290,7 +294,8 @@ class MqttSink:
     # -- paho callbacks (paho's network thread) -------------------------------------------------
 
     def _log_problem(self, text: str, error: bool = False) -> None:
-        """Log each distinct connection problem once per outage (the set is reset on connect)."""
+        """Log each distinct connection problem once per outage. An outage ends only when a connection
+        has lasted _STABLE_S, so a flapping connection does not fill the journal."""
         self.failed_attempts += 1
         if text not in self._problems and len(self._problems) < 16:
             self._problems.add(text)
@@ -324,11 +329,12 @@ class MqttSink:
         client.publish(self.topics["availability"], "online", qos=1, retain=True)
         if self.config.discovery:
             client.subscribe(f"{self.config.discovery_prefix}/status", qos=1)
-        if self._problems:
-            log.warning("mqtt: connected to %s; sending %d waiting event(s)", self._where, len(self.outbox))
-        else:
+        self._connected_at = time.monotonic()
+        if not self._problems:
             log.info("mqtt: connected to %s as %s", self._where, self.client_id)
-        self._problems.clear()
+        elif "(connected)" not in self._problems:
+            self._problems.add("(connected)")
+            log.warning("mqtt: connected to %s; sending %d waiting event(s)", self._where, len(self.outbox))
 
     def _on_connect_fail(self, client, userdata) -> None:
         # paho calls this from inside its `except OSError` block, so the exception is at hand.
@@ -356,12 +362,22 @@ class MqttSink:
                                   error=True)
             self._refused_now = False
             return
+        if time.monotonic() - self._connected_at >= _STABLE_S:
+            self._problems.clear()  # the previous outage is over: this is a new one
+            self._short_sessions = 0
+        else:
+            self._short_sessions += 1
         if name == "Session taken over":
             self._log_problem(f"another client connected to {self._where} with client id {self.client_id!r} "
                               "(two guards with the same device.id?); give each guard its own device.id",
                               error=True)
         else:
             self._log_problem(f"lost the connection to {self._where} ({name})")
+            if self._short_sessions >= _FLAPS:
+                self._log_problem(
+                    f"the broker dropped the connection right after accepting it {self._short_sessions} times in a "
+                    f"row: another client may be using client id {self.client_id!r} (give each guard its own "
+                    "device.id), or the broker's ACL refuses this client's topics", error=True)
 
     def _on_publish(self, client, userdata, mid, reason_code, properties) -> None:
         with self._wake:
