@@ -25,7 +25,8 @@ Metrics of a cell (pass times are wall-clock perf_counter_ns around `backend.inf
 
 Outputs in --out (default bench-out/), rewritten atomically after every cell:
     results.json, results.csv, per_image_ms_linear.png, per_image_ms_log.png
-and the calibration profile `<state_dir>/profile.json` read by `auto` (tracker.bench.profile).
+and the calibration profile `<state_dir>/profile.json` read by `auto` (tracker.bench.profile;
+not written under --memory-limit, which emulates another device).
 The terminal gets a progress bar (stderr, on a terminal only), one line per finished cell, then
 the table (batch sizes as rows, backends as columns, per-image ms; failed cells with a short
 reason) and every metric per backend. Exit 0 when the run completed (failed cells are results),
@@ -42,7 +43,7 @@ results.json (schema 1):
                passes: int, warmup_passes: 1, threads: int|null, timeout_s: float,
                memory_limit_mb: int|null, seed: int,
                model: {prototxt, weights, input_shape: [C,H,W], params, macs_per_image,
-                       flops_per_image}, process: str, rss: str, profile: path}
+                       flops_per_image}, process: str, rss: str, profile: path|null}
     unavailable: {name: reason}     backends that cannot run here (with --backend all)
     rows: [{backend, precision, label ("name" or "name int8"), batch, status: "ok"|"failed"|
             "unavailable", passes, pass_ms: [float] (every timed pass, ms), ms_per_image,

@@ -22,6 +22,7 @@ CSV_FIELDS = (
     "gflops", "peak_fraction", "peak_rss_mb", "passes", "load_s", "reason", "error",
 )  # fmt: skip
 PLOT_FILES = {"linear": "per_image_ms_linear.png", "log": "per_image_ms_log.png"}
+_MARKERS = "os^Dv<>PXh*p"
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -162,13 +163,22 @@ class Results:
         batches = self.settings["batches"]
         written = []
         for scale, name in PLOT_FILES.items():
-            fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+            fig, ax = plt.subplots(figsize=(10, 5.5), dpi=100)
+            fig.subplots_adjust(left=0.08, right=0.75)  # the legend goes right of the axes
+            # one colour and marker per backend (tab20: up to 20 distinguishable), dashed for int8
+            backend_names = list(dict.fromkeys(c.backend for c in self.columns))
+            palette = plt.get_cmap("tab20").colors
+            palette = palette[0::2] + palette[1::2]
             try:
                 for column in self.columns:
                     points = [(r["batch"], r["ms_per_image"]) for r in self.rows if r["label"] == column.label and r["status"] == "ok"]
                     if points:
                         xs, ys = zip(*sorted(points))
-                        ax.plot(xs, ys, marker="o", label=column.label)
+                        i = backend_names.index(column.backend)
+                        ax.plot(
+                            xs, ys, label=column.label, color=palette[i % len(palette)], marker=_MARKERS[i % len(_MARKERS)],
+                            linestyle="-" if column.precision == "fp32" else "--",
+                        )  # fmt: skip
                 ax.set_xscale("log", base=2)
                 ax.set_xticks(batches, [str(b) for b in batches])
                 ax.set_yscale(scale)
@@ -182,7 +192,7 @@ class Results:
                 ax.set_title(f"Per-image forward time, {self.machine['cpu']}, {self.machine['cores']} cores")
                 ax.grid(True, which="both", alpha=0.3)
                 if ax.get_legend_handles_labels()[0]:
-                    ax.legend()
+                    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, fontsize="small")
                 buffer = io.BytesIO()
                 fig.savefig(buffer, format="png")
             finally:
