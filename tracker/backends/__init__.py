@@ -55,8 +55,9 @@ def create_backend(name: str, model=None, *, precision: str = "fp32", threads: i
 
     worker=True runs it in a child process (tracker.backends.worker.WorkerBackend, keyword
     arguments from `worker_options`); backends that always run in a worker (`runs_in_worker`,
-    e.g. MXNet) ignore it. Raises InputError for an unknown name or a precision the backend lacks
-    (listing the backends that have it), BackendUnavailable (exit 3) when its runtime is missing.
+    e.g. MXNet) ignore `worker` and receive `worker_options` as an option. Raises InputError for
+    an unknown name or a precision the backend lacks (listing the backends that have it),
+    BackendUnavailable (exit 3) when its runtime is missing.
     """
     from tracker.backends.base import default_model
 
@@ -67,7 +68,10 @@ def create_backend(name: str, model=None, *, precision: str = "fp32", threads: i
             f"precision: backend {name!r} has no {precision!r} model; "
             f"backends with {precision!r}: {', '.join(having) or 'none'}"
         )
-    if worker and not getattr(cls, "runs_in_worker", False):
+    if getattr(cls, "runs_in_worker", False):
+        if worker_options:
+            options["worker_options"] = worker_options
+    elif worker:
         from tracker.backends.worker import WorkerBackend
 
         # the child checks the runtime: importing it here would defeat the isolation
