@@ -138,3 +138,18 @@ def _longest_run(items, same) -> int:
         run = run + 1 if same(p, q) else 1
         best = max(best, run)
     return best
+
+
+def test_a_faces_folder_with_too_few_people_is_a_clear_error(tmp_path):
+    import cv2
+    import numpy as np
+    import pytest
+
+    from tracker.errors import InputError
+    from tracker.sources.synthetic import SyntheticScene
+
+    for name in ("ann", "bob"):
+        (tmp_path / name).mkdir()
+        cv2.imwrite(str(tmp_path / name / "a.jpg"), np.full((150, 150, 3), 128, np.uint8))
+    with pytest.raises(InputError, match=r"2 people found in .*expected <person>/<face image> files for at least 3"):
+        SyntheticScene(faces_dir=tmp_path)

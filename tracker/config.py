@@ -54,6 +54,7 @@ class SourceConfig(Section):
     frames: int | None = Field(None, ge=1)  # stop after this many frames (None: until the source ends)
     queue_size: int = Field(4, ge=1, le=64)
     seed: int = 0  # synthetic scene
+    faces_dir: Path | None = None  # synthetic scene: <person>/<image> faces (default: the shared dlib chips)
     realtime: bool = True  # synthetic scene: paced at fps like a camera (False: as fast as consumed)
 
 

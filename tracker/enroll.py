@@ -2,7 +2,7 @@
 
 Each image must show exactly one face: an image with none or several, or a file that is not an
 image, is reported on one line and skipped. With `--aligned` each image is taken to be an aligned
-face chip (the whole image is the face, as in `tracker/sources/scene_faces/`), and no detector runs:
+face chip (the whole image is the face, as in the synthetic scene's chips), and no detector runs:
 Haar needs some context around a face and misses or doubles faces on tight chips. The faces go through the same detector, crop and
 backend as the guard, and `tracker.identity.save_person` stores the mean embedding in
 `<state_dir>/people/NAME.npz`. Enrolling a name again replaces it.

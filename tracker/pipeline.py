@@ -130,10 +130,10 @@ class Guard:
 
     def _enroll_demo_people(self) -> None:
         """The demo knows the synthetic scene's people: enroll each from its face chips."""
-        from tracker.sources.synthetic import FACES_DIR
+        from tracker.sources.synthetic import scene_chips
 
-        for folder in sorted(p for p in FACES_DIR.iterdir() if p.is_dir()):
-            enroll(folder.name, [folder], self.config, aligned=True, backend=self.backend, report=log.warning)
+        for name, files in scene_chips(self.config.source.faces_dir).items():
+            enroll(name, files, self.config, aligned=True, backend=self.backend, report=log.warning)
 
     # -- the loop --------------------------------------------------------------------------------
 

@@ -37,7 +37,7 @@ def make_source(config, *, spec: str | None = None, realtime: bool = True, luma_
         from tracker.sources.synthetic import SyntheticSource
 
         return SyntheticSource(config.width, config.height, config.fps, config.seed,
-                               frames=config.frames, realtime=realtime)
+                               frames=config.frames, realtime=realtime, faces_dir=config.faces_dir)
     if kind == "picamera2":
         try:
             camera = int(uri or 0)

@@ -1,6 +1,6 @@
 """A deterministic synthetic scene: real faces walking through a room, with ground truth per frame.
 
-The faces are real photographs (the chips in `scene_faces/`, see the README there), drawn with a
+The faces are real photographs (see `scene_chips`), drawn with a
 soft oval edge over a procedurally drawn room (wall, floor, door, window) and a pillar in the
 foreground, plus per-frame sensor noise. The scene is a script that repeats every `CYCLE_S`
 seconds of scene time with new random choices (identities, sizes, heights, speeds) per cycle:
@@ -35,7 +35,18 @@ from tracker.errors import InputError
 from tracker.sources.base import SourceBase
 from tracker.types import Box, Frame
 
-FACES_DIR = Path(__file__).resolve().with_name("scene_faces")
+# The default faces: twelve public-domain face chips (dlib's examples/johns, 150 x 150, aligned),
+# three each of four people, read in place from the project's shared test data; they are frontal
+# and evenly lit, so the Haar cascade finds them at the scene's face sizes (80-140 px). John_Salley
+# is left out because the cascade misses several of his chips. `source.faces_dir` names any other
+# folder of `<person>/<image>` files instead (all of its .jpg/.png images are used).
+DEFAULT_FACES_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "testdata" / "faces" / "dlib" / "johns"
+DEFAULT_CHIPS = (
+    "John_Savage/000264_01099001.jpg", "John_Savage/000274_01099061.jpg", "John_Savage/000277_01099000.jpg",
+    "John_Schneider/000288_00925786.jpg", "John_Schneider/000302_00925785.jpg", "John_Schneider/000307_00925823.jpg",
+    "John_Shimkus/000373_03228153.jpg", "John_Shimkus/000375_03227651.jpg", "John_Shimkus/000376_02340068.jpg",
+    "John_Simm/000288_00470387.jpg", "John_Simm/000297_00470170.jpg", "John_Simm/000300_00470148.jpg",
+)
 CYCLE_S = 20.0
 PILLAR_Z = 1  # actors with a smaller z walk behind the pillar
 _ACTORS_PER_CYCLE = 3
@@ -72,18 +83,38 @@ class _Actor:
         return keys[-1][1], keys[-1][2]
 
 
-def load_chips(faces_dir: Path = FACES_DIR) -> tuple[list[np.ndarray], list[str]]:
-    """The face chips (BGR uint8 squares) and the identity of each, from `<faces_dir>/<name>/*.jpg`."""
+def scene_chips(faces_dir: Path | None = None) -> dict[str, list[Path]]:
+    """The face images of the scene, per person: `<faces_dir>/<person>/*.jpg|png`, or, with
+    faces_dir None, DEFAULT_CHIPS in DEFAULT_FACES_DIR. InputError (exit 2) if they are missing or
+    name fewer people than a scene cycle needs."""
+    if faces_dir is None:
+        files = [DEFAULT_FACES_DIR / name for name in DEFAULT_CHIPS]
+        where, fix = DEFAULT_FACES_DIR, "; set source.faces_dir to a folder of <person>/<face image> files"
+        if not all(f.is_file() for f in files):
+            raise InputError(f"synthetic scene: face chips not found in {str(where)!r} (the project's shared "
+                             f"test data){fix}")
+    else:
+        where, fix = Path(faces_dir), ""
+        files = sorted(p for p in where.glob("*/*") if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
+    people: dict[str, list[Path]] = {}
+    for path in files:
+        people.setdefault(path.parent.name, []).append(path)
+    if len(people) < _ACTORS_PER_CYCLE:
+        raise InputError(f"synthetic scene: {len(people)} people found in {str(where)!r}; expected "
+                         f"<person>/<face image> files for at least {_ACTORS_PER_CYCLE} people{fix}")
+    return people
+
+
+def load_chips(faces_dir: Path | None = None) -> tuple[list[np.ndarray], list[str]]:
+    """The face chips (BGR uint8 squares) and the identity of each (see `scene_chips`)."""
     chips, names = [], []
-    for path in sorted(faces_dir.glob("*/*.jpg")):
-        image = cv2.imread(str(path), cv2.IMREAD_COLOR)
-        if image is None:
-            raise InputError(f"scene face {str(path)!r}: cannot be decoded; expected a JPEG face chip")
-        chips.append(image)
-        names.append(path.parent.name)
-    if len(set(names)) < _ACTORS_PER_CYCLE:
-        raise InputError(f"scene faces {str(faces_dir)!r}: {len(set(names))} identities found; "
-                         f"expected folders of .jpg chips for at least {_ACTORS_PER_CYCLE} people")
+    for name, paths in scene_chips(faces_dir).items():
+        for path in paths:
+            image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+            if image is None:
+                raise InputError(f"scene face {str(path)!r}: cannot be decoded; expected a face image")
+            chips.append(image)
+            names.append(name)
     return chips, names
 
 
@@ -96,7 +127,7 @@ class SyntheticScene:
     """
 
     def __init__(self, width: int = 640, height: int = 480, fps: float = 10.0, seed: int = 0,
-                 noise_sigma: float = 2.0, faces_dir: Path = FACES_DIR) -> None:
+                 noise_sigma: float = 2.0, faces_dir: Path | None = None) -> None:
         if width < 64 or height < 64:
             raise InputError(f"synthetic scene: size {width}x{height} too small; expected at least 64x64")
         if fps <= 0:
@@ -294,13 +325,14 @@ class SyntheticSource(SourceBase):
     frames: length of the run (None: endless). realtime: release frames at `fps` like a camera
     (the demo; the capture queue then drops the oldest when the consumer is slow) or as fast as they
     are rendered (tests and benchmarks; the queue then waits, so every frame is processed).
-    `ground_truth(seq)` gives the faces in frame `seq`.
+    `ground_truth(seq)` gives the faces in frame `seq`; faces_dir: see `scene_chips`.
     """
 
     def __init__(self, width: int = 640, height: int = 480, fps: float = 10.0, seed: int = 0, *,
-                 frames: int | None = None, realtime: bool = True, noise_sigma: float = 2.0) -> None:
+                 frames: int | None = None, realtime: bool = True, noise_sigma: float = 2.0,
+                 faces_dir: Path | None = None) -> None:
         super().__init__()
-        self.scene = SyntheticScene(width, height, fps, seed, noise_sigma)
+        self.scene = SyntheticScene(width, height, fps, seed, noise_sigma, faces_dir)
         self.frames = frames
         self.live = False  # it never fails, so there is nothing to reopen
         self.pace_fps = self.scene.fps if realtime else None

@@ -2,8 +2,8 @@
 quality set (to measure what int8 costs), both made from face images.
 
 Source: a folder of face images (any of .jpg .jpeg .png .bmp .pgm, searched recursively). Default:
-the real face chips shipped with the package for the synthetic scene (tracker/sources/scene_faces,
-4 people), so a user's machine needs nothing else; `tracker convert --calibration DIR` (or the
+the real face chips of the synthetic scene (tracker.sources.synthetic.scene_chips: 4 people, read
+from the shared test data); `tracker convert --calibration DIR` (or the
 backend option `calibration`) takes the guard's own crops instead. Each image becomes inputs the
 way tracker.crops makes the guard's: grey (BT.601), resized with area averaging, / 255 -> [0, 1].
 Because a detector's box never sits exactly on a face, each sample is a deterministic random
@@ -27,8 +27,8 @@ import cv2
 import numpy as np
 
 from tracker.errors import InputError
+from tracker.sources.synthetic import scene_chips
 
-SCENE_FACES = Path(__file__).resolve().parents[2] / "sources" / "scene_faces"
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".pgm")
 CALIBRATION_COUNT = 200
 CALIBRATION_SEED = 1
@@ -59,7 +59,7 @@ class SampleSet:
 
 def sample_set(source: Path | np.ndarray | None = None, count: int = CALIBRATION_COUNT,
                seed: int = CALIBRATION_SEED) -> SampleSet:
-    """Inputs from a folder of face images (default SCENE_FACES; see the module docstring), or an
+    """Inputs from a folder of face images (default: the scene's chips; see the module docstring), or an
     array (N, C, H, W) used as it is (count and seed are then ignored)."""
     if isinstance(source, np.ndarray):
         array = np.ascontiguousarray(source, np.float32)
@@ -71,7 +71,8 @@ def sample_set(source: Path | np.ndarray | None = None, count: int = CALIBRATION
                                  f"takes {tuple(shape)}")
             return array
         return SampleSet(f"array-{digest}", given)
-    files = image_files(source or SCENE_FACES)
+    files = image_files(source) if source is not None else sorted(
+        path for paths in scene_chips().values() for path in paths)
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.read_bytes())
