@@ -67,6 +67,7 @@ def _main_parser() -> _Parser:
     p.add_argument("--out", type=Path, default=Path("bench-out"), help="benchmark output directory")
     p.add_argument("--timeout", type=_positive_int, help="benchmark: kill a cell after this many seconds without progress (default 600)")
     p.add_argument("--memory-limit", type=_positive_int, metavar="MB", help="benchmark: address-space limit of each cell's process, e.g. to emulate a 1 GB device")
+    p.add_argument("--worker", action="store_true", help="benchmark: run each backend behind the worker (a child process of the cell's process; also backend.worker in the config)")
     return p
 
 

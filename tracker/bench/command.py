@@ -93,9 +93,11 @@ def _columns(names: list[str], probes: dict[str, Probe], precision: str | None, 
     return [Column(n, p) for n in names if probes[n].available for p in probes[n].precisions]
 
 
-def _backend_options(name: str, state_dir: Path) -> dict:
-    """Constructor options beyond the contract's; `auto` needs to know where the profile is."""
-    return {"state_dir": str(state_dir)} if name == "auto" else {}
+def _backend_options(name: str, state_dir: Path, worker: bool = False) -> dict:
+    """Constructor options beyond the contract's; `auto` needs to know where the profile is;
+    `worker` runs the backend in a worker child (create_backend(worker=True))."""
+    options = {"state_dir": str(state_dir)} if name == "auto" else {}
+    return {**options, "worker": True} if worker else options
 
 
 def _warn(message: str) -> None:
@@ -109,6 +111,7 @@ def run_benchmark_command(config, args) -> int:
     passes = args.passes
     timeout_s = float(getattr(args, "timeout", None) or DEFAULT_TIMEOUT_S)
     memory_limit = getattr(args, "memory_limit", None)
+    worker = bool(getattr(args, "worker", False) or config.backend.worker)
     out = _prepare_out(Path(args.out))
     spec, model_info = _model(config)
     state_dir = Path(config.resolved_state_dir())
@@ -140,7 +143,9 @@ def run_benchmark_command(config, args) -> int:
         "memory_limit_mb": memory_limit,
         "seed": SEED,
         "model": model_info,
-        "process": "one child process per cell (backend x precision x batch)",
+        "process": "one child process per cell (backend x precision x batch)"
+                   + (", each backend behind the worker (a grandchild)" if worker else ""),
+        "worker": worker,
         "rss": "peak RSS of the cell's process from after the backend loaded to the last pass (VmHWM reset after loading); for a failed cell, the child's ru_maxrss at exit",
         "profile": None if memory_limit else str(profile),
     }
@@ -185,7 +190,7 @@ def run_benchmark_command(config, args) -> int:
                     "input_shape": model_info["input_shape"],
                     "seed": SEED,
                     "memory_limit_mb": memory_limit,
-                    "options": _backend_options(column.backend, state_dir),
+                    "options": _backend_options(column.backend, state_dir, worker),
                 }
                 start = bar.n
                 outcome = run_cell(job, timeout_s, lambda done, start=start: bar.update(start + done - bar.n))
