@@ -132,3 +132,27 @@ except TrackerError as err:
     print(err, file=sys.stderr)
     raise SystemExit(err.exit_code)
 """
+
+
+def real_face_crops(testdata: Path) -> np.ndarray:
+    """Real faces none of the calibration used: the 55 dlib chips of 5 people (one of them not in
+    the shipped chips at all) and the 100 LFW faces of skimage's lfw_subset, as 88x88 inputs."""
+    import cv2
+
+    faces = testdata / "faces"
+    chips = [cv2.imread(str(p), cv2.IMREAD_GRAYSCALE) for p in sorted((faces / "dlib" / "johns").rglob("*.jpg"))]
+    x = [cv2.resize(c, (88, 88), interpolation=cv2.INTER_AREA).astype(np.float32) / 255 for c in chips]
+    lfw = np.load(faces / "skimage" / "lfw_subset.npy")[:100].astype(np.float32)
+    x += [cv2.resize(f, (88, 88), interpolation=cv2.INTER_LINEAR) for f in lfw]
+    return np.stack(x)[:, None]
+
+
+def assert_int8_quality(quality: dict, all_crops: bool = False) -> None:
+    """int8 bar: top-1 agreement >= 99% (on the crops fp32 decides, see tracker.model.quality,
+    or on all crops for a real classifier) and mean embedding cosine >= 0.99."""
+    if all_crops:
+        assert quality["top1_agreement"] >= 0.99, quality
+    else:
+        assert quality["decided_crops"] >= 0.6 * quality["crops"], quality  # the check must count
+        assert quality["top1_agreement_decided"] >= 0.99, quality
+    assert quality["embedding_cosine_mean"] >= 0.99, quality

@@ -1,0 +1,118 @@
+"""`auto`: picks per batch size from this machine's calibration profile; ignores (with a warning
+saying why) a missing, corrupt or foreign profile and then runs the documented default."""
+
+from __future__ import annotations
+
+import json
+import re
+import logging
+
+import numpy as np
+import pytest
+
+from backend_parity import assert_parity, face_inputs
+from tracker.backends import create_backend
+from tracker.backends.auto import DEFAULTS, describe_picks
+from tracker.backends.base import default_model
+from tracker.bench.machine import machine_key
+from tracker.errors import TrackerError
+
+# opencv-dnn fastest at batch 1 and 2, onnxruntime from 4 on; int8 only on onnxruntime
+RESULTS = [
+    ("opencv-dnn", "fp32", 1, 1.0), ("onnxruntime", "fp32", 1, 2.0),
+    ("opencv-dnn", "fp32", 2, 1.5), ("onnxruntime", "fp32", 2, 1.6),
+    ("opencv-dnn", "fp32", 4, 3.0), ("onnxruntime", "fp32", 4, 1.0),
+    ("opencv-dnn", "fp32", 8, 3.0), ("onnxruntime", "fp32", 8, 0.9),
+    ("onnxruntime", "int8", 1, 0.5), ("opencv-dnn", "int8", 2, 0.1),  # a row for a precision it lacks
+    ("onnxruntime", "int8", 2, 0.4),
+]
+
+
+def write_profile(state_dir, machine=None, results=RESULTS):
+    state_dir.mkdir(parents=True, exist_ok=True)
+    rows = [{"backend": b, "precision": p, "batch": n, "ms_per_image": ms} for b, p, n, ms in results]
+    (state_dir / "profile.json").write_text(json.dumps({"schema": 1, "machine": machine or machine_key(), "results": rows}))
+
+
+@pytest.fixture
+def auto(tmp_path):
+    write_profile(tmp_path / "state")
+    backend = create_backend("auto", default_model(), state_dir=str(tmp_path / "state"), cache_dir=str(tmp_path / "cache"))
+    yield backend
+    backend.close()
+
+
+def test_picks_the_fastest_at_the_nearest_measured_batch_at_or_above(auto):
+    assert [auto.pick(n) for n in (1, 2, 3, 4, 5, 8, 64)] == [
+        "opencv-dnn", "opencv-dnn", "onnxruntime", "onnxruntime", "onnxruntime", "onnxruntime", "onnxruntime"]
+
+
+def test_runs_the_pick_and_keeps_sub_backends(auto):
+    x = face_inputs()
+    assert_parity(auto, default_model(), x[:1])
+    opencv = auto._live["opencv-dnn"]
+    assert_parity(auto, default_model(), x[:5])
+    assert list(auto._live) == ["opencv-dnn", "onnxruntime"]
+    auto.infer(x[:2])
+    assert auto._live["opencv-dnn"] is opencv  # created once, kept
+
+
+def test_sub_backends_are_bounded(tmp_path):
+    write_profile(tmp_path / "state")
+    with create_backend("auto", default_model(), state_dir=str(tmp_path / "state"), cache_dir=str(tmp_path / "cache"), max_live=1) as auto:
+        auto.infer(face_inputs()[:1])
+        auto.infer(face_inputs()[:4])
+        assert list(auto._live) == ["onnxruntime"]
+
+
+def test_int8_picks_among_int8_rows_and_skips_a_backend_that_cannot(tmp_path, caplog):
+    write_profile(tmp_path / "state")
+    with caplog.at_level(logging.WARNING, logger="tracker.backends.auto"):
+        with create_backend("auto", default_model(), precision="int8", state_dir=str(tmp_path / "state"),
+                            cache_dir=str(tmp_path / "cache")) as auto:
+            assert auto.pick(2) == "opencv-dnn"  # fastest in the profile ...
+            out = auto.infer(face_inputs()[:2])  # ... but it has no int8: the next one runs
+            assert list(auto._live) == ["onnxruntime"] and out.probs.shape == (2, 848)
+            assert auto.pick(2) == "onnxruntime"
+    assert "cannot create opencv-dnn for batch 2" in caplog.text
+
+
+def test_describe_picks(tmp_path):
+    write_profile(tmp_path)
+    picks = describe_picks(tmp_path)
+    assert (1, "opencv-dnn", "fp32") in picks and (4, "onnxruntime", "fp32") in picks
+    assert (2, "opencv-dnn", "int8") in picks and len(picks) == 6
+
+
+@pytest.mark.parametrize("case, reason", [
+    ("missing", "no calibration profile at"),
+    ("corrupt", "is unreadable (JSONDecodeError"),
+    ("foreign", "was measured on another machine"),
+    ("old-schema", "is not a schema-1 profile"),
+])
+def test_unusable_profile_is_ignored_with_a_warning_and_the_default_runs(tmp_path, caplog, case, reason):
+    state = tmp_path / "state"
+    if case == "corrupt":
+        state.mkdir()
+        (state / "profile.json").write_text('{"schema": 1, "machine": ')
+    elif case == "foreign":
+        write_profile(state, machine={"cpu": "Raspberry Pi 3 Model B Rev 1.2 (Cortex-A53)", "cores": 4, "arch": "aarch64"})
+    elif case == "old-schema":
+        state.mkdir()
+        (state / "profile.json").write_text(json.dumps({"schema": 0, "results": []}))
+    with caplog.at_level(logging.WARNING, logger="tracker.backends.auto"):
+        with create_backend("auto", default_model(), state_dir=str(state)) as auto:
+            for n in (1, 3, 1):
+                assert auto.pick(n) == DEFAULTS["fp32"] == "caffe-openblas-dl"
+                assert auto.infer(face_inputs()[:n]).probs.shape == (n, 848)
+            assert list(auto._live) == ["caffe-openblas-dl"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "tracker.backends.auto"]
+    assert len(warnings) == 1 and reason in warnings[0] and "running caffe-openblas-dl for every batch size" in warnings[0]
+    with pytest.raises(TrackerError, match=re.escape(reason)):
+        describe_picks(state)
+
+
+def test_auto_needs_a_batch():
+    with create_backend("auto", default_model(), state_dir="/nonexistent") as auto:
+        with pytest.raises(TrackerError, match="N >= 1"):
+            auto.infer(np.zeros((0, 1, 88, 88), np.float32))

@@ -1,0 +1,108 @@
+"""The converted-model cache: keyed by the caffemodel's sha256, rebuilt when the caffemodel
+changes, stale or corrupt entries rebuilt with a log line, atomic writes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from backend_parity import write_quirky
+from tracker.model.convert import convert
+
+
+def _onnx_session(path):
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+@pytest.fixture
+def model(tmp_path):
+    return write_quirky(tmp_path / "model")
+
+
+def test_entry_is_keyed_by_caffemodel_sha256(tmp_path, model, caplog):
+    cache = tmp_path / "cache"
+    with caplog.at_level(logging.INFO, logger="tracker.convert"):
+        path = convert(model, "onnx", cache_dir=cache)
+    sha = hashlib.sha256(model.weights.read_bytes()).hexdigest()
+    assert path == cache / sha / "onnx-fp32.onnx" and path.is_file()
+    meta = json.loads((cache / sha / "onnx-fp32.onnx.json").read_text())
+    assert meta["key"]["caffemodel_sha256"] == sha
+    assert meta["artifact_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert "converting onnx" in caplog.text
+    # a hit: nothing rebuilt, nothing logged, the same bytes
+    before = path.stat().st_mtime_ns
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tracker.convert"):
+        assert convert(model, "onnx", cache_dir=cache) == path
+    assert path.stat().st_mtime_ns == before and caplog.text == ""
+    assert not [p for p in path.parent.iterdir() if ".tmp" in p.name]
+
+
+def test_new_caffemodel_gets_a_new_entry(tmp_path, model):
+    cache = tmp_path / "cache"
+    first = convert(model, "onnx", cache_dir=cache)
+    x = np.random.default_rng(0).standard_normal((1, 2, 23, 17)).astype(np.float32)
+    before = _onnx_session(first).run(["prob"], {"data": x})[0]
+    changed = write_quirky(tmp_path / "model", seed=1)  # same files, new weights
+    second = convert(changed, "onnx", cache_dir=cache)
+    assert second != first and second.parent.name == hashlib.sha256(changed.weights.read_bytes()).hexdigest()
+    after = _onnx_session(second).run(["prob"], {"data": x})[0]
+    assert np.abs(after - before).max() > 1e-3
+
+
+def test_corrupt_entry_is_rebuilt_with_a_log_line(tmp_path, model, caplog):
+    cache = tmp_path / "cache"
+    path = convert(model, "onnx", cache_dir=cache)
+    good = path.read_bytes()
+    path.write_bytes(good[: len(good) // 2])  # a truncated model
+    with caplog.at_level(logging.WARNING, logger="tracker.convert"):
+        again = convert(model, "onnx", cache_dir=cache, load=_onnx_session)
+    assert "is corrupt (checksum mismatch); rebuilding it" in caplog.text and str(path) in caplog.text
+    assert again is not None and path.read_bytes() == good
+
+
+def test_entry_that_does_not_load_is_rebuilt(tmp_path, model, caplog):
+    """Checksum right, content unusable (e.g. written by a broken converter): the loader decides."""
+    cache = tmp_path / "cache"
+    path = convert(model, "onnx", cache_dir=cache)
+    good = path.read_bytes()
+    path.write_bytes(b"not an onnx model")
+    meta_path = path.with_name(path.name + ".json")
+    meta = json.loads(meta_path.read_text())
+    meta["artifact_sha256"] = hashlib.sha256(b"not an onnx model").hexdigest()
+    meta_path.write_text(json.dumps(meta))
+    with caplog.at_level(logging.WARNING, logger="tracker.convert"):
+        convert(model, "onnx", cache_dir=cache, load=_onnx_session)
+    assert "is corrupt (it does not load" in caplog.text
+    assert path.read_bytes() == good
+
+
+def test_stale_entry_is_rebuilt_with_a_log_line(tmp_path, model, caplog):
+    """Same caffemodel, another model description (here: another embedding blob): stale."""
+    cache = tmp_path / "cache"
+    path = convert(model, "onnx", cache_dir=cache)
+    with caplog.at_level(logging.WARNING, logger="tracker.convert"):
+        again = convert(type(model)(model.prototxt, model.weights, "prob", "fc2"), "onnx", cache_dir=cache)
+    assert again == path
+    assert "is stale (built for a different embedding); rebuilding it" in caplog.text
+
+
+def test_missing_record_is_corrupt(tmp_path, model, caplog):
+    cache = tmp_path / "cache"
+    path = convert(model, "onnx", cache_dir=cache)
+    path.with_name(path.name + ".json").unlink()
+    with caplog.at_level(logging.WARNING, logger="tracker.convert"):
+        convert(model, "onnx", cache_dir=cache)
+    assert "is corrupt (its record onnx-fp32.onnx.json is unreadable" in caplog.text
+
+
+def test_cache_dir_from_environment(tmp_path, model, monkeypatch):
+    monkeypatch.setenv("TRACKER_CACHE_DIR", str(tmp_path / "env-cache"))
+    path = convert(model, "onnx")
+    assert path.is_relative_to(tmp_path / "env-cache")
