@@ -141,9 +141,9 @@ def run_cell(job: dict, channel: _Channel, stage: _Stage) -> None:
         if time.monotonic() - last_report >= _PROGRESS_EVERY_S:
             channel.send(event="progress", done=k + 2)
             last_report = time.monotonic()
-    peak = _peak_rss_kb()
+    # sent before close(): a runtime that crashes while shutting down does not void the timings
+    channel.send(event="result", pass_ns=pass_ns, peak_rss_kb=_peak_rss_kb(), rss_method=rss_method)
     backend.close()
-    channel.send(event="result", pass_ns=pass_ns, peak_rss_kb=peak, rss_method=rss_method)
 
 
 def run_quality(job: dict, channel: _Channel, stage: _Stage) -> None:
