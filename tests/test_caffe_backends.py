@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 
 import cv2
 import numpy as np
@@ -100,19 +101,26 @@ def test_results_are_owned_by_the_caller(name):
     np.testing.assert_array_equal(first.embedding, kept[1])
 
 
-def _threads_seen(monkeypatch, backend, x) -> tuple[set[int], set[int]]:
+def _threads_seen(monkeypatch, backend, x, stall_caller: bool = False) -> tuple[set[int], set[int]]:
     """Run infer and record, at every im2col of every convolution, the BLAS thread limit in
-    force and the Python thread doing it."""
+    force and the Python thread doing it. `stall_caller` holds the calling thread for 0.3 s at
+    its first im2col, so that helpers, which only take work nobody has claimed yet, surely
+    get some even on a busy machine."""
     from threadpoolctl import threadpool_info
 
     from tracker.model import layers
 
     seen_blas, seen_threads = set(), set()
     windows = layers.windows
+    caller = threading.get_ident()
+    stalled = []
 
     def spy(*args, **kwargs):
         seen_blas.update(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
         seen_threads.add(threading.get_ident())
+        if stall_caller and not stalled and threading.get_ident() == caller:
+            stalled.append(True)
+            time.sleep(0.3)
         return windows(*args, **kwargs)
 
     monkeypatch.setattr(layers, "windows", spy)
@@ -138,7 +146,7 @@ def test_caffe_mode_gives_blas_every_core(monkeypatch):
 def test_dl_shares_work_between_cores_without_blas_threads(monkeypatch):
     with create_backend("caffe-openblas-dl", threads=2) as backend:
         for n in (1, 4):  # one image: bands of rows per layer; several: images per worker
-            blas, threads = _threads_seen(monkeypatch, backend, face_input(n))
+            blas, threads = _threads_seen(monkeypatch, backend, face_input(n), stall_caller=True)
             assert blas == {1} and len(threads) == 2, n
 
 

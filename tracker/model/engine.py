@@ -12,13 +12,15 @@ Two execution modes, same results (within float rounding):
 "caffe" -- Caffe's own CPU algorithm. Blobs are whole-batch NCHW arrays. Convolution loops over
     the images: im2col of one image into ONE column buffer shared by every convolution layer,
     then one sgemm per group through numpy's OpenBLAS, then the bias; ReLU is its own pass;
-    InnerProduct is one GEMM over the batch; pooling is Caffe's ceil-mode pooling. Blobs no later
+    InnerProduct is one GEMM over the batch; pooling is Caffe's ceil-mode pooling. OpenBLAS runs
+    with `threads` threads (default: every core), as Caffe linked to OpenBLAS does. Blobs no later
     layer reads are released, so peak memory is about two layers' activations for the batch.
 
 "dl" -- the same layers executed for deep-learning shapes:
     * the batch is cut into chunks that fit ONE preallocated workspace (`workspace_bytes`, 64 MiB
-      by default); every activation and every large temporary of a chunk lives in it, at offsets
-      planned once from the blobs' lifetimes (a blob's slot is reused once no layer reads it);
+      by default, shared by the worker threads); every activation and every large temporary of a
+      chunk lives in it, at offsets planned once from the blobs' lifetimes (a slot is reused once
+      no layer reads it);
     * convolution does one im2col for the whole chunk, straight from a strided view of the input
       into a (C*kh*kw, n*OH*OW) column buffer, and ONE GEMM (O, C*kh*kw) @ cols whose
       (O, n*OH*OW) result is the top blob itself, kept in (C, N, H, W) memory and passed on as its
@@ -26,13 +28,13 @@ Two execution modes, same results (within float rounding):
       layers keep that memory order; InnerProduct gathers it once into rows);
     * the bias and an in-place ReLU that follows a Convolution/InnerProduct are applied in place
       on the GEMM output (the ReLU layer is then not run separately);
-    * BLAS threads: see `_thread_plan`: measured on the 2-core EPYC, all cores for one GEMM per
-      chunk when the chunk is a single image, otherwise the chunk's images are split across worker
-      threads (one per core) that each run the whole net on their share with single-threaded BLAS
-      and their own workspace half, so im2col, pooling and the GEMMs all run in parallel.
+    * threads (see `Net._thread_plan`): BLAS is single-threaded; the cores are used by worker
+      threads instead: several images are split between one worker per core (each runs the whole
+      net on its share, so im2col and pooling run in parallel too), and a single image has each
+      Convolution's output rows (im2col band + GEMM) and each InnerProduct's outputs split
+      between the workers.
 
-Thread settings are process-wide in OpenBLAS: `forward` sets them for its duration and restores
-them afterwards.
+BLAS thread limits are process-wide: `forward` sets them for its duration and restores them.
 """
 
 from __future__ import annotations
@@ -91,19 +93,48 @@ def blas_threads(n: int):
 
 
 class _Parallel:
-    """Runs `parts` pieces of one layer at once: piece 0 on the calling thread, the others on the
-    Net's worker pool (each with single-threaded BLAS). Used for a chunk of one image."""
+    """Shares `parts` independent pieces of work between the calling thread and `workers - 1`
+    helper threads of a pool, each with single-threaded BLAS.
+
+    Pieces are claimed one by one from a shared counter, so a helper that the OS does not
+    schedule in time (a busy machine) simply claims nothing and the calling thread does the
+    rest: the worst case is the single-threaded time, never a wait for an idle helper to wake.
+    The caller waits only for pieces a helper has already started.
+    """
 
     def __init__(self, pool: ThreadPoolExecutor, workers: int):
         self.pool, self.workers = pool, workers
 
     def run(self, fn, parts: int) -> None:
-        futures = [self.pool.submit(fn, i) for i in range(1, parts)]
-        try:
-            fn(0)
-        finally:
-            for f in futures:
-                f.result()
+        """Call fn(part, worker) for part in range(parts); worker is 0 for the calling thread and
+        1..workers-1 for helpers (at most one piece at a time per worker)."""
+        lock = threading.Lock()
+        done = threading.Event()
+        state = {"next": 0, "finished": 0}
+        errors: list[BaseException] = []
+
+        def work(worker: int) -> None:
+            while True:
+                with lock:
+                    part = state["next"]
+                    if part >= parts:
+                        return
+                    state["next"] = part + 1
+                try:
+                    fn(part, worker)
+                except BaseException as err:  # noqa: BLE001 - re-raised on the calling thread
+                    errors.append(err)
+                with lock:
+                    state["finished"] += 1
+                    if state["finished"] == parts:
+                        done.set()
+
+        for worker in range(1, min(self.workers, parts)):
+            self.pool.submit(work, worker)
+        work(0)
+        done.wait()
+        if errors:
+            raise errors[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -389,9 +420,12 @@ class Net:
         return [by_name[step.op.name] for step in self._steps]
 
     def chunk_size(self, n: int) -> int:
-        """"dl": images per chunk for a batch of n (each worker runs chunks of its share)."""
+        """"dl": images per chunk for a batch of n: what one worker's share of the workspace
+        holds, and with several workers small enough that each gets about two chunks (chunks are
+        claimed dynamically, so finer chunks balance the load)."""
         workers = self._thread_plan(n)[0]
-        return self._chunk_size(round(n / workers), workers)
+        chunk = self._chunk_size(n, workers)
+        return chunk if workers == 1 else max(1, min(chunk, -(-n // (2 * workers))))
 
     @property
     def workspace_nbytes(self) -> int:
@@ -473,32 +507,26 @@ class Net:
     def _forward_dl(self, x, names):
         n = x.shape[0]
         workers, layer_workers, blas = self._thread_plan(n)
-        par = _Parallel(self._pool(layer_workers - 1), layer_workers) if layer_workers > 1 else None
         results = {name: np.empty(self.blob_shapes(n)[name], dtype=self.dtype) for name in names}
-        # Split the images evenly between the workers; each runs its share chunk by chunk
-        # through its own part of the workspace.
-        bounds = [round(i * n / workers) for i in range(workers + 1)]
         chunk = self.chunk_size(n)
-        jobs: list[list[tuple[int, int]]] = []
-        for w in range(workers):
-            jobs.append([(s, min(bounds[w + 1], s + chunk)) for s in range(bounds[w], bounds[w + 1], chunk)])
-            for s, e in jobs[w]:
-                self._arrays(w, chunk, e - s)  # built here, not concurrently in the workers
+        chunks = [(s, min(n, s + chunk)) for s in range(0, n, chunk)]
+        for w in range(workers):  # views built here, never concurrently in the workers
+            for m in {e - s for s, e in chunks}:
+                self._arrays(w, chunk, m)
         with blas_threads(blas):
-            # The calling thread is worker 0; the others come from a pool kept across calls.
-            futures = [self._pool(workers - 1).submit(self._run_dl_jobs, w, chunk, x, jobs[w], results, None) for w in range(1, workers)]
-            try:
-                self._run_dl_jobs(0, chunk, x, jobs[0], results, par)
-            finally:
-                for f in futures:
-                    f.result()  # waits for every worker; a worker's exception surfaces here
+            if workers > 1:  # chunks claimed by whichever worker is free, each on its own workspace
+                self._parallel(workers).run(lambda i, w: self._run_dl_chunk(w, chunk, x, *chunks[i], results, None), len(chunks))
+            else:
+                par = self._parallel(layer_workers) if layer_workers > 1 else None
+                for s, e in chunks:
+                    self._run_dl_chunk(0, chunk, x, s, e, results, par)
         return results
 
-    def _pool(self, size: int) -> ThreadPoolExecutor:
-        if self._executor is None or self._executor._max_workers < size:
+    def _parallel(self, workers: int) -> _Parallel:
+        if self._executor is None or self._executor._max_workers < workers - 1:
             self.close()
-            self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix=f"engine-{self.name}")
-        return self._executor
+            self._executor = ThreadPoolExecutor(max_workers=workers - 1, thread_name_prefix=f"engine-{self.name}")
+        return _Parallel(self._executor, workers)
 
     def close(self) -> None:
         """Stop the "dl" worker threads (the Net stays usable; they restart on demand)."""
@@ -506,13 +534,9 @@ class Net:
             self._executor.shutdown(wait=True)
             self._executor = None
 
-    def _run_dl_jobs(self, worker: int, chunk: int, x: np.ndarray, jobs, results: dict, par: _Parallel | None) -> None:
-        for s, e in jobs:
-            self._run_dl_chunk(worker, chunk, x[s:e], s, results, par)
-
-    def _run_dl_chunk(self, worker: int, chunk: int, xs: np.ndarray, s: int, results: dict, par: _Parallel | None) -> None:
-        """Run one chunk (images s .. s+len(xs) of the batch) and copy the wanted blobs out."""
-        m = xs.shape[0]
+    def _run_dl_chunk(self, worker: int, chunk: int, x: np.ndarray, s: int, e: int, results: dict, par: _Parallel | None) -> None:
+        """Run images [s, e) of x on worker `worker`'s workspace; copy the wanted blobs out."""
+        xs, m = x[s:e], e - s
         arrays = self._arrays(worker, chunk, m)
         if arrays["input"] is not None:
             np.copyto(arrays["input"], xs)

@@ -112,13 +112,10 @@ class Convolution(Op):
         padded = self.in_c * n * math.prod(self._padded_hw()) if any(self.pad) else 0
         return [cols, padded]
 
-    def _im2col(self, src: np.ndarray, cols: np.ndarray, padded: np.ndarray | None) -> None:
-        """Caffe's im2col of src (C, [n,] H, W) into cols viewed as (C, kh, kw, [n,] OH, OW)."""
-        if any(self.pad):
-            src = L.pad_into(src, self.pad, self.pad, 0.0, out=padded)
-        win = L.windows(src, self.kernel, self.stride, self.dilation, self.out_hw)
-        if win.ndim == 6:  # (C, n, kh, kw, OH, OW) -> rows (C, kh, kw), columns (n, OH, OW)
-            win = win.transpose(0, 2, 3, 1, 4, 5)
+    def _im2col(self, img: np.ndarray, cols: np.ndarray, padded: np.ndarray | None) -> None:
+        """Caffe's im2col of one image (C, H, W) into the contiguous cols (C*kh*kw, OH*OW)."""
+        src = L.pad_into(img, self.pad, self.pad, 0.0, out=padded) if any(self.pad) else img
+        win = L.windows(src, self.kernel, self.stride, self.dilation, self.out_hw)  # (C, kh, kw, OH, OW)
         np.copyto(cols.reshape(win.shape), win)
 
     def run(self, ins, outs, scratch, par=None):
@@ -181,11 +178,11 @@ class Convolution(Op):
                 np.maximum(r, 0, out=r)
 
         if par is not None and n == 1 and oh >= 2:
-            # One image: each worker takes a band of output rows (its own im2col columns and GEMM
-            # output columns), so every core works without BLAS threads.
-            parts = min(par.workers, oh)
+            # One image: the workers claim bands of output rows (each band its own im2col columns
+            # and GEMM output columns), two bands per worker so a late worker costs little.
+            parts = min(2 * par.workers, oh)
             bounds = [round(i * oh / parts) for i in range(parts + 1)]
-            par.run(lambda i: rows(bounds[i], bounds[i + 1]), parts)
+            par.run(lambda i, _worker: rows(bounds[i], bounds[i + 1]), parts)
         else:
             rows(0, oh)
         return out
@@ -303,7 +300,7 @@ class InnerProduct(Op):
             w = self.weight if self.transpose else self.weight.T  # (K, N) view
             bounds = [round(i * n_out / par.workers) for i in range(par.workers + 1)]
 
-            def part(i: int) -> None:
+            def part(i: int, _worker: int) -> None:
                 cols = slice(bounds[i], bounds[i + 1])
                 np.matmul(x2, w[:, cols], out=res[:, cols])
                 if self.bias is not None:
