@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 
 def validate_name(name: str) -> str:
     """A person's name as a safe file stem: letters, digits, '_', '.', '-', not 'unknown', no '..'."""
-    if not _NAME.match(name) or ".." in name or name.lower() == UNKNOWN:
+    # fullmatch: with match(), the pattern's "$" also matches before a trailing newline ("x\n")
+    if not _NAME.fullmatch(name) or ".." in name or name.lower() == UNKNOWN:
         raise InputError(
             f"enroll: bad name {name!r}; expected 1-64 letters, digits, '_', '.' or '-', "
             f"starting with a letter or digit, without '..', and not {UNKNOWN!r}"
