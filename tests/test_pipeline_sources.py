@@ -1,0 +1,239 @@
+"""The guard with sources that fail: a camera that is absent, comes, is unplugged and comes back;
+a real OpenCV live source whose video file is missing at start and whose stream keeps ending;
+and, through the CLI, a corrupt video file and folders with non-images (exit 2 and one line when
+nothing usable is left, a warning per skipped file otherwise).
+
+The in-process tests run the real Guard (real detector, backend, tracker, sinks, latency log) and
+swap only the source it builds (`tracker.pipeline.make_source`); the capture thread, its back-off
+and the reopen logic are the real ones.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import threading
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+import tracker.pipeline as pipeline
+from tracker.config import parse_config
+from tracker.sources import SourceUnavailable
+from tracker.sources.base import SourceBase
+from tracker.sources.opencv_source import OpenCVSource
+from tracker.sources.synthetic import SyntheticScene
+
+from test_pipeline_e2e import isolated_env, tracker_command, write_config
+
+SIZE = (320, 240)
+
+
+@pytest.fixture(scope="module")
+def scene_frames() -> list[np.ndarray]:
+    """40 frames of the synthetic scene at 320x240 with two faces walking (scene frames 20..59)."""
+    scene = SyntheticScene(*SIZE, seed=0)
+    return [scene.render(n)[0] for n in range(20, 60)]
+
+
+def guard_config(tmp_path: Path, frames: int):
+    return parse_config({
+        "state_dir": str(tmp_path / "state"),
+        "source": {"frames": frames, "width": SIZE[0], "height": SIZE[1]},
+        "detect": {"detect_width": SIZE[0]},
+        "sinks": {"console": False},
+    })
+
+
+def run_guard_with(source, config, monkeypatch, watchdog_s: float = 120.0) -> pipeline.Guard:
+    """Run the guard on `source` until the source's frame budget ends; a watchdog stops a guard
+    that would otherwise hang the test (and the test then fails on the missing frames)."""
+    monkeypatch.setattr(pipeline, "make_source", lambda *args, **kwargs: source)
+    guard = pipeline.Guard(config)
+    watchdog = threading.Timer(watchdog_s, guard.stop)
+    watchdog.start()
+    try:
+        assert guard.run() == 0
+    finally:
+        watchdog.cancel()
+    return guard
+
+
+def latency_rows(config) -> list[dict]:
+    path = config.resolved_state_dir() / "latency.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+class FlakyCamera(SourceBase):
+    """A live camera: absent for the first `absent` opens, then delivers frames (paced at 25 fps
+    by the capture thread), is unplugged once after `unplug_after` frames (one read fails and the
+    next open too), then works again."""
+
+    live = True
+    pace_fps = 25.0
+
+    def __init__(self, frames: list[np.ndarray], absent: int = 2, unplug_after: int = 12):
+        super().__init__()
+        self.description = "camera test-flaky"
+        self._frames = frames
+        self._absent = absent
+        self._unplug_after = unplug_after
+        self.opens = self.failed_opens = self.failed_reads = 0
+        self._unplugged = False
+        self._is_open = False
+
+    def open(self) -> None:
+        self.opens += 1
+        if self._absent > 0 or self._unplugged:
+            self._absent -= 1
+            self._unplugged = False  # plugged back in: the next open works
+            self.failed_opens += 1
+            raise SourceUnavailable(f"{self.description}: /dev/video9 does not exist (camera absent or unplugged?)")
+        self._is_open = True
+
+    def read(self):
+        assert self._is_open, "read on a closed camera"
+        if self._seq == self._unplug_after and not self.failed_reads:
+            self.failed_reads += 1
+            self._unplugged = True
+            raise SourceUnavailable(f"{self.description}: no frame (unplugged, or the stream dropped?)")
+        return self._frame(self._frames[self._seq % len(self._frames)])
+
+    def close(self) -> None:
+        self._is_open = False
+
+
+def test_guard_rides_out_an_absent_and_unplugged_camera(tmp_path, monkeypatch, caplog, scene_frames):
+    caplog.set_level(logging.INFO)
+    camera = FlakyCamera(scene_frames, absent=2, unplug_after=12)
+    config = guard_config(tmp_path, frames=30)
+    guard = run_guard_with(camera, config, monkeypatch)
+    # Two failed opens at start, one failed read and one failed open mid-run, then it worked.
+    assert (camera.failed_opens, camera.failed_reads) == (3, 1)
+    assert camera.opens == 5
+    retries = [r.getMessage() for r in caplog.records if "retrying in" in r.getMessage()]
+    assert len(retries) == 4 and all("camera test-flaky" in m for m in retries)
+    assert sum("reopened after" in r.getMessage() for r in caplog.records) == 2
+    # Frames flowed before the unplug and resumed after it; the source kept counting, so the
+    # log's seq runs on across the gap.
+    rows = latency_rows(config)
+    seqs = [r["seq"] for r in rows]
+    assert seqs == sorted(set(seqs)) and len(rows) == guard.frames_processed
+    assert any(s < 12 for s in seqs) and any(s >= 12 for s in seqs)
+    assert max(seqs) == 29  # the capture queue is drained at the end: the last frame is processed
+    assert all(a["dropped"] <= b["dropped"] for a, b in zip(rows, rows[1:]))
+    assert any(r["faces"] for r in rows if r["seq"] >= 12)  # detection kept working after the reopen
+
+
+def write_video(path: Path, frames: list[np.ndarray]) -> None:
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 10.0, SIZE)
+    assert writer.isOpened()
+    for frame in frames:
+        writer.write(frame)
+    writer.release()
+
+
+class _Signal(logging.Handler):
+    """Sets an event when a log message contains `text`."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.text, self.seen = text, threading.Event()
+
+    def emit(self, record):
+        if self.text in record.getMessage():
+            self.seen.set()
+
+
+def test_guard_survives_a_live_video_source_that_goes_missing_and_ends(tmp_path, monkeypatch, caplog, scene_frames):
+    """A real OpenCVSource in live mode on a video file: the file is missing when the guard starts
+    (retries), appears (opens), and every time the 10-frame file ends the 'stream' fails and is
+    reopened; 25 frames need two reopens."""
+    caplog.set_level(logging.INFO)
+    video = tmp_path / "camera.avi"
+    (tmp_path / "away").mkdir()
+    hidden = tmp_path / "away" / "camera.avi"
+    write_video(hidden, scene_frames[:10])
+    source = OpenCVSource(str(video), live=True)
+    config = guard_config(tmp_path, frames=25)
+    missing = _Signal("no such file")
+    logging.getLogger("tracker.sources").addHandler(missing)
+
+    def plug_in():  # once the guard has reported the missing file, the file appears
+        if missing.seen.wait(60):
+            hidden.rename(video)
+
+    helper = threading.Thread(target=plug_in, daemon=True)
+    helper.start()
+    try:
+        run_guard_with(source, config, monkeypatch)
+    finally:
+        logging.getLogger("tracker.sources").removeHandler(missing)
+        helper.join(5)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("no such file" in m and "retrying in" in m for m in messages)
+    assert any("no frame" in m and "retrying in" in m for m in messages)  # the file ended: reopened
+    assert sum("reopened after" in m for m in messages) >= 3
+    # The live source is read as fast as it decodes, so the capture queue drops most frames (which
+    # ones depends on timing); the last one is always processed, and it comes after two reopens.
+    seqs = [r["seq"] for r in latency_rows(config)]
+    assert seqs == sorted(set(seqs)) and max(seqs) == 24
+
+
+# -- bad input through the CLI ------------------------------------------------------------------
+
+
+def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    config = write_config(tmp_path, sinks={"console": False})
+    return subprocess.run([*tracker_command(), "--config", str(config), *args], capture_output=True, text=True,
+                          env=isolated_env(tmp_path), cwd=tmp_path, timeout=300)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("tracker: error:")]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+
+
+def test_corrupt_video_file_exits_2(tmp_path):
+    bad = tmp_path / "corrupt.mp4"
+    bad.write_bytes(b"\x00\x00\x00\x18ftypmp42" + np.random.default_rng(0).bytes(20000))
+    assert_one_line_error(run_cli(tmp_path, "--source", str(bad)), "video file", "corrupt.mp4", "expected")
+
+
+def test_truncated_video_file_exits_2(tmp_path, scene_frames):
+    good = tmp_path / "good.avi"
+    write_video(good, scene_frames[:5])
+    cut = tmp_path / "cut.avi"
+    cut.write_bytes(good.read_bytes()[:300])  # the header survives, no frame does
+    assert_one_line_error(run_cli(tmp_path, "--source", str(cut)), "cut.avi", "expected")
+
+
+def test_folder_without_any_readable_image_exits_2(tmp_path):
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("not an image")
+    (folder / "fake.jpg").write_text("not a JPEG either")
+    proc = run_cli(tmp_path, "--source", str(folder))
+    assert_one_line_error(proc, "frames", "expected")
+    assert "fake.jpg" in proc.stderr and "notes.txt" in proc.stderr  # each skipped file was named
+
+
+def test_folder_with_some_non_images_skips_them_and_runs(tmp_path, scene_frames):
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for i in range(4):
+        cv2.imwrite(str(folder / f"img{i}.png"), scene_frames[i])
+    (folder / "README.txt").write_text("frames from the hall camera")
+    (folder / "img9.jpg").write_bytes(b"\xff\xd8 truncated")
+    proc = run_cli(tmp_path, "--source", str(folder))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    warnings = [line for line in proc.stderr.splitlines() if "skipping" in line]
+    assert any("README.txt" in w for w in warnings) and any("img9.jpg" in w for w in warnings)
+    rows = [json.loads(line) for line in (tmp_path / "state" / "latency.jsonl").read_text().splitlines()]
+    assert [r["seq"] for r in rows] == [0, 1, 2, 3]
