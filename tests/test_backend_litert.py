@@ -42,6 +42,18 @@ def test_int8_face_cnn_quality(cache):
     assert_int8_quality(int8_quality(NAME, cache_dir=cache))
 
 
+def test_int8_model_layout(cache):
+    """int8 from conv2 on: conv1 and pool1 stay float (one QUANTIZE after pool1)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from tracker.model.convert import convert
+
+    interpreter = Interpreter(model_path=str(convert(default_model(), "tflite", "int8", cache_dir=cache)))
+    ops = [op["op_name"] for op in interpreter._get_ops_details()]
+    assert ops[:4] == ["CONV_2D", "MAX_POOL_2D", "QUANTIZE", "CONV_2D"]
+    assert "SOFTMAX" not in ops
+
+
 def test_int8_on_real_faces(testdata, cache):
     assert_int8_quality(int8_quality(NAME, crops=real_face_crops(testdata), cache_dir=cache))
 

@@ -42,6 +42,18 @@ def test_int8_face_cnn_quality(cache):
     assert_int8_quality(int8_quality(NAME, cache_dir=cache))
 
 
+def test_int8_model_layout(cache):
+    """int8 from conv2 on: conv1..pool1 stay float, the softmax runs outside, in float32."""
+    import onnx
+
+    from tracker.model.convert import convert
+
+    model = onnx.load(convert(default_model(), "onnx", "int8", cache_dir=cache))
+    ops = [(n.op_type, n.name) for n in model.graph.node if n.op_type not in ("DequantizeLinear",)]
+    assert ops[:4] == [("Conv", "conv1"), ("Relu", "relu1"), ("MaxPool", "pool1"), ("QuantizeLinear", "caffe/pool1_QuantizeLinear")]
+    assert [o.name for o in model.graph.output] == ["logits", "embedding"]
+
+
 def test_int8_on_real_faces(testdata, cache):
     assert_int8_quality(int8_quality(NAME, crops=real_face_crops(testdata), cache_dir=cache))
 

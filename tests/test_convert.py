@@ -191,3 +191,16 @@ def test_convert_command_missing_runtime_exits_3(tmp_path):
     done = run_without("onnxruntime", f"from tracker.cli import main; raise SystemExit(main(['convert', '--to', 'onnx', '--cache-dir', {str(tmp_path)!r}]))")
     assert done.returncode == 3, done.stderr
     assert "pip install -e '.[onnx]'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_int8_keeps_the_one_channel_first_layer_in_float(testdata, quirky):
+    from backend_parity import lenet
+    from tracker.backends.base import default_model
+    from tracker.model.convert.graph import int8_float_prefix
+
+    assert int8_float_prefix(load_graph(default_model())) == ("conv1", "relu1", "pool1")
+    assert int8_float_prefix(load_graph(lenet(testdata))) == ("conv1", "pool1")
+    assert int8_float_prefix(load_graph(quirky)) == ("conv1", "relu1", "pool1")  # 2 channels
+    three = load_graph(default_model())
+    wide = type(three)(three.name, three.input, three.ops[3:], {**three.shapes}, three.outputs, three.consumers)
+    assert int8_float_prefix(wide) == ()  # conv2 reads 16 channels: all int8

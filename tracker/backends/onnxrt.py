@@ -43,7 +43,10 @@ class OnnxRuntime(BackendBase):
         settings.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self._session = convert(
             model, "onnx", precision, calibration=options.get("calibration"), cache_dir=options.get("cache_dir"),
-            load=lambda path: ort.InferenceSession(str(path), settings, providers=["CPUExecutionProvider"]))
+            load=lambda path: ort.InferenceSession(
+                str(path), settings, providers=["CPUExecutionProvider"],
+                # int8 keeps conv1..pool1 in float: see tracker.model.convert.onnx.quantize_int8
+                disabled_optimizers=["QDQPropagationTransformer"] if precision == "int8" else None))
         self._shape = tuple(self._session.get_inputs()[0].shape[1:])  # (C, H, W); batch is symbolic
         self._logits = "prob" not in {o.name for o in self._session.get_outputs()}  # int8: logits
 

@@ -12,7 +12,9 @@ quantised/dequantised at the model's boundary); int8 onnx is ONNX Runtime static
 (QDQ, per-channel int8 weights, uint8 activations). Both are calibrated on face crops
 (.calibration: the face chips shipped with the package by default, or --calibration DIR), and
 both end at the logits: their outputs are "logits" and "embedding", and the backends apply the
-final softmax in float32 (see graph.float_softmax for why).
+final softmax in float32 (see graph.float_softmax for why). Both keep the layers before the first
+pooling in float32 when the first convolution reads fewer than 4 channels (conv1 on the grey
+image; see graph.int8_float_prefix for why).
 
 The pipeline: caffe_io.load_net -> graph.lower (Caffe's semantics made explicit, see .graph) ->
 an emitter per engine (.keras, .onnx, .torch). Runtimes are imported only inside the functions
@@ -122,19 +124,50 @@ def _build_tf(graph, path: Path, precision: str, samples) -> None:
 def _build_tflite(graph, path: Path, precision: str, samples) -> None:
     import tensorflow as tf
 
+    from tracker.model.convert.graph import int8_float_prefix
     from tracker.model.convert.keras import build_keras
 
-    converter = tf.lite.TFLiteConverter.from_keras_model(build_keras(graph))
-    if precision == "int8":
-        nhwc = samples.make(graph.input_shape).transpose(0, 2, 3, 1)
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        converter.representative_dataset = lambda: ([np.ascontiguousarray(x[None])] for x in nhwc)
-        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    model = build_keras(graph)
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
     with _quiet_stdout(), warnings.catch_warnings():
         # "Statistics for quantized inputs were expected": the float32 input is quantised by the
         # model's own first op, with ranges from the representative data -- nothing is missing.
         warnings.filterwarnings("ignore", message="Statistics for quantized inputs")
-        path.write_bytes(converter.convert())
+        content = converter.convert()
+        if precision == "int8":
+            nhwc = samples.make(graph.input_shape).transpose(0, 2, 3, 1)
+            converter = tf.lite.TFLiteConverter.from_keras_model(model)
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+            converter.representative_dataset = lambda: ([np.ascontiguousarray(x[None])] for x in nhwc)
+            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+            keep = _tflite_prefix_tensors(content, len(int8_float_prefix(graph)))
+            if keep:  # int8 except the float prefix: TFLite's selective quantisation
+                converter.target_spec.supported_ops.append(tf.lite.OpsSet.TFLITE_BUILTINS)
+                debugger = tf.lite.experimental.QuantizationDebugger(
+                    converter=converter, debug_dataset=lambda: ([np.ascontiguousarray(x[None])] for x in nhwc[:1]),
+                    debug_options=tf.lite.experimental.QuantizationDebugOptions(denylisted_nodes=keep))
+                content = debugger.get_nondebug_quantized_model()
+            else:
+                content = converter.convert()
+    path.write_bytes(content)
+
+
+def _tflite_prefix_tensors(content: bytes, prefix_ops: int) -> list[str]:
+    """Output tensor names of the float TFLite model's ops that make graph.int8_float_prefix:
+    the ops up to and including its first pooling (TFLite fuses the ReLU into the conv, so the
+    prefix is counted by its pooling, not by op count). Empty when there is no prefix."""
+    if not prefix_ops:
+        return []
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=content)
+    names = {t["index"]: t["name"] for t in interpreter.get_tensor_details()}
+    keep = []
+    for op in interpreter._get_ops_details():
+        keep += [names[i] for i in op["outputs"]]
+        if op["op_name"] in ("MAX_POOL_2D", "AVERAGE_POOL_2D"):
+            return keep
+    return []
 
 
 def _build_onnx(graph, path: Path, precision: str, samples) -> None:
@@ -144,9 +177,10 @@ def _build_onnx(graph, path: Path, precision: str, samples) -> None:
     if precision == "fp32":
         path.write_bytes(model.SerializeToString())
         return
+    from tracker.model.convert.graph import int8_float_prefix
     from tracker.model.convert.onnx import quantize_int8
 
-    quantize_int8(model, path, samples.make(graph.input_shape))
+    quantize_int8(model, path, samples.make(graph.input_shape), int8_float_prefix(graph))
 
 
 def check_batch(backend: str, x, shape: tuple[int, ...]) -> np.ndarray:

@@ -27,7 +27,7 @@ from tracker.errors import ModelError
 
 log = logging.getLogger("tracker.convert")
 
-FORMAT_VERSION = 1  # bump when the converters emit different models for the same inputs
+FORMAT_VERSION = 3  # bump when the converters emit different models for the same inputs
 T = TypeVar("T")
 
 

@@ -28,8 +28,14 @@ def build_onnx(graph: Graph) -> onnx.ModelProto:
         return name
 
     env = {graph.input: "data"}
+    # An output tensor is named after its role where it is made: an Identity node to rename it
+    # would copy it on every run. Only a tensor serving two roles needs one.
+    role_of = {}
+    for role, tensor in graph.outputs.items():
+        role_of.setdefault(tensor, role)
     for op in graph.ops:
-        x, y = env[op.src], "caffe/" + op.dst  # prefixed: never clashes with data/prob/embedding
+        # internal names are prefixed: they never clash with data/prob/logits/embedding
+        x, y = env[op.src], role_of.get(op.dst, "caffe/" + op.dst)
         if isinstance(op, Conv):
             inputs = [x, const(op.name + "_W", op.weight.astype(np.float32))]
             if op.bias is not None:
@@ -83,7 +89,8 @@ def build_onnx(graph: Graph) -> onnx.ModelProto:
         env[op.dst] = y
     outputs = []
     for role, tensor in graph.outputs.items():
-        nodes.append(helper.make_node("Identity", [env[tensor]], [role], name=role + "_output"))
+        if env[tensor] != role:
+            nodes.append(helper.make_node("Identity", [env[tensor]], [role], name=role + "_output"))
         outputs.append(helper.make_tensor_value_info(role, TensorProto.FLOAT, ["N", graph.shapes[tensor][0]]))
     c, h, w = graph.input_shape
     onnx_graph = helper.make_graph(
@@ -96,9 +103,13 @@ def build_onnx(graph: Graph) -> onnx.ModelProto:
     return model
 
 
-def quantize_int8(model: onnx.ModelProto, path, samples: np.ndarray, **overrides) -> None:
-    """Write to `path` the static int8 quantisation of `model`, calibrated on `samples`
-    (N, C, H, W) float32 (min/max of each activation over the set)."""
+def quantize_int8(model: onnx.ModelProto, path, samples: np.ndarray, float_ops: tuple[str, ...] = ()) -> None:
+    """Write to `path` the static int8 quantisation of `model` (QDQ, per-channel int8 weights,
+    uint8 activations), calibrated on `samples` (N, C, H, W) float32 (min/max of each activation
+    over the set). Ops named in `float_ops` (graph op names; see graph.int8_float_prefix) stay
+    float32 -- sessions must then be created without ONNX Runtime's QDQPropagationTransformer,
+    which would otherwise move the first QuantizeLinear above a float MaxPool and leave that
+    pooling to a slow uint8 NCHW kernel."""
     import tempfile
     from pathlib import Path
 
@@ -112,10 +123,10 @@ def quantize_int8(model: onnx.ModelProto, path, samples: np.ndarray, **overrides
             x = next(self._items, None)
             return None if x is None else {"data": x}
 
-    options = dict(quant_format=QuantFormat.QDQ, per_channel=True, activation_type=QuantType.QUInt8,
-                   weight_type=QuantType.QInt8)
-    options.update(overrides)
+    keep = {f"{name}{suffix}" for name in float_ops for suffix in ("", "_crop", "_pad", "_scale")}
+    exclude = [n.name for n in model.graph.node if n.name in keep]
     with tempfile.TemporaryDirectory() as tmp:
         fp32 = Path(tmp) / "fp32.onnx"
         onnx.save(model, fp32)
-        quantize_static(str(fp32), str(path), Reader(), **options)
+        quantize_static(str(fp32), str(path), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, nodes_to_exclude=exclude)
