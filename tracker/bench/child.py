@@ -150,12 +150,12 @@ def run_quality(job: dict, channel: _Channel, stage: _Stage) -> None:
     """What int8 costs: the backend at `precision` against the same backend at fp32 on the fixed
     quality set of face crops (tracker.model.convert.calibration, held out from calibration).
 
-    Sends {"event": "quality", "crops", "set_id", "top1_agreement" (fraction of crops whose argmax
-    class agrees), "embedding_cosine_mean", "embedding_cosine_min"}.
+    Sends {"event": "quality", "set_id", **tracker.model.quality.compare(...)}: crops,
+    top1_agreement, decided_crops / top1_agreement_decided (crops fp32 decides by >= 0.1 nats; see
+    tracker.model.quality for why), embedding_cosine_mean, embedding_cosine_min.
     """
-    import numpy as np
-
     from tracker.model.convert.calibration import QUALITY_COUNT, QUALITY_SEED, sample_set
+    from tracker.model.quality import compare
 
     stage.text = "making the quality set"
     quality_set = sample_set(None, QUALITY_COUNT, QUALITY_SEED)
@@ -163,30 +163,10 @@ def run_quality(job: dict, channel: _Channel, stage: _Stage) -> None:
     stage.text = "loading the backend"
     reference, candidate = _create(job, "fp32"), _create(job, job["precision"])
     stage.text = "comparing outputs"
-    agree, cosines = [], []
-    for start in range(0, len(x), _QUALITY_CHUNK):
-        chunk = x[start : start + _QUALITY_CHUNK]
-        ref, out = reference.infer(chunk), candidate.infer(chunk)
-        agree.append(ref.probs.argmax(axis=1) == out.probs.argmax(axis=1))
-        a, b = ref.embedding.astype(np.float64), out.embedding.astype(np.float64)
-        na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            cos = (a * b).sum(axis=1) / (na * nb)
-        # all-zero embeddings (every ReLU off): two of them are the same embedding, one is not
-        cos[(na == 0) & (nb == 0)] = 1.0
-        cos[(na == 0) != (nb == 0)] = 0.0
-        cosines.append(cos)
-    agree_all, cos_all = np.concatenate(agree), np.concatenate(cosines)
+    metrics = compare(reference, candidate, x, chunk=_QUALITY_CHUNK)
     reference.close()
     candidate.close()
-    channel.send(
-        event="quality",
-        crops=int(len(x)),
-        set_id=quality_set.set_id,
-        top1_agreement=float(agree_all.mean()),
-        embedding_cosine_mean=float(cos_all.mean()),
-        embedding_cosine_min=float(cos_all.min()),
-    )
+    channel.send(event="quality", set_id=quality_set.set_id, **metrics)
 
 
 def run_probe(job: dict, channel: _Channel) -> int:

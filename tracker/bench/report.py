@@ -281,8 +281,11 @@ def quality_line(entry: dict) -> str:
     label = f"{entry['backend']} {entry['precision']}"
     if "error" in entry:
         return f"{label}: quality check failed: {entry['error']}"
+    decided = ""
+    if entry.get("top1_agreement_decided") is not None:  # tracker.model.quality: fp32's clear decisions
+        decided = f" ({100 * entry['top1_agreement_decided']:.1f}% on the {entry['decided_crops']} fp32 decides by >= {entry['decided_gap']} nats)"
     return (
-        f"{label}: top-1 agreement {100 * entry['top1_agreement']:.1f}% on {entry['crops']} crops, "
+        f"{label}: top-1 agreement {100 * entry['top1_agreement']:.1f}% on {entry['crops']} crops{decided}, "
         f"embedding cosine mean {entry['embedding_cosine_mean']:.4f} (min {entry['embedding_cosine_min']:.4f})"
     )
 
