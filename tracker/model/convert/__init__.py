@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import io
 import logging
+import os
 import shutil
 import warnings
 from pathlib import Path
@@ -59,6 +60,8 @@ def load_graph(model):
 def require_runtime(target: str) -> None:
     """BackendUnavailable (exit 3) naming the extra if `target`'s converter cannot import."""
     _, _, extra, module = TARGETS[target]
+    if module == "tensorflow":  # TF's C++ info/warning chatter off, unless the user set a level
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         __import__(module)
     except ImportError as err:
@@ -133,6 +136,8 @@ def _build_tflite(graph, path: Path, precision: str, samples) -> None:
         # "Statistics for quantized inputs were expected": the float32 input is quantised by the
         # model's own first op, with ranges from the representative data -- nothing is missing.
         warnings.filterwarnings("ignore", message="Statistics for quantized inputs")
+        # the QuantizationDebugger (selective int8) runs TF's own deprecated tf.lite.Interpreter
+        warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated")
         content = converter.convert()
         if precision == "int8":
             nhwc = samples.make(graph.input_shape).transpose(0, 2, 3, 1)
@@ -226,8 +231,9 @@ def convert_command(argv: list[str]) -> int:
         raise InputError("--calibration: only int8 conversions are calibrated; add --precision int8")
     base = default_model()
     model = ModelSpec(args.prototxt or base.prototxt, args.weights or base.weights, args.probs, args.embedding)
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="tracker: %(message)s")
+    if not logging.getLogger().handlers:  # say what is converted (and any cache rebuild)
+        logging.basicConfig(level=logging.WARNING, format="tracker: %(message)s")
+        logging.getLogger("tracker").setLevel(logging.INFO)
     path = convert(model, args.to, args.precision, calibration=args.calibration, cache_dir=args.cache_dir)
     if args.out is not None:
         try:
