@@ -406,6 +406,34 @@ CASES = [
         lambda x, nd: x / (1 + np.exp(-x)),
     ),
     Case(
+        # Convolution tops kept in (C, N, H, W) memory ("dl") feeding every other kind of layer.
+        "conv-outputs-into-everything",
+        'layer { name: "a" type: "Convolution" bottom: "data" top: "a" convolution_param { num_output: 4 kernel_size: 3 pad: 1 } }\n'
+        'layer { name: "ra" type: "ReLU" bottom: "a" top: "a" }\n'
+        'layer { name: "b" type: "Convolution" bottom: "data" top: "b" convolution_param { num_output: 4 kernel_size: 3 pad: 1 group: 2 } }\n'
+        'layer { name: "cat" type: "Concat" bottom: "a" bottom: "b" top: "cat" }\n'
+        'layer { name: "lrn" type: "LRN" bottom: "cat" top: "cat" lrn_param { local_size: 3 alpha: 0.3 } }\n'
+        'layer { name: "sum" type: "Eltwise" bottom: "a" bottom: "b" top: "sum" eltwise_param { coeff: 0.5 coeff: 2 } }\n'
+        'layer { name: "pool" type: "Pooling" bottom: "cat" top: "pool" pooling_param { pool: AVE kernel_size: 3 stride: 2 pad: 1 } }\n'
+        'layer { name: "psum" type: "Pooling" bottom: "sum" top: "psum" pooling_param { pool: MAX kernel_size: 2 stride: 2 } }\n'
+        'layer { name: "cat2" type: "Concat" bottom: "pool" bottom: "psum" top: "cat2" }\n'
+        'layer { name: "out" type: "Softmax" bottom: "cat2" top: "out" }',
+        (3, 2, 9, 7),
+        lambda x, nd: ref_softmax(
+            np.concatenate(
+                [
+                    ref_pool(
+                        ref_lrn_across(np.concatenate([relu(ref_conv(x, *weights(nd, "a"), pad=(1, 1))), ref_conv(x, *weights(nd, "b"), pad=(1, 1), group=2)], 1), 3, f32(0.3), 0.75, 1.0),
+                        "AVE", (3, 3), (2, 2), (1, 1),
+                    ),
+                    ref_pool(0.5 * relu(ref_conv(x, *weights(nd, "a"), pad=(1, 1))) + 2 * ref_conv(x, *weights(nd, "b"), pad=(1, 1), group=2), "MAX", (2, 2), (2, 2)),
+                ],
+                1,
+            ),
+            1,
+        ),
+    ),
+    Case(
         "inplace-chain",
         'layer { name: "out" type: "Convolution" bottom: "data" top: "out" convolution_param { num_output: 3 kernel_size: 2 } }\n'
         'layer { name: "bn" type: "BatchNorm" bottom: "out" top: "out" }\n'
@@ -609,6 +637,14 @@ def test_forward_returns_copies(lenet, mode):
     for k in kept:
         np.testing.assert_array_equal(first[k], kept[k])
         assert first[k].flags.c_contiguous
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_strided_input(lenet, mode):
+    d, netdef = lenet
+    x = np.load(d / "ref_input_mnist_t10k_first64.npy")
+    net = Net(netdef, np.float32, mode)
+    np.testing.assert_allclose(net.forward(x[::3], ["prob"])["prob"], net.forward(np.ascontiguousarray(x[::3]), ["prob"])["prob"], atol=1e-6)
 
 
 def test_blob_shapes(lenet):
