@@ -166,3 +166,13 @@ def test_install_script_dry_run_lists_every_step():
     bad = subprocess.run(["bash", str(REPO / "scripts" / "install-pi"), "--frobnicate"], capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and "unknown option '--frobnicate'" in bad.stderr
+
+
+@pytest.mark.timeout(30)
+def test_a_reader_that_never_reads_does_not_block_the_guard(tmp_path, monkeypatch):
+    address = str(tmp_path / "slow.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(address)
+        monkeypatch.setenv("NOTIFY_SOCKET", address)
+        sent = [daemon.status(f"frame {i}") for i in range(100)]  # far beyond the datagram queue
+    assert sent[0] is True and sent[-1] is False

@@ -35,14 +35,17 @@ def _address() -> str | None:
 
 
 def notify(*fields: str) -> bool:
-    """Send KEY=VALUE fields as one datagram; False when not under systemd or the send failed."""
+    """Send KEY=VALUE fields as one datagram; False when not under systemd or the send failed.
+
+    The send never blocks: an AF_UNIX datagram queue holds only a few messages (net.unix.
+    max_dgram_qlen, 10 by default), and a guard must not hang because its reader is slow."""
     address = _address()
     if address is None:
         return False
     message = "\n".join(fields).encode("utf-8")
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
-            sock.sendto(message, address)
+            sock.sendto(message, socket.MSG_DONTWAIT, address)
     except OSError:
         return False
     return True

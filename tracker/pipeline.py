@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tracker import daemon
 from tracker.backends import create_backend
 from tracker.backends.base import ModelSpec
 from tracker.batcher import Batch, Batcher
@@ -100,6 +101,7 @@ class Guard:
         self._capture: Capture | None = None
         self.frames_processed = 0
         self.inference_lost = 0  # frames whose crops a failed backend call lost
+        self.people_present = 0  # announced (confirmed) tracks not yet ended, after the last frame
         self._done_ns: deque[int] = deque(maxlen=100)  # processing end times, for fps
 
     def stop(self) -> None:
@@ -180,10 +182,14 @@ class Guard:
 
     def _loop(self) -> None:
         report_every_ns = int(self.config.latency.report_every_s * 1e9)
-        state_every_ns = int(self.config.mqtt.state_interval_s * 1e9)
         next_report = next_state = time.monotonic_ns()
         previous: tuple[Detection, ...] = ()
+        ready = False
         while not self._stop.is_set():
+            daemon.watchdog()  # every turn of the loop: a loop stuck anywhere stops the pings
+            if not ready and self.frames_processed:
+                ready = True  # camera, backend and the first frame are up
+                daemon.ready(f"{self._capture.source.description}, backend {self.config.backend.name}")
             deadline = self.batcher.deadline_ns()
             wait_s = 0.5 if deadline is None else max(0.0, (deadline - time.monotonic_ns()) / 1e9)
             try:
@@ -208,9 +214,10 @@ class Guard:
             if now >= next_report:
                 next_report = now + report_every_ns
                 self._report()
-            if now >= next_state:
-                next_state = now + state_every_ns
+            if now >= next_state:  # sinks rate-limit what they send; MQTT also reacts to presence at once
+                next_state = now + _STATE_EVERY_NS
                 self._publish_state()
+        daemon.stopping()
         batch = self.batcher.flush()
         if batch is not None:
             self._process(batch)
@@ -259,6 +266,7 @@ class Guard:
         frame = work.frame
         track_start = time.monotonic_ns()
         views = self.tracker.update(work.detections, embeddings)
+        self.people_present = sum(1 for v in views if v.ever_confirmed and v.state is not TrackState.ENDED)
         for view in views:
             i = view.detection_index
             if i is None:
@@ -305,7 +313,7 @@ class Guard:
         return {
             "fps": round(self.fps(), 2),
             "latency_ms": self.stats.percentiles(),
-            "tracks": self.tracker.live_count,
+            "tracks": self.people_present,
             "frames": self.frames_processed,
             "frames_dropped": (self._capture.dropped if self._capture else 0) + self.inference_lost,
             "backend": self.config.backend.name,
@@ -316,6 +324,7 @@ class Guard:
         p = self.stats.percentiles()
         if not p:
             return
+        daemon.status(f"{self.fps():.1f} fps, {self.people_present} people, backend {self.config.backend.name}")
         stages = " ".join(f"{k[:-3]} {v['p50']:.1f}/{v['p95']:.1f}" for k, v in p.items())
         log.info("%.1f fps, %d frames, %d dropped; ms p50/p95: %s", self.fps(), self.frames_processed,
                  self.state()["frames_dropped"], stages)
@@ -327,6 +336,7 @@ class Guard:
 
 
 _NO_CROPS = np.empty((0, 1, 88, 88), np.float32)
+_STATE_EVERY_NS = 1_000_000_000  # how often sinks get the state (the MQTT sink sends it at its own interval)
 
 
 def run_guard(config: Config, args) -> int:

@@ -1,0 +1,38 @@
+"""The guard under systemd's notify protocol: READY, WATCHDOG, STATUS and STOPPING arrive on a real
+AF_UNIX datagram socket named by NOTIFY_SOCKET, as systemd would receive them (Type=notify)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+
+from test_pipeline_e2e import isolated_env, tracker_command, write_config
+
+
+def test_guard_reports_ready_watchdog_status_and_stopping(tmp_path):
+    address = str(tmp_path / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(address)
+    messages: list[str] = []
+
+    def drain():  # like systemd: read every datagram as it comes
+        while (data := sock.recv(4096)) != b"":
+            messages.append(data.decode())
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    env = isolated_env(tmp_path)
+    env.update(NOTIFY_SOCKET=address, WATCHDOG_USEC="200000")  # ping at least every 0.1 s
+    config = write_config(tmp_path, latency={"report_every_s": 0.2})
+    run = subprocess.run([*tracker_command(), "--demo", "--frames", "40", "--config", str(config)],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    sock.shutdown(socket.SHUT_RDWR)  # ends the reader's recv
+    reader.join(5)
+    lines = [line for m in messages for line in m.splitlines()]
+    assert lines.count("READY=1") == 1
+    assert "WATCHDOG=1" in lines
+    assert any(line.startswith("STATUS=") and "fps" in line for line in lines)
+    assert lines.index("READY=1") < lines.index("STOPPING=1")
+    assert lines[lines.index("READY=1") + 1].startswith("STATUS=synthetic scene")
