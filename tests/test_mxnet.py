@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import signal
 from pathlib import Path
 
@@ -235,3 +236,25 @@ def test_killed_mxnet_worker_is_restarted_and_its_inputs_counted(testdata, cache
         assert backend.stats()["restarts"] == 1 and backend.stats()["lost_inputs"] == 8
     finally:
         backend.close()
+
+
+@native
+def test_benchmark_reports_mxnet_out_of_memory_cells_with_their_cause(tmp_path, capsys):
+    """The study's MXNet could not run batch 256 in 1 GB; under a 1 GiB address-space limit
+    (inherited by the worker child) mxnet-openblas-dl runs batch 1 and fails batch 256."""
+    from tracker.cli import main
+
+    config = tmp_path / "tracker.yaml"
+    config.write_text(f"state_dir: {tmp_path / 'state'}\n")
+    out = tmp_path / "out"
+    code = main(["--config", str(config), "--benchmark", "--backend", "mxnet-openblas-dl", "--batches", "1,256",
+                 "--passes", "1", "--memory-limit", "1024", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    rows = {r["batch"]: r for r in json.loads((out / "results.json").read_text())["rows"]}
+    assert rows[1]["status"] == "ok" and rows[1]["ms_per_image"] > 0
+    failed = rows[256]
+    assert failed["status"] == "failed" and failed["reason"] == "WorkerFailure"
+    # MXNet's allocator gives up (MXNetError), or its segfault handler exits with 255
+    assert re.search(r"Failed to allocate CPU Memory|exited with code 255 .*Segmentation fault|out of memory", failed["error_detail"])
+    assert "256 inputs lost" in failed["error_detail"]

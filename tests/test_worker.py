@@ -7,6 +7,7 @@ is mocked. Timeouts are bounded (pytest-timeout guards every test); no timing is
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -203,7 +204,7 @@ def test_output_tail_is_in_the_error():
 
 def test_never_ready_times_out():
     t0 = time.monotonic()
-    with pytest.raises(WorkerFailure, match=r"timeout after 2 s during the loading the backend"):
+    with pytest.raises(WorkerFailure, match=r"timeout after 2 s during loading the backend"):
         WorkerBackend("never", default_model(), target="worker_faults:NeverReady", env={"PYTHONPATH": str(TESTS)},
                       ready_timeout_s=2)
     assert time.monotonic() - t0 < 60  # bounded, generously: never a hang
@@ -323,3 +324,23 @@ def test_restart_errors_other_than_failures_propagate():
         backend.infer(np.zeros((1, 1)))
     with pytest.raises(BackendUnavailable, match="runtime gone"):
         backend.infer(np.zeros((1, 1)))
+
+
+# ---- the benchmark behind the worker ---------------------------------------------------------
+
+
+def test_benchmark_runs_a_backend_behind_the_worker(tmp_path, capsys):
+    from tracker.cli import main
+
+    config = tmp_path / "tracker.yaml"
+    config.write_text(f"state_dir: {tmp_path / 'state'}\n")
+    out = tmp_path / "out"
+    code = main(["--config", str(config), "--benchmark", "--worker", "--backend", "caffe-openblas-dl",
+                 "--batches", "1,3", "--passes", "2", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    results = json.loads((out / "results.json").read_text())
+    assert results["settings"]["worker"] is True
+    assert [(r["batch"], r["status"]) for r in results["rows"]] == [(1, "ok"), (3, "ok")]
+    assert all(len(r["pass_ms"]) == 2 and min(r["pass_ms"]) > 0 for r in results["rows"])
+    # the versions are what the worker child ran
+    assert results["versions"]["runtimes"]["caffe-openblas-dl"]["worker_python"] == sys.executable

@@ -266,7 +266,7 @@ class WorkerBackend:
         self._rbuf = bytearray()
         self._shm = None
         deadline = self._deadline(self.ready_timeout_s)
-        hello = self._await("start-up", deadline, lost=0, before_hello=True)
+        hello = self._await("the start-up", deadline, lost=0, before_hello=True)
         if hello.get("event") != "hello":
             self._fail(f"sent {hello.get('event')!r} instead of hello", lost=0)
         ready = self._await("loading the backend", deadline, lost=0)
@@ -318,7 +318,7 @@ class WorkerBackend:
         n = x.shape[0]
         timeout = self.call_timeout_s if self.call_timeout_s is not None else CALL_TIMEOUT_BASE_S + CALL_TIMEOUT_PER_IMAGE_S * n
         deadline = self._deadline(timeout)
-        what = f"infer of {n} input{'s' if n != 1 else ''}"
+        what = f"the infer of {n} input{'s' if n != 1 else ''}"
         if self._shm is not None:
             np.copyto(self._views[0][:n], x)
             self._send({"op": "infer", "n": n}, (), deadline, what, lost)
@@ -328,7 +328,7 @@ class WorkerBackend:
         if reply["event"] == "error":
             self._raise_child_error(reply, lost)
         if reply["event"] != "result" or reply["n"] != n:
-            self._fail(f"answered {reply!r} to an {what}", lost)
+            self._fail(f"answered {reply!r} to {what}", lost)
         if self._shm is not None:
             return Inference(self._views[1][:n].copy(), self._views[2][:n].copy())
         probs = np.empty((n, self.probs_dim), np.float32)
@@ -353,7 +353,7 @@ class WorkerBackend:
                     self._fail_dead(what, lost)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    self._fail(f"timeout after {self._wait_s:g} s during the {what} (the child stopped reading)", lost)
+                    self._fail(f"timeout after {self._wait_s:g} s during {what} (the child stopped reading)", lost)
                 select.select([], [self._req], [], min(remaining, _POLL_S))
                 if self._proc.poll() is not None:
                     self._fail_dead(what, lost)
@@ -363,7 +363,7 @@ class WorkerBackend:
         while len(self._rbuf) < count:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                self._fail(f"timeout after {self._wait_s:g} s during the {what}", lost)
+                self._fail(f"timeout after {self._wait_s:g} s during {what}", lost)
             ready, _, _ = select.select([self._rep], [], [], min(remaining, _POLL_S))
             if ready:
                 chunk = os.read(self._rep, max(65536, count - len(self._rbuf)))
@@ -399,7 +399,7 @@ class WorkerBackend:
         while view:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                self._fail(f"timeout after {self._wait_s:g} s during the {what}", lost)
+                self._fail(f"timeout after {self._wait_s:g} s during {what}", lost)
             ready, _, _ = select.select([self._rep], [], [], min(remaining, _POLL_S))
             if ready:
                 got = os.readv(self._rep, [view])
@@ -430,7 +430,7 @@ class WorkerBackend:
     def _fail_dead(self, what: str, lost: int):
         """The child closed its pipe or exited: reap it and say how it ended."""
         self._reap(_EXIT_GRACE_S)
-        self._fail(f"{describe_exit(self._proc.returncode)} during the {what}", lost)
+        self._fail(f"{describe_exit(self._proc.returncode)} during {what}", lost)
 
     def _fail(self, cause: str, lost: int):
         """Kill and reap the child, mark the worker dead, raise WorkerFailure."""

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""What the backend worker costs: run with the product's venv from the repository root,
+
+    .venv/bin/python scripts/worker_overhead.py [--calls 200] [--mxnet-rss]
+
+1. transport: the round trip of one infer call through the worker with the shared-memory and the
+   pipe transport, at batch 1 and 8 of face-CNN-sized arrays (1x88x88 in; 848 + 128 floats out),
+   with a backend that computes nothing (`Echo` below), against the same backend in-process.
+   A call costs two wake-ups of a process blocked on another core (request, reply): on a
+   virtual machine each is a halted vCPU woken by an IPI, ~0.1 ms; on bare metal far less.
+   The worker's cost on a real backend: `tracker --benchmark` with and without --worker.
+2. with --mxnet-rss: peak RSS (VmHWM) of the MXNet worker child after one batch of 1, 64 and 256
+   for both MXNet configurations (the benchmark's RSS column counts only the cell's process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from tracker.backends import create_backend  # noqa: E402
+from tracker.backends.base import BackendBase, default_model  # noqa: E402
+from tracker.backends.worker import WorkerBackend  # noqa: E402
+from tracker.types import Inference  # noqa: E402
+
+
+class Echo(BackendBase):
+    """Computes nothing: returns fixed face-CNN-shaped outputs (the transport is all that is timed)."""
+
+    name = "echo"
+
+    def __init__(self, model, **options):
+        self._probs = np.full((256, 848), 1 / 848, np.float32)
+        self._embedding = np.zeros((256, 128), np.float32)
+
+    def infer(self, x):
+        n = x.shape[0]
+        return Inference(self._probs[:n].copy(), self._embedding[:n].copy())
+
+
+def _per_call_us(backend, x, calls: int) -> float:
+    start = time.perf_counter_ns()
+    for _ in range(calls):
+        backend.infer(x)
+    return (time.perf_counter_ns() - start) / calls / 1e3
+
+
+def transport(calls: int) -> None:
+    print("1. transport round trip (Echo backend, no compute), microseconds per call, median of 5 runs")
+    print(f"{'batch':>5} {'in-process':>11} {'shm':>8} {'pipe':>8}")
+    local = Echo(None)
+    workers = {t: WorkerBackend("echo", default_model(), target="worker_overhead:Echo", transport=t,
+                                env={"PYTHONPATH": str(HERE)}) for t in ("shm", "pipe")}
+    try:
+        for n in (1, 8):
+            x = np.random.default_rng(0).standard_normal((n, 1, 88, 88), dtype=np.float32)
+            times = {name: statistics.median(_per_call_us(b, x, calls) for _ in range(5))
+                     for name, b in (("local", local), *workers.items())}
+            print(f"{n:>5} {times['local']:>11.1f} {times['shm']:>8.1f} {times['pipe']:>8.1f}")
+    finally:
+        for w in workers.values():
+            w.close()
+
+
+def _vmhwm_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM")
+
+
+def mxnet_rss() -> None:
+    print("\n2. peak RSS of the MXNet worker child (MB) after one batch")
+    print(f"{'backend':>18} {'batch':>5} {'VmHWM MB':>9}")
+    for name in ("mxnet-openblas", "mxnet-openblas-dl"):
+        for n in (1, 64, 256):
+            backend = create_backend(name)
+            try:
+                backend.infer(np.random.default_rng(0).standard_normal((n, 1, 88, 88), dtype=np.float32))
+                print(f"{name:>18} {n:>5} {_vmhwm_mb(backend.worker.pid):>9.0f}")
+            finally:
+                backend.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200, help="calls per batch size and configuration")
+    parser.add_argument("--mxnet-rss", action="store_true", help="also measure the MXNet child's peak RSS")
+    args = parser.parse_args()
+    transport(args.calls)
+    if args.mxnet_rss:
+        mxnet_rss()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
