@@ -161,6 +161,7 @@ def test_child_death_is_reported_with_its_cause(fault, cause, code):
     assert_gone(w.pid)
 
 
+@pytest.mark.native_only  # under qemu-user the address-space limit also bounds the emulator's own mappings
 def test_out_of_memory_under_a_memory_limit():
     # 64 MiB per input: batch 32 wants 2 GiB in a child limited to 1 GiB of address space
     w = faulty("greedy", memory_limit_mb=1024)
@@ -344,3 +345,13 @@ def test_benchmark_runs_a_backend_behind_the_worker(tmp_path, capsys):
     assert all(len(r["pass_ms"]) == 2 and min(r["pass_ms"]) > 0 for r in results["rows"])
     # the versions are what the worker child ran
     assert results["versions"]["runtimes"]["caffe-openblas-dl"]["worker_python"] == sys.executable
+
+
+def test_a_dropped_worker_takes_its_child_with_it():
+    w = faulty()
+    pid = w.pid
+    del w  # no close(): the finaliser kills and reaps the child
+    import gc
+
+    gc.collect()
+    assert_gone(pid)

@@ -503,8 +503,12 @@ class WorkerBackend:
         self.close()
 
     def __del__(self):
-        if getattr(self, "_proc", None) is not None and self._proc.poll() is None:
-            self._proc.kill()
+        # a worker dropped without close(): never leave its child (or its descriptors) behind
+        if getattr(self, "_proc", None) is not None and getattr(self, "_req", None) is not None:
+            if self._proc.poll() is None:
+                self._proc.kill()
+                self._proc.wait()
+            self._release()
 
 
 class InputsLost(BackendFailure):
