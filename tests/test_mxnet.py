@@ -152,6 +152,14 @@ def test_missing_environment_names_the_setup_command(name, monkeypatch, tmp_path
         assert "runs only on x86-64 here" in str(err.value) and "Arm Performance Libraries" in str(err.value)
 
 
+@native
+def test_unknown_option_is_an_input_error():
+    from tracker.errors import InputError
+
+    with pytest.raises(InputError, match="backend 'mxnet-openblas': unknown option 'workspace_mb'; expected options: cache_dir, python, worker_options"):
+        create_backend("mxnet-openblas", workspace_mb=64)
+
+
 @pytest.mark.parametrize("name", CONFIGS)
 def test_available_exactly_on_x86_64(name):
     reason = availability(name)

@@ -263,9 +263,11 @@ class _MXNet(BackendBase):
                 f"create it with: {SETUP_COMMAND}")
 
     def __init__(self, model: ModelSpec, *, precision: str = "fp32", threads: int | None = None, cache_dir=None,
-                 python=None, worker_options: dict | None = None):
+                 python=None, worker_options: dict | None = None, **unknown):
         from tracker.backends.worker import WorkerBackend
 
+        if unknown:
+            raise InputError(f"backend {self.name!r}: unknown option {sorted(unknown)[0]!r}; expected options: {', '.join(self.options)}")
         if precision not in self.precisions:
             raise InputError(f"precision: backend {self.name!r} runs {', '.join(self.precisions)}; found {precision!r}")
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
