@@ -70,14 +70,6 @@ def transport(calls: int) -> None:
             w.close()
 
 
-def _vmhwm_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM")
-
-
 def mxnet_rss() -> None:
     print("\n2. peak RSS of the MXNet worker child (MB) after one batch")
     print(f"{'backend':>18} {'batch':>5} {'VmHWM MB':>9}")
@@ -86,7 +78,7 @@ def mxnet_rss() -> None:
             backend = create_backend(name)
             try:
                 backend.infer(np.random.default_rng(0).standard_normal((n, 1, 88, 88), dtype=np.float32))
-                print(f"{name:>18} {n:>5} {_vmhwm_mb(backend.worker.pid):>9.0f}")
+                print(f"{name:>18} {n:>5} {backend.child_peak_rss_kb() / 1024:>9.0f}")
             finally:
                 backend.close()
 

@@ -68,6 +68,7 @@ def test_real_backend_behind_worker_matches_in_process(transport):
         # the same engine in another process: the same arithmetic
         np.testing.assert_array_equal(got.probs, want.probs)
         np.testing.assert_array_equal(got.embedding, want.embedding)
+        assert remote.child_peak_rss_kb() > 10_000  # the child holds numpy and the face CNN
         again = remote.infer(x[4:])
         np.testing.assert_array_equal(again.probs, want.probs[4:])
         assert not np.shares_memory(again.probs, got.probs)

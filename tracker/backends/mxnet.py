@@ -296,6 +296,10 @@ class _MXNet(BackendBase):
         """The WorkerBackend running this configuration (pid, output_text(), in_flight)."""
         return self._worker
 
+    def child_peak_rss_kb(self) -> int | None:
+        """Peak resident memory (KiB) of the MXNet worker child (see WorkerBackend)."""
+        return self._worker.child_peak_rss_kb()
+
     def infer(self, x: np.ndarray) -> Inference:
         """x (N, C, H, W) float32 -> Inference; WorkerFailure (a BackendFailure) if the child fails."""
         return self._worker.infer(x)

@@ -480,6 +480,18 @@ class WorkerBackend:
                     pass
         self._req = self._rep = self._shm_fd = None
 
+    def child_peak_rss_kb(self) -> int | None:
+        """Peak resident memory (VmHWM, KiB) of the running child, None where /proc cannot say.
+        A benchmark's RSS of its own process does not include this."""
+        try:
+            with open(f"/proc/{self.pid}/status", encoding="ascii") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1])
+        except (OSError, TypeError):
+            pass
+        return None
+
     def output_text(self) -> str:
         """The child's recent output (stdout and stderr, the last 16 KiB), for diagnostics."""
         return self._output.text()
