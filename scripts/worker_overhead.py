@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What the backend worker costs: run with the product's venv from the repository root,
 
-    .venv/bin/python scripts/worker_overhead.py [--calls 200] [--mxnet-rss]
+    .venv/bin/python scripts/worker_overhead.py [--calls 200] [--mxnet-rss] [--bench-runs 5 [--passes 100]]
 
 1. transport: the round trip of one infer call through the worker with the shared-memory and the
    pipe transport, at batch 1 and 8 of face-CNN-sized arrays (1x88x88 in; 848 + 128 floats out),
@@ -9,7 +9,10 @@
    A call costs two wake-ups of a process blocked on another core (request, reply): on a
    virtual machine each is a halted vCPU woken by an IPI, ~0.1 ms; on bare metal far less.
    The worker's cost on a real backend: `tracker --benchmark` with and without --worker.
-2. with --mxnet-rss: peak RSS (VmHWM) of the MXNet worker child after one batch of 1, 64 and 256
+2. with --bench-runs N: `tracker --benchmark --backend caffe-openblas-dl --batches 1,8` run N
+   times without and with --worker, alternately (a busy machine slows both alike); prints each
+   run's mean ms/image and the ratio of the medians (worker / in-process).
+3. with --mxnet-rss: peak RSS (VmHWM) of the MXNet worker child after one batch of 1, 64 and 256
    for both MXNet configurations (the benchmark's RSS column counts only the cell's process).
 """
 
@@ -70,8 +73,34 @@ def transport(calls: int) -> None:
             w.close()
 
 
+def bench_runs(runs: int, passes: int) -> None:
+    import json
+    import subprocess
+    import tempfile
+
+    print(f"\n2. caffe-openblas-dl, tracker --benchmark --passes {passes}, {runs} runs each way (mean ms/image)")
+    tracker = Path(sys.executable).with_name("tracker")
+    means: dict[tuple[int, bool], list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "tracker.yaml"
+        config.write_text(f"state_dir: {tmp}/state\n")  # keep the calibration profile out of the way
+        for run in range(runs):
+            for worker in (False, True):
+                out = Path(tmp) / f"run{run}-{int(worker)}"
+                subprocess.run([str(tracker), "--config", str(config), "--benchmark", "--backend", "caffe-openblas-dl",
+                                "--batches", "1,8", "--passes", str(passes), "--out", str(out)] + (["--worker"] if worker else []),
+                               check=True, capture_output=True)
+                for row in json.loads((out / "results.json").read_text())["rows"]:
+                    means.setdefault((row["batch"], worker), []).append(row["ms_per_image"])
+    print(f"{'batch':>5} {'in-process runs':>36} {'worker runs':>36} {'ratio of medians':>17}")
+    for n in (1, 8):
+        local, remote = means[(n, False)], means[(n, True)]
+        ratio = statistics.median(remote) / statistics.median(local)
+        print(f"{n:>5} {' '.join(f'{v:6.2f}' for v in local):>36} {' '.join(f'{v:6.2f}' for v in remote):>36} {ratio:>17.3f}")
+
+
 def mxnet_rss() -> None:
-    print("\n2. peak RSS of the MXNet worker child (MB) after one batch")
+    print("\n3. peak RSS of the MXNet worker child (MB) after one batch")
     print(f"{'backend':>18} {'batch':>5} {'VmHWM MB':>9}")
     for name in ("mxnet-openblas", "mxnet-openblas-dl"):
         for n in (1, 64, 256):
@@ -86,9 +115,13 @@ def mxnet_rss() -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200, help="calls per batch size and configuration")
+    parser.add_argument("--bench-runs", type=int, default=0, help="also compare caffe-openblas-dl in the benchmark with and without --worker, this many runs each")
+    parser.add_argument("--passes", type=int, default=100, help="benchmark passes per run (with --bench-runs)")
     parser.add_argument("--mxnet-rss", action="store_true", help="also measure the MXNet child's peak RSS")
     args = parser.parse_args()
     transport(args.calls)
+    if args.bench_runs:
+        bench_runs(args.bench_runs, args.passes)
     if args.mxnet_rss:
         mxnet_rss()
     return 0
