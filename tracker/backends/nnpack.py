@@ -13,9 +13,14 @@ size (see tracker.model.convert.torch); pooling, fully connected layers and soft
 PyTorch CPU ops. `nnpack_convs` lists the layers NNPACK runs.
 
 The module is built straight from the Caffe files (torch is NCHW/OIHW like Caffe: nothing to
-convert, so nothing is cached). `threads` sets torch's intra-op threads (default: every core this
-process may use) before the first forward, because NNPACK sizes its thread pool once, from
-torch's count at its first call, for the life of the process.
+convert, so nothing is cached). Threads: NNPACK sizes its own thread pool once, at its first call,
+from torch's intra-op thread count, for the life of the process. The backend sets that count to
+`threads` (default: every core this process may use), runs one warm-up forward to create the
+pool, then sets torch's intra-op (OpenMP) threads to 1: the convolutions run on NNPACK's pool,
+and the rest -- pooling, ReLU, the two small matrix products, softmax -- on the calling thread.
+Measured on a busy 2-core machine, OpenMP's 2-thread regions for those small ops made a batch of
+1 take ~70 ms instead of ~7 ms (each region waits for a descheduled thread), and on the Pi the
+guard's other stages compete for the cores the same way. torch's thread count is process-wide.
 """
 
 from __future__ import annotations
@@ -62,6 +67,9 @@ class TorchNNPACK(BackendBase):
         self._module = build_torch(graph, nnpack=True)
         self.nnpack_convs = tuple(self._module.nnpack_convs)
         self._torch = torch
+        with torch.inference_mode():  # creates NNPACK's pool with `threads` threads (if not yet)
+            self._module(torch.zeros((1, *self._shape)))
+        torch.set_num_threads(1)
 
     def infer(self, x) -> Inference:
         x = check_batch(self.name, x, self._shape)
