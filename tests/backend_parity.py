@@ -119,7 +119,7 @@ def assert_parity(backend, model: ModelSpec, x: np.ndarray, tol: float = TOL) ->
 def run_without(module: str, code: str) -> subprocess.CompletedProcess:
     """Run `code` in a child python in which `import <module>` fails (sys.modules shim)."""
     shim = f"import sys; sys.modules[{module!r}] = None\n"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
     return subprocess.run([sys.executable, "-c", shim + code], capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
 
 

@@ -87,6 +87,23 @@ def test_one_interpreter_per_batch_size_bounded(cache):
             backend.infer(np.zeros((2, 88, 88), np.float32))
 
 
+def test_a_cached_model_runs_without_tensorflow(cache):
+    """What the Pi does: TensorFlow only converts; the interpreter alone runs the cached file."""
+    with create_backend(NAME, default_model(), cache_dir=cache) as backend:  # warms the cache
+        want = backend.infer(face_inputs()[:2]).probs
+    np.save(cache / "want.npy", want)
+    done = run_without("tensorflow", f"""
+import numpy as np
+from backend_parity import face_inputs
+from tracker.backends import create_backend
+got = create_backend({NAME!r}, cache_dir={str(cache)!r}).infer(face_inputs()[:2]).probs
+assert "tensorflow" not in sys.modules or sys.modules["tensorflow"] is None
+np.testing.assert_array_equal(got, np.load({str(cache / "want.npy")!r}))
+print("ok")
+""")
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr
+
+
 def test_missing_runtime_exits_3():
     done = run_without("ai_edge_litert", CREATE_AND_EXIT.format(name=NAME))
     assert done.returncode == 3, done.stderr

@@ -188,7 +188,7 @@ def test_convert_command_bad_input(tmp_path, capsys):
 
 
 def test_convert_command_missing_runtime_exits_3(tmp_path):
-    done = run_without("onnxruntime", f"from tracker.cli import main; raise SystemExit(main(['convert', '--to', 'onnx', '--cache-dir', {str(tmp_path)!r}]))")
+    done = run_without("onnx", f"from tracker.cli import main; raise SystemExit(main(['convert', '--to', 'onnx', '--cache-dir', {str(tmp_path)!r}]))")
     assert done.returncode == 3, done.stderr
     assert "pip install -e '.[onnx]'" in done.stderr and "Traceback" not in done.stderr
 

@@ -41,11 +41,11 @@ from tracker.model.convert.cache import Entry, default_cache_dir, entry_for, fet
 
 T = TypeVar("T")
 
-# target -> (file suffix, precisions, pip extra, module that must import)
-TARGETS: dict[str, tuple[str, tuple[str, ...], str, str]] = {
-    "tf": (".keras", ("fp32",), "tf", "tensorflow"),
-    "tflite": (".tflite", ("fp32", "int8"), "litert", "tensorflow"),
-    "onnx": (".onnx", ("fp32", "int8"), "onnx", "onnxruntime"),
+# target -> (file suffix, precisions, pip extra, modules building it needs (int8 adds the 4th))
+TARGETS: dict[str, tuple[str, tuple[str, ...], str, tuple[str, ...], tuple[str, ...]]] = {
+    "tf": (".keras", ("fp32",), "tf", ("tensorflow",), ()),
+    "tflite": (".tflite", ("fp32", "int8"), "litert", ("tensorflow",), ("ai_edge_litert",)),
+    "onnx": (".onnx", ("fp32", "int8"), "onnx", ("onnx",), ("onnxruntime",)),
 }
 
 
@@ -57,17 +57,20 @@ def load_graph(model):
     return lower(load_net(model.prototxt, model.weights), model.probs, model.embedding)
 
 
-def require_runtime(target: str) -> None:
-    """BackendUnavailable (exit 3) naming the extra if `target`'s converter cannot import."""
-    _, _, extra, module = TARGETS[target]
-    if module == "tensorflow":  # TF's C++ info/warning chatter off, unless the user set a level
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    try:
-        __import__(module)
-    except ImportError as err:
-        raise BackendUnavailable(
-            f"convert --to {target}: module {module!r} is not importable "
-            f"({err.__class__.__name__}: {err}); install it with: pip install -e '.[{extra}]'") from None
+def require_runtime(target: str, precision: str = "fp32") -> None:
+    """BackendUnavailable (exit 3) naming the extra if building `target` cannot import what it
+    needs. Only building needs these: a cached model is loaded by the runtime alone (the Pi runs
+    a cached .tflite with ai-edge-litert, without TensorFlow's ~0.5 GB)."""
+    _, _, extra, modules, int8_modules = TARGETS[target]
+    for module in modules + (int8_modules if precision == "int8" else ()):
+        if module == "tensorflow":  # TF's C++ info/warning chatter off, unless the user set a level
+            os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        try:
+            __import__(module)
+        except ImportError as err:
+            raise BackendUnavailable(
+                f"convert --to {target}: module {module!r} is not importable "
+                f"({err.__class__.__name__}: {err}); install it with: pip install -e '.[{extra}]'") from None
 
 
 def convert(model, target: str, precision: str = "fp32", *,
@@ -82,12 +85,11 @@ def convert(model, target: str, precision: str = "fp32", *,
     """
     if target not in TARGETS:
         raise InputError(f"--to: unknown target {target!r}; expected one of {', '.join(TARGETS)}")
-    ext, precisions, _, _ = TARGETS[target]
+    ext, precisions = TARGETS[target][:2]
     if precision not in precisions:
         having = [t for t, spec in TARGETS.items() if precision in spec[1]]
         raise InputError(f"--precision: target {target!r} has no {precision!r} form; targets "
                          f"with {precision!r}: {', '.join(having)}")
-    require_runtime(target)
     from tracker.model.convert.calibration import sample_set
 
     samples = sample_set(calibration) if precision == "int8" else None
@@ -95,6 +97,7 @@ def convert(model, target: str, precision: str = "fp32", *,
     builders = {"tf": _build_tf, "tflite": _build_tflite, "onnx": _build_onnx}
 
     def build(path: Path) -> None:
+        require_runtime(target, precision)
         graph = load_graph(model)
         if precision == "int8":
             from tracker.model.convert.graph import float_softmax
