@@ -356,3 +356,24 @@ def test_a_dropped_worker_takes_its_child_with_it():
 
     gc.collect()
     assert_gone(pid)
+
+
+def test_interrupted_call_leaves_no_stale_reply(tmp_path):
+    marker = tmp_path / "in-batch"
+    w = faulty("wait", marker=marker)
+
+    def interrupt():
+        for _ in range(600):
+            if marker.exists():
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+                return
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=interrupt)
+    thread.start()
+    with pytest.raises(KeyboardInterrupt):
+        w.infer(batch(2))
+    thread.join()
+    assert_gone(w.pid)
+    with pytest.raises(WorkerFailure, match="interrupted during a call"):
+        w.infer(batch(1))

@@ -310,6 +310,12 @@ class WorkerBackend:
         self.in_flight = n
         try:
             parts = [self._call(x[i:i + self.max_batch], lost=n) for i in range(0, n, self.max_batch)]
+        except TrackerError:  # the exchange with the child completed, or the child is gone
+            raise
+        except BaseException:  # e.g. Ctrl-C mid-call: a late reply would answer the next call
+            self._shutdown()
+            self._dead = "interrupted during a call"
+            raise
         finally:
             self.in_flight = 0
         if len(parts) == 1:
