@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Soak test of the guard's memory: run `tracker --demo` for a while and watch its RSS.
+
+    .venv/bin/python scripts/soak_demo.py [--duration 600] [--interval 5] [--warmup 60]
+                                          [--backend caffe-openblas-dl] [--out soak.json]
+
+Starts `tracker --demo` (the synthetic scene paced at 10 fps, the scene's people enrolled, the
+chosen backend) in a child process with its state in a temporary directory (nothing touches
+~/.local/state), samples the resident set size of the guard and of any child processes it starts
+(a worker backend) every `interval` seconds with psutil, and stops it with SIGTERM after
+`duration` seconds. It prints, and optionally writes as JSON:
+
+    peak RSS             the largest sample, MB (1 MB = 2**20 bytes)
+    RSS after warm-up    the median of the samples in the minute after `warmup` seconds, MB
+    final RSS            the median of the last minute of samples, MB
+    slope after warm-up  least-squares slope of RSS over the samples after warm-up, MB per hour
+    frames, dropped      from the guard's latency log (frames processed, frames the capture
+                         queue dropped because processing fell behind)
+
+The issue's target: peak under 250 MB and no growth after warm-up. "No growth" is judged as
+final - after-warm-up under 2 MB and a slope under 5 MB/hour (allocator noise is a few hundred kB);
+the verdict is printed, the exit status is 0 unless the guard itself failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+MB = 2**20
+REPO = Path(__file__).resolve().parents[1]
+TRACKER = Path(sys.executable).with_name("tracker")
+TARGET_PEAK_MB = 250.0
+GROWTH_MB = 2.0
+SLOPE_MB_PER_H = 5.0
+
+
+def tree_rss(proc: psutil.Process) -> int:
+    """RSS of `proc` plus its live descendants, bytes (0 once it has exited)."""
+    total = 0
+    try:
+        procs = [proc, *proc.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def slope_per_hour(samples: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (t_s, mb) samples, MB per hour; 0.0 for fewer than 2 samples."""
+    if len(samples) < 2:
+        return 0.0
+    ts = [t for t, _ in samples]
+    ms = [m for _, m in samples]
+    t_mean, m_mean = statistics.fmean(ts), statistics.fmean(ms)
+    var = sum((t - t_mean) ** 2 for t in ts)
+    if var == 0:
+        return 0.0
+    return sum((t - t_mean) * (m - m_mean) for t, m in zip(ts, ms)) / var * 3600.0
+
+
+def latency_summary(path: Path) -> dict:
+    frames, dropped = 0, 0
+    if path.exists():
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                frames += 1
+                dropped = max(dropped, row["dropped"])
+    return {"frames": frames, "dropped": dropped}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--duration", type=float, default=600.0, help="seconds to run (default 600)")
+    ap.add_argument("--interval", type=float, default=5.0, help="seconds between RSS samples (default 5)")
+    ap.add_argument("--warmup", type=float, default=60.0, help="seconds before growth is judged (default 60)")
+    ap.add_argument("--backend", default="caffe-openblas-dl")
+    ap.add_argument("--out", type=Path, help="also write the result as JSON here")
+    ap.add_argument("--keep", action="store_true", help="keep the state directory (logs, events)")
+    args = ap.parse_args(argv)
+    if args.warmup + 60.0 > args.duration:
+        ap.error("--duration must be at least --warmup + 60 s (one minute of samples after warm-up)")
+
+    state = Path(tempfile.mkdtemp(prefix="tracker-soak-"))
+    config = state / "tracker.yaml"
+    # No console lines: a long run would fill the pipe; the guard's own log goes to a file.
+    config.write_text(f"state_dir: {json.dumps(str(state))}\nsinks:\n  console: false\n"
+                      "latency:\n  report_every_s: 60\n", encoding="utf-8")
+    frames = int(args.duration * 10 * 2)  # the demo's 10 fps, with room: SIGTERM ends the run
+    command = [str(TRACKER), "--demo", "--backend", args.backend, "--config", str(config), "--frames", str(frames)]
+    print("running:", " ".join(command), flush=True)
+    with open(state / "guard.log", "w", encoding="utf-8") as log_file:
+        child = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO)
+        proc = psutil.Process(child.pid)
+        start = time.monotonic()
+        samples: list[tuple[float, float]] = []
+        try:
+            while (t := time.monotonic() - start) < args.duration and child.poll() is None:
+                rss = tree_rss(proc) / MB
+                if rss:
+                    samples.append((t, rss))
+                    print(f"{t:7.1f} s  RSS {rss:7.1f} MB", flush=True)
+                time.sleep(max(0.0, args.interval - (time.monotonic() - start - t)))
+        finally:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+            try:
+                code = child.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                code = child.wait()
+    if code != 0 or t < args.duration:
+        print(f"the guard exited with status {code} after {t:.0f} s; see {state / 'guard.log'}")
+        return 1
+
+    after = [(t, m) for t, m in samples if t >= args.warmup]
+    first_min = [m for t, m in after if t < args.warmup + 60.0]
+    last_min = [m for t, m in after if t >= samples[-1][0] - 60.0]
+    result = {
+        "backend": args.backend,
+        "duration_s": round(samples[-1][0], 1),
+        "samples": len(samples),
+        "peak_rss_mb": round(max(m for _, m in samples), 1),
+        "rss_after_warmup_mb": round(statistics.median(first_min), 1),
+        "final_rss_mb": round(statistics.median(last_min), 1),
+        "slope_after_warmup_mb_per_h": round(slope_per_hour(after), 2),
+        **latency_summary(state / "demo" / "latency.jsonl"),
+        "machine": {"cpu": _cpu_name(), "cores": psutil.cpu_count()},
+    }
+    growth = result["final_rss_mb"] - result["rss_after_warmup_mb"]
+    ok_peak = result["peak_rss_mb"] < TARGET_PEAK_MB
+    ok_growth = growth < GROWTH_MB and result["slope_after_warmup_mb_per_h"] < SLOPE_MB_PER_H
+    print(f"\n{args.backend}, {result['duration_s']:.0f} s, {result['frames']} frames "
+          f"({result['dropped']} dropped by the capture queue)")
+    print(f"peak RSS            {result['peak_rss_mb']:7.1f} MB   (target < {TARGET_PEAK_MB:.0f}: "
+          f"{'ok' if ok_peak else 'OVER'})")
+    print(f"RSS after warm-up   {result['rss_after_warmup_mb']:7.1f} MB   (median of the minute after {args.warmup:.0f} s)")
+    print(f"final RSS           {result['final_rss_mb']:7.1f} MB   (median of the last minute; growth {growth:+.1f} MB)")
+    print(f"slope after warm-up {result['slope_after_warmup_mb_per_h']:+7.2f} MB/h  "
+          f"({'no growth' if ok_growth else 'GROWING'})")
+    if args.out:
+        args.out.write_text(json.dumps({**result, "rss_samples": samples}, indent=1), encoding="utf-8")
+    if not args.keep:
+        import shutil
+
+        shutil.rmtree(state, ignore_errors=True)
+    else:
+        print(f"state, logs and events kept in {state}")
+    return 0
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
