@@ -224,6 +224,8 @@ class WorkerBackend:
             "memory_limit_mb": memory_limit_mb,
         }
         self._env = dict(os.environ)
+        for key in ("NOTIFY_SOCKET", "WATCHDOG_PID", "WATCHDOG_USEC"):  # only the guard speaks to systemd
+            self._env.pop(key, None)
         for key, value in (env or {}).items():
             if value is None:
                 self._env.pop(key, None)
