@@ -206,6 +206,7 @@ def test_mkldnn_is_off_in_openblas_and_on_in_dl(face_backends):
     on = face_backends["mxnet-openblas-dl"].worker.output_text()
     assert "MXNET_SUBGRAPH_BACKEND=NONE" in off and "dnnl_verbose,exec" not in off
     assert "dnnl_verbose,exec,cpu,convolution" in on and "Subgraph backend MKLDNN is activated" in on
+    assert "attr-post-ops:eltwise_relu" in on  # the graph pass fused each ReLU into its convolution
 
 
 @native
