@@ -7,9 +7,9 @@ Targets (each a single file, cached under `<cache_dir>/<caffemodel sha256>/`, se
     tf      Keras 3 model (.keras), NHWC input "data", outputs {"prob", "embedding"}   fp32
     tflite  LiteRT flatbuffer (.tflite) from that Keras model, NHWC input               fp32, int8
     onnx    ONNX opset 17 (.onnx), NCHW input "data", outputs "prob", "embedding"      fp32, int8
-int8 tflite is full-integer (every op int8, per-channel weights; float32 input and outputs are
-quantised/dequantised at the model's boundary); int8 onnx is ONNX Runtime static quantisation
-(QDQ, per-channel int8 weights, uint8 activations). Both are calibrated on face crops
+int8 tflite is integer-only after its float prefix (below): int8 ops, per-channel int8 weights,
+one QUANTIZE in and DEQUANTIZE out; int8 onnx is ONNX Runtime static quantisation (QDQ,
+per-channel int8 weights, uint8 activations). Both are calibrated on face crops
 (.calibration: the face chips shipped with the package by default, or --calibration DIR), and
 both end at the logits: their outputs are "logits" and "embedding", and the backends apply the
 final softmax in float32 (see graph.float_softmax for why). Both keep the layers before the first
@@ -37,7 +37,7 @@ from typing import Callable, TypeVar
 import numpy as np
 
 from tracker.errors import BackendUnavailable, InputError
-from tracker.model.convert.cache import Entry, default_cache_dir, entry_for, fetch
+from tracker.model.convert.cache import default_cache_dir, entry_for, fetch
 
 T = TypeVar("T")
 
@@ -161,9 +161,10 @@ def _build_tflite(graph, path: Path, precision: str, samples) -> None:
 
 
 def _tflite_prefix_tensors(content: bytes, prefix_ops: int) -> list[str]:
-    """Output tensor names of the float TFLite model's ops that make graph.int8_float_prefix:
-    the ops up to and including its first pooling (TFLite fuses the ReLU into the conv, so the
-    prefix is counted by its pooling, not by op count). Empty when there is no prefix."""
+    """Output tensor names of the float TFLite model's ops that make graph.int8_float_prefix
+    (`prefix_ops` long, ending at the first pooling): the TFLite ops up to and including the
+    first pooling (TFLite fuses the ReLU into the conv, so the prefix is found by its pooling,
+    not by op count). Empty when there is no prefix."""
     if not prefix_ops:
         return []
     from ai_edge_litert.interpreter import Interpreter
@@ -250,5 +251,5 @@ def convert_command(argv: list[str]) -> int:
     return 0
 
 
-__all__ = ["TARGETS", "Entry", "check_batch", "check_options", "convert", "convert_command", "load_graph",
+__all__ = ["TARGETS", "check_batch", "check_options", "convert", "convert_command", "load_graph",
            "require_runtime", "softmax"]

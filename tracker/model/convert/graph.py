@@ -285,8 +285,9 @@ INT8_MIN_CHANNELS = 4
 
 def int8_float_prefix(graph: Graph) -> tuple[str, ...]:
     """Names of the ops an int8 model keeps in float32: when the first convolution reads fewer
-    than INT8_MIN_CHANNELS channels (conv1 on a grey image), everything up to and including the
-    first pooling after it (the int8 part then starts on 4x fewer values); otherwise none.
+    than INT8_MIN_CHANNELS channels (conv1 on a grey image) and a pooling follows it, everything
+    up to and including that pooling (the int8 part then starts on 4x fewer values); otherwise
+    none.
 
     Why: int8 convolution kernels (XNNPACK, ONNX Runtime's MLAS) vectorise over input channels,
     so a 7x7 kernel on one channel wastes most of each vector: measured here, conv1 alone ran
@@ -295,8 +296,8 @@ def int8_float_prefix(graph: Graph) -> tuple[str, ...]:
     first = next((i for i, op in enumerate(graph.ops) if isinstance(op, Conv)), None)
     if first is None or graph.shapes[graph.ops[first].src][0] >= INT8_MIN_CHANNELS:
         return ()
-    end = next((i for i in range(first, len(graph.ops)) if isinstance(graph.ops[i], Pool)), first)
-    return tuple(op.name for op in graph.ops[:end + 1])
+    end = next((i for i in range(first, len(graph.ops)) if isinstance(graph.ops[i], Pool)), None)
+    return () if end is None else tuple(op.name for op in graph.ops[:end + 1])
 
 
 def _consumers(ops: list[Op]) -> dict[str, tuple[Op, ...]]:
