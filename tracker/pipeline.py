@@ -124,11 +124,14 @@ class Guard:
         return sinks
 
     def _open_backend(self):
+        """The configured backend, restarted with back-off whenever it fails (a worker that died)."""
+        from tracker.backends.worker import RestartingBackend
+
         cfg = self.config
         model = ModelSpec(cfg.model.prototxt, cfg.model.weights, cfg.model.probs, cfg.model.embedding)
-        options = {"worker": True} if cfg.backend.worker else {}
-        return create_backend(cfg.backend.name, model, precision=cfg.backend.precision,
-                              threads=cfg.backend.threads, **options)
+        return RestartingBackend(lambda: create_backend(
+            cfg.backend.name, model, precision=cfg.backend.precision, threads=cfg.backend.threads,
+            worker=cfg.backend.worker))
 
     def _enroll_demo_people(self) -> None:
         """The demo knows the synthetic scene's people: enroll each from its face chips."""

@@ -15,6 +15,13 @@ from tracker.errors import BackendUnavailable, InputError
 class Entry(NamedTuple):
     target: str  # "module:Class"
     extra: str | None  # pip extra that installs the runtime (None: in the base install)
+    setup: str | None = None  # project command that installs a runtime pip cannot put in the venv
+
+    def install_hint(self) -> str:
+        """What a user runs to get this backend's runtime."""
+        if self.setup:
+            return self.setup
+        return f"pip install -e '.[{self.extra}]'" if self.extra else "(base install)"
 
 
 REGISTRY: dict[str, Entry] = {
@@ -22,8 +29,8 @@ REGISTRY: dict[str, Entry] = {
     "caffe-openblas-dl": Entry("tracker.backends.caffe:CaffeOpenBLASDL", None),
     "tf-vanilla": Entry("tracker.backends.tensorflow:TFVanilla", "tf"),
     "tf-neon-vfpv4": Entry("tracker.backends.litert:LiteRTXNNPACK", "litert"),
-    "mxnet-openblas": Entry("tracker.backends.mxnet:MXNetOpenBLAS", "mxnet"),
-    "mxnet-openblas-dl": Entry("tracker.backends.mxnet:MXNetOpenBLASDL", "mxnet"),
+    "mxnet-openblas": Entry("tracker.backends.mxnet:MXNetOpenBLAS", None, "scripts/setup-mxnet"),
+    "mxnet-openblas-dl": Entry("tracker.backends.mxnet:MXNetOpenBLASDL", None, "scripts/setup-mxnet"),
     "nnpack": Entry("tracker.backends.nnpack:TorchNNPACK", "torch"),
     "onnxruntime": Entry("tracker.backends.onnxrt:OnnxRuntime", "onnx"),
     "opencv-dnn": Entry("tracker.backends.opencv_dnn:OpenCVDNN", None),
@@ -82,8 +89,7 @@ def create_backend(name: str, model=None, *, precision: str = "fp32", threads: i
 
 def missing_runtime(name: str, module: str, err: Exception) -> BackendUnavailable:
     """The error for a backend whose runtime module cannot be imported."""
-    extra = REGISTRY[name].extra
     return BackendUnavailable(
         f"backend {name!r}: runtime {module!r} is not importable ({err.__class__.__name__}: {err}); "
-        f"install it with: pip install -e '.[{extra}]'"
+        f"install it with: {REGISTRY[name].install_hint()}"
     )
