@@ -254,9 +254,10 @@ def print_backend_list(config) -> int:
     """`tracker --list-backends`: every registered backend, whether it runs here (and if not, why
     and which extra installs it), its precisions, and what `auto` would pick per batch size."""
     probes = probe_backends(_entries(list(REGISTRY)))
-    header = ("backend", "here", "precisions", "install")
+    header = ("backend", "here", "precisions", "extra")
     rows = [
-        (name, "yes" if p.available else "no", ",".join(p.precisions) or "?", REGISTRY[name].install_hint())
+        (name, "yes" if p.available else "no", ",".join(p.precisions) or "?",
+         REGISTRY[name].setup or REGISTRY[name].extra or "(base)")
         for name, p in probes.items()
     ]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
