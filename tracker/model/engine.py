@@ -194,9 +194,10 @@ class Net:
 
     netdef: from `caffe_io.load_net` (weights included). dtype: float32 (the product) or float64
     (the reference: `Net(netdef, np.float64, "caffe")`). mode: "caffe" or "dl".
-    workspace_bytes: the "dl" workspace cap (per worker thread share); a chunk holds at least one
-    image even if one image needs more. threads: cores to use (None: all this process may use).
-    Not thread-safe: one forward at a time per Net.
+    workspace_bytes: the "dl" workspace cap, shared by the worker threads (a chunk holds at least
+    one image even if one image needs more). threads: cores to use (None: all this process may
+    use): OpenBLAS threads in "caffe" mode, worker threads in "dl" mode. Not thread-safe: one
+    forward at a time per Net; `close()` stops the "dl" worker threads.
     """
 
     def __init__(self, netdef, dtype=np.float32, mode: str = "caffe", *, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES, threads: int | None = None):
@@ -299,7 +300,7 @@ class Net:
         if any(one[b][:1] != (1,) or two[b][:1] != (2,) for b in one):
             return True
         for op in self.ops:
-            if isinstance(op, (O.Softmax, O.Concat, O.Scale)) and op.axis == 0:
+            if isinstance(op, (O.Softmax, O.Concat)) and op.axis == 0:
                 return True
             if isinstance(op, O.BatchNorm) and not op.use_global_stats:
                 return True

@@ -29,24 +29,13 @@ LRN_ACROSS_CHANNELS, LRN_WITHIN_CHANNEL = 0, 1
 # --------------------------------------------------------------------------------------------
 
 
-def conv_out_size(size: int, kernel: int, pad: int, stride: int, dilation: int = 1) -> int:
-    """Caffe's convolution output extent: floor((size + 2*pad - (dilation*(kernel-1)+1)) / stride) + 1."""
-    extent = dilation * (kernel - 1) + 1
-    return (size + 2 * pad - extent) // stride + 1
-
-
-def pool_out_size(size: int, kernel: int, pad: int, stride: int, ceil_mode: bool = True, any_pad: bool | None = None) -> int:
-    """Caffe's pooling output extent.
-
-    ceil((size + 2*pad - kernel) / stride) + 1 (floor with round_mode FLOOR); then, when the
-    layer has any padding (`any_pad`, i.e. pad_h or pad_w non-zero, default: this axis' pad), the
-    last window must start strictly inside image + pad, otherwise it is dropped. This is what
-    makes Caffe's pooled maps one cell larger than most frameworks' when the stride does not
-    divide the input.
-    """
-    span = size + 2 * pad - kernel
-    out = (-(-span // stride) if ceil_mode else span // stride) + 1
-    if (pad != 0 if any_pad is None else any_pad) and (out - 1) * stride >= size + pad:
+def pool_out_size(size: int, kernel: int, pad: int, stride: int) -> int:
+    """Caffe's (ceil-mode) pooling output extent along one axis of a square-padded window:
+    ceil((size + 2*pad - kernel) / stride) + 1, minus one if padding makes the last window start
+    beyond image + pad. (Layers get their geometry from `shapes.pool_geometry`, which also
+    handles unequal pads and FLOOR rounding; this is for the pooling inside LRN WITHIN_CHANNEL.)"""
+    out = -(-(size + 2 * pad - kernel) // stride) + 1
+    if pad and (out - 1) * stride >= size + pad:
         out -= 1
     return out
 
@@ -318,12 +307,6 @@ def scale(x: np.ndarray, factor: np.ndarray, axis: int, bias: np.ndarray | None 
 # --------------------------------------------------------------------------------------------
 # Shape and combination layers
 # --------------------------------------------------------------------------------------------
-
-
-def flatten_shape(shape: Sequence[int], axis: int, end_axis: int) -> tuple[int, ...]:
-    """Caffe Flatten: axes axis..end_axis (canonical, inclusive) merged into one."""
-    merged = int(np.prod(shape[axis : end_axis + 1], dtype=np.int64))
-    return tuple(shape[:axis]) + (merged,) + tuple(shape[end_axis + 1 :])
 
 
 def eltwise(xs: Sequence[np.ndarray], op: int, coeffs: Sequence[float] = (), out: np.ndarray | None = None) -> np.ndarray:
