@@ -126,6 +126,7 @@ def test_benchmark_writes_table_json_csv_plots_and_profile(capsys, config_file, 
         assert row["peak_fraction"] == pytest.approx(gflops / machine["sgemm_peak_gflops"], rel=1e-6)
         # numpy alone is ~25 MB resident; the model's weights are 4 MB more
         assert 20 < row["peak_rss_mb"] < 4000
+        assert row["rss_processes"] == 1 and row["rss_method"] == "vmhwm-reset-after-load"
         assert row["load_s"] > 0
     assert [(r["label"], r["batch"]) for r in doc["rows"]] == [(b, n) for b in REAL for n in (1, 2)]
 
@@ -147,6 +148,16 @@ def test_benchmark_writes_table_json_csv_plots_and_profile(capsys, config_file, 
     for entry in profile["results"]:
         (row,) = [r for r in doc["rows"] if (r["backend"], r["batch"]) == (entry["backend"], entry["batch"])]
         assert entry["ms_per_image"] == row["ms_per_image"]
+
+
+def test_peak_rss_behind_the_worker_counts_the_worker_process_too(capsys, config_file, tmp_path):
+    out = tmp_path / "out"
+    code, stdout, stderr = bench(capsys, config_file, out, "--backend", "caffe-openblas-dl", "--batches", "1", "--passes", "1", "--worker")
+    assert code == 0, stderr
+    (row,) = json.loads((out / "results.json").read_text())["rows"]
+    assert row["status"] == "ok" and row["rss_processes"] == 2
+    # two interpreters with numpy and the model each: more than the ~25 MB numpy alone takes in one
+    assert row["peak_rss_mb"] > 50
 
 
 def test_failed_cells_are_reported_with_their_cause_and_the_run_goes_on(capsys, config_file, state_dir, tmp_path, test_backends):

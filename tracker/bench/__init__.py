@@ -21,7 +21,8 @@ Metrics of a cell (pass times are wall-clock perf_counter_ns around `backend.inf
     gflops         2 * multiply-adds per image (counted from the model) * batch / mean pass time
     peak_fraction  gflops / this machine's sgemm peak (numpy float32 1024^3 matmul on all cores,
                    best of >= 3 repeats, measured before and after the cells; the better counts)
-    peak_rss_mb    peak RSS (MiB) of the cell's process from after loading to the last pass
+    peak_rss_mb    peak RSS (MiB) of the cell's process from after loading to the last pass (VmHWM
+                   reset after loading; plus its descendants' peaks, e.g. a worker's, summed)
 
 Outputs in --out (default bench-out/), rewritten atomically after every cell:
     results.json, results.csv, per_image_ms_linear.png, per_image_ms_log.png
@@ -48,7 +49,7 @@ results.json (schema 1):
     rows: [{backend, precision, label ("name" or "name int8"), batch, status: "ok"|"failed"|
             "unavailable", passes, pass_ms: [float] (every timed pass, ms), ms_per_image,
             p50_ms, p95_ms, images_per_s, gflops, peak_fraction (null unless ok), peak_rss_mb,
-            rss_method, load_s, reason (short, for the table), error (cause, one line),
+            rss_method, rss_processes, load_s, reason (short, for the table), error (cause, one line),
             error_detail (cause + tail of the child's output)}]
     quality: [{backend, precision, reference: "fp32", crops, set_id, top1_agreement (0..1),
                embedding_cosine_mean, embedding_cosine_min} or {backend, precision, reference,

@@ -10,17 +10,17 @@ process that ran this batch size alone. Results go back as JSON lines on the inh
 
     {"event": "loaded", "load_s": s, "versions": {module: version}}
     {"event": "progress", "done": k}                 k passes done, warm-up included (throttled)
-    {"event": "result", "pass_ns": [int, ...], "peak_rss_kb": int, "rss_method": str}
+    {"event": "result", "pass_ns": [int, ...], "peak_rss_kb": int, "rss_processes": int, "rss_method": str}
     {"event": "error", "stage": "loading the backend"|"the warm-up pass"|"pass k/N", "type": exception class,
      "message": one line, "unavailable": bool}
     {"event": "probe", "backend": name, "available": bool, "reason": str|None, "precisions": [..]}
     {"event": "quality", ...}                        see run_quality
 
-A cell job: {"mode": "cell", "backend", "target", "extra", "precision", "batch", "passes",
+A cell job: {"mode": "cell", "backend", "entry" (its registry Entry as a list), "precision", "batch", "passes",
 "threads", "model": {"prototxt", "weights", "probs", "embedding"}, "input_shape": [C, H, W],
 "seed", "memory_limit_mb", "options"}; a quality job is the same with "mode": "quality" (batch,
-passes and seed unused). A probe job: {"mode": "probe", "backends": [[name, target,
-extra], ...]}. Heavy modules are imported only after the memory limit is in place.
+passes and seed unused). A probe job: {"mode": "probe", "backends": [[name, entry],
+...]}. Heavy modules are imported only after the memory limit is in place.
 """
 
 from __future__ import annotations
@@ -53,15 +53,16 @@ def _one_line(err: BaseException) -> str:
     return text or err.__class__.__name__
 
 
-def _register(name: str, target: str, extra: str | None) -> None:
-    """Make `name` resolve to `target` in this process's registry.
+def _register(name: str, entry: list) -> str:
+    """Make `name` resolve to the parent's registry entry in this process; returns its target.
 
     The parent resolved the name (it may know backends this process's literal registry lacks,
     e.g. one a test registered); creating through the registry keeps its checks and error texts.
     """
     from tracker import backends
 
-    backends.REGISTRY[name] = backends.Entry(target, extra)
+    backends.REGISTRY[name] = backends.Entry(*entry)
+    return backends.REGISTRY[name].target
 
 
 def _loaded_versions(backend) -> dict:
@@ -75,27 +76,47 @@ def _loaded_versions(backend) -> dict:
     return versions
 
 
+def _family() -> list[int]:
+    """This process and its descendants (a backend behind the worker runs in a grandchild)."""
+    import psutil
+
+    me = psutil.Process()
+    return [me.pid] + [p.pid for p in me.children(recursive=True)]
+
+
 def _reset_peak_rss() -> bool:
-    """Reset this process's peak RSS (VmHWM) to the current RSS; False where the kernel can't."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
+    """Reset the peak RSS (VmHWM) of this process and its descendants to their current RSS;
+    False where the kernel can't (then the peak counts from each process's start)."""
+    done = True
+    for pid in _family():
+        try:
+            with open(f"/proc/{pid}/clear_refs", "w") as f:
+                f.write("5")
+        except OSError:
+            done = False
+    return done
 
 
-def _peak_rss_kb() -> int:
-    """Peak resident set size of this process in KiB (since the last reset, if any)."""
+def _vmhwm_kb(pid: int) -> int:
     try:
-        with open("/proc/self/status", encoding="ascii") as f:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
             for line in f:
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1])
-    except OSError:
+    except OSError:  # it exited meanwhile, or no /proc: nothing to add
         pass
-    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return maxrss // 1024 if sys.platform == "darwin" else maxrss
+    return 0
+
+
+def _peak_rss_kb() -> tuple[int, int]:
+    """(peak RSS in KiB, processes counted): the sum of the VmHWM of this process and its
+    descendants since the last reset. A sum of peaks: an upper bound of the simultaneous peak."""
+    pids = _family()
+    total = sum(_vmhwm_kb(pid) for pid in pids)
+    if total == 0:  # no /proc (not Linux): this process's own peak since it started
+        maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return (maxrss // 1024 if sys.platform == "darwin" else maxrss), 1
+    return total, len(pids)
 
 
 class _Stage:
@@ -109,7 +130,7 @@ def _create(job: dict, precision: str):
     from tracker.backends import create_backend
     from tracker.backends.base import ModelSpec
 
-    _register(job["backend"], job["target"], job["extra"])
+    _register(job["backend"], job["entry"])
     m = job["model"]
     spec = ModelSpec(Path(m["prototxt"]), Path(m["weights"]), m["probs"], m["embedding"])
     return create_backend(job["backend"], spec, precision=precision, threads=job["threads"], **job["options"])
@@ -142,7 +163,8 @@ def run_cell(job: dict, channel: _Channel, stage: _Stage) -> None:
             channel.send(event="progress", done=k + 2)
             last_report = time.monotonic()
     # sent before close(): a runtime that crashes while shutting down does not void the timings
-    channel.send(event="result", pass_ns=pass_ns, peak_rss_kb=_peak_rss_kb(), rss_method=rss_method)
+    peak_kb, processes = _peak_rss_kb()
+    channel.send(event="result", pass_ns=pass_ns, peak_rss_kb=peak_kb, rss_processes=processes, rss_method=rss_method)
     backend.close()
 
 
@@ -173,8 +195,8 @@ def run_probe(job: dict, channel: _Channel) -> int:
     """For each backend: can it run here (its check_runtime), and which precisions it offers."""
     from tracker.backends import availability, backend_class
 
-    for name, target, extra in job["backends"]:
-        _register(name, target, extra)
+    for name, entry in job["backends"]:
+        target = _register(name, entry)
         try:
             precisions = list(backend_class(name).precisions)
             reason = availability(name)

@@ -43,8 +43,9 @@ def parse_backend_names(text: str) -> tuple[list[str], bool]:
     return names, False
 
 
-def _entries(names: list[str]) -> list[tuple[str, str, str | None]]:
-    return [(name, REGISTRY[name].target, REGISTRY[name].extra) for name in names]
+def _entries(names: list[str]) -> list[tuple[str, list]]:
+    """(name, registry entry as a list) for the children, which rebuild the entry field by field."""
+    return [(name, list(REGISTRY[name])) for name in names]
 
 
 def _prepare_out(out: Path) -> Path:
@@ -146,7 +147,8 @@ def run_benchmark_command(config, args) -> int:
         "process": "one child process per cell (backend x precision x batch)"
                    + (", each backend behind the worker (a grandchild)" if worker else ""),
         "worker": worker,
-        "rss": "peak RSS of the cell's process from after the backend loaded to the last pass (VmHWM reset after loading); for a failed cell, the child's ru_maxrss at exit",
+        "rss": "peak RSS of the cell's process from after the backend loaded to the last pass (VmHWM reset after loading), "
+               "plus the peaks of its descendants (a worker); for a failed cell, the child's ru_maxrss at exit",
         "profile": None if memory_limit else str(profile),
     }
     results = Results(machine, base_versions(), settings, columns, unavailable)
@@ -180,8 +182,7 @@ def run_benchmark_command(config, args) -> int:
                 job = {
                     "mode": "cell",
                     "backend": column.backend,
-                    "target": REGISTRY[column.backend].target,
-                    "extra": REGISTRY[column.backend].extra,
+                    "entry": list(REGISTRY[column.backend]),
                     "precision": column.precision,
                     "batch": batch,
                     "passes": passes,

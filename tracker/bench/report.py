@@ -68,6 +68,7 @@ def make_row(column: Column, batch: int, passes: int, outcome: CellOutcome, macs
         "peak_fraction": None,
         "peak_rss_mb": None if outcome.peak_rss_kb is None else round(outcome.peak_rss_kb / 1024, 1),
         "rss_method": outcome.rss_method,
+        "rss_processes": outcome.rss_processes,
         "load_s": None if outcome.load_s is None else round(outcome.load_s, 3),
         "reason": outcome.reason,
         "error": outcome.error,

@@ -144,6 +144,7 @@ class CellOutcome:
     pass_ns: list[int] = field(default_factory=list)
     peak_rss_kb: int | None = None
     rss_method: str | None = None
+    rss_processes: int | None = None  # processes whose peaks peak_rss_kb adds up (the worker's too)
     load_s: float | None = None
     versions: dict = field(default_factory=dict)
     error: str | None = None  # the cause, one line, e.g. "killed by signal 9 (out of memory?) during pass 3/100"
@@ -193,6 +194,7 @@ def run_cell(job: dict, timeout_s: float, on_progress: Callable[[int], None], en
             outcome.pass_ns = result["pass_ns"]
             outcome.peak_rss_kb = result["peak_rss_kb"]
             outcome.rss_method = result["rss_method"]
+            outcome.rss_processes = result["rss_processes"]
             return outcome
         outcome.status = "failed"
         if cause is None and error is not None:
@@ -245,8 +247,8 @@ class Probe:
     precisions: tuple[str, ...]
 
 
-def probe_backends(entries: list[tuple[str, str, str | None]], timeout_s: float = 300.0, env: dict | None = None) -> dict[str, Probe]:
-    """check_runtime() of each (name, target, extra), in a child so that importing a runtime can
+def probe_backends(entries: list[tuple[str, list]], timeout_s: float = 300.0, env: dict | None = None) -> dict[str, Probe]:
+    """check_runtime() of each (name, registry entry as a list), in a child so that importing a runtime can
     neither crash nor bloat the parent. A child that dies is restarted on the remaining names; the
     name it died on is reported unavailable with the cause."""
     probes: dict[str, Probe] = {}
