@@ -26,7 +26,7 @@ import pytest
 
 from tracker.errors import InputError, ModelError
 from tracker.model.caffe_io import LayerDef, NetDef, load_net, write_caffemodel
-from tracker.model.engine import Net
+from tracker.model.engine import Net, cpu_count
 from tracker.model.shapes import infer_layer_shapes
 
 MODES = ("caffe", "dl")
@@ -718,3 +718,68 @@ def test_bad_engine_settings(lenet):
         Net(netdef, np.float16)
     with pytest.raises(InputError, match="threads: 0"):
         Net(netdef, threads=0)
+
+
+# ------------------------------------------------------------------------------------------
+# Choosing the thread count by timing (threads=None)
+# ------------------------------------------------------------------------------------------
+
+
+def drive(tuner, key, cost, passes):
+    """Run `passes` simulated forwards, arm -> seconds per image from `cost(arm, pass)`."""
+    used = []
+    for i in range(passes):
+        arm = tuner.choose(key)
+        tuner.record(key, arm, cost(arm, i))
+        used.append(arm)
+    return used
+
+
+def test_tuner_settles_on_the_faster_arm():
+    from tracker.model.tuning import ThreadTuner
+
+    tuner = ThreadTuner((1, 2))
+    used = drive(tuner, 1, lambda arm, i: {1: 2.0, 2: 1.0}[arm], 40)
+    assert used[:6] == [1, 1, 1, 2, 2, 2]  # each arm sampled, in order of preference
+    assert set(used[6:]) == {2} and tuner.best(1) == 2
+
+
+def test_tuner_drops_a_much_slower_arm_after_one_pass_and_retries_it_later():
+    from tracker.model.tuning import ThreadTuner
+
+    tuner = ThreadTuner((1, 2))
+    busy = lambda arm, i: {1: 3.0, 2: 40.0}[arm]  # noqa: E731 - the other arm starved of CPU
+    used = drive(tuner, 8, busy, ThreadTuner.RETRY_FIRST)
+    assert used.count(2) == 1 and used[3] == 2
+    # Later the machine is idle and the second arm is the fast one: the retry notices.
+    quiet = lambda arm, i: {1: 3.0, 2: 1.5}[arm]  # noqa: E731
+    used = drive(tuner, 8, quiet, 10)
+    assert used[0] == 2 and used[-1] == 2 and tuner.best(8) == 2
+
+
+def test_tuner_keys_are_independent_and_one_arm_is_fixed():
+    from tracker.model.tuning import ThreadTuner, batch_class
+
+    tuner = ThreadTuner((1, 2))
+    drive(tuner, batch_class(1), lambda arm, i: {1: 1.0, 2: 2.0}[arm], 10)
+    drive(tuner, batch_class(64), lambda arm, i: {1: 2.0, 2: 1.0}[arm], 10)
+    assert tuner.best(batch_class(1)) == 1 and tuner.best(batch_class(64)) == 2
+    assert batch_class(2) == batch_class(3) != batch_class(4)
+    fixed = ThreadTuner((2,))
+    assert drive(fixed, 1, lambda arm, i: 1.0, 5) == [2] * 5
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_untuned_net_gives_the_same_answer_on_every_arm(lenet, mode):
+    d, netdef = lenet
+    x = np.load(d / "ref_input_mnist_t10k_first64.npy")[:5]
+    net = Net(netdef, np.float32, mode, workspace_bytes=1_000_000)
+    assert net._tuner.arms == tuple(dict.fromkeys((1, cpu_count())))
+    choose, used = net._tuner.choose, []
+    net._tuner.choose = lambda key: used.append(choose(key)) or used[-1]
+    first = net.forward(x, ["prob", "pool2"])
+    for _ in range(7):  # the sampling passes visit every arm
+        out = net.forward(x, ["prob", "pool2"])
+        for k in out:  # equal up to float32 summation order (GEMM shapes differ per arm)
+            np.testing.assert_allclose(out[k], first[k], rtol=1e-5, atol=1e-6)
+    assert set(used) == set(net._tuner.arms)

@@ -3,12 +3,14 @@
 caffe-openblas     Caffe's own CPU algorithm (configuration A of the study): per image, im2col
                    into one reused column buffer and one sgemm per layer through numpy's
                    OpenBLAS, separate bias and ReLU passes, Caffe's ceil-mode pooling. BLAS uses
-                   `threads` threads (default: every core), as Caffe linked to OpenBLAS does.
+                   `threads` threads; threads=None: 1 or every core, whichever the engine's
+                   timing of its own passes finds faster on this machine under its current load.
 caffe-openblas-dl  The same files and results executed for deep-learning shapes (configuration B):
                    batched im2col into one bounded workspace, one GEMM per layer per chunk with
                    its output already in the next layer's layout, bias and ReLU fused in place,
-                   images split across one worker per core (single-threaded BLAS each), all
-                   cores inside the GEMMs for a single image. See engine.py for the details.
+                   single-threaded BLAS with the cores used by worker threads (images split
+                   between them; one image split by rows/outputs per layer); threads=None as
+                   above. See tracker/model/engine.py for the details.
 
 Both read the prototxt and caffemodel of a `ModelSpec` and return the blobs it names.
 Options: `workspace_mb` (caffe-openblas-dl only): the workspace cap in MiB (default 64);

@@ -13,7 +13,8 @@ Two execution modes, same results (within float rounding):
     the images: im2col of one image into ONE column buffer shared by every convolution layer,
     then one sgemm per group through numpy's OpenBLAS, then the bias; ReLU is its own pass;
     InnerProduct is one GEMM over the batch; pooling is Caffe's ceil-mode pooling. OpenBLAS runs
-    with `threads` threads (default: every core), as Caffe linked to OpenBLAS does. Blobs no later
+    with `threads` threads, as Caffe linked to OpenBLAS does (threads=None: 1 or every core,
+    whichever the timing of the Net's own passes shows faster; see `tuning.py`). Blobs no later
     layer reads are released, so peak memory is about two layers' activations for the batch.
 
 "dl" -- the same layers executed for deep-learning shapes:
@@ -29,10 +30,11 @@ Two execution modes, same results (within float rounding):
     * the bias and an in-place ReLU that follows a Convolution/InnerProduct are applied in place
       on the GEMM output (the ReLU layer is then not run separately);
     * threads (see `Net._thread_plan`): BLAS is single-threaded; the cores are used by worker
-      threads instead: several images are split between one worker per core (each runs the whole
-      net on its share, so im2col and pooling run in parallel too), and a single image has each
-      Convolution's output rows (im2col band + GEMM) and each InnerProduct's outputs split
-      between the workers.
+      threads instead: several images are split between one worker per core (chunks claimed by
+      whichever worker is free; each runs the whole net on its chunk, so im2col and pooling run
+      in parallel too), and a single image has each Convolution's output rows (im2col band +
+      GEMM) and each InnerProduct's outputs claimed by the workers. threads=None: 1 core or all
+      cores, whichever the timing of the Net's own passes shows faster (see `tuning.py`).
 
 BLAS thread limits are process-wide: `forward` sets them for its duration and restores them.
 """
@@ -42,6 +44,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -52,6 +55,7 @@ import numpy as np
 from tracker.errors import InputError, ModelError
 from tracker.model import ops as O
 from tracker.model import shapes as S
+from tracker.model.tuning import ThreadTuner, batch_class
 
 DEFAULT_WORKSPACE_BYTES = 64 << 20
 _ALIGN = 64  # bytes; every workspace slot starts on a cache line
@@ -196,8 +200,9 @@ class Net:
     (the reference: `Net(netdef, np.float64, "caffe")`). mode: "caffe" or "dl".
     workspace_bytes: the "dl" workspace cap, shared by the worker threads (a chunk holds at least
     one image even if one image needs more). threads: cores to use (None: all this process may
-    use): OpenBLAS threads in "caffe" mode, worker threads in "dl" mode. Not thread-safe: one
-    forward at a time per Net; `close()` stops the "dl" worker threads.
+    use; None: 1 or all of them, chosen per batch-size class by timing the Net's own passes):
+    OpenBLAS threads in "caffe" mode, worker threads in "dl" mode. Not thread-safe: one forward
+    at a time per Net; `close()` stops the "dl" worker threads.
     """
 
     def __init__(self, netdef, dtype=np.float32, mode: str = "caffe", *, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES, threads: int | None = None):
@@ -211,7 +216,8 @@ class Net:
         if workspace_bytes < 1:
             raise InputError(f"workspace_bytes: {workspace_bytes!r} must be positive")
         self.mode = mode
-        self.threads = threads or cpu_count()
+        self.threads = threads  # None: tuned per batch-size class between 1 core and all cores
+        self._tuner = ThreadTuner((threads,) if threads else (1, cpu_count()))
         self.workspace_bytes = int(workspace_bytes)
         self.name = netdef.name
         if len(netdef.inputs) != 1:
@@ -318,10 +324,16 @@ class Net:
         unknown = [n for n in names if n not in self.blob_names]
         if unknown:
             raise InputError(f"net {self.name!r}: no blob named {unknown[0]!r}; blobs are {', '.join(self.blob_names)}")
+        key = batch_class(x.shape[0])
+        cores = self._tuner.choose(key)
+        start = time.perf_counter()
         if self.mode == "caffe":
-            with blas_threads(self.threads):
-                return self._forward_caffe(x, names)
-        return self._forward_dl(x, names)
+            with blas_threads(cores):
+                out = self._forward_caffe(x, names)
+        else:
+            out = self._forward_dl(x, names, cores)
+        self._tuner.record(key, cores, (time.perf_counter() - start) / x.shape[0])
+        return out
 
     def _check_input(self, x) -> np.ndarray:
         want = ("N",) + self.input_shape[1:]
@@ -420,11 +432,12 @@ class Net:
         by_name = dict(zip((layer.name for layer in self._netdef.layers), S.infer_layer_shapes(self._netdef, batch)))
         return [by_name[step.op.name] for step in self._steps]
 
-    def chunk_size(self, n: int) -> int:
-        """"dl": images per chunk for a batch of n: what one worker's share of the workspace
-        holds, and with several workers small enough that each gets about two chunks (chunks are
-        claimed dynamically, so finer chunks balance the load)."""
-        workers = self._thread_plan(n)[0]
+    def chunk_size(self, n: int, cores: int | None = None) -> int:
+        """"dl": images per chunk for a batch of n on `cores` cores (default: the most this Net
+        uses): what one worker's share of the workspace holds, and with several workers small
+        enough that each gets about two chunks (chunks are claimed dynamically, so finer chunks
+        balance the load)."""
+        workers = self._thread_plan(n, cores or max(self._tuner.arms))[0]
         chunk = self._chunk_size(n, workers)
         return chunk if workers == 1 else max(1, min(chunk, -(-n // (2 * workers))))
 
@@ -484,32 +497,32 @@ class Net:
         self._views[key] = cached = {"tops": tops, "scratch": scratch, "input": input_arr}
         return cached
 
-    def _thread_plan(self, n: int) -> tuple[int, int, int]:
-        """(image workers, layer workers, BLAS threads) for a batch of n images.
+    def _thread_plan(self, n: int, cores: int) -> tuple[int, int, int]:
+        """(image workers, layer workers, BLAS threads) for a batch of n images on `cores` cores.
 
         "dl" never relies on OpenBLAS's own threads: on the 2-core EPYC shared with other work, a
-        multi-threaded sgemm that follows non-BLAS work (im2col, pooling) waited tens of ms for
-        its spinning helper thread to be scheduled again (0.6 ms back to back, ~35 ms median after
-        a 1 ms pause: see the README figures). Instead:
-        - n >= 2: the images are split between one worker per core, each running the whole net
-          on its share with single-threaded BLAS, so im2col, pooling and the element-wise passes
-          run in parallel too, and workers only meet once per forward;
-        - n == 1: every Convolution splits its output rows, and every InnerProduct its outputs,
-          between the workers (each does its own im2col band and GEMM).
+        2-thread sgemm that follows non-BLAS work (im2col, pooling) waited tens of ms for its
+        spinning helper thread to be scheduled again (0.6 ms back to back, ~35 ms median after a
+        1 ms pause). Worker threads that claim work from a shared counter instead:
+        - n >= 2: chunks of images, one worker per core, each running the whole net on its chunk
+          with single-threaded BLAS, so im2col, pooling and the element-wise passes run in
+          parallel too;
+        - n == 1: bands of output rows of every Convolution (each its own im2col columns and
+          GEMM) and slices of the outputs of every InnerProduct.
         A net that mixes images (batch statistics, axis-0 layers) runs as one chunk on the calling
-        thread with `threads` BLAS threads.
+        thread with `cores` BLAS threads.
         """
         if self._batch_coupled:
-            return 1, 1, self.threads
+            return 1, 1, cores
         if n == 1:
-            return 1, self.threads, 1
-        return min(self.threads, n), 1, 1
+            return 1, cores, 1
+        return min(cores, n), 1, 1
 
-    def _forward_dl(self, x, names):
+    def _forward_dl(self, x, names, cores: int):
         n = x.shape[0]
-        workers, layer_workers, blas = self._thread_plan(n)
+        workers, layer_workers, blas = self._thread_plan(n, cores)
         results = {name: np.empty(self.blob_shapes(n)[name], dtype=self.dtype) for name in names}
-        chunk = self.chunk_size(n)
+        chunk = self.chunk_size(n, cores)
         chunks = [(s, min(n, s + chunk)) for s in range(0, n, chunk)]
         for w in range(workers):  # views built here, never concurrently in the workers
             for m in {e - s for s, e in chunks}:
