@@ -236,10 +236,10 @@ class Net:
         self._batch_coupled = self._couples_batch()
         # "caffe": the one column buffer every convolution shares (per-image sizes, lazily made).
         self._columns: np.ndarray | None = None
-        # "dl": slot structure fixed once; offsets per chunk size; one workspace per worker.
+        # "dl": slot structure fixed once; offsets per chunk size; one arena shared by workers.
         self._intervals, self._input_slot = self._slot_structure() if mode == "dl" else ([], None)
         self._plans: dict[int, tuple[list[_Slot], int]] = {}
-        self._workspaces: dict[int, np.ndarray] = {}
+        self._workspace: np.ndarray | None = None  # "dl": the one arena, split between workers
         self._views: dict[tuple[int, int, int], dict] = {}
         self._executor: ThreadPoolExecutor | None = None
 
@@ -445,7 +445,7 @@ class Net:
     def workspace_nbytes(self) -> int:
         """"dl": bytes of workspace allocated so far (all workers); bounded by workspace_bytes
         unless a single image needs more."""
-        return sum(ws.nbytes for ws in self._workspaces.values())
+        return 0 if self._workspace is None else self._workspace.nbytes
 
     def _chunk_size(self, n: int, workers: int) -> int:
         """Images per chunk: as many as fit one worker's share of the workspace (at least 1)."""
@@ -458,17 +458,25 @@ class Net:
             chunk -= 1
         return chunk
 
+    def _reserve(self, workers: int, chunk: int) -> None:
+        """Make the arena hold `workers` shares of a `chunk`-image plan (worker w uses bytes
+        [w*total, (w+1)*total)). It only grows, to at most the cap, or to one image per worker if
+        that is more; pages are touched on first use, so RSS follows what chunks really use."""
+        need = workers * self._plan(chunk)[1]
+        if self._workspace is None or self._workspace.nbytes < need:
+            self._workspace = None  # release the old arena before making the new one
+            self._views.clear()
+            self._workspace = np.empty(need, np.uint8)
+
     def _arrays(self, worker: int, chunk: int, m: int) -> dict:
-        """Views of worker `worker`'s workspace for a chunk of m <= chunk images, cached."""
+        """Views of worker `worker`'s share of the arena for a chunk of m <= chunk images,
+        cached (`_reserve` must have made room)."""
         key = (worker, chunk, m)
         cached = self._views.get(key)
         if cached is not None:
             return cached
         slots, total = self._plan(chunk)
-        ws = self._workspaces.get(worker)
-        if ws is None or ws.nbytes < total:
-            ws = self._workspaces[worker] = np.empty(total, np.uint8)  # pages touched on first use
-            self._views = {k: v for k, v in self._views.items() if k[0] != worker}
+        ws = self._workspace[worker * total : (worker + 1) * total]
 
         def region(slot_idx: int, count: int) -> np.ndarray:
             offset = slots[slot_idx].offset
@@ -524,6 +532,7 @@ class Net:
         results = {name: np.empty(self.blob_shapes(n)[name], dtype=self.dtype) for name in names}
         chunk = self.chunk_size(n, cores)
         chunks = [(s, min(n, s + chunk)) for s in range(0, n, chunk)]
+        self._reserve(workers, chunk)
         for w in range(workers):  # views built here, never concurrently in the workers
             for m in {e - s for s, e in chunks}:
                 self._arrays(w, chunk, m)
