@@ -242,6 +242,7 @@ class Net:
         self._workspace: np.ndarray | None = None  # "dl": the one arena, split between workers
         self._views: dict[tuple[int, int, int], dict] = {}
         self._executor: ThreadPoolExecutor | None = None
+        self._executor_size = 0
 
     # ---------------------------------------------------------------- introspection
 
@@ -461,7 +462,8 @@ class Net:
     def _reserve(self, workers: int, chunk: int) -> None:
         """Make the arena hold `workers` shares of a `chunk`-image plan (worker w uses bytes
         [w*total, (w+1)*total)). It only grows, to at most the cap, or to one image per worker if
-        that is more; pages are touched on first use, so RSS follows what chunks really use."""
+        that is more (or to the whole batch for a net that mixes images); pages are touched on
+        first use, so RSS follows what chunks really use."""
         need = workers * self._plan(chunk)[1]
         if self._workspace is None or self._workspace.nbytes < need:
             self._workspace = None  # release the old arena before making the new one
@@ -546,9 +548,12 @@ class Net:
         return results
 
     def _parallel(self, workers: int) -> _Parallel:
-        if self._executor is None or self._executor._max_workers < workers - 1:
+        """A sharer for `workers` workers: the calling thread plus helpers from a pool kept
+        across calls (grown when more are needed)."""
+        if self._executor is None or self._executor_size < workers - 1:
             self.close()
             self._executor = ThreadPoolExecutor(max_workers=workers - 1, thread_name_prefix=f"engine-{self.name}")
+            self._executor_size = workers - 1
         return _Parallel(self._executor, workers)
 
     def close(self) -> None:
