@@ -104,6 +104,7 @@ def test_benchmark_writes_table_json_csv_plots_and_profile(capsys, config_file, 
     assert isinstance(machine["arch"], str) and machine["arch"]
     assert machine["blas"]["name"] and machine["blas"]["version"]
     assert machine["sgemm_peak_gflops"] > 0
+    assert len(machine["load_average"]["start"]) == len(machine["load_average"]["end"]) == 3
     assert doc["versions"]["python"] == sys.version.split()[0]
     assert doc["versions"]["numpy"] == np.__version__
     assert set(doc["versions"]["runtimes"]) == set(REAL)

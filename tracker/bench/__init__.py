@@ -38,7 +38,8 @@ results.json (schema 1):
     schema: 1;  complete: bool (false if interrupted)
     machine: {cpu: str, cores: int, arch: str, system: str, memory_mb: float|null,
               blas: {name, version, architecture, threads}, sgemm_peak_gflops: float,
-              sgemm: {n, repeats, best_s}}
+              sgemm: {n, repeats, best_s},
+              load_average: {start: [1, 5, 15 min], end: [..]|null}}  how busy the machine was
     versions: {python, numpy, tracker, runtimes: {label: {module: version}}}
     settings: {backends: [name], columns: [{backend, precision, label}], batches: [int],
                passes: int, warmup_passes: 1, threads: int|null, timeout_s: float,

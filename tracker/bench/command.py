@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tracker.backends import REGISTRY
 from tracker.backends.base import ModelSpec
-from tracker.bench.machine import base_versions, machine_info, machine_key, sgemm_peak
+from tracker.bench.machine import base_versions, load_average, machine_info, machine_key, sgemm_peak
 from tracker.bench.profile import profile_path, update_profile
 from tracker.bench.report import Column, Results, make_row, quality_line, summary_line
 from tracker.bench.runner import Probe, probe_backends, run_cell, run_quality
@@ -214,6 +214,7 @@ def run_benchmark_command(config, args) -> int:
                 results.write_data(out)
             results.write_plots(out)
         # The machine is shared: the peak is the better of a measurement before and after the cells.
+        results.machine["load_average"]["end"] = load_average()
         results.update_peak(sgemm_peak())
         results.complete = True
     except KeyboardInterrupt:

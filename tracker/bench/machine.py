@@ -141,7 +141,16 @@ def machine_info(peak: dict) -> dict:
         "blas": blas_info(),
         "sgemm_peak_gflops": peak["gflops"],
         "sgemm": {"n": peak["n"], "repeats": peak["repeats"], "best_s": peak["best_s"]},
+        "load_average": {"start": load_average(), "end": None},
     }
+
+
+def load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages: how busy the machine was besides the benchmark."""
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
 
 
 def base_versions() -> dict:

@@ -232,6 +232,12 @@ class Results:
             "  ".join(h.rjust(w) for h, w in zip(headers, widths)),
         ]
         out += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in lines_cells]
+        load = (m.get("load_average") or {}).get("start")
+        if load and load[0] >= m["cores"]:
+            out.append(
+                f"warning: the machine was busy when the run started (1-minute load average {load[0]:g} on "
+                f"{m['cores']} cores): these times include waiting for the CPU"
+            )
         if notes:
             out += ["failed cells:"] + notes
         if self.quality:
