@@ -5,7 +5,9 @@ tuning the engine; the official figures come from `tracker --benchmark`).
                                               [--threads N] [--workspace-mb 64]
 
 Prints, per mode and batch size, the median per-image milliseconds over repeated forward passes
-(at least 3 passes, at most 100, for about --seconds each) and the process's peak RSS so far.
+(at least 3 passes, at most 100, for about --seconds each) and the process's peak RSS so far
+(run one mode per process to read each mode's own peak). Without --threads the engine picks
+1 core or all cores per batch size by timing its own passes, as the backends do.
 """
 
 from __future__ import annotations
