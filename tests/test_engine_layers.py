@@ -748,13 +748,13 @@ def test_tuner_drops_a_much_slower_arm_after_one_pass_and_retries_it_later():
     from tracker.model.tuning import ThreadTuner
 
     tuner = ThreadTuner((1, 2))
-    busy = lambda arm, i: {1: 3.0, 2: 40.0}[arm]  # noqa: E731 - the other arm starved of CPU
-    used = drive(tuner, 8, busy, ThreadTuner.RETRY_FIRST)
+    busy = lambda arm, i: {1: 3.0, 2: 30.0}[arm]  # noqa: E731 - the other arm starved of CPU
+    used = drive(tuner, 8, busy, 10 * ThreadTuner.RETRY_FIRST)  # 10x slower: retried after 10x
     assert used.count(2) == 1 and used[3] == 2
     # Later the machine is idle and the second arm is the fast one: the retry notices.
     quiet = lambda arm, i: {1: 3.0, 2: 1.5}[arm]  # noqa: E731
-    used = drive(tuner, 8, quiet, 10)
-    assert used[0] == 2 and used[-1] == 2 and tuner.best(8) == 2
+    used = drive(tuner, 8, quiet, 20)
+    assert 2 in used[:8] and set(used[-10:]) == {2} and tuner.best(8) == 2
 
 
 def test_tuner_keys_are_independent_and_one_arm_is_fixed():

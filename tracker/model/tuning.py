@@ -12,8 +12,9 @@ small bandit, per batch-size class:
 - each arm first gets `SAMPLES` passes (an arm whose first pass is `REJECT` times slower than
   the best arm's median is not sampled further);
 - then the arm with the lowest median of its recent passes is used;
-- every so often (after `RETRY_FIRST` passes, doubling up to `RETRY_MAX`) the other arms are
-  sampled again with fresh samples, so a change of load is noticed.
+- every so often (after `RETRY_FIRST` passes, doubling up to `RETRY_MAX`; an arm rejected at
+  k times the best waits k * `RETRY_FIRST` passes) the other arms are sampled again with fresh
+  samples, so a change of load is noticed.
 
 Results never depend on the arm (only the speed does). Not thread-safe; one per Net.
 """
@@ -68,6 +69,10 @@ class ThreadTuner:
             others = [median(st.samples[a]) for a in self.arms if a != arm and len(st.samples[a]) >= self.SAMPLES]
             if others and seconds_per_image > self.REJECT * min(others):
                 st.rejected[arm] = True
+                # Trying it again costs one slow pass: the slower it was, the longer until then.
+                ratio = seconds_per_image / min(others)
+                st.retry_gap = max(st.retry_gap, min(self.RETRY_MAX, int(self.RETRY_FIRST * ratio)))
+                st.retry_at = st.calls + st.retry_gap
         st.samples[arm].append(seconds_per_image)
 
     def best(self, key: Hashable) -> Hashable:
