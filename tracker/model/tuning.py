@@ -30,7 +30,7 @@ class ThreadTuner:
     """Per key (a batch-size class), which of `arms` (hashable settings, in order of
     preference while sampling) to use next; `record` feeds back seconds per image."""
 
-    SAMPLES = 3
+    SAMPLES = 5
     WINDOW = 8
     REJECT = 3.0
     RETRY_FIRST = 64
