@@ -44,7 +44,7 @@ fail() {
   exit 1
 }
 
-log() { echo "test-aarch64: $*"; }
+log() { echo "test-aarch64: [$(date -u +%H:%M:%S)] $*"; }
 
 # debian_mirror: the Debian archive URI apt on this machine is configured with for the bookworm
 # suite (deb822 .sources or one-line .list format). Only that host is used; nothing is hard-coded.
