@@ -21,29 +21,36 @@ def testdata() -> Path:
     return TESTDATA
 
 
-# Tests scripts/test-aarch64 leaves out under emulation, with the reason for each: one
-# "node-id-prefix  reason" a line in scripts/aarch64/native-only.txt (README: "aarch64").
-NATIVE_ONLY_LIST = REPO / "scripts" / "aarch64" / "native-only.txt"
+# What scripts/test-aarch64 runs under emulation, and why: scripts/aarch64/suite.txt (README: "aarch64").
+AARCH64_SUITE = REPO / "scripts" / "aarch64" / "suite.txt"
+
+
+def _matches(nodeid: str, prefix: str) -> bool:
+    return nodeid == prefix or nodeid.startswith((prefix + "::", prefix + "["))
 
 
 def pytest_collection_modifyitems(config, items):
-    """Marks `native_only` every test NATIVE_ONLY_LIST names (a node id, or a prefix of one ending
-    at a `::` or a `[`); on aarch64, skips the tests of a backend the Pi install leaves out, with the
-    backend's own one-line reason (tests of the missing-runtime error itself still run)."""
+    """Marks `native_only` every test AARCH64_SUITE does not select ("+ prefix  why") or excludes
+    ("- prefix  why"): the emulated aarch64 run deselects them. A prefix is a node id or a start of
+    one ending at "::" or "[". On aarch64, the tests of a backend the Pi install leaves out are
+    skipped with that backend's own one-line reason (tests of the missing-runtime error still run)."""
     import platform
 
-    entries = []
-    if NATIVE_ONLY_LIST.is_file():
-        for line in NATIVE_ONLY_LIST.read_text().splitlines():
-            if line.strip() and not line.lstrip().startswith("#"):
-                prefix, _, reason = line.strip().partition(" ")
-                entries.append((prefix, reason.strip()))
+    selected, excluded = [], []
+    if AARCH64_SUITE.is_file():
+        for line in AARCH64_SUITE.read_text().splitlines():
+            sign, _, rest = line.strip().partition(" ")
+            prefix, _, why = rest.strip().partition(" ")
+            if sign in ("+", "-"):
+                (selected if sign == "+" else excluded).append((prefix, why.strip()))
     on_arm = platform.machine().lower() in ("aarch64", "arm64")
     unavailable: dict[str, str | None] = {}
     for item in items:
-        for prefix, reason in entries:
-            if item.nodeid == prefix or item.nodeid.startswith((prefix + "::", prefix + "[")):
-                item.add_marker(pytest.mark.native_only(reason=reason))
+        why_not = next((why for prefix, why in excluded if _matches(item.nodeid, prefix)), None)
+        if why_not is None and not any(_matches(item.nodeid, prefix) for prefix, _ in selected):
+            why_not = "not in scripts/aarch64/suite.txt: no platform-dependent part"
+        if why_not is not None:
+            item.add_marker(pytest.mark.native_only(reason=why_not))
         name = getattr(getattr(item, "module", None), "NAME", None) if on_arm else None
         if isinstance(name, str) and not item.name.startswith("test_missing_runtime"):
             from tracker.backends import REGISTRY, availability
