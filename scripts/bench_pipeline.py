@@ -46,6 +46,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tracker.bench.machine import cpu_model
+
 REPO = Path(__file__).resolve().parents[1]
 TRACKER = Path(sys.executable).with_name("tracker")
 STAGES = ("capture_ms", "motion_ms", "detect_ms", "infer_ms", "track_ms", "publish_ms", "total_ms")
@@ -159,16 +161,6 @@ def analyse_paced(rows: list[dict], fps: float, queue_size: int) -> dict:
     }
 
 
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", default="caffe-openblas-dl")
@@ -185,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     from tracker.config import SourceConfig
 
     queue_size = SourceConfig().queue_size
-    result = {"machine": {"cpu": _cpu(), "cores": os.cpu_count(), "arch": platform.machine()},
+    result = {"machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "arch": platform.machine()},
               "backend": args.backend, "size": f"{args.width}x{args.height}"}
     with tempfile.TemporaryDirectory(prefix="tracker-bench-") as tmp:
         rows, cond = run_demo(Path(tmp) / "unpaced", args.frames, backend=args.backend, width=args.width,

@@ -40,6 +40,8 @@ from pathlib import Path
 
 import psutil
 
+from tracker.bench.machine import cpu_model
+
 MB = 2**20
 REPO = Path(__file__).resolve().parents[1]
 TRACKER = Path(sys.executable).with_name("tracker")
@@ -146,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         "final_rss_mb": round(statistics.median(last_min), 1),
         "slope_after_warmup_mb_per_h": round(slope_per_hour(after), 2),
         **latency_summary(state / "demo" / "latency.jsonl"),
-        "machine": {"cpu": _cpu_name(), "cores": psutil.cpu_count()},
+        "machine": {"cpu": cpu_model(), "cores": psutil.cpu_count()},
     }
     growth = result["final_rss_mb"] - result["rss_after_warmup_mb"]
     ok_peak = result["peak_rss_mb"] < TARGET_PEAK_MB
@@ -168,18 +170,6 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"state, logs and events kept in {state}")
     return 0
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":
