@@ -14,9 +14,9 @@ def test_names_that_could_escape_or_clash_are_refused(bad):
 def test_enrolled_people_are_matched_by_cosine_with_unknown_below_threshold(tmp_path):
     rng = np.random.default_rng(0)
     ann, bob = rng.standard_normal(128), rng.standard_normal(128)
-    save_person(tmp_path, "ann", ann + 0.1 * rng.standard_normal((5, 128)), "sha-A")
-    save_person(tmp_path, "bob", bob + 0.1 * rng.standard_normal((5, 128)), "sha-A")
-    gallery = Gallery.load(tmp_path, "sha-A", threshold=0.5)
+    save_person(tmp_path, "ann", ann + 0.1 * rng.standard_normal((5, 128)), "sha-A", "box-v1")
+    save_person(tmp_path, "bob", bob + 0.1 * rng.standard_normal((5, 128)), "sha-A", "box-v1")
+    gallery = Gallery.load(tmp_path, "sha-A", threshold=0.5, crop="box-v1")
     assert gallery.names == ("ann", "bob") and gallery.means.shape == (2, 128)
     queries = np.stack([3 * ann, bob, rng.standard_normal(128)]).astype(np.float32)
     (n0, s0), (n1, s1), (n2, s2) = gallery.match(queries)
@@ -25,11 +25,21 @@ def test_enrolled_people_are_matched_by_cosine_with_unknown_below_threshold(tmp_
 
 
 def test_people_enrolled_with_other_weights_are_skipped(tmp_path, caplog):
-    save_person(tmp_path, "ann", np.ones((1, 4)), "old-weights")
-    gallery = Gallery.load(tmp_path, "new-weights", threshold=0.5)
+    save_person(tmp_path, "ann", np.ones((1, 4)), "old-weights", "box-v1")
+    gallery = Gallery.load(tmp_path, "new-weights", threshold=0.5, crop="box-v1")
     assert gallery.names == ()
     assert gallery.match(np.ones((2, 4), np.float32)) == [(UNKNOWN, 0.0)] * 2
     assert "other model weights" in caplog.text
+
+
+def test_people_enrolled_from_another_crop_definition_are_never_mixed(tmp_path, caplog):
+    save_person(tmp_path, "ann", np.ones((1, 4)), "sha-A", "box-v1")
+    save_person(tmp_path, "bob", np.ones((1, 4)), "sha-A", "aligned-v1")
+    np.savez(tmp_path / "people" / "old.npz", mean=np.ones(4, np.float32), count=np.int64(1), model=np.str_("sha-A"))
+    assert Gallery.load(tmp_path, "sha-A", threshold=0.5, crop="aligned-v1").names == ("bob",)
+    assert "ann: enrolled from box-v1 crops, the detector now gives aligned-v1 crops" in caplog.text
+    # A file from before the crop was recorded holds box crops.
+    assert Gallery.load(tmp_path, "sha-A", threshold=0.5, crop="box-v1").names == ("ann", "old")
 
 
 def test_votes_accumulate_over_the_track_life():

@@ -81,7 +81,10 @@ def _run_main(argv: list[str]) -> int:
     args = _main_parser().parse_args(argv)
     config = _load_config(args)
     if args.check_config:
-        print(f"config ok: {args.config or 'config/tracker.yaml'}")
+        from tracker.detect import check_detector
+
+        detector = check_detector(config.detect)
+        print(f"config ok: {args.config or 'config/tracker.yaml'} (detector {detector})")
         return 0
     if args.list_backends:
         from tracker.bench import print_backend_list

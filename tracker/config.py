@@ -66,11 +66,21 @@ class MotionConfig(Section):
 
 
 class DetectConfig(Section):
-    kind: Literal["haar"] = "haar"
-    detect_width: int = Field(640, ge=64, le=4096)
-    scale_factor: float = Field(1.1, gt=1.0, le=2.0)
-    min_neighbors: int = Field(5, ge=0, le=50)
-    min_face_px: int = Field(24, ge=8, le=1024)
+    detector: Literal["auto", "yunet", "blazeface", "haar"] = "auto"
+    model: ExistingFile | None = None  # yunet / blazeface: the model file (default: the search path)
+    detect_width: int = Field(320, ge=64, le=4096)
+    score_threshold: float | None = Field(None, gt=0.0, lt=1.0)  # yunet / blazeface; None: the detector's own
+    regions: bool = True  # search only where something moved and around live tracks
+    scale_factor: float = Field(1.1, gt=1.0, le=2.0)  # haar
+    min_neighbors: int = Field(5, ge=0, le=50)  # haar
+    min_face_px: int = Field(24, ge=8, le=1024)  # haar
+
+    @model_validator(mode="after")
+    def _model_needs_a_cnn_detector(self):
+        if self.model is not None and self.detector not in ("yunet", "blazeface"):
+            raise ValueError(f"model given for detector {self.detector!r}; expected detector yunet or blazeface "
+                             "(haar uses the cascade inside OpenCV, auto searches for the model files)")
+        return self
 
 
 class ModelConfig(Section):
@@ -183,6 +193,16 @@ class Config(Section):
     latency: LatencyConfig = LatencyConfig()
     sinks: SinksConfig = SinksConfig()
     mqtt: MQTTConfig = MQTTConfig()
+
+    @model_validator(mode="after")
+    def _frame_fits_the_detector(self):
+        # The CNN detectors search at least 64 x 64 detection pixels (tracker.detect.windowed).
+        height = self.source.height * self.detect.detect_width / self.source.width
+        if self.detect.detector != "haar" and height < 64:
+            raise ValueError(f"detect.detect_width {self.detect.detect_width} makes the {self.source.width}x"
+                             f"{self.source.height} frame {height:.0f} px high; expected at least 64 px for the "
+                             "yunet/blazeface detectors (raise detect_width)")
+        return self
 
     def resolved_state_dir(self) -> Path:
         """The directory for enrolments, snapshots, logs, the outbox and benchmark profiles."""

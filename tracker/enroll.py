@@ -1,11 +1,14 @@
 """`tracker enroll NAME IMAGE_OR_FOLDER...`: store a person's mean face embedding.
 
 Each image must show exactly one face: an image with none or several, or a file that is not an
-image, is reported on one line and skipped. With `--aligned` each image is taken to be an aligned
-face chip (the whole image is the face, as in the synthetic scene's chips), and no detector runs:
-Haar needs some context around a face and misses or doubles faces on tight chips. The faces go through the same detector, crop and
+image, is reported on one line and skipped. With `--aligned` each image is taken to be a tight face
+chip (the whole image is the face, as in the synthetic scene's chips): a detector with landmarks
+runs on the chip with a replicated border around it (a tight chip has too little context for it)
+and its largest face is taken; with Haar (no landmarks; it misses or doubles faces on tight chips)
+the whole chip is the box. The faces go through the same detector, crop (`tracker.crops`) and
 backend as the guard, and `tracker.identity.save_person` stores the mean embedding in
-`<state_dir>/people/NAME.npz`. Enrolling a name again replaces it.
+`<state_dir>/people/NAME.npz` with the crop definition and the weights' sha256. Enrolling a name
+again replaces it.
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ import numpy as np
 from tracker.backends import create_backend
 from tracker.backends.base import ModelSpec
 from tracker.config import Config, load_config
-from tracker.crops import CROP_MARGIN, crop_batch
-from tracker.detect import HaarDetector
+from tracker.crops import CROP_MARGIN, crop_batch, crop_definition
+from tracker.detect import FaceDetector, create_detector
 from tracker.errors import InputError
 from tracker.identity import file_sha256, save_person, validate_name
-from tracker.types import Box
+from tracker.types import Box, Detection
+
+# --aligned chips are padded by this fraction of their side on every side before detection.
+CHIP_PAD = 0.4
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 
@@ -42,29 +48,50 @@ def image_files(inputs: list[Path]) -> list[Path]:
     return files
 
 
+def chip_face(chip: np.ndarray, detector: FaceDetector) -> Detection | None:
+    """The face of a tight face chip (BGR uint8): with a landmark detector, its largest detection
+    on the chip padded by CHIP_PAD (edge-replicated), in chip pixels, or None when it finds none;
+    otherwise the whole chip as the box."""
+    h, w = chip.shape[:2]
+    if not detector.gives_landmarks:
+        return Detection(Box(0.0, 0.0, float(w), float(h)))
+    px, py = round(w * CHIP_PAD), round(h * CHIP_PAD)
+    padded = cv2.copyMakeBorder(chip, py, py, px, px, cv2.BORDER_REPLICATE)
+    faces = detector.detect(padded)
+    if not faces:
+        return None
+    best = max(faces, key=lambda d: d.box.w * d.box.h)
+    box = Box(best.box.x - px, best.box.y - py, best.box.w, best.box.h)
+    points = tuple((x - px, y - py) for x, y in best.landmarks)
+    return Detection(box, best.score, points)
+
+
 def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = False, report=print,
-           backend=None) -> tuple[Path, int, int]:
-    """Enroll `name` from the images in `inputs` (whole images as faces if `aligned`); returns
+           backend=None, detector: FaceDetector | None = None) -> tuple[Path, int, int]:
+    """Enroll `name` from the images in `inputs` (tight face chips if `aligned`); returns
     (file written, images used, images skipped). Raises InputError when no image gave one face.
-    `backend`: an open backend to use (default: one made from `config` for this call)."""
+    `backend`, `detector`: open ones to use (default: made from `config` for this call)."""
     validate_name(name)
     files = image_files(inputs)
-    detector = None if aligned else HaarDetector.from_config(config.detect)
+    detector = detector or create_detector(config.detect, quiet=True)
     crops = []
     for path in files:
         image = cv2.imread(str(path), cv2.IMREAD_COLOR)
         if image is None:
             report(f"enroll: {path}: not a readable image; skipped")
             continue
-        if detector is None:
-            box = Box(0.0, 0.0, float(image.shape[1]), float(image.shape[0]))
+        if aligned:
+            face = chip_face(image, detector)
+            if face is None:
+                report(f"enroll: {path}: no face found on the chip; skipped")
+                continue
         else:
             faces = detector.detect(image)
             if len(faces) != 1:
                 report(f"enroll: {path}: {len(faces)} faces found; expected exactly one; skipped")
                 continue
-            box = faces[0].box
-        crops.append(crop_batch(image, [box], margin=0.0 if aligned else CROP_MARGIN))
+            face = faces[0]
+        crops.append(crop_batch(image, [face], margin=0.0 if aligned else CROP_MARGIN))
     if not crops:
         raise InputError(f"enroll: no usable face for {name!r} in {len(files)} image(s); "
                          "expected images showing exactly one face each")
@@ -78,7 +105,8 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
     finally:
         if own_backend:
             backend.close()
-    path = save_person(config.resolved_state_dir(), name, embeddings, file_sha256(config.model.weights))
+    path = save_person(config.resolved_state_dir(), name, embeddings, file_sha256(config.model.weights),
+                       crop_definition(detector.gives_landmarks))
     return path, len(crops), len(files) - len(crops)
 
 
@@ -88,7 +116,7 @@ def enroll_command(argv: list[str]) -> int:
     parser = _Parser(prog="tracker enroll", description="Store a person's face for identification.")
     parser.add_argument("name", help="the person's name (letters, digits, '_', '.', '-')")
     parser.add_argument("images", nargs="+", type=Path, help="image files or folders of images")
-    parser.add_argument("--aligned", action="store_true", help="each image is an aligned face chip (no detection)")
+    parser.add_argument("--aligned", action="store_true", help="each image is a tight face chip (the whole image is the face)")
     parser.add_argument("--config", type=Path, help="YAML config (default: config/tracker.yaml)")
     args = parser.parse_args(argv)
     config = load_config(args.config)

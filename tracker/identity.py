@@ -1,9 +1,10 @@
 """Identity: who a face is, from the CNN's embedding, and a vote per track.
 
 Enrolled people live in `<state_dir>/people/<name>.npz`: `mean` (D,) float32, the L2-normalised mean
-of the person's L2-normalised embeddings, `count` (images used) and `model` (sha256 of the
-caffemodel that made them: embeddings of other weights are not comparable, so such people are
-skipped with a warning). A crop is the enrolled person of highest cosine similarity, or `unknown`
+of the person's L2-normalised embeddings, `count` (images used), `model` (sha256 of the caffemodel
+that made them) and `crop` (the `tracker.crops` definition their faces were cut with; files from
+before it was recorded are box crops). Embeddings of other weights or of another crop are not
+comparable, so such people are skipped with a warning: never mixed. A crop is the enrolled person of highest cosine similarity, or `unknown`
 when that similarity is below the threshold. A track's identity is the vote over its whole life:
 each crop adds its similarity to its name (`unknown` votes with the threshold's margin), the name
 with the largest total wins, and its confidence is that total's share of all votes.
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tracker.crops import CROP_BOX
 from tracker.errors import InputError
 
 UNKNOWN = "unknown"
@@ -51,15 +53,16 @@ def _unit(rows: np.ndarray) -> np.ndarray:
     return (rows / np.maximum(norms, 1e-12)).astype(np.float32)
 
 
-def save_person(state_dir: Path, name: str, embeddings: np.ndarray, model_sha256: str) -> Path:
-    """Store the mean of `embeddings` (k, D) float32, k >= 1, as person `name`; returns the file."""
+def save_person(state_dir: Path, name: str, embeddings: np.ndarray, model_sha256: str, crop: str) -> Path:
+    """Store the mean of `embeddings` (k, D) float32, k >= 1, as person `name`, made by the
+    weights of `model_sha256` from crops of definition `crop`; returns the file."""
     validate_name(name)
     folder = Path(state_dir) / "people"
     folder.mkdir(parents=True, exist_ok=True)
     mean = _unit(_unit(np.asarray(embeddings, np.float32)).mean(axis=0))
     path = folder / f"{name}.npz"
     tmp = folder / f".{name}.tmp.npz"
-    np.savez(tmp, mean=mean, count=np.int64(len(embeddings)), model=np.str_(model_sha256))
+    np.savez(tmp, mean=mean, count=np.int64(len(embeddings)), model=np.str_(model_sha256), crop=np.str_(crop))
     tmp.replace(path)
     return path
 
@@ -73,17 +76,23 @@ class Gallery:
     threshold: float
 
     @classmethod
-    def load(cls, state_dir: Path, model_sha256: str, threshold: float) -> "Gallery":
+    def load(cls, state_dir: Path, model_sha256: str, threshold: float, crop: str) -> "Gallery":
+        """The people of `state_dir` enrolled with these weights and crop definition."""
         names, means = [], []
         for path in sorted((Path(state_dir) / "people").glob("*.npz")):
             try:
                 with np.load(path) as data:
                     mean, model = data["mean"].astype(np.float32), str(data["model"])
+                    made_with = str(data["crop"]) if "crop" in data.files else CROP_BOX
             except (OSError, ValueError, KeyError) as err:
                 log.warning("identity: skipping %s: unreadable (%s)", path, err)
                 continue
             if model != model_sha256:
                 log.warning("identity: skipping %s: enrolled with other model weights; enroll again", path.stem)
+                continue
+            if made_with != crop:
+                log.warning("identity: skipping %s: enrolled from %s crops, the detector now gives %s crops; "
+                            "enroll again", path.stem, made_with, crop)
                 continue
             names.append(path.stem)
             means.append(mean)

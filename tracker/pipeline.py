@@ -33,8 +33,8 @@ from tracker.backends import create_backend
 from tracker.backends.base import ModelSpec
 from tracker.batcher import Batch, Batcher
 from tracker.config import Config, parse_config
-from tracker.crops import crop_batch
-from tracker.detect import HaarDetector
+from tracker.crops import CROP_SIZE, crop_batch, crop_definition
+from tracker.detect import create_detector
 from tracker.enroll import enroll
 from tracker.errors import BackendFailure
 from tracker.events import EventMaker
@@ -138,7 +138,8 @@ class Guard:
         from tracker.sources.synthetic import scene_chips
 
         for name, files in scene_chips(self.config.source.faces_dir).items():
-            enroll(name, files, self.config, aligned=True, backend=self.backend, report=log.warning)
+            enroll(name, files, self.config, aligned=True, backend=self.backend, detector=self.detector,
+                   report=log.warning)
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -157,12 +158,13 @@ class Guard:
             closers.append(self.latency_log.close)
             self.stats = RollingStats()
             self.gate = MotionGate.from_config(cfg.motion)
-            self.detector = HaarDetector.from_config(cfg.detect)
+            self.detector = create_detector(cfg.detect)
             self.tracker = Tracker.from_config(cfg.tracking)
             self.batcher: Batcher[_FrameWork] = Batcher(cfg.batcher.max_batch, cfg.batcher.max_wait_ms)
             if self._enroll_scene_people:
                 self._enroll_demo_people()
-            self.gallery = Gallery.load(state_dir, file_sha256(cfg.model.weights), cfg.identity.threshold)
+            self.gallery = Gallery.load(state_dir, file_sha256(cfg.model.weights), cfg.identity.threshold,
+                                        crop_definition(self.detector.gives_landmarks))
             self.votes = IdentityVotes(cfg.identity.threshold)
             self.events = EventMaker()
             self.snapshots = SnapshotStore(state_dir / "snapshots")
@@ -170,8 +172,10 @@ class Guard:
             self._wall_offset_ns = time.time_ns() - time.monotonic_ns()
             source = make_source(cfg.source, spec=self._source_spec, realtime=self._realtime,
                                  luma_width=cfg.detect.detect_width)
-            log.info("guard: %s, backend %s (%s), %d people enrolled, state in %s", source.description,
-                     cfg.backend.name, cfg.backend.precision, len(self.gallery.names), state_dir)
+            log.info("guard: %s, detector %s at %d px%s, backend %s (%s), %d people enrolled, state in %s",
+                     source.description, self.detector.name, cfg.detect.detect_width,
+                     " (moving regions)" if cfg.detect.regions else "", cfg.backend.name, cfg.backend.precision,
+                     len(self.gallery.names), state_dir)
             self._capture = Capture(source, cfg.source.queue_size, max_frames=cfg.source.frames)
             closers.append(self._capture.stop)
             if self._stop.is_set():  # stopped while starting up
@@ -209,7 +213,7 @@ class Guard:
             if frame is not False:
                 work = self._detect(frame, previous, time.monotonic_ns())
                 previous = work.detections
-                crops = crop_batch(frame.image, [d.box for d in work.detections]) if work.has_crops else _NO_CROPS
+                crops = crop_batch(frame.image, work.detections) if work.has_crops else _NO_CROPS
                 batch = self.batcher.add(work, crops, frame.t_ns)
                 if batch is not None:
                     self._process(batch)
@@ -231,7 +235,12 @@ class Guard:
         motion = self.gate.update(frame)
         after_motion = time.monotonic_ns()
         if motion.moving:
-            detections = tuple(self.detector.detect(frame))
+            regions = None
+            if self.config.detect.regions:
+                # Where something moved, plus where the faces were and the tracks are heading: a
+                # person who stands still stops being "motion" but must keep being detected.
+                regions = [*motion.regions, *(d.box for d in previous), *self.tracker.predicted_boxes()]
+            detections = tuple(self.detector.detect(frame, regions))
             has_crops = True
         else:
             detections, has_crops = previous, False
@@ -338,7 +347,7 @@ class Guard:
             sink.publish_state(state)
 
 
-_NO_CROPS = np.empty((0, 1, 88, 88), np.float32)
+_NO_CROPS = np.empty((0, 1, CROP_SIZE, CROP_SIZE), np.float32)
 _STATE_EVERY_NS = 1_000_000_000  # how often sinks get the state (the MQTT sink sends it at its own interval)
 
 

@@ -38,12 +38,24 @@ class Box:
         return (self.x, self.y, self.x + self.w, self.y + self.h)
 
 
+Point = tuple[float, float]
+
+
 @dataclass(frozen=True)
 class Detection:
-    """A face found in a frame; `score` is detector confidence (larger is surer, unbounded)."""
+    """A face found in a frame.
+
+    score:     detector confidence, larger is surer (YuNet, BlazeFace: a probability in [0, 1];
+               Haar: the number of merged neighbour windows).
+    landmarks: None (the detector gives none, e.g. Haar) or five (x, y) points in full-frame
+               pixels, in this order: right eye, left eye, nose tip, right mouth corner, left mouth
+               corner, "right" meaning the person's right (the image's left for a face looking at
+               the camera). BlazeFace gives the mouth's centre only: both corners are that point.
+    """
 
     box: Box
     score: float = 1.0
+    landmarks: tuple[Point, Point, Point, Point, Point] | None = None
 
 
 @dataclass(frozen=True)

@@ -129,6 +129,10 @@ class BoxKalman:
         """Centre velocity (du, dv) in px/frame."""
         return float(self._x[4]), float(self._x[5])
 
+    def peek(self) -> Box:
+        """The box `predict()` would give, without changing the filter."""
+        return state_to_box(_F @ self._x)
+
     def predict(self) -> Box:
         """Advance one frame under constant velocity; returns the predicted box."""
         # A shrinking box must not be extrapolated through zero area: stop its scale velocity.

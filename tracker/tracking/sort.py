@@ -169,6 +169,12 @@ class Tracker:
         """Tracks not yet ended (tentative, confirmed or lost)."""
         return len(self._tracks)
 
+    def predicted_boxes(self) -> list[Box]:
+        """Where each live track (tentative, confirmed or lost) is expected in the next frame:
+        its Kalman state moved one frame at constant velocity; nothing is changed. For searching
+        around people the motion gate no longer sees (someone standing still)."""
+        return [t.kf.peek() for t in self._tracks]
+
     def update(self, detections: Sequence[Detection], embeddings: np.ndarray | None = None) -> list[TrackView]:
         """Advance one frame.
 

@@ -1,0 +1,287 @@
+"""The CNN face detectors (YuNet, BlazeFace) and the choice between detectors: recall and false
+positives against dlib's human-annotated photos compared face by face with Haar, landmarks,
+aligned crops, model-file checks, bad input, and a person standing still under region search.
+
+dlib's photos (../shared/testdata/faces/dlib/faces, README there): a detection matches a face at
+IoU >= 0.3; Haar is run as that README's reference (image upsampled x2, scaleFactor 1.1,
+minNeighbors 5). The CNN detectors run at their defaults (score threshold 0.6) at each photo's
+own width, as the guard does with detect_width = the frame's width.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from scipy.optimize import linear_sum_assignment
+
+from test_detect import MATCH_IOU, annotations, iou
+from tracker.cli import main
+from tracker.config import DetectConfig, parse_config
+from tracker.crops import CROP_MARGIN, CROP_SIZE, aligned_face, crop_batch, similarity_to_template
+from tracker.detect import HaarDetector, create_detector, resolve_detector
+from tracker.detect import model_files
+from tracker.detect.blazeface import BlazeFaceDetector, weighted_nms
+from tracker.detect.regions import search_windows
+from tracker.detect.yunet import YuNetDetector
+from tracker.errors import InputError, ModelError
+from tracker.types import Box, Detection
+
+DETECTORS = {"yunet": YuNetDetector, "blazeface": BlazeFaceDetector}
+
+
+def matched_faces(truth: list[Box], found: list[Box]) -> tuple[set[int], int]:
+    """(indices of the annotated faces matched one-to-one at IoU >= 0.3, false positives)."""
+    if not truth or not found:
+        return set(), len(found)
+    ok = np.array([[iou(t, f) >= MATCH_IOU for f in found] for t in truth], dtype=float)
+    rows, cols = linear_sum_assignment(-ok)
+    hits = {int(r) for r, c in zip(rows, cols) if ok[r, c]}
+    return hits, len(found) - len(hits)
+
+
+@pytest.fixture(scope="module")
+def dlib_photos(testdata) -> list[tuple[str, np.ndarray, list[Box]]]:
+    folder = testdata / "faces" / "dlib" / "faces"
+    return [(f"{name}/{file}", cv2.imread(str(folder / file)), boxes)
+            for name in ("testing", "training") for file, boxes in annotations(folder / f"{name}.xml")]
+
+
+@pytest.mark.parametrize("name", sorted(DETECTORS))
+def test_finds_every_face_haar_finds_with_no_more_false_positives(name, dlib_photos, capsys):
+    missed, haar_fp, own_fp, own_found, total = [], 0, 0, 0, 0
+    for label, image, boxes in dlib_photos:
+        haar = HaarDetector(detect_width=image.shape[1] * 2, min_face_px=12)
+        haar_hits, fp = matched_faces(boxes, [d.box for d in haar.detect(image)])
+        haar_fp += fp
+        found = DETECTORS[name](detect_width=image.shape[1]).detect(image)
+        hits, fp = matched_faces(boxes, [d.box for d in found])
+        own_fp, own_found, total = own_fp + fp, own_found + len(hits), total + len(boxes)
+        missed += [f"{label} face {i}" for i in sorted(haar_hits - hits)]
+    with capsys.disabled():
+        print(f"\n{name} on dlib's photos: {own_found}/{total} faces, {own_fp} false positives "
+              f"(Haar x2: {haar_fp} false positives)")
+    assert not missed, f"{name} misses faces Haar finds: {missed}"
+    assert own_fp <= haar_fp
+
+
+@pytest.mark.parametrize("name", sorted(DETECTORS))
+def test_landmarks_lie_in_their_box_in_order(name, testdata):
+    image = cv2.imread(str(testdata / "faces" / "skimage" / "astronaut.png"))
+    (face,) = DETECTORS[name](detect_width=512).detect(image)
+    assert iou(face.box, Box(177, 66, 95, 95)) > 0.6 and 0.6 <= face.score <= 1.0
+    b = face.box
+    assert all(b.x <= x <= b.x + b.w and b.y <= y <= b.y + b.h for x, y in face.landmarks)
+    right_eye, left_eye, nose, mouth_right, mouth_left = face.landmarks
+    assert right_eye[0] < nose[0] < left_eye[0]  # the person's right eye is on the image's left
+    assert max(right_eye[1], left_eye[1]) < nose[1] < min(mouth_right[1], mouth_left[1])
+    assert mouth_right[0] <= mouth_left[0]
+
+
+CORNERS = np.array([[0, 0], [CROP_SIZE, 0], [0, CROP_SIZE], [CROP_SIZE, CROP_SIZE]], np.float64)
+
+
+def _apply(m: np.ndarray, points: np.ndarray) -> np.ndarray:
+    return points @ m[:, :2].T + m[:, 2]
+
+
+def _inverse(m: np.ndarray) -> np.ndarray:
+    a = np.linalg.inv(m[:, :2])
+    return np.hstack([a, -(a @ m[:, 2])[:, None]])
+
+
+def _box_transform(box: Box) -> np.ndarray:
+    """The box crop's image -> crop transform (tracker.crops: square of side max(w, h) * 1.2)."""
+    k = CROP_SIZE / (max(box.w, box.h) * (1 + 2 * CROP_MARGIN))
+    cx, cy = box.x + box.w / 2, box.y + box.h / 2
+    return np.array([[k, 0, CROP_SIZE / 2 - k * cx], [0, k, CROP_SIZE / 2 - k * cy]])
+
+
+@pytest.mark.parametrize("name", sorted(DETECTORS))
+def test_aligned_crops_agree_across_scale_and_tilt(name, testdata):
+    """The measure: the astronaut is shrunk (0.5, 0.7) or tilted (12 degrees) by a known transform
+    T; the corners of the original's aligned crop are carried through T into the new image and
+    through the new image's alignment into its crop; how far (crop pixels) they land from where
+    they were is the crops' disagreement. Aligned crops must agree within a tenth of the crop's
+    side (measured: 2-9 px, landmark noise at 45 px faces being the worst) and, under the tilt,
+    better than box crops do."""
+    image = cv2.imread(str(testdata / "faces" / "skimage" / "astronaut.png"))
+    detector = DETECTORS[name](detect_width=512)
+    (face,) = detector.detect(image)
+    aligned_corners = _apply(_inverse(similarity_to_template(face.landmarks)), CORNERS)
+    box_corners = _apply(_inverse(_box_transform(face.box)), CORNERS)
+    errors = {}
+    for scale, degrees in ((0.5, 0.0), (0.7, 0.0), (1.0, 12.0)):
+        t = cv2.getRotationMatrix2D((256, 256), degrees, scale)
+        (moved,) = detector.detect(cv2.warpAffine(image, t, (512, 512), borderMode=cv2.BORDER_REPLICATE))
+        aligned = np.abs(_apply(similarity_to_template(moved.landmarks), _apply(t, aligned_corners)) - CORNERS)
+        boxed = np.abs(_apply(_box_transform(moved.box), _apply(t, box_corners)) - CORNERS)
+        errors[(scale, degrees)] = (float(aligned.max()), float(boxed.max()))
+    print(f"{name}: corner disagreement in crop px (aligned, box): {errors}")
+    assert all(aligned < 0.1 * CROP_SIZE for aligned, _ in errors.values())
+    assert errors[(1.0, 12.0)][0] < errors[(1.0, 12.0)][1]
+
+
+def test_crop_batch_aligns_faces_with_landmarks_only(testdata):
+    image = cv2.imread(str(testdata / "faces" / "skimage" / "astronaut.png"))
+    (face,) = YuNetDetector(detect_width=512).detect(image)
+    batch = crop_batch(image, [face, face.box, Detection(face.box, face.score)])
+    assert batch.shape == (3, 1, CROP_SIZE, CROP_SIZE) and batch.dtype == np.float32
+    assert np.allclose(batch[0, 0], aligned_face(image, face.landmarks) / 255.0)
+    assert np.array_equal(batch[1], batch[2]) and not np.allclose(batch[0], batch[1])
+
+
+def test_weighted_nms_averages_overlapping_boxes_by_score():
+    rows = np.zeros((3, 15), np.float32)
+    rows[0, :4], rows[0, 14] = (10, 10, 20, 20), 0.9
+    rows[1, :4], rows[1, 14] = (12, 10, 20, 20), 0.3
+    rows[2, :4], rows[2, 14] = (100, 100, 20, 20), 0.8
+    merged = weighted_nms(rows, 0.3)
+    assert len(merged) == 2
+    assert merged[0, 0] == pytest.approx((10 * 0.9 + 12 * 0.3) / 1.2) and merged[0, 14] == pytest.approx(0.9)
+    assert merged[1, 0] == pytest.approx(100)
+
+
+# -- where to search --------------------------------------------------------------------------------
+
+def test_search_windows_grow_merge_and_respect_the_edges():
+    assert search_windows([], 640, 480, min_side=64) == []
+    (w,) = search_windows([Box(630, 470, 20, 20)], 640, 480, min_side=64)  # at the corner, partly outside
+    assert w[2] == 640 and w[3] == 480 and w[2] - w[0] >= 64 and w[3] - w[1] >= 64 and w[0] >= 0
+    assert search_windows([Box(700, 10, 20, 20), Box(float("nan"), 0, 5, 5)], 640, 480, min_side=64) == []
+    two = search_windows([Box(100, 100, 20, 20), Box(125, 100, 20, 20)], 640, 480, min_side=10)
+    assert len(two) == 1  # overlapping windows merge
+    assert search_windows([Box(0, 0, 600, 400)], 640, 480, min_side=64) == [(0, 0, 640, 480)]
+
+
+@pytest.mark.parametrize("name", sorted(DETECTORS))
+def test_regions_restrict_the_search_and_edges_are_safe(name, testdata):
+    image = cv2.imread(str(testdata / "faces" / "skimage" / "astronaut.png"))
+    detector = DETECTORS[name](detect_width=512)
+    (whole,) = detector.detect(image)
+    b = whole.box
+    middle = Box(b.x + 0.2 * b.w, b.y + 0.2 * b.h, 0.6 * b.w, 0.6 * b.h)  # only the middle of the face moved
+    (found,) = detector.detect(image, regions=[middle])
+    assert iou(found.box, whole.box) > 0.8
+    assert detector.detect(image, regions=[]) == []
+    assert detector.detect(image, regions=[Box(480, 480, 40, 40)]) == []  # a corner: no face, no crash
+    assert detector.detect(image, regions=[Box(-50, -50, 10, 10)]) == []  # outside the frame
+
+
+@pytest.mark.parametrize("name", sorted(DETECTORS))
+def test_frames_of_every_shape(name, testdata):
+    detector = DETECTORS[name](detect_width=320)
+    image = cv2.imread(str(testdata / "faces" / "skimage" / "astronaut.png"))
+    grey = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)
+    assert len(detector.detect(grey)) == 1 and len(detector.detect(grey[:, :, None])) == 1
+    assert detector.detect(np.zeros((40, 40, 3), np.uint8)) == []  # smaller than the detector's minimum
+    for bad in (np.zeros((0, 0, 3), np.uint8), np.zeros((50, 50, 4), np.uint8), np.zeros((50, 50), np.float32)):
+        with pytest.raises(InputError, match="face detector: bad frame"):
+            detector.detect(bad)
+
+
+# -- model files and the choice of detector ---------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(DETECTORS))
+def test_model_file_must_have_its_sha256(name, tmp_path):
+    spec = model_files.YUNET if name == "yunet" else model_files.BLAZEFACE
+    good = spec.find()
+    assert good is not None, f"{spec.filename} not installed: scripts/setup puts it on the search path"
+    truncated = tmp_path / spec.filename
+    truncated.write_bytes(good.read_bytes()[:1000])
+    text = tmp_path / "notes.onnx"
+    text.write_text("not a model")
+    for path in (truncated, text):
+        with pytest.raises(ModelError, match=f"{name} detector: model .* has sha256 .*; expected {spec.sha256}"):
+            DETECTORS[name](model=path)
+    with pytest.raises(ModelError, match=f"cannot read .*expected the file with sha256 {spec.sha256}"):
+        DETECTORS[name](model=tmp_path)
+
+
+def test_missing_model_names_the_search_path_the_sha256_and_the_source(monkeypatch, tmp_path):
+    missing = model_files.ModelFile("yunet", "absent.onnx", "ab" * 32, "nowhere", "the model's home page")
+    with pytest.raises(ModelError) as err:
+        missing.locate()
+    text = str(err.value)
+    assert "absent.onnx not found" in text and str(Path("nowhere") / "absent.onnx") in text
+    assert "ab" * 32 in text and "the model's home page" in text and "detect.model" in text
+
+
+def test_auto_takes_yunet_then_blazeface_then_haar(monkeypatch, caplog):
+    import tracker.detect as detect
+
+    config = DetectConfig()
+    assert config.detector == "auto" and resolve_detector(config) == "yunet"
+    caplog.set_level("INFO")
+    assert create_detector(config).name == "yunet" and "auto chose yunet" in caplog.text
+    absent = model_files.ModelFile("x", "absent", "0" * 64, "nowhere", "nowhere")
+    monkeypatch.setattr(detect, "YUNET", absent)
+    assert resolve_detector(config) == "blazeface"
+    monkeypatch.setattr(detect, "BLAZEFACE", absent)
+    assert resolve_detector(config) == "haar" and create_detector(config).name == "haar"
+
+
+def test_config_errors_for_detectors(tmp_path):
+    with pytest.raises(InputError, match=r"detect\.detector.*'auto', 'yunet', 'blazeface' or 'haar'"):
+        parse_config({"detect": {"detector": "mtcnn"}})
+    other = tmp_path / "m.onnx"
+    other.write_bytes(b"x")
+    with pytest.raises(InputError, match="model given for detector 'haar'; expected detector yunet or blazeface"):
+        parse_config({"detect": {"detector": "haar", "model": str(other)}})
+    with pytest.raises(InputError, match="detect.model.*expected an existing file"):
+        parse_config({"detect": {"detector": "yunet", "model": str(tmp_path / "nope.onnx")}})
+    with pytest.raises(InputError, match="frame 48 px high; expected at least 64 px"):
+        parse_config({"detect": {"detect_width": 64}})
+
+
+def test_a_wrong_model_file_stops_the_guard_with_exit_2(tmp_path, capsys):
+    wrong = tmp_path / "yunet.onnx"
+    wrong.write_bytes(b"\x08\x01 not the model")
+    config = tmp_path / "tracker.yaml"
+    config.write_text(f"state_dir: {str(tmp_path / 'state')!r}\ndetect: {{detector: yunet, model: {str(wrong)!r}}}\n")
+    assert main(["--check-config", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"model {str(wrong)!r} has sha256" in err
+    assert main(["--demo", "--frames", "3", "--config", str(config)]) == 2
+    assert "has sha256" in capsys.readouterr().err
+
+
+# -- a person standing still ------------------------------------------------------------------------
+
+def test_a_person_standing_still_keeps_their_track_under_region_search(tmp_path, testdata):
+    """A face that never moves (so the motion gate stops seeing it once it fades into the
+    background) while something else moves: searched around its track, it is found in every
+    frame and keeps one track."""
+    import tracker.pipeline as pipeline
+    from test_scene_golden import RecordingTracker
+
+    chip = cv2.imread(str(next((testdata / "faces" / "dlib" / "johns" / "John_Simm").glob("*.jpg"))))
+    room = np.full((240, 320, 3), (150, 160, 170), np.uint8)
+    room[60:200, 20:80] = (90, 110, 135)  # a door
+    face = cv2.resize(chip, (90, 90))
+    room[70:160, 180:270] = face
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    for n in range(120):
+        image = room.copy()
+        x = 10 + (n * 7) % 120  # a ball rolling along the floor
+        cv2.circle(image, (x, 220), 10, (40, 40, 200), -1)
+        cv2.imwrite(str(frames / f"{n:04d}.png"), image)
+    config = parse_config({"state_dir": str(tmp_path / "state"), "sinks": {"console": False},
+                           "source": {"kind": "folder", "uri": str(frames), "width": 320, "height": 240}})
+    original = pipeline.Tracker
+    pipeline.Tracker = RecordingTracker
+    try:
+        guard = pipeline.Guard(config, realtime=False)
+        assert guard.run() == 0
+    finally:
+        pipeline.Tracker = original
+    calls = guard.tracker.calls
+    assert len(calls) == 120
+    on_face = [[d for d in detections if iou(d.box, Box(180, 70, 90, 90)) > 0.3] for detections, _, _ in calls]
+    assert all(len(found) == 1 for found in on_face)
+    ids = {v.track_id for _, _, views in calls[5:] for v in views if v.visible}
+    assert len(ids) == 1

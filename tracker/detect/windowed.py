@@ -1,0 +1,98 @@
+"""What the CNN detectors (YuNet, BlazeFace) share: frame checks, scaling to `detect_width`,
+search windows, mapping back to full-frame pixels, and dropping impossible boxes.
+
+A subclass implements `_detect_window(bgr) -> (N, 15) float32` for one BGR uint8 window at
+detection scale: per face x, y, w, h (window pixels), five landmarks as x, y pairs in the order
+of `tracker.types.Detection`, and a score in [0, 1].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import cv2
+import numpy as np
+
+from tracker.detect.regions import search_windows
+from tracker.errors import InputError
+from tracker.types import Box, Detection, Frame
+
+# Windows (and frames) are searched at least this large, in detection pixels: below it YuNet
+# returns non-finite or huge boxes (../shared/models/yunet/README.md) and faces have no context.
+MIN_WINDOW_PX = 64
+
+
+def frame_planes(image: Frame | np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """(full image, luma plane or None) of a Frame or an image; InputError for an image that is
+    not (H, W), (H, W, 1) or (H, W, 3) uint8 with H, W >= 1 (a programming error upstream)."""
+    full = image.image if isinstance(image, Frame) else image
+    luma = getattr(image, "luma", None)
+    if not isinstance(full, np.ndarray) or full.dtype != np.uint8 or full.ndim not in (2, 3) \
+            or (full.ndim == 3 and full.shape[2] not in (1, 3)) or full.size == 0:
+        shape = getattr(full, "shape", None)
+        raise InputError(f"face detector: bad frame of shape {shape} and dtype {getattr(full, 'dtype', None)}; "
+                         "expected a non-empty (H, W) grey or (H, W, 3) BGR uint8 image")
+    return full, luma
+
+
+class WindowedDetector:
+    """Base of the CNN detectors. detect_width: frames are scaled to this width before detection
+    (pixels; e.g. 320 on a Pi 3); score_threshold: smallest score kept, in [0, 1]."""
+
+    name = "windowed"
+    gives_landmarks = True
+
+    def __init__(self, detect_width: int, score_threshold: float) -> None:
+        self.detect_width = int(detect_width)
+        self.score_threshold = float(score_threshold)
+
+    def detect(self, image: Frame | np.ndarray, regions: Sequence[Box] | None = None) -> list[Detection]:
+        full, luma = frame_planes(image)
+        full_h, full_w = full.shape[:2]
+        source = luma if luma is not None else full
+        src_h, src_w = source.shape[:2]
+        k = self.detect_width / full_w  # full-frame pixels -> detection pixels
+        if full_h * k < MIN_WINDOW_PX or full_w * k < MIN_WINDOW_PX:
+            return []  # smaller than the detector's minimum: nothing to find (the config check says so)
+        if regions is None:
+            windows = [(0, 0, full_w, full_h)]
+        else:
+            windows = search_windows(regions, full_w, full_h, min_side=MIN_WINDOW_PX / k)
+        found: list[Detection] = []
+        sx, sy = src_w / full_w, src_h / full_h  # full-frame pixels -> source pixels
+        for x0, y0, x1, y1 in windows:
+            cut = source[int(y0 * sy):max(int(y0 * sy) + 1, round(y1 * sy)),
+                         int(x0 * sx):max(int(x0 * sx) + 1, round(x1 * sx))]
+            size = (max(1, round((x1 - x0) * k)), max(1, round((y1 - y0) * k)))
+            if size != (cut.shape[1], cut.shape[0]):
+                shrink = size[0] < cut.shape[1]
+                cut = cv2.resize(cut, size, interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR)
+            if cut.ndim == 2 or cut.shape[2] == 1:
+                cut = cv2.cvtColor(cut, cv2.COLOR_GRAY2BGR)
+            rows = self._detect_window(np.ascontiguousarray(cut))
+            # window pixels -> full-frame pixels
+            kx, ky = (x1 - x0) / cut.shape[1], (y1 - y0) / cut.shape[0]
+            found.extend(_to_detections(rows, kx, ky, x0, y0, full_w, full_h, self.score_threshold))
+        return found
+
+    def _detect_window(self, bgr: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+
+def _to_detections(rows: np.ndarray, kx: float, ky: float, x0: float, y0: float, width: int, height: int,
+                   threshold: float) -> list[Detection]:
+    """(N, 15) window rows -> Detections in full-frame pixels, dropping rows that are not finite,
+    below the threshold, of no size, or whose box is not mostly inside the frame."""
+    result = []
+    for row in np.asarray(rows, np.float64).reshape(-1, 15):
+        if not np.isfinite(row).all() or row[14] < threshold or row[2] <= 0 or row[3] <= 0:
+            continue
+        bx, by, bw, bh = x0 + row[0] * kx, y0 + row[1] * ky, row[2] * kx, row[3] * ky
+        # A face may be cut by the frame edge, but a box mostly outside it is the model's garbage.
+        ix = min(bx + bw, width) - max(bx, 0.0)
+        iy = min(by + bh, height) - max(by, 0.0)
+        if ix <= 0 or iy <= 0 or ix * iy < 0.5 * bw * bh:
+            continue
+        points = tuple((float(x0 + row[4 + 2 * i] * kx), float(y0 + row[5 + 2 * i] * ky)) for i in range(5))
+        result.append(Detection(Box(float(bx), float(by), float(bw), float(bh)), float(row[14]), points))
+    return result
