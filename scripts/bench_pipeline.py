@@ -54,12 +54,13 @@ STAGES = ("capture_ms", "motion_ms", "detect_ms", "infer_ms", "track_ms", "publi
 
 
 def run_demo(state: Path, frames: int, *, backend: str, width: int, height: int, realtime: bool, fps: float,
-             max_batch: int | None, max_wait_ms: float | None) -> tuple[list[dict], dict]:
-    """One `tracker --demo` run; returns its latency records and the run's conditions."""
+             max_batch: int | None, max_wait_ms: float | None, detect: dict | None = None) -> tuple[list[dict], dict]:
+    """One `tracker --demo` run (`detect`: the config's detect section, default its defaults);
+    returns its latency records and the run's conditions."""
     source = {"realtime": realtime, "width": width, "height": height, "fps": fps}
     batcher = {k: v for k, v in (("max_batch", max_batch), ("max_wait_ms", max_wait_ms)) if v is not None}
     config = {"state_dir": str(state), "source": source, "sinks": {"console": False}, "batcher": batcher,
-              "latency": {"report_every_s": 3600}}
+              "latency": {"report_every_s": 3600}, "detect": detect or {}}
     path = state.with_suffix(".yaml")
     path.write_text(json.dumps(config), encoding="utf-8")
     command = [str(TRACKER), "--demo", "--backend", backend, "--frames", str(frames), "--config", str(path)]
@@ -171,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-wait-ms", type=float, help="batcher.max_wait_ms (default: the config's)")
     ap.add_argument("--paced-fps", type=float, default=30.0, help="capture rate of the paced run (0: skip it)")
     ap.add_argument("--paced-seconds", type=float, default=20.0)
+    ap.add_argument("--compare-haar", action="store_true",
+                    help="also run unpaced with the former detector (Haar at 640 px, whole frames) and compare fps")
     ap.add_argument("--out", type=Path, help="also write the results as JSON here")
     args = ap.parse_args(argv)
 
@@ -184,6 +187,12 @@ def main(argv: list[str] | None = None) -> int:
                               height=args.height, realtime=False, fps=10.0, max_batch=args.max_batch,
                               max_wait_ms=args.max_wait_ms)
         result["unpaced"] = {**analyse_unpaced(rows), "run": cond}
+        if args.compare_haar:
+            haar = {"detector": "haar", "detect_width": 640, "regions": False}
+            rows, cond = run_demo(Path(tmp) / "haar", args.frames, backend=args.backend, width=args.width,
+                                  height=args.height, realtime=False, fps=10.0, max_batch=args.max_batch,
+                                  max_wait_ms=args.max_wait_ms, detect=haar)
+            result["unpaced_haar"] = {**analyse_unpaced(rows), "run": cond, "detect": haar}
         if args.paced_fps > 0:
             frames = int(args.paced_fps * args.paced_seconds)
             rows, cond = run_demo(Path(tmp) / "paced", frames, backend=args.backend, width=args.width,
@@ -211,6 +220,12 @@ def main(argv: list[str] | None = None) -> int:
     g = u["gap_ms"]
     print(f"  between frames (upper bound on waiting for capture): p50 {g['p50']} ms, p95 {g['p95']} ms, "
           f"{g['pct_of_wall']}% of the time")
+    if "unpaced_haar" in result:
+        h = result["unpaced_haar"]
+        print(f"  the same with Haar at 640 px, whole frames: {h['fps']:.2f} frames/s, detect p50/p95 "
+              f"{h['stages']['detect_ms']['p50']:.2f}/{h['stages']['detect_ms']['p95']:.2f} ms "
+              f"(default detector: {u['fps'] / h['fps']:.2f}x the frame rate); load average "
+              f"{h['run']['load_before'][0]} -> {h['run']['load_after'][0]}")
     if "paced" in result:
         p = result["paced"]
         ci, cm = p["capture_interval_ms"], p["capture_ms"]

@@ -4,6 +4,7 @@
     tracker --check-config [--config F]                                         validate only
     tracker --list-backends                                                     what runs here
     tracker --backend a,b|all --benchmark [--batches 1,2,..] [--passes 100]     the study's benchmark
+    tracker --benchmark --detectors yunet,blazeface,haar|all                    the face detectors
     tracker convert --to tf|tflite|onnx [...]                                   Caffe -> other engines
     tracker enroll NAME IMAGE_OR_FOLDER...                                      store a person
     tracker eval-mot DETECTIONS [--gt GT] [--out TRACKS]                        tracker metrics
@@ -66,7 +67,8 @@ def _main_parser() -> _Parser:
     p.add_argument("--passes", type=_positive_int, default=100, help="forward passes per batch size")
     p.add_argument("--out", type=Path, default=Path("bench-out"), help="benchmark output directory")
     p.add_argument("--timeout", type=_positive_int, help="benchmark: kill a cell after this many seconds without progress (default 600)")
-    p.add_argument("--memory-limit", type=_positive_int, metavar="MB", help="benchmark: address-space limit of each cell's process, e.g. to emulate a 1 GB device")
+    p.add_argument("--memory-limit", type=_positive_int, metavar="MB", help="benchmark: memory limit of each cell's processes (a memory cgroup; address space where none can be made), e.g. to emulate a 1 GB device")
+    p.add_argument("--detectors", help="benchmark: the face detectors to measure, a comma list or 'all' (with --backend too: both benchmarks)")
     p.add_argument("--worker", action="store_true", help="benchmark: run each backend behind the worker (a child process of the cell's process; also backend.worker in the config)")
     return p
 
@@ -90,9 +92,17 @@ def _run_main(argv: list[str]) -> int:
         from tracker.bench import print_backend_list
 
         return print_backend_list(config)
+    if args.detectors and not args.benchmark:
+        raise InputError("--detectors: only with --benchmark; expected tracker --benchmark --detectors all")
     if args.benchmark:
         from tracker.bench import run_benchmark_command
 
+        if args.detectors:
+            from tracker.bench.detectors import parse_detector_names, run_detector_benchmark
+
+            code = run_detector_benchmark(config, parse_detector_names(args.detectors), args.out)
+            if code or not args.backend:
+                return code
         return run_benchmark_command(config, args)
     from tracker.pipeline import run_guard
 

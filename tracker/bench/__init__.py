@@ -8,7 +8,8 @@ then `--passes` timed passes on the same seeded random batch (N, C, H, W) float3
 model's input blob). Each cell runs in a fresh child process (tracker.bench.child), so a crash, a
 signal, an out-of-memory or a hang is a failed cell with its cause and the run goes on; and the
 peak RSS of a cell is that of a process that ran this batch size only. `--memory-limit MB` caps the
-child's address space (RLIMIT_AS; virtual memory, stricter than RSS) to emulate a small device;
+memory of the child and its children with a memory cgroup of their own, as physical memory caps a
+small device (tracker.bench.memory_cap; RLIMIT_AS where no cgroup can be made, said in the results);
 `--timeout S` (default 600) kills a child that makes no progress (loading, or one pass) for S s.
 Without --precision every precision a backend offers is run (int8 rows beside fp32); for each
 int8 column a quality line says how often its top-1 class agrees with the same backend's fp32 and
@@ -43,7 +44,8 @@ results.json (schema 1):
     versions: {python, numpy, tracker, runtimes: {label: {module: version}}}
     settings: {backends: [name], columns: [{backend, precision, label}], batches: [int],
                passes: int, warmup_passes: 1, threads: int|null, timeout_s: float,
-               memory_limit_mb: int|null, seed: int,
+               memory_limit_mb: int|null, memory_limit_method: "cgroup-v2"|"cgroup-v1"|"rlimit-as"|null,
+               seed: int,
                model: {prototxt, weights, input_shape: [C,H,W], params, macs_per_image,
                        flops_per_image}, process: str, rss: str, profile: path|null}
     unavailable: {name: reason}     backends that cannot run here (with --backend all)

@@ -209,8 +209,9 @@ def run_probe(job: dict, channel: _Channel) -> int:
 def main(argv: list[str]) -> int:
     fd, job = int(argv[0]), json.loads(argv[1])
     limit = job.get("memory_limit_mb")
-    if limit:
-        # Address space, not RSS: the only limit the kernel enforces per process without cgroups.
+    if limit and job.get("memory_cap") == "rlimit-as":
+        # No memory cgroup could be made (tracker.bench.memory_cap): address space, not RSS, the
+        # only limit the kernel enforces per process without cgroups.
         resource.setrlimit(resource.RLIMIT_AS, (limit * 2**20, limit * 2**20))
     channel = _Channel(fd)
     if job["mode"] == "probe":

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tracker.backends import REGISTRY
 from tracker.backends.base import ModelSpec
+from tracker.bench.memory_cap import cap_method
 from tracker.bench.machine import base_versions, load_average, machine_info, machine_key, sgemm_peak
 from tracker.bench.profile import profile_path, update_profile
 from tracker.bench.report import Column, Results, make_row, quality_line, summary_line
@@ -142,6 +143,7 @@ def run_benchmark_command(config, args) -> int:
         "threads": config.backend.threads,
         "timeout_s": timeout_s,
         "memory_limit_mb": memory_limit,
+        "memory_limit_method": cap_method(memory_limit),
         "seed": SEED,
         "model": model_info,
         "process": "one child process per cell (backend x precision x batch)"

@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from tracker.bench.memory_cap import MemoryCap
+
 # After the child closed its pipe it should exit promptly; runtimes with thread pools may need a moment.
 _EXIT_GRACE_S = 30.0
 
@@ -30,6 +32,10 @@ class _Child:
     """One `python -m tracker.bench.child` process and the pipe it answers on."""
 
     def __init__(self, job: dict, env: dict | None = None):
+        # --memory-limit: a memory cgroup for the child's process tree, or RLIMIT_AS set by the child
+        self.cap = MemoryCap(job["memory_limit_mb"]) if job.get("memory_limit_mb") else None
+        if self.cap is not None:
+            job = {**job, "memory_cap": self.cap.method}
         read_fd, write_fd = os.pipe()
         self._stderr = tempfile.TemporaryFile()
         try:
@@ -41,9 +47,13 @@ class _Child:
                 pass_fds=(write_fd,),
                 env=env,
             )
+            if self.cap is not None:
+                self.cap.add(self.proc.pid)
         except BaseException:
             os.close(read_fd)
             self._stderr.close()
+            if self.cap is not None:
+                self.cap.close()
             raise
         finally:
             os.close(write_fd)
@@ -120,6 +130,8 @@ class _Child:
         self.kill()
         os.close(self._read_fd)
         self._stderr.close()
+        if self.cap is not None:
+            self.cap.close()
 
 
 def describe_exit(returncode: int) -> tuple[str, str]:
@@ -204,6 +216,9 @@ def run_cell(job: dict, timeout_s: float, on_progress: Callable[[int], None], en
         elif cause is None:
             exit_cause, short = describe_exit(child.returncode)
             cause = (f"{exit_cause} during {stage()}", short)
+        if child.cap is not None and child.cap.oom_kills():
+            cause = (f"{cause[0]} (out of memory: the OOM killer ended a process of this cell at its "
+                     f"{child.cap.method} limit of {child.cap.limit_mb} MB)", cause[1])
         outcome.error, outcome.reason = cause
         tail = child.stderr_tail()
         outcome.error_detail = f"{outcome.error}; output: {tail}" if tail else outcome.error
