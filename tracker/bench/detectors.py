@@ -258,7 +258,7 @@ def detector_table(result: dict) -> str:
     lines.append(f"frame budget ({b['detector']} at {b['detect_width']} px, {b['mode']}, {b['frame']} frames, backend "
                  f"{b['backend']} at {b['mean_faces_per_searched_frame']} faces per searched frame): detect+motion "
                  f"{b['detect_ms']:.2f} + crops {b['crop_ms']:.2f} + CNN {b['infer_ms']:.2f} + tracker "
-                 f"{b['track_ms']:.2f} = {b['total_ms']:.2f} ms per frame = {b['fps']} fps")
+                 f"{b['track_ms']:.2f} = {b['total_ms']:.2f} ms per frame = {b['fps']} fps; recall {b['recall']:.3f}")
     return "\n".join(lines)
 
 
