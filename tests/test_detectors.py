@@ -255,8 +255,7 @@ def test_a_person_standing_still_keeps_their_track_under_region_search(tmp_path,
     """A face that never moves (so the motion gate stops seeing it once it fades into the
     background) while something else moves: searched around its track, it is found in every
     frame and keeps one track."""
-    import tracker.pipeline as pipeline
-    from test_scene_golden import RecordingTracker
+    from test_scene_golden import run_recorded
 
     chip = cv2.imread(str(next((testdata / "faces" / "dlib" / "johns" / "John_Simm").glob("*.jpg"))))
     room = np.full((240, 320, 3), (150, 160, 170), np.uint8)
@@ -272,14 +271,7 @@ def test_a_person_standing_still_keeps_their_track_under_region_search(tmp_path,
         cv2.imwrite(str(frames / f"{n:04d}.png"), image)
     config = parse_config({"state_dir": str(tmp_path / "state"), "sinks": {"console": False},
                            "source": {"kind": "folder", "uri": str(frames), "width": 320, "height": 240}})
-    original = pipeline.Tracker
-    pipeline.Tracker = RecordingTracker
-    try:
-        guard = pipeline.Guard(config, realtime=False)
-        assert guard.run() == 0
-    finally:
-        pipeline.Tracker = original
-    calls = guard.tracker.calls
+    calls = run_recorded(config).tracker.calls
     assert len(calls) == 120
     on_face = [[d for d in detections if iou(d.box, Box(180, 70, 90, 90)) > 0.3] for detections, _, _ in calls]
     assert all(len(found) == 1 for found in on_face)

@@ -78,6 +78,11 @@ def run_guard_on_scene(state_dir: Path, frames: int = GOLDEN_FRAMES, detect: dic
                    "height": SCENE["height"], "fps": SCENE["fps"], "seed": SCENE["seed"]},
         "sinks": {"console": False},
     })
+    return run_recorded(config)
+
+
+def run_recorded(config) -> pipeline.Guard:
+    """The guard run to the end of its source, unpaced, its tracker a RecordingTracker."""
     original = pipeline.Tracker
     pipeline.Tracker = RecordingTracker
     try:
