@@ -116,7 +116,7 @@ def unit_settings() -> dict[str, list[str]]:
 def test_unit_declares_notify_watchdog_restart_policy_and_sandbox():
     s = unit_settings()
     assert s["Type"] == ["notify"] and s["NotifyAccess"] == ["main"] and int(s["WatchdogSec"][0]) > 0
-    assert s["Restart"] == ["on-failure"] and s["RestartPreventExitStatus"] == ["2"]  # no loop on a config error
+    assert s["Restart"] == ["on-failure"] and s["RestartPreventExitStatus"] == ["2 3"]  # no loop on a config error or missing runtime
     assert s["User"] == ["tracker"] and s["SupplementaryGroups"] == ["video"] and s["StateDirectory"] == ["tracker"]
     for key in ("NoNewPrivileges", "ProtectHome", "PrivateTmp"):
         assert s[key] == ["yes"], key

@@ -83,9 +83,9 @@ def _run_main(argv: list[str]) -> int:
     args = _main_parser().parse_args(argv)
     config = _load_config(args)
     if args.check_config:
-        from tracker.detect import check_detector
+        from tracker.preflight import check_runnable
 
-        detector = check_detector(config.detect)
+        detector = check_runnable(config)
         print(f"config ok: {args.config or 'config/tracker.yaml'} (detector {detector})")
         return 0
     if args.list_backends:

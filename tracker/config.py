@@ -9,15 +9,19 @@ credentials directory) by the MQTT sink.
 from __future__ import annotations
 
 import os
+import reprlib
 from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from tracker.errors import ConfigError
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "config" / "tracker.yaml"
+MAX_CONFIG_BYTES = 1 << 20  # a config is a few kB; a bigger file is a mistake or an attack
+MAX_ALIASES = 32  # YAML aliases (*name) in one file: enough for hand-written reuse, too few for a bomb
+MAX_DEPTH = 32  # nesting of mappings and lists: the schema is 3 deep
 
 
 def _existing_file(path: Path) -> Path:
@@ -33,6 +37,16 @@ def _existing_file(path: Path) -> Path:
 
 
 ExistingFile = Annotated[Path, AfterValidator(_existing_file)]
+
+
+def _not_empty(value: object) -> object:
+    """An empty string would become Path('.'), the working directory: refuse it."""
+    if isinstance(value, str) and not value.strip():
+        raise ValueError(f"bad value {value!r}; expected a file path (or null for the default)")
+    return value
+
+
+FilePath = Annotated[Path, BeforeValidator(_not_empty)]
 
 
 class Section(BaseModel):
@@ -53,7 +67,7 @@ class SourceConfig(Section):
     fps: float = Field(10.0, gt=0, le=120)
     frames: int | None = Field(None, ge=1)  # stop after this many frames (None: until the source ends)
     queue_size: int = Field(4, ge=1, le=64)
-    seed: int = 0  # synthetic scene
+    seed: int = Field(0, ge=0, le=2**63 - 1)  # synthetic scene (numpy seeds are non-negative)
     faces_dir: Path | None = None  # synthetic scene: <person>/<image> faces (default: the shared dlib chips)
     realtime: bool = True  # synthetic scene: paced at fps like a camera (False: as fast as consumed)
 
@@ -114,7 +128,7 @@ class TrackingConfig(Section):
 
 
 class LatencyConfig(Section):
-    path: Path | None = None  # default: <state_dir>/latency.jsonl
+    path: FilePath | None = None  # default: <state_dir>/latency.jsonl
     max_bytes: int = Field(10_000_000, ge=10_000)
     backups: int = Field(3, ge=0, le=100)
     report_every_s: float = Field(10.0, gt=0)
@@ -122,7 +136,7 @@ class LatencyConfig(Section):
 
 class SinksConfig(Section):
     console: bool = True
-    jsonl: Path | None = None  # default: <state_dir>/events.jsonl
+    jsonl: FilePath | None = None  # default: <state_dir>/events.jsonl
 
 
 class TLSConfig(Section):
@@ -145,7 +159,7 @@ class TLSConfig(Section):
 
 
 class OutboxConfig(Section):
-    path: Path | None = None  # default: <state_dir>/outbox.sqlite3
+    path: FilePath | None = None  # default: <state_dir>/outbox.sqlite3
     max_events: int = Field(10_000, ge=1)
     max_age_s: float = Field(7 * 24 * 3600, gt=0, le=366 * 24 * 3600)
 
@@ -181,7 +195,7 @@ class MQTTConfig(Section):
 
 class Config(Section):
     device: DeviceConfig = DeviceConfig()
-    state_dir: Path | None = None  # default: $STATE_DIRECTORY (systemd) or ~/.local/state/tracker
+    state_dir: FilePath | None = None  # default: $STATE_DIRECTORY (systemd) or ~/.local/state/tracker
     source: SourceConfig = SourceConfig()
     motion: MotionConfig = MotionConfig()
     detect: DetectConfig = DetectConfig()
@@ -213,8 +227,14 @@ class Config(Section):
         return Path.home() / ".local" / "state" / "tracker"
 
 
+_REPR = reprlib.Repr()  # Python 3.11's Repr takes no keyword arguments
+_REPR.maxlevel, _REPR.maxdict, _REPR.maxlist, _REPR.maxtuple, _REPR.maxset = 2, 3, 3, 3, 3
+_REPR.maxstring = _REPR.maxother = 60
+
+
 def _short(value: object, limit: int = 80) -> str:
-    text = repr(value)
+    """A bounded repr: never walks more than a few items of a value, however big or deep."""
+    text = _REPR.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -242,17 +262,56 @@ def parse_config(data: object, origin: str = "config") -> Config:
         raise ConfigError(_describe(err.errors()[0])) from None
 
 
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses more than MAX_ALIASES aliases (a "billion laughs" file expands a few
+    hundred bytes into gigabytes) and nesting deeper than MAX_DEPTH (PyYAML recurses per level)."""
+
+    def __init__(self, stream) -> None:
+        super().__init__(stream)
+        self._aliases = 0
+        self._depth = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                mark = self.peek_event().start_mark
+                raise ConfigError(f"more than {MAX_ALIASES} YAML aliases (line {mark.line + 1}); expected a plain "
+                                  "config (aliases can expand a small file into gigabytes)")
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise ConfigError(f"nested more than {MAX_DEPTH} levels deep (line {mark.line + 1}); expected "
+                                  "sections of keys")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
 def load_config(path: Path | None = None) -> Config:
-    """Read and validate the YAML file at `path` (default: config/tracker.yaml)."""
+    """Read and validate the YAML file at `path` (default: config/tracker.yaml): at most
+    MAX_CONFIG_BYTES of UTF-8 text, bounded aliases and depth; ConfigError (exit 2) otherwise."""
     path = path or DEFAULT_CONFIG
+    where = f"config file {str(path)!r}"
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as err:
-        raise ConfigError(f"config file {str(path)!r}: cannot read ({err.strerror}); expected a readable YAML file") from None
+        raise ConfigError(f"{where}: cannot read ({err.strerror or err}); expected a readable YAML file") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{where}: larger than {MAX_CONFIG_BYTES} bytes; expected a YAML config of a few kB")
     try:
-        data = yaml.safe_load(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{where}: not UTF-8 text (byte {raw[err.start]:#04x} at offset {err.start}); "
+                          "expected a UTF-8 YAML file") from None
+    try:
+        data = yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+    except ConfigError as err:
+        raise ConfigError(f"{where}: {err}") from None
     except yaml.YAMLError as err:
-        where = getattr(err, "problem_mark", None)
-        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
-        raise ConfigError(f"config file {str(path)!r}: not valid YAML{at}; expected a mapping of sections") from None
-    return parse_config(data, f"config file {str(path)!r}")
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{where}: not valid YAML{at}; expected a mapping of sections") from None
+    return parse_config(data, where)

@@ -27,6 +27,7 @@ from tracker.crops import CROP_MARGIN, crop_batch, crop_definition
 from tracker.detect import FaceDetector, create_detector
 from tracker.errors import InputError
 from tracker.identity import file_sha256, save_person, validate_name
+from tracker.preflight import prepare_state_dir
 from tracker.types import Box, Detection
 
 # --aligned chips are padded by this fraction of their side on every side before detection.
@@ -120,6 +121,7 @@ def enroll_command(argv: list[str]) -> int:
     parser.add_argument("--config", type=Path, help="YAML config (default: config/tracker.yaml)")
     args = parser.parse_args(argv)
     config = load_config(args.config)
+    prepare_state_dir(config.resolved_state_dir())
     path, used, skipped = enroll(args.name, args.images, config, aligned=args.aligned,
                                  report=lambda line: print(line, file=sys.stderr))
     print(f"enrolled {args.name!r} from {used} image(s) ({skipped} skipped) -> {path}")

@@ -41,6 +41,7 @@ from tracker.events import EventMaker
 from tracker.identity import Gallery, IdentityVotes, file_sha256
 from tracker.latency import FrameLatency, LatencyLog, RollingStats
 from tracker.motion import MotionGate
+from tracker.preflight import check_runnable, prepare_state_dir
 from tracker.sinks.console import ConsoleSink
 from tracker.sinks.jsonl import JsonlSink
 from tracker.snapshots import SnapshotStore
@@ -145,8 +146,7 @@ class Guard:
 
     def run(self) -> int:
         cfg = self.config
-        state_dir = cfg.resolved_state_dir()
-        state_dir.mkdir(parents=True, exist_ok=True)
+        state_dir = prepare_state_dir(cfg.resolved_state_dir())
         closers: list = []
         try:
             self.backend = self._open_backend()
@@ -355,6 +355,7 @@ def run_guard(config: Config, args) -> int:
     """`tracker` without --benchmark/--list-backends: run the guard until the source ends or a
     SIGTERM/SIGINT arrives; returns the exit code."""
     config = effective_config(config, args)
+    check_runnable(config)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     guard = Guard(config, source_spec=args.source, realtime=config.source.realtime,
                   enroll_scene_people=args.demo)

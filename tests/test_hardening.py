@@ -1,0 +1,196 @@
+"""User mistakes and hostile files get one line and exit 2, never a traceback; `--check-config`
+refuses what the run would; the guard's files are private whatever the umask.
+
+Each case goes through the real command line (`tracker.cli.main` in-process where a process per
+case would cost seconds; the guard and `enroll` as subprocesses where the umask matters).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from test_pipeline_e2e import isolated_env, tracker_command
+from tracker.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def check(capsys, config: Path, *args: str) -> tuple[int, str]:
+    code = main(["--check-config", "--config", str(config), *args])
+    err = capsys.readouterr().err
+    return code, err
+
+
+def assert_one_line(code: int, err: str, *fragments: str) -> None:
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("tracker: error: "), err
+    for fragment in fragments:
+        assert fragment in err, err
+
+
+def write(tmp_path: Path, data: bytes | str, name: str = "tracker.yaml") -> Path:
+    path = tmp_path / name
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    return path
+
+
+# -- files that are not what a config is ------------------------------------------------------------
+
+@pytest.mark.parametrize("data, fragment", [
+    ("device:\n  name: café\n".encode("latin-1"), "not UTF-8 text (byte 0xe9 at offset 19)"),
+    ("device:\n  name: x\n".encode("utf-16"), "not UTF-8 text (byte 0xff at offset 0)"),
+    (bytes(range(256)), "not UTF-8 text"),
+    (("a: " + "[" * 5000 + "]" * 5000).encode(), "nested more than 32 levels deep"),
+    ("".join("  " * i + f"k{i}:\n" for i in range(100)).encode(), "nested more than 32 levels deep"),
+    (b"# " + b"x" * (2 << 20), "larger than 1048576 bytes"),
+])
+def test_files_that_are_not_a_config(tmp_path, capsys, data, fragment):
+    assert_one_line(*check(capsys, write(tmp_path, data)), fragment)
+
+
+def test_alias_bomb_is_refused_at_once(tmp_path, capsys):
+    """A 'billion laughs' file of about 400 bytes that expands to 9**9 strings."""
+    lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i in range(1, 9):
+        lines.append(f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]")
+    lines.append("device: *a8")
+    path = write(tmp_path, "\n".join(lines) + "\n")
+    assert path.stat().st_size < 600
+    assert_one_line(*check(capsys, path), "more than 32 YAML aliases")
+
+
+def test_a_bad_value_inside_an_alias_expansion_is_shown_short(tmp_path, capsys):
+    path = write(tmp_path, 'a: &a ["lol","lol","lol"]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\ndevice: [*b,*b,*b,*b]\n')
+    code, err = check(capsys, path)
+    assert_one_line(code, err, "config: key 'device': bad value [[[", "expected a mapping of keys")
+    assert len(err) < 300
+
+
+# -- values the run would refuse ----------------------------------------------------------------
+
+@pytest.mark.parametrize("yaml_text, fragment", [
+    ("source:\n  seed: -5\n", "key 'source.seed': bad value -5"),
+    ("sinks:\n  jsonl: ''\n", "key 'sinks.jsonl': bad value ''; expected a file path"),
+    ("mqtt:\n  outbox:\n    path: ''\n", "key 'mqtt.outbox.path': bad value ''"),
+    ("backend:\n  name: caffe-turbo\n", "key 'backend.name': unknown backend 'caffe-turbo'; expected one of caffe-openblas"),
+    ("backend:\n  name: opencv-dnn\n  precision: int8\n", "key 'backend.precision': backend 'opencv-dnn' has no 'int8' model"),
+    ("model:\n  prototxt: /nonexistent/face.prototxt\n", "/nonexistent/face.prototxt"),
+])
+def test_check_config_refuses_what_the_run_would(tmp_path, capsys, yaml_text, fragment):
+    path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\n" + yaml_text)
+    assert_one_line(*check(capsys, path), fragment)
+
+
+def test_a_caffemodel_of_another_shape_is_refused_by_check_config(tmp_path, capsys, testdata):
+    lenet = testdata / "caffe" / "lenet" / "lenet_iter_10000.caffemodel"
+    path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\nmodel:\n  weights: {str(lenet)!r}\n")
+    assert_one_line(*check(capsys, path), "caffemodel")
+
+
+def _state_dir_cases(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    regular = tmp_path / "a-file"
+    regular.write_text("not a directory")
+    return {
+        "regular file": (regular, "is a file; expected a writable directory"),
+        "under a file": (regular / "state", "is under the file"),
+        "under /proc": (Path("/proc/tracker-state"), "expected a writable directory"),
+    }
+
+
+@pytest.mark.parametrize("case", ["regular file", "under a file", "under /proc"])
+def test_an_unusable_state_dir_is_exit_2_for_check_config_guard_and_enroll(tmp_path, capsys, case, testdata):
+    state, fragment = _state_dir_cases(tmp_path)[case]
+    path = write(tmp_path, f"state_dir: {str(state)!r}\nsource:\n  realtime: false\n")
+    assert_one_line(*check(capsys, path), "key 'state_dir'", fragment)
+    assert_one_line(main(["--demo", "--frames", "3", "--config", str(path)]), capsys.readouterr().err, "key 'state_dir'")
+    chip = next((testdata / "faces" / "dlib" / "johns" / "John_Simm").glob("*.jpg"))
+    assert_one_line(main(["enroll", "ann", str(chip), "--aligned", "--config", str(path)]), capsys.readouterr().err,
+                    "key 'state_dir'")
+
+
+def test_a_read_only_state_dir_is_exit_2(tmp_path, capsys):
+    state = tmp_path / "ro"
+    state.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(state)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a read-only file system here: {mounted.stderr.decode().strip()}")
+    try:
+        path = write(tmp_path, f"state_dir: {str(state)!r}\n")
+        assert_one_line(*check(capsys, path), "key 'state_dir': cannot write in", "Read-only file system")
+    finally:
+        subprocess.run(["umount", str(state)], check=True)
+
+
+@pytest.mark.parametrize("key, make", [
+    ("sinks.jsonl", lambda t: ("sinks:\n  jsonl: {}\n", t)),  # a directory
+    ("latency.path", lambda t: ("latency:\n  path: {}\n", t / "a-file" / "latency.jsonl")),  # under a file
+])
+def test_log_paths_that_cannot_be_files(tmp_path, capsys, key, make):
+    (tmp_path / "a-file").write_text("x")
+    template, target = make(tmp_path)
+    path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\n" + template.format(repr(str(target))))
+    assert_one_line(*check(capsys, path), f"key {key!r}")
+
+
+# -- property: whatever the file holds, one line or a valid config ---------------------------------
+
+yaml_fragments = st.sampled_from([
+    "device:", "  id: x", "  name: &n y", "*n", "- ", "[", "]", "{", "}", ": ", "&a", "*a", "!!python/object:os.system",
+    "source:", "  seed: -1", "\n", "  ", "\t", "'", '"', "mqtt:", "  port: 1e9", "%YAML 1.1", "---", "...", "\x00",
+    "backend:", "  name: nope", "sinks:", "  jsonl: ''", "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[",
+])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.one_of(st.binary(max_size=300), st.lists(yaml_fragments, max_size=30).map(lambda p: "\n".join(p).encode())))
+def test_check_config_on_random_bytes_and_yaml_is_one_line_or_ok(tmp_path_factory, capsys, data):
+    tmp = tmp_path_factory.mktemp("random")
+    path = write(tmp, data)
+    code, err = check(capsys, path)
+    assert code in (0, 2), err  # 1 would be a traceback
+    if code == 2:
+        assert err.count("\n") == 1 and err.startswith("tracker: error: "), err
+    capsys.readouterr()
+
+
+# -- private files -----------------------------------------------------------------------------------
+
+def _modes(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): stat.S_IMODE(p.stat().st_mode) for p in [root, *root.rglob("*")]}
+
+
+def test_state_files_are_private_under_umask_022(tmp_path, testdata):
+    state = tmp_path / "state"
+    config = write(tmp_path, f"state_dir: {str(state)!r}\nsource:\n  realtime: false\nbackend:\n  name: caffe-openblas-dl\n")
+    env = isolated_env(tmp_path)
+    run = subprocess.run([*tracker_command(), "--demo", "--frames", "60", "--config", str(config)], capture_output=True,
+                         text=True, env=env, timeout=300, preexec_fn=lambda: os.umask(0o022))
+    assert run.returncode == 0, run.stderr
+    chips = sorted((testdata / "faces" / "dlib" / "johns" / "John_Simm").glob("*.jpg"))[:2]
+    enrolled = subprocess.run([*tracker_command(), "enroll", "ann", *map(str, chips), "--aligned", "--config", str(config)],
+                              capture_output=True, text=True, env=env, timeout=300, preexec_fn=lambda: os.umask(0o022))
+    assert enrolled.returncode == 0, enrolled.stderr
+    modes = _modes(state)
+    assert any(name.endswith(".jpg") for name in modes) and any(name.endswith(".npz") for name in modes)
+    assert any(name.endswith("latency.jsonl") for name in modes) and any(name.endswith("events.jsonl") for name in modes)
+    exposed = {name: oct(mode) for name, mode in modes.items() if mode & 0o077}
+    assert not exposed, f"readable by others under umask 022: {exposed}"
+
+
+def test_an_existing_state_dir_readable_by_others_is_warned_about(tmp_path, testdata):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    state.chmod(0o755)
+    config = write(tmp_path, f"state_dir: {str(state)!r}\n")
+    chip = next((testdata / "faces" / "dlib" / "johns" / "John_Simm").glob("*.jpg"))
+    run = subprocess.run([*tracker_command(), "enroll", "ann", str(chip), "--aligned", "--config", str(config)],
+                         capture_output=True, text=True, env=isolated_env(tmp_path), timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "is readable by others (mode 0755)" in run.stderr and "chmod 700" in run.stderr

@@ -1,0 +1,119 @@
+"""What the guard needs before it starts, checked without starting it: `tracker --check-config`,
+the guard and `tracker enroll` all run these, so the check catches what the run would refuse.
+
+- `check_runnable(config)`: the backend name and precision (from the registry, no runtime loaded),
+  the prototxt and caffemodel (read and shape-checked), the detector's model file (sha256), the
+  state directory and every file the guard writes (latency log, events, outbox): each must be,
+  or be creatable as, what it should be; nothing is created.
+- `prepare_state_dir(path)`: creates the state directory 0700 and makes every file the process
+  creates afterwards private (umask 077: face snapshots, enrolments, the outbox and the logs are
+  the household's), whatever umask the user has; warns when an existing directory is readable by
+  others.
+
+Every failure is an InputError / ModelError (exit 2) naming the key or path, the value and what
+is expected.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from tracker.errors import InputError
+
+log = logging.getLogger(__name__)
+
+
+def _nearest_existing(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        try:
+            if candidate.exists():
+                return candidate
+        except OSError:
+            continue
+    return Path("/")
+
+
+def _can_create_in(folder: Path) -> str | None:
+    """None if a file can be created in `folder` (probed with a temporary file, removed at once),
+    else why not."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return None
+    except OSError as err:
+        return err.strerror or str(err)
+
+
+def check_directory(key: str, path: Path) -> None:
+    """`path` is a writable directory, or can be created as one."""
+    existing = _nearest_existing(path)
+    if not existing.is_dir():
+        what = "a file" if existing == path else f"under the file {str(existing)!r}"
+        raise InputError(f"config: key {key!r}: {str(path)!r} is {what}; expected a writable directory")
+    why = _can_create_in(existing)
+    if why is not None:
+        verb = "write in" if existing == path else f"create it in {str(existing)!r}"
+        raise InputError(f"config: key {key!r}: cannot {verb} ({why}); expected a writable directory")
+    if existing != path:  # e.g. under /proc: the parent takes files but refuses directories
+        try:
+            probe = Path(tempfile.mkdtemp(dir=existing))
+            probe.rmdir()
+        except OSError as err:
+            raise InputError(f"config: key {key!r}: cannot create {str(path)!r} ({err.strerror or err}); "
+                             "expected a writable directory") from None
+
+
+def check_file(key: str, path: Path) -> None:
+    """`path` is a regular file that can be written, or can be created."""
+    if path.is_dir():
+        raise InputError(f"config: key {key!r}: {str(path)!r} is a directory; expected a file path")
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise InputError(f"config: key {key!r}: {str(path)!r} is not writable; expected a writable file")
+        return
+    check_directory(key, path.parent)
+
+
+def check_runnable(config) -> str:
+    """Everything the guard would refuse at start-up, refused now (see module docstring); returns
+    the detector's name."""
+    from tracker.backends import REGISTRY, backend_class
+    from tracker.detect import check_detector
+    from tracker.model.caffe_io import load_net
+
+    name = config.backend.name
+    if name not in REGISTRY:
+        raise InputError(f"config: key 'backend.name': unknown backend {name!r}; expected one of {', '.join(REGISTRY)}")
+    precisions = backend_class(name).precisions
+    if config.backend.precision not in precisions:
+        raise InputError(f"config: key 'backend.precision': backend {name!r} has no {config.backend.precision!r} "
+                         f"model; expected one of {', '.join(precisions)}")
+    load_net(config.model.prototxt, config.model.weights)
+    detector = check_detector(config.detect)
+    state_dir = config.resolved_state_dir()
+    check_directory("state_dir", state_dir)
+    check_file("latency.path", config.latency.path or state_dir / "latency.jsonl")
+    check_file("sinks.jsonl", config.sinks.jsonl or state_dir / "events.jsonl")
+    if config.mqtt.enabled:
+        check_file("mqtt.outbox.path", config.mqtt.outbox.path or state_dir / "outbox.sqlite3")
+    return detector
+
+
+def prepare_state_dir(path: Path) -> Path:
+    """Create `path` (mode 0700) if needed and set umask 077 for this process; InputError if it
+    cannot be made. Warns once if it exists and others may read it."""
+    os.umask(0o077)
+    check_directory("state_dir", path)
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError as err:
+        raise InputError(f"config: key 'state_dir': cannot create {str(path)!r} ({err.strerror or err}); "
+                         "expected a writable directory") from None
+    if mode & 0o077:
+        log.warning("state_dir %s is readable by others (mode %04o): it holds faces and enrolments; "
+                    "chmod 700 it", path, mode)
+    return path
