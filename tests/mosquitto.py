@@ -85,7 +85,9 @@ def make_certs(directory: Path) -> Certs:
 
 class Broker:
     def __init__(self, directory: Path, *, users: dict[str, str] | None = None, tls: Certs | None = None,
-                 require_client_cert: bool = False, port: int | None = None, persistent: bool = False):
+                 require_client_cert: bool = False, port: int | None = None, persistent: bool = False,
+                 options: tuple[str, ...] = ()):
+        """options: extra mosquitto.conf lines (e.g. "max_packet_size 1024")."""
         self.dir = Path(directory) / f"mosquitto-{id(self):x}"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
@@ -114,6 +116,7 @@ class Broker:
         if tls:
             lines += [f"cafile {tls.ca}", f"certfile {tls.server_cert}", f"keyfile {tls.server_key}",
                       f"require_certificate {'true' if require_client_cert else 'false'}"]
+        lines += list(options)
         self.conf = self.dir / "mosquitto.conf"
         self.conf.write_text("\n".join(lines) + "\n")
 

@@ -28,6 +28,13 @@ refuses an event (e.g. an ACL) says so, and the event is counted and logged inst
 delivered, as MQTT 3.1.1 would have to; its CONNACK/DISCONNECT reasons also name wrong credentials and
 a second guard using the same client id. `v311` is there for old brokers.
 
+Limits (MQTT 5): the broker's CONNACK Maximum Packet Size is never exceeded (what does not fit is
+not sent, counted per topic in state.too_large and said once; an event that can never fit is dropped
+from the outbox and counted) and its Receive Maximum bounds every QoS 1 publish in flight (events,
+availability, discovery: one window, kept here because paho cannot change its own on a
+connection). The guard's CONNECT announces CLIENT_MAX_PACKET, so the broker drops larger messages
+for it; on 3.1.1, an oversize inbound message is ignored and counted (state.inbound_ignored).
+
 Failures never stop the guard: an unreachable broker, refused credentials or a TLS failure are logged
 once per outage with the cause, and paho retries with exponential back-off (reconnect_min_s ..
 reconnect_max_s) while events wait in the outbox. Setup mistakes (an unreadable password file, a bad
@@ -59,7 +66,36 @@ CREDENTIAL_NAME = "mqtt-password"  # the file name under $CREDENTIALS_DIRECTORY 
 MAX_SNAPSHOT_BYTES = 1 << 20  # one face JPEG is a few kB; refuse anything absurd rather than hold it
 _EXPIRE_EVERY_S = 60.0  # how often the age bound of the outbox is applied while running
 _STABLE_S = 30.0  # a connection that lasted this long ends an outage (its problems may be logged again)
-_FLAPS = 3  # connections in a row dropped before _STABLE_S: say what usually causes that
+# A connection dropped this soon after its CONNACK, with no reason from the broker, whose reconnect
+# then succeeds at once (a broker that restarted refuses connections for a while), is a flap; this
+# many in a row are worth a hint at the usual cause (a second client with the same id, an ACL).
+_FLAP_S = 2.0
+_FLAPS = 3
+# MQTT 5 CONNECT's Maximum Packet Size: the most the guard accepts from the broker. It subscribes
+# only to Home Assistant's status ("online"/"offline"), so a few kB is plenty; without it one 200 MB
+# retained message on that topic was read whole into memory at every start.
+CLIENT_MAX_PACKET = 4096
+_STATUS_MAX = 16  # payload bytes of <discovery_prefix>/status worth reading ("online", "offline")
+# Reasons in a broker's DISCONNECT that say what went wrong: no guessing needed then.
+_GENERIC_REASONS = {"Unspecified error", "Normal disconnection", "Success", "Implementation specific error"}
+
+
+def _varint_size(n: int) -> int:
+    """Bytes of MQTT's variable byte integer for n."""
+    size = 1
+    while n >= 128:
+        n >>= 7
+        size += 1
+    return size
+
+
+def publish_packet_size(topic: str, payload: int, qos: int, properties: int = 0, v5: bool = True) -> int:
+    """Bytes of a PUBLISH packet (MQTT 5 3.3 / 3.1.1 3.3): fixed header, topic, packet id (QoS > 0),
+    the properties (their encoded length `properties`, MQTT 5 only) and `payload` bytes."""
+    remaining = 2 + len(topic.encode()) + (2 if qos else 0) + payload
+    if v5:
+        remaining += _varint_size(properties) + properties
+    return 1 + _varint_size(remaining) + remaining
 
 
 def read_password(config: MQTTConfig) -> str | None:
@@ -172,11 +208,17 @@ class MqttSink:
         self._discovery_due = config.discovery
         self._problems: set[str] = set()  # connection problems logged in this outage (each once)
         self._connected_at = 0.0
-        self._short_sessions = 0  # connections in a row that were dropped before _STABLE_S
+        self._short_sessions = 0  # connections in a row that were dropped within _FLAP_S of their CONNACK
         self._refused_now = False  # this connection attempt was refused in CONNACK (already logged)
         self._closed = False
         self.failed_attempts = 0  # connection attempts that failed or were refused (for tests and logs)
         self._work = False  # set (lock held) whenever the publisher has something new to do
+        self._max_packet: int | None = None  # the broker's Maximum Packet Size (MQTT 5 CONNACK)
+        self._window = config.max_inflight  # events in flight: at most the broker's Receive Maximum too
+        self._too_large: dict[str, int] = {}  # topic name -> messages not sent: larger than _max_packet
+        self._oversize_events = 0
+        self._inbound_ignored = 0
+        self._control: set[int] = set()  # mids of QoS 1 availability/discovery publishes in flight
 
         if self._v5:
             self._state_props = Properties(PacketTypes.PUBLISH)
@@ -208,7 +250,10 @@ class MqttSink:
         if pending:
             log.info("mqtt: %d event(s) from a previous run wait in the outbox %s", pending, outbox_path)
         if self._v5:
-            client.connect_async(config.host, config.port, keepalive=config.keepalive_s, clean_start=True)
+            limits = Properties(PacketTypes.CONNECT)
+            limits.MaximumPacketSize = CLIENT_MAX_PACKET
+            client.connect_async(config.host, config.port, keepalive=config.keepalive_s, clean_start=True,
+                                 properties=limits)
         else:
             client.connect_async(config.host, config.port, keepalive=config.keepalive_s)
         client.loop_start()
@@ -258,8 +303,9 @@ class MqttSink:
 
     @property
     def events_dropped(self) -> int:
-        """Events that will never be sent: outbox bounds, refused by the broker, or not storable."""
-        return self.outbox.dropped + self._refused + self._add_failures
+        """Events that will never be sent: outbox bounds, refused by the broker, larger than the
+        broker accepts, or not storable."""
+        return self.outbox.dropped + self._refused + self._add_failures + self._oversize_events
 
     def close(self) -> None:
         """Give in-flight events up to `flush_timeout_s` to be acknowledged (the rest stay in the
@@ -316,7 +362,14 @@ class MqttSink:
         # paho would re-send its own unacknowledged copies now; the publisher re-sends from the
         # outbox instead, in order, so drop them (they are all in the outbox).
         client.drop_out_messages()
+        max_packet = getattr(properties, "MaximumPacketSize", None) if properties is not None else None
+        receive_max = getattr(properties, "ReceiveMaximum", None) if properties is not None else None
         with self._wake:
+            self._max_packet = max_packet
+            # Every QoS 1 publish (events, availability, discovery) counts against the broker's
+            # Receive Maximum; paho cannot change its own limit on a connection, so the window is ours.
+            self._window = min(self.config.max_inflight, receive_max or self.config.max_inflight)
+            self._control.clear()
             self._connected = True
             self._generation += 1
             self._cursor = 0
@@ -325,10 +378,12 @@ class MqttSink:
             self._state_due = True
             self._snapshot_due = self._snapshot is not None
             self._discovery_due = self.config.discovery
-            self._poke()
-        client.publish(self.topics["availability"], "online", qos=1, retain=True)
+        # "online" takes its place in the window before the publisher may fill it with events
+        self._publish_control(self.topics["availability"], b"online")
         if self.config.discovery:
             client.subscribe(f"{self.config.discovery_prefix}/status", qos=1)
+        with self._wake:
+            self._poke()
         self._connected_at = time.monotonic()
         if not self._problems:
             log.info("mqtt: connected to %s as %s", self._where, self.client_id)
@@ -337,6 +392,7 @@ class MqttSink:
             log.warning("mqtt: connected to %s; sending %d waiting event(s)", self._where, len(self.outbox))
 
     def _on_connect_fail(self, client, userdata) -> None:
+        self._short_sessions = 0  # the broker was away: the drops before were not flaps
         # paho calls this from inside its `except OSError` block, so the exception is at hand.
         err = sys.exception()
         if isinstance(err, ssl.SSLError):
@@ -362,25 +418,31 @@ class MqttSink:
                                   error=True)
             self._refused_now = False
             return
-        if time.monotonic() - self._connected_at >= _STABLE_S:
+        lasted = time.monotonic() - self._connected_at
+        if lasted >= _STABLE_S:
             self._problems.clear()  # the previous outage is over: this is a new one
-            self._short_sessions = 0
-        else:
-            self._short_sessions += 1
+        self._short_sessions = self._short_sessions + 1 if lasted < _FLAP_S else 0
         if name == "Session taken over":
-            self._log_problem(f"another client connected to {self._where} with client id {self.client_id!r} "
-                              "(two guards with the same device.id?); give each guard its own device.id",
-                              error=True)
+            self._log_problem(f"broker {self._where} closed the connection: {name}: another client connected "
+                              f"with client id {self.client_id!r} (two guards with the same device.id?); give each "
+                              "guard its own device.id", error=True)
+        elif name not in _GENERIC_REASONS:  # the broker said why: say that, guess nothing
+            self._log_problem(f"broker {self._where} closed the connection: {name}", error=name != "Server shutting down")
         else:
             self._log_problem(f"lost the connection to {self._where} ({name})")
             if self._short_sessions >= _FLAPS:
                 self._log_problem(
-                    f"the broker dropped the connection right after accepting it {self._short_sessions} times in a "
-                    f"row: another client may be using client id {self.client_id!r} (give each guard its own "
-                    "device.id), or the broker's ACL refuses this client's topics", error=True)
+                    f"the broker closed the connection within {_FLAP_S:g} s of accepting it {self._short_sessions} "
+                    f"times in a row without a reason: another client may be using client id {self.client_id!r} "
+                    "(give each guard its own device.id), or the broker's ACL refuses this client's topics",
+                    error=True)
 
     def _on_publish(self, client, userdata, mid, reason_code, properties) -> None:
         with self._wake:
+            if mid in self._control:
+                self._control.discard(mid)
+                self._poke()
+                return
             seq = self._inflight.pop(mid, None)
             if seq is None:
                 self._early_acks[mid] = reason_code  # maybe an event whose mid is being recorded
@@ -398,6 +460,12 @@ class MqttSink:
         self.outbox.remove(seq)
 
     def _on_message(self, client, userdata, message) -> None:
+        if len(message.payload) > _STATUS_MAX:  # only an MQTT 3.1.1 broker sends these (see CONNECT)
+            self._inbound_ignored += 1
+            if self._inbound_ignored == 1:
+                log.warning("mqtt: ignored a %d-byte message on %s (expected 'online' or 'offline'); further "
+                            "ones are counted in state", len(message.payload), message.topic)
+            return
         if message.topic == f"{self.config.discovery_prefix}/status" and message.payload == b"online":
             with self._wake:  # Home Assistant restarted: it needs discovery and the current state again
                 self._discovery_due = self._state_due = True
@@ -428,22 +496,61 @@ class MqttSink:
                 if time.monotonic() >= next_expire:
                     next_expire = time.monotonic() + _EXPIRE_EVERY_S
                     self.outbox.expire()
-                if connected:
-                    self._send_discovery()
+                if connected:  # events first: under a small packet limit everything that fits goes
                     self._send_events()
                     self._send_state()
+                    self._send_discovery()
                     self._send_snapshot()
             except Exception:  # a bug here must not silently stop delivery for the rest of the run
                 log.exception("mqtt: publisher error; continuing")
                 time.sleep(1.0)
 
+    def _fits(self, name: str, topic: str, payload: int, qos: int, properties: int = 0) -> bool:
+        """Whether a PUBLISH fits the broker's Maximum Packet Size (MQTT 5 forbids sending a larger
+        one: the broker disconnects). A message that does not is counted per topic and said once."""
+        size = publish_packet_size(topic, payload, qos, properties, self._v5)
+        with self._wake:
+            limit = self._max_packet
+            if limit is None or size <= limit:
+                return True
+            self._too_large[name] = self._too_large.get(name, 0) + 1
+            first = self._too_large[name] == 1
+        if first:
+            log.error("mqtt: %s message of %d bytes not sent: the broker %s accepts packets of at most %d bytes "
+                      "(Maximum Packet Size); further ones are counted in state.too_large", name, size,
+                      self._where, limit)
+        return False
+
+    def _room(self) -> int:
+        """QoS 1 publishes that may still go out on this connection (lock held)."""
+        return self._window - len(self._inflight) - len(self._control)
+
+    def _publish_control(self, topic: str, payload: bytes) -> bool:
+        """A retained QoS 1 publish that is not an event (availability, discovery), within the
+        window; False when there is no room now."""
+        with self._wake:
+            if self._room() <= 0:
+                return False
+        info = self._client.publish(topic, payload, qos=1, retain=True)
+        with self._wake:
+            if self._early_acks.pop(info.mid, None) is None and info.rc == self._mqtt.MQTT_ERR_SUCCESS:
+                self._control.add(info.mid)
+        return True
+
     def _send_events(self) -> None:
         with self._wake:
-            room = self.config.max_inflight - len(self._inflight)
+            room = self._room()
             generation, cursor = self._generation, self._cursor
         if room <= 0:
             return
         for seq, payload in self.outbox.pending(after=cursor, limit=room):
+            if not self._fits("event", self.topics["events"], len(payload), qos=1):
+                with self._wake:  # it would never fit: drop it rather than block every later event
+                    self._oversize_events += 1
+                    self._cursor = max(self._cursor, seq)
+                self.outbox.remove(seq)
+                log.error("mqtt: event (outbox seq %d) dropped: larger than the broker accepts", seq)
+                continue
             info = self._client.publish(self.topics["events"], payload, qos=1)
             with self._wake:
                 if generation != self._generation:
@@ -468,15 +575,20 @@ class MqttSink:
             document = {"schema": SCHEMA_VERSION, "ts": _now_iso(), **self._state}
         document["events_dropped"] = self.events_dropped
         document["outbox_pending"] = len(self.outbox)
-        payload = json.dumps(document, separators=(",", ":"), default=_jsonable)
-        self._client.publish(self.topics["state"], payload, qos=0, retain=True, properties=self._state_props)
+        with self._wake:
+            document["too_large"] = dict(self._too_large)
+        document["inbound_ignored"] = self._inbound_ignored
+        payload = json.dumps(document, separators=(",", ":"), default=_jsonable).encode()
+        if self._fits("state", self.topics["state"], len(payload), qos=0, properties=5 if self._v5 else 0):
+            self._client.publish(self.topics["state"], payload, qos=0, retain=True, properties=self._state_props)
 
     def _send_snapshot(self) -> None:
         with self._wake:
             if not self._snapshot_due:
                 return
             self._snapshot_due, jpeg = False, self._snapshot
-        self._client.publish(self.topics["snapshot"], jpeg, qos=0, retain=True)
+        if self._fits("snapshot", self.topics["snapshot"], len(jpeg), qos=0):
+            self._client.publish(self.topics["snapshot"], jpeg, qos=0, retain=True)
 
     def _send_discovery(self) -> None:
         with self._wake:
@@ -484,5 +596,8 @@ class MqttSink:
                 return
             self._discovery_due = False
         topic = discovery_topic(self.config.discovery_prefix, self.config.prefix, self.device.id)
-        document = discovery_payload(self.config.prefix, self.device.id, self.device.name)
-        self._client.publish(topic, json.dumps(document, separators=(",", ":")), qos=1, retain=True)
+        document = json.dumps(discovery_payload(self.config.prefix, self.device.id, self.device.name),
+                              separators=(",", ":")).encode()
+        if self._fits("discovery", topic, len(document), qos=1) and not self._publish_control(topic, document):
+            with self._wake:  # no room in the window now: after the next acknowledgement
+                self._discovery_due = True

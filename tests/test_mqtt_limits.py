@@ -1,0 +1,141 @@
+"""MQTT 5 limits on a real Mosquitto: the broker's Maximum Packet Size and Receive Maximum are
+honoured, the guard announces its own Maximum Packet Size, and ordinary broker restarts are not
+blamed on a second client."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import replace
+
+import paho.mqtt.client as mqtt
+import pytest
+
+from mosquitto import Broker, Subscriber, make_event
+from test_mqtt import events_of, open_sink
+from tracker.sinks.mqtt import CLIENT_MAX_PACKET, publish_packet_size
+
+
+@pytest.fixture
+def sinks():
+    made = []
+    yield made
+    for sink in made:
+        sink.close()
+
+
+def wait(predicate, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_publish_packet_size_follows_the_mqtt_encoding():
+    # fixed header 1 + remaining length 1 + topic 2+1 + packet id 2 + properties length 1 + payload 3
+    assert publish_packet_size("t", 3, qos=1) == 11
+    assert publish_packet_size("t", 3, qos=0, v5=False) == 8  # no packet id, no properties
+    # remaining length 3 + 200 + 1 + 5 = 209 needs a 2-byte variable byte integer
+    assert publish_packet_size("t", 200, qos=0, properties=5) == 1 + 2 + 209
+
+
+def test_a_broker_maximum_packet_size_is_honoured(tmp_path, sinks, caplog):
+    """mosquitto `max_packet_size 1024`: the ~1.9 kB discovery message is never sent (said once with
+    size and limit, counted in the state), an event too large for it is dropped and counted, every
+    other event arrives, and the guard never reconnects."""
+    caplog.set_level(logging.INFO, logger="tracker.sinks")
+    with Broker(tmp_path / "b", options=("max_packet_size 1024",)) as broker:
+        sub = Subscriber(broker, ["tracker/door/#", "homeassistant/#"])
+        sink = open_sink(sinks, broker, tmp_path / "state", "door")
+        assert wait(lambda: sink.connected)
+        events = [make_event(track_id=i) for i in range(14)]
+        huge = replace(make_event(track_id=99), identity="x" * 1200)  # a payload no 1024-byte packet holds
+        for event in events[:7] + [huge] + events[7:]:
+            sink.publish_event(event, None)
+        messages = sub.wait_for(lambda m: len(events_of(m, "tracker/door/events")) >= 14)
+        assert [e["id"] for e in events_of(messages, "tracker/door/events")] == [e.id for e in events]
+        sink.publish_state({"tracks": 1})
+        messages = sub.wait_for(lambda m: any(json.loads(p).get("tracks") == 1 for t, p, _ in m if t.endswith("/state")))
+        state = [json.loads(p) for t, p, _ in messages if t.endswith("/state")][-1]
+        assert state["events_dropped"] == 1 and state["too_large"]["discovery"] >= 1 and state["too_large"]["event"] == 1
+        assert not [t for t, _, _ in messages if t.startswith("homeassistant/")]
+        assert sink.failed_attempts == 0 and broker.log_text().count("New client connected") == 2  # sink + subscriber
+        sub.close()
+    said = [r.getMessage() for r in caplog.records if "not sent" in r.getMessage()]
+    assert len([m for m in said if m.startswith("mqtt: discovery message")]) == 1
+    assert any("accepts packets of at most 1024 bytes" in m for m in said)
+    assert any("event (outbox seq" in r.getMessage() and "dropped" in r.getMessage() for r in caplog.records)
+
+
+def test_the_broker_receive_maximum_bounds_the_messages_in_flight(tmp_path, sinks):
+    """mosquitto `max_inflight_messages 2` announces Receive Maximum 2: after an outage with 18
+    events waiting, never more than 2 QoS 1 publishes are unacknowledged, and all arrive in order."""
+    broker = Broker(tmp_path / "b", options=("max_inflight_messages 2",))
+    sink = open_sink(sinks, broker, tmp_path / "state", "hall")
+    events = [make_event(track_id=i) for i in range(18)]
+    for event in events:
+        sink.publish_event(event, None)
+    most, stop = [0], threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            most[0] = max(most[0], len(sink._inflight) + len(sink._control))
+            time.sleep(0.0005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    with broker:
+        sampler.start()
+        sub = Subscriber(broker, ["tracker/hall/events"])
+        messages = sub.wait_for(lambda m: len(events_of(m, "tracker/hall/events")) >= 18)
+        stop.set()
+        sampler.join()
+        sub.close()
+    assert [e["id"] for e in events_of(messages, "tracker/hall/events")] == [e.id for e in events]
+    assert sink._window == 2 and 1 <= most[0] <= 2
+
+
+def test_an_oversize_retained_status_message_never_reaches_the_guard(tmp_path, sinks):
+    """A 100 kB retained message on homeassistant/status: the guard's CONNECT says it accepts at
+    most CLIENT_MAX_PACKET bytes, so an MQTT 5 broker does not deliver it; on MQTT 3.1.1 (no such
+    announcement) it arrives and is ignored and counted."""
+    with Broker(tmp_path / "b") as broker:
+        publisher = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
+        publisher.connect("127.0.0.1", broker.port)
+        publisher.loop_start()
+        publisher.publish("homeassistant/status", b"x" * 100_000, qos=1, retain=True).wait_for_publish(10)
+        publisher.disconnect()
+        publisher.loop_stop()
+        assert 100_000 > CLIENT_MAX_PACKET
+        v5 = open_sink(sinks, broker, tmp_path / "a", "v5")
+        v311 = open_sink(sinks, broker, tmp_path / "b311", "old", protocol="v311")
+        assert wait(lambda: v5.connected and v311.connected)
+        assert wait(lambda: v311._inbound_ignored == 1)
+        time.sleep(1.0)  # the retained message went out to both at subscription time
+        assert v5._inbound_ignored == 0 and v5.connected
+
+
+def test_broker_restarts_are_not_blamed_on_another_client(tmp_path, sinks, caplog):
+    """Four broker restarts, each after the guard had been connected a few seconds (the broker of
+    2.0.11 gives no reason when it shuts down): lost connections are reported, and the hint about a
+    second client (meant for sessions that end within 2 s of every CONNACK) is not given."""
+    caplog.set_level(logging.INFO, logger="tracker.sinks")
+    broker = Broker(tmp_path / "b")
+    with broker:
+        sink = open_sink(sinks, broker, tmp_path / "state", "porch", reconnect_max_s=1)
+        for _ in range(4):
+            assert wait(lambda: sink.connected)
+            time.sleep(3.0)
+            broker.restart()
+        assert wait(lambda: sink.connected)
+        sub = Subscriber(broker, ["tracker/porch/events"])
+        event = make_event()
+        sink.publish_event(event, None)
+        assert events_of(sub.wait_for(lambda m: m), "tracker/porch/events")[0]["id"] == event.id
+        sub.close()
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "another client may be using client id" not in text
+    assert "lost the connection" in text or "closed the connection" in text
