@@ -139,3 +139,42 @@ def test_broker_restarts_are_not_blamed_on_another_client(tmp_path, sinks, caplo
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "another client may be using client id" not in text
     assert "lost the connection" in text or "closed the connection" in text
+
+
+def test_a_full_disk_drops_and_counts_events_and_the_guard_goes_on(tmp_path, sinks, caplog):
+    """The outbox on a 1 MB file system that fills up: the event that cannot be stored is logged
+    once and counted in events_dropped, publish_event never raises, and once there is room again
+    events are stored and delivered."""
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small file system here: {mounted.stderr.decode().strip()}")
+    try:
+        with Broker(tmp_path / "b") as broker:
+            sink = open_sink(sinks, broker, disk, "cellar")
+            filler = disk / "filler"
+            with open(filler, "wb", buffering=0) as f:
+                try:
+                    while True:
+                        f.write(b"\0" * 65536)
+                except OSError:
+                    pass
+            for _ in range(3):
+                sink.publish_event(make_event(), None)  # never raises
+            assert sink.events_dropped >= 1
+            errors = [r for r in caplog.records if "could not store event" in r.getMessage()]
+            assert len(errors) == 1
+            filler.unlink()
+            sub = Subscriber(broker, ["tracker/cellar/events"])
+            event = make_event()
+            sink.publish_event(event, None)
+            assert event.id in [e["id"] for e in events_of(sub.wait_for(
+                lambda m: event.id in [json.loads(p)["id"] for _, p, _ in m]), "tracker/cellar/events")]
+            sub.close()
+            sink.close()
+            sinks.remove(sink)
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=True)
