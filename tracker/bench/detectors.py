@@ -44,6 +44,7 @@ from tracker.crops import crop_batch
 from tracker.detect import DETECTORS, create_detector, resolve_detector
 from tracker.errors import BackendUnavailable, InputError, ModelError
 from tracker.motion import MotionGate
+from tracker.tracking.assign import iou_matrix
 from tracker.types import Box
 
 FRAMES = 200
@@ -87,19 +88,26 @@ def parse_detector_names(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _iou(a: Box, b: Box) -> float:
-    ix = max(0.0, min(a.x + a.w, b.x + b.w) - max(a.x, b.x))
-    iy = max(0.0, min(a.y + a.h, b.y + b.h) - max(a.y, b.y))
-    inter = ix * iy
-    return inter / (a.w * a.h + b.w * b.h - inter)
+def _xywh(boxes: list[Box]) -> np.ndarray:
+    return np.array([[b.x, b.y, b.w, b.h] for b in boxes], np.float64).reshape(-1, 4)
 
 
 def _matches(truth: list[Box], found: list[Box], threshold: float) -> int:
+    """Faces of `truth` matched one-to-one by `found` at IoU >= threshold."""
     if not truth or not found:
         return 0
-    ok = np.array([[_iou(t, f) >= threshold for f in found] for t in truth], dtype=float)
+    ok = (iou_matrix(_xywh(truth), _xywh(found)) >= threshold).astype(float)
     rows, cols = linear_sum_assignment(-ok)
     return int(ok[rows, cols].sum())
+
+
+def _false_positives(found: list[Box], truth: list[Box]) -> int:
+    """Detections overlapping no face at IoU >= 0.3 (partly hidden faces count as faces)."""
+    if not found:
+        return 0
+    if not truth:
+        return len(found)
+    return int((iou_matrix(_xywh(found), _xywh(truth)).max(axis=1) < 0.3).sum())
 
 
 def _run_scene(detector, width: int, height: int, mode: str, frames: int, crops: bool = False,
@@ -142,7 +150,7 @@ def _run_scene(detector, width: int, height: int, mode: str, frames: int, crops:
         boxes = [d.box for d in found_now]
         whole = [g.box for g in truth if g.visible >= 0.95]
         faces, found = faces + len(whole), found + _matches(whole, boxes, 0.5)
-        false += sum(1 for b in boxes if all(_iou(b, g.box) < 0.3 for g in truth))
+        false += _false_positives(boxes, [g.box for g in truth])
     row = Row(detector.name, f"{width}x{height}", mode, times, faces, found, false, detections / max(searched, 1))
     return row, {k: (sum(v) / frames) for k, v in stage.items()}
 
