@@ -115,7 +115,7 @@ def test_an_unusable_state_dir_is_exit_2_for_check_config_guard_and_enroll(tmp_p
                     "key 'state_dir'")
 
 
-def test_a_read_only_state_dir_is_exit_2(tmp_path, capsys):
+def test_a_read_only_state_dir_is_exit_2_for_check_config_guard_and_enroll(tmp_path, capsys, testdata):
     state = tmp_path / "ro"
     state.mkdir()
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(state)], capture_output=True)
@@ -124,6 +124,12 @@ def test_a_read_only_state_dir_is_exit_2(tmp_path, capsys):
     try:
         path = write(tmp_path, f"state_dir: {str(state)!r}\n")
         assert_one_line(*check(capsys, path), "key 'state_dir': cannot write in", "Read-only file system")
+        # the demo keeps its state in <state_dir>/demo, which cannot be created there
+        assert_one_line(main(["--demo", "--frames", "3", "--config", str(path)]), capsys.readouterr().err,
+                        "key 'state_dir'", "Read-only file system")
+        chip = next((testdata / "faces" / "dlib" / "johns" / "John_Simm").glob("*.jpg"))
+        assert_one_line(main(["enroll", "ann", str(chip), "--aligned", "--config", str(path)]),
+                        capsys.readouterr().err, "key 'state_dir'", "Read-only file system")
     finally:
         subprocess.run(["umount", str(state)], check=True)
 
