@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from test_pipeline_e2e import isolated_env, tracker_command
+from tmpfs import tmpfs
 from tracker.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -116,12 +117,7 @@ def test_an_unusable_state_dir_is_exit_2_for_check_config_guard_and_enroll(tmp_p
 
 
 def test_a_read_only_state_dir_is_exit_2_for_check_config_guard_and_enroll(tmp_path, capsys, testdata):
-    state = tmp_path / "ro"
-    state.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(state)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a read-only file system here: {mounted.stderr.decode().strip()}")
-    try:
+    with tmpfs(tmp_path / "ro", "ro,size=1m") as state:
         path = write(tmp_path, f"state_dir: {str(state)!r}\n")
         assert_one_line(*check(capsys, path), "key 'state_dir': cannot write in", "Read-only file system")
         # the demo keeps its state in <state_dir>/demo, which cannot be created there
@@ -130,8 +126,6 @@ def test_a_read_only_state_dir_is_exit_2_for_check_config_guard_and_enroll(tmp_p
         chip = next((testdata / "faces" / "dlib" / "johns" / "John_Simm").glob("*.jpg"))
         assert_one_line(main(["enroll", "ann", str(chip), "--aligned", "--config", str(path)]),
                         capsys.readouterr().err, "key 'state_dir'", "Read-only file system")
-    finally:
-        subprocess.run(["umount", str(state)], check=True)
 
 
 @pytest.mark.parametrize("key, make", [

@@ -15,6 +15,7 @@ import pytest
 
 from mosquitto import Broker, Subscriber, make_event
 from test_mqtt import events_of, open_sink
+from tmpfs import tmpfs
 from tracker.sinks.mqtt import CLIENT_MAX_PACKET, publish_packet_size
 
 
@@ -145,14 +146,7 @@ def test_a_full_disk_drops_and_counts_events_and_the_guard_goes_on(tmp_path, sin
     """The outbox on a 1 MB file system that fills up: the event that cannot be stored is logged
     once and counted in events_dropped, publish_event never raises, and once there is room again
     events are stored and delivered."""
-    import subprocess
-
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small file system here: {mounted.stderr.decode().strip()}")
-    try:
+    with tmpfs(tmp_path / "disk", "size=1m") as disk:
         with Broker(tmp_path / "b") as broker:
             sink = open_sink(sinks, broker, disk, "cellar")
             filler = disk / "filler"
@@ -176,5 +170,3 @@ def test_a_full_disk_drops_and_counts_events_and_the_guard_goes_on(tmp_path, sin
             sub.close()
             sink.close()
             sinks.remove(sink)
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=True)
