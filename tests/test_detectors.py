@@ -10,7 +10,6 @@ own width, as the guard does with detect_width = the frame's width.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import cv2

@@ -13,7 +13,6 @@ again replaces it.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 

@@ -22,6 +22,7 @@ Detectors (`detect.detector` in the config):
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
@@ -54,12 +55,8 @@ def resolve_detector(config) -> str:
         return config.detector
     if YUNET.find() is not None:
         return "yunet"
-    if BLAZEFACE.find() is not None:
-        try:
-            import ai_edge_litert.interpreter  # noqa: F401
-            return "blazeface"
-        except ImportError:
-            pass
+    if BLAZEFACE.find() is not None and importlib.util.find_spec("ai_edge_litert") is not None:
+        return "blazeface"
     return "haar"
 
 
