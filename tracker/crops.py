@@ -1,8 +1,8 @@
 """Face crops for the face CNN: a frame and a face -> the network's (1, 88, 88) float32 input.
 
-The one place that defines what the network sees (enrolment, the guard and the detector benchmark
-call it; the int8 calibration sets of tracker.model.convert.calibration still cut their own jittered
-square crops of face chips). Two definitions, named so that enrolments record theirs:
+The one place that defines what the network sees (enrolment, the guard, the detector benchmark and
+the int8 calibration and quality sets of tracker.model.convert.calibration call it). Two
+definitions, named so that enrolments record theirs:
 - `aligned` (CROP_ALIGNED), for a detection with landmarks (YuNet, BlazeFace): the similarity
   transform (rotation, scale, shift) that best maps the eyes, nose tip and mouth centre onto
   TEMPLATE puts the eyes level at a fixed distance and position; so the same face at another size,

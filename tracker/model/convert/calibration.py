@@ -5,7 +5,9 @@ Source: a folder of face images (any of .jpg .jpeg .png .bmp .pgm, searched recu
 the real face chips of the synthetic scene (tracker.sources.synthetic.scene_chips: 4 people, read
 from the shared test data); `tracker convert --calibration DIR` (or the
 backend option `calibration`) takes the guard's own crops instead. Each image becomes inputs the
-way tracker.crops makes the guard's: grey (BT.601), resized with area averaging, / 255 -> [0, 1].
+way tracker.crops makes the guard's: for the face CNN's grey 88 x 88 input, by tracker.crops itself
+(a box crop of the window); for other models (LeNet) the same rule at their size: grey (BT.601),
+resized with area averaging when shrinking, / 255 -> [0, 1].
 Because a detector's box never sits exactly on a face, each sample is a deterministic random
 variation of an image: a square window of 80-100% of the side, shifted by up to 8%, mirrored half
 the time, gain 0.6-1.3 and offset +-0.15 (lighting), and sensor noise (sigma 0.01-0.03), clipped
@@ -26,8 +28,10 @@ from typing import Callable
 import cv2
 import numpy as np
 
+from tracker.crops import CROP_SIZE, box_face
 from tracker.errors import InputError
 from tracker.sources.synthetic import scene_chips
+from tracker.types import Box
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".pgm")
 CALIBRATION_COUNT = 200
@@ -106,12 +110,18 @@ def _sample(image: np.ndarray, size: tuple[int, int], rng: np.random.Generator) 
     cx = iw / 2 + rng.uniform(-0.08, 0.08) * side
     y0 = int(np.clip(round(cy - side / 2), 0, ih - side))
     x0 = int(np.clip(round(cx - side / 2), 0, iw - side))
-    window = image[y0:y0 + side, x0:x0 + side]
-    if rng.random() < 0.5:
-        window = window[:, ::-1]
+    flip = rng.random() < 0.5
     h, w = size
-    interpolation = cv2.INTER_AREA if side > max(h, w) else cv2.INTER_LINEAR
-    x = cv2.resize(np.ascontiguousarray(window), (w, h), interpolation=interpolation).astype(np.float32) / 255.0
+    if size == (CROP_SIZE, CROP_SIZE) and image.ndim == 2:  # the face CNN's input: the guard's crop
+        if flip:  # of the mirrored image, at the mirrored window
+            image, x0 = np.ascontiguousarray(image[:, ::-1]), iw - x0 - side
+        x = box_face(image, Box(float(x0), float(y0), float(side), float(side)), margin=0.0)
+        x = x.astype(np.float32) / 255.0
+    else:
+        window = image[y0:y0 + side, x0:x0 + side]
+        window = window[:, ::-1] if flip else window
+        interpolation = cv2.INTER_AREA if side > max(h, w) else cv2.INTER_LINEAR
+        x = cv2.resize(np.ascontiguousarray(window), (w, h), interpolation=interpolation).astype(np.float32) / 255.0
     x = x * rng.uniform(0.6, 1.3) + rng.uniform(-0.15, 0.15)
     x = x + rng.standard_normal(x.shape, dtype=np.float32) * rng.uniform(0.01, 0.03)
     return np.clip(x, 0.0, 1.0)
