@@ -275,6 +275,7 @@ def _plots(rows: list[Row], out: Path, cpu: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import LogFormatter
 
     labels = [f"{r.detector}\n{r.size}\n{r.mode}" for r in rows]
     means = [float(np.mean(r.times_ms)) for r in rows]
@@ -287,6 +288,9 @@ def _plots(rows: list[Row], out: Path, cpu: str) -> None:
             ax.bar(x + 0.2, p95, 0.4, label="p95")
             ax.set_xticks(x, labels, fontsize="small")
             ax.set_yscale(scale)
+            if scale == "log":  # plain numbers (2, 5, 10, 20), not 2x10^0
+                ax.yaxis.set_major_formatter(LogFormatter())
+                ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
             ax.set_ylabel("ms per frame" + (", log scale" if scale == "log" else ""))
             ax.set_title(f"Face detection per frame, synthetic scene, {cpu}")
             ax.grid(True, axis="y", which="both", alpha=0.3)
