@@ -44,13 +44,14 @@ from tracker.crops import crop_batch
 from tracker.detect import DETECTORS, create_detector, resolve_detector
 from tracker.errors import BackendUnavailable, InputError, ModelError
 from tracker.motion import MotionGate
+from tracker.sources.synthetic import DEFAULT_FACES_DIR
 from tracker.tracking.assign import iou_matrix
 from tracker.types import Box
 
 FRAMES = 200
 SIZES = ((320, 240), (640, 480))
 MODES = ("whole", "regions")
-DLIB_FACES = Path(__file__).resolve().parents[2].parent / "shared" / "testdata" / "faces" / "dlib" / "faces"
+DLIB_FACES = DEFAULT_FACES_DIR.parent / "faces"  # the annotated photos beside the scene's face chips
 CSV_FIELDS = ("detector", "size", "mode", "frames", "mean_ms", "p50_ms", "p95_ms", "faces", "found", "recall",
               "false_positives")
 
