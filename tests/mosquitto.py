@@ -227,6 +227,16 @@ class Subscriber:
         self.client.loop_stop()
 
 
+def wait_until(condition, timeout: float = WAIT_S, what: str = "condition") -> None:
+    """Poll `condition()` until true (raises AssertionError after `timeout` s). For state that another
+    thread changes after the broker has answered, e.g. the outbox row a PUBACK deletes with a commit."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.02)
+
+
 def sink_config(broker: Broker, device: str = "pi1", **mqtt_keys):
     """A validated Config whose mqtt section points at `broker` (fast reconnects for tests)."""
     from tracker.config import parse_config

@@ -11,12 +11,13 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from mosquitto import Broker, Subscriber, make_event, sink_config
+from mosquitto import Broker, Subscriber, make_event, sink_config, wait_until
 from tracker.errors import ConfigError
 from tracker.events import event_payload
 from tracker.sinks.mqtt import MqttSink, read_password
@@ -80,7 +81,8 @@ def test_events_state_snapshot_and_availability(broker, sinks, tmp_path):
         "tracker/pi1/availability", "tracker/pi1/state", "tracker/pi1/snapshot"})
     assert (("tracker/pi1/availability", b"online", True)) in retained
     assert ("tracker/pi1/snapshot", b"\xff\xd8 face 2", True) in retained
-    assert len(sink.outbox) == 0  # every event acknowledged and deleted
+    # every event acknowledged and deleted (each deletion is a commit on paho's thread, after the PUBACK)
+    wait_until(lambda: len(sink.outbox) == 0, what="the outbox to empty")
     late.close()
 
     sink.close()
@@ -186,12 +188,16 @@ def test_two_guards_with_one_device_id_are_named_as_the_cause(broker, sinks, tmp
     while time.monotonic() < deadline and not any("give each guard its own device.id" in r.getMessage()
                                                   for r in caplog.records):
         time.sleep(0.05)
-    mine = [r for r in caplog.records if r.name == "tracker.sinks.mqtt" and r.levelno >= logging.WARNING]
-    errors = [r.getMessage() for r in mine if r.levelno == logging.ERROR]
+    mine = [r.getMessage() for r in caplog.records if r.name == "tracker.sinks.mqtt" and r.levelno >= logging.WARNING]
     # mosquitto 2.0.11 just closes the displaced connection (newer brokers send the MQTT 5 reason
-    # "Session taken over"); either way the log names the likely cause, and does not repeat itself
-    assert any("client id 'tracker-twin'" in e and "own device.id" in e for e in errors), errors
-    assert len(mine) <= 8, [r.getMessage() for r in mine]
+    # "Session taken over"); either way the log names the likely cause
+    assert any("client id 'tracker-twin'" in m and "own device.id" in m for m in mine), mine
+    # The guards go on flapping while the log is read, so bound what holds at any moment: each
+    # problem is said once per outage by each guard, and no outage ends here (that takes a 30 s
+    # connection): the hint at most once per guard, and a few distinct lines in all.
+    assert max(Counter(mine).values()) <= 2, mine
+    assert sum("own device.id" in m for m in mine) <= 2, mine
+    assert len(mine) <= 2 * 6, mine
 
 
 def test_presence_change_publishes_state_at_once(broker, sinks, tmp_path):

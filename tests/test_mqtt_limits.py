@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from dataclasses import replace
 
 import paho.mqtt.client as mqtt
 import pytest
 
-from mosquitto import Broker, Subscriber, make_event
+from mosquitto import Broker, Subscriber, make_event, wait_until
 from test_mqtt import events_of, open_sink
 from tmpfs import tmpfs
 from tracker.sinks.mqtt import CLIENT_MAX_PACKET, publish_packet_size
@@ -64,6 +63,13 @@ def test_a_broker_maximum_packet_size_is_honoured(tmp_path, sinks, caplog):
         state = [json.loads(p) for t, p, _ in messages if t.endswith("/state")][-1]
         assert state["events_dropped"] == 1 and state["too_large"]["discovery"] >= 1 and state["too_large"]["event"] == 1
         assert not [t for t, _, _ in messages if t.startswith("homeassistant/")]
+        # Sync with the sink before reading its counters: a drop caused by anything it sent so far
+        # reaches paho's thread (failed_attempts) before the PUBACK of a last event, which the
+        # broker would only send on a new connection (logged as one) and which empties the outbox.
+        last = make_event(track_id=100)
+        sink.publish_event(last, None)
+        sub.wait_for(lambda m: last.id in [e["id"] for e in events_of(m, "tracker/door/events")])
+        wait_until(lambda: len(sink.outbox) == 0, what="the last event's PUBACK")
         assert sink.failed_attempts == 0 and broker.log_text().count("New client connected") == 2  # sink + subscriber
         sub.close()
     said = [r.getMessage() for r in caplog.records if "not sent" in r.getMessage()]
@@ -80,22 +86,31 @@ def test_the_broker_receive_maximum_bounds_the_messages_in_flight(tmp_path, sink
     events = [make_event(track_id=i) for i in range(18)]
     for event in events:
         sink.publish_event(event, None)
-    most, stop = [0], threading.Event()
+    # The count of unacknowledged publishes only rises when the sink records one, always with
+    # sink._lock held; recording the count there sees its true maximum, which a sampler may miss.
+    most = [0]
 
-    def sample():
-        while not stop.is_set():
-            most[0] = max(most[0], len(sink._inflight) + len(sink._control))
-            time.sleep(0.0005)
+    def record():
+        most[0] = max(most[0], len(sink._inflight) + len(sink._control))
 
-    sampler = threading.Thread(target=sample, daemon=True)
+    class Inflight(dict):
+        def __setitem__(self, mid, seq):
+            super().__setitem__(mid, seq)
+            record()
+
+    class Control(set):
+        def add(self, mid):
+            super().add(mid)
+            record()
+
+    with sink._lock:  # not connected yet: both are empty
+        sink._inflight, sink._control = Inflight(), Control()
     with broker:
-        sampler.start()
         sub = Subscriber(broker, ["tracker/hall/events"])
         messages = sub.wait_for(lambda m: len(events_of(m, "tracker/hall/events")) >= 18)
-        stop.set()
-        sampler.join()
         sub.close()
     assert [e["id"] for e in events_of(messages, "tracker/hall/events")] == [e.id for e in events]
+    # 1 <= most: some publish was recorded (fails only if all 19 were acknowledged before the sink recorded them)
     assert sink._window == 2 and 1 <= most[0] <= 2
 
 
@@ -108,14 +123,26 @@ def test_an_oversize_retained_status_message_never_reaches_the_guard(tmp_path, s
         publisher.connect("127.0.0.1", broker.port)
         publisher.loop_start()
         publisher.publish("homeassistant/status", b"x" * 100_000, qos=1, retain=True).wait_for_publish(10)
-        publisher.disconnect()
-        publisher.loop_stop()
         assert 100_000 > CLIENT_MAX_PACKET
         v5 = open_sink(sinks, broker, tmp_path / "a", "v5")
         v311 = open_sink(sinks, broker, tmp_path / "b311", "old", protocol="v311")
+        received = []  # payloads of the messages v5 receives (paho's thread)
+
+        def on_message(client, userdata, message):
+            received.append(bytes(message.payload))
+            v5._on_message(client, userdata, message)
+
+        v5._client.on_message = on_message
         assert wait(lambda: v5.connected and v311.connected)
         assert wait(lambda: v311._inbound_ignored == 1)
-        time.sleep(1.0)  # the retained message went out to both at subscription time
+        # Mosquitto queues the retained messages for a subscription before it sends the SUBACK, and
+        # keeps per-client order: once a marker published after that has reached v5, anything the
+        # broker was going to deliver from the retained message has been handled too.
+        assert wait(lambda: f"Sending SUBACK to {v5.client_id}" in broker.log_text())
+        publisher.publish("homeassistant/status", b"offline", qos=1).wait_for_publish(10)  # ignored by the sink
+        assert wait(lambda: b"offline" in received)
+        publisher.disconnect()
+        publisher.loop_stop()
         assert v5._inbound_ignored == 0 and v5.connected
 
 
@@ -127,11 +154,13 @@ def test_broker_restarts_are_not_blamed_on_another_client(tmp_path, sinks, caplo
     broker = Broker(tmp_path / "b")
     with broker:
         sink = open_sink(sinks, broker, tmp_path / "state", "porch", reconnect_max_s=1)
-        for _ in range(4):
-            assert wait(lambda: sink.connected)
-            time.sleep(3.0)
-            broker.restart()
         assert wait(lambda: sink.connected)
+        for _ in range(4):
+            time.sleep(3.0)  # connected for longer than a flap (_FLAP_S)
+            connects = sink._generation  # bumped on every CONNACK
+            broker.restart()
+            # `connected` may still be the old connection's True until paho notices the drop
+            assert wait(lambda: sink._generation > connects)
         sub = Subscriber(broker, ["tracker/porch/events"])
         event = make_event()
         sink.publish_event(event, None)

@@ -432,7 +432,8 @@ class MqttSink:
             self._log_problem(f"lost the connection to {self._where} ({name})")
             if self._short_sessions >= _FLAPS:
                 self._log_problem(
-                    f"the broker closed the connection within {_FLAP_S:g} s of accepting it {self._short_sessions} "
+                    # no count in the text: _log_problem says each distinct text once per outage
+                    f"the broker closed the connection within {_FLAP_S:g} s of accepting it {_FLAPS} or more "
                     f"times in a row without a reason: another client may be using client id {self.client_id!r} "
                     "(give each guard its own device.id), or the broker's ACL refuses this client's topics",
                     error=True)
