@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tracker.bench.detectors import parse_detector_names, run_detector_benchmark
+from tracker.bench.detectors import detect_settings, parse_detector_names, run_detector_benchmark
 from tracker.cli import main
 from tracker.config import parse_config
 from tracker.errors import InputError
@@ -35,6 +35,20 @@ def test_detector_benchmark_writes_rows_dlib_counts_and_the_budget(tmp_path, tes
         assert (tmp_path / "out" / name).read_bytes()[:4] == b"\x89PNG"
     printed = capsys.readouterr().out
     assert "frame budget (yunet at 320 px, regions" in printed and "fps" in printed
+
+
+def test_the_configured_model_goes_only_to_its_own_detector(tmp_path):
+    """`detect.model` names the configured detector's file: `--detectors all` must not hand a YuNet
+    file to BlazeFace (its sha256 check would stop the benchmark with exit 2)."""
+    model = tmp_path / "yunet.onnx"
+    model.write_bytes(b"onnx")
+    config = parse_config({"state_dir": str(tmp_path / "state"),
+                           "detect": {"detector": "yunet", "model": str(model), "detect_width": 320}})
+    assert detect_settings(config, "yunet", detect_width=640).model == model
+    assert detect_settings(config, "yunet", detect_width=640).detect_width == 640
+    for other in ("blazeface", "haar"):
+        settings = detect_settings(config, other, detect_width=640)
+        assert settings.detector == other and settings.model is None
 
 
 def test_detector_names_are_checked():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ from hypothesis import strategies as st
 from test_pipeline_e2e import isolated_env, tracker_command
 from tmpfs import tmpfs
 from tracker.cli import main
+from tracker.detect.blazeface import BlazeFaceDetector
+from tracker.errors import BackendUnavailable
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -89,6 +92,26 @@ def test_check_config_refuses_what_the_run_would(tmp_path, capsys, yaml_text, fr
     assert_one_line(*check(capsys, path), fragment)
 
 
+@pytest.mark.parametrize("args, fragment", [
+    (("--backend", "nope"), "key 'backend.name': unknown backend 'nope'; expected one of caffe-openblas"),
+    (("--backend", "opencv-dnn", "--precision", "int8"), "key 'backend.precision': backend 'opencv-dnn' has no 'int8'"),
+])
+def test_check_config_applies_the_command_line_overrides(tmp_path, capsys, args, fragment):
+    path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\n")
+    assert_one_line(*check(capsys, path, *args), fragment)
+
+
+def test_blazeface_without_litert_stops_check_config_as_it_stops_the_guard(tmp_path, capsys, monkeypatch):
+    # None in sys.modules: find_spec reports it absent and importing it fails (the submodule too,
+    # which an earlier test may have imported)
+    for name in ("ai_edge_litert", "ai_edge_litert.interpreter"):
+        monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(BackendUnavailable) as guard:
+        BlazeFaceDetector()  # what the guard's start-up meets
+    path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\ndetect:\n  detector: blazeface\n")
+    assert check(capsys, path) == (3, f"tracker: error: {guard.value}\n")
+
+
 def test_a_caffemodel_of_another_shape_is_refused_by_check_config(tmp_path, capsys, testdata):
     lenet = testdata / "caffe" / "lenet" / "lenet_iter_10000.caffemodel"
     path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\nmodel:\n  weights: {str(lenet)!r}\n")
@@ -129,14 +152,18 @@ def test_a_read_only_state_dir_is_exit_2_for_check_config_guard_and_enroll(tmp_p
 
 
 @pytest.mark.parametrize("key, make", [
-    ("sinks.jsonl", lambda t: ("sinks:\n  jsonl: {}\n", t)),  # a directory
-    ("latency.path", lambda t: ("latency:\n  path: {}\n", t / "a-file" / "latency.jsonl")),  # under a file
+    ("sinks.jsonl", lambda t: ("sinks:\n  jsonl: {}\n", t, f"{str(t)!r} is a directory; expected a file path")),
+    ("latency.path", lambda t: ("latency:\n  path: {}\n", t / "a-file" / "latency.jsonl",  # under a file
+                                f"{str(t / 'a-file')!r} is a file; expected a writable directory")),
 ])
-def test_log_paths_that_cannot_be_files(tmp_path, capsys, key, make):
+def test_log_paths_that_cannot_be_files_are_exit_2_for_check_config_and_guard(tmp_path, capsys, key, make):
     (tmp_path / "a-file").write_text("x")
-    template, target = make(tmp_path)
-    path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\n" + template.format(repr(str(target))))
-    assert_one_line(*check(capsys, path), f"key {key!r}")
+    template, target, fragment = make(tmp_path)
+    path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\nsource:\n  realtime: false\n"
+                 + template.format(repr(str(target))))
+    assert_one_line(*check(capsys, path), f"key {key!r}", fragment)
+    assert_one_line(main(["--demo", "--frames", "3", "--config", str(path)]), capsys.readouterr().err,
+                    f"key {key!r}", fragment)
 
 
 # -- property: whatever the file holds, one line or a valid config ---------------------------------

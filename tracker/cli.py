@@ -83,9 +83,11 @@ def _run_main(argv: list[str]) -> int:
     args = _main_parser().parse_args(argv)
     config = _load_config(args)
     if args.check_config:
+        from tracker.pipeline import effective_config
         from tracker.preflight import check_runnable
 
-        detector = check_runnable(config)
+        # --backend/--precision/--demo change what the run would refuse: check the config the run uses
+        detector = check_runnable(effective_config(config, args))
         print(f"config ok: {args.config or 'config/tracker.yaml'} (detector {detector})")
         return 0
     if args.list_backends:

@@ -156,6 +156,14 @@ def _run_scene(detector, width: int, height: int, mode: str, frames: int, crops:
     return row, {k: (sum(v) / frames) for k, v in stage.items()}
 
 
+def detect_settings(config: Config, name: str, **updates):
+    """The config's detect section for detector `name`. `detect.model` is the file of the configured
+    detector only (the config refuses one for any other), so the others use their search path:
+    a YuNet file given to BlazeFace would fail its sha256 check."""
+    model = config.detect.model if name == config.detect.detector else None
+    return config.detect.model_copy(update={**updates, "detector": name, "model": model})
+
+
 def _dlib(detector_name: str, config) -> dict:
     """Recall and false positives on dlib's annotated photos at the detector's defaults."""
     if not DLIB_FACES.is_dir():
@@ -167,10 +175,10 @@ def _dlib(detector_name: str, config) -> dict:
             truth = [Box(float(b.get("left")), float(b.get("top")), float(b.get("width")), float(b.get("height")))
                      for b in image_node.iter("box")]
             width = image.shape[1] * (2 if detector_name == "haar" else 1)  # Haar: its README reference, x2
-            overrides = {"detector": detector_name, "detect_width": width}
+            overrides = {"detect_width": width}
             if detector_name == "haar":
                 overrides["min_face_px"] = 12
-            detector = create_detector(config.detect.model_copy(update=overrides), quiet=True)
+            detector = create_detector(detect_settings(config, detector_name, **overrides), quiet=True)
             boxes = [d.box for d in detector.detect(image)]
             tp = _matches(truth, boxes, 0.3)
             faces, found, false = faces + len(truth), found + tp, false + len(boxes) - tp
@@ -188,8 +196,7 @@ def run_detector_benchmark(config: Config, names: list[str], out: Path, frames: 
         if name in unavailable:
             continue
         try:
-            detector = create_detector(config.detect.model_copy(update={"detector": name, "detect_width": width,
-                                                                        "model": None}), quiet=True)
+            detector = create_detector(detect_settings(config, name, detect_width=width), quiet=True)
         except (ModelError, BackendUnavailable) as err:
             unavailable[name] = str(err)
             print(f"benchmark: {name}: not available: {err}", file=sys.stderr)
@@ -304,4 +311,4 @@ def _plots(rows: list[Row], out: Path, cpu: str) -> None:
         atomic_write(out / f"detectors_ms_{scale}.png", buffer.getvalue())
 
 
-__all__ = ["parse_detector_names", "run_detector_benchmark", "detector_table"]
+__all__ = ["detect_settings", "parse_detector_names", "run_detector_benchmark", "detector_table"]

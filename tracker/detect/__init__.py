@@ -31,6 +31,7 @@ import numpy as np
 
 from tracker.detect.haar import HaarDetector
 from tracker.detect.model_files import BLAZEFACE, YUNET
+from tracker.errors import BackendUnavailable
 from tracker.types import Box, Detection, Frame
 
 DETECTORS = ("auto", "yunet", "blazeface", "haar")
@@ -62,10 +63,15 @@ def resolve_detector(config) -> str:
 
 def check_detector(config) -> str:
     """What `create_detector` would use, with its model file checked (sha256), without loading a
-    runtime: for `tracker --check-config`. Returns the detector's name; ModelError otherwise."""
+    runtime: for `tracker --check-config`. Returns the detector's name; ModelError otherwise, or
+    BackendUnavailable (exit 3) for an explicit blazeface without LiteRT (`auto` would not pick it)."""
     name = resolve_detector(config)
     if name != "haar":
         (YUNET if name == "yunet" else BLAZEFACE).locate(config.model)
+    if name == "blazeface" and importlib.util.find_spec("ai_edge_litert") is None:
+        from tracker.detect.blazeface import LITERT_MISSING  # what the run would say
+
+        raise BackendUnavailable(LITERT_MISSING)
     return name
 
 

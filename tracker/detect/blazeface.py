@@ -34,6 +34,8 @@ _LOGIT_CLIP = 100.0
 # The anchors' centres in input pixels, row-major over the grid (x varies fastest), (2304, 2).
 _cells = (np.arange(GRID, dtype=np.float32) + 0.5) * (INPUT_SIDE / GRID)
 ANCHORS = np.stack(np.meshgrid(_cells, _cells), axis=-1).reshape(-1, 2)
+LITERT_MISSING = ("blazeface detector: ai-edge-litert is not installed; expected the `litert` extra "
+                  "(pip install 'tracker[litert]')")
 
 
 class BlazeFaceDetector(WindowedDetector):
@@ -50,8 +52,7 @@ class BlazeFaceDetector(WindowedDetector):
         try:
             from ai_edge_litert.interpreter import Interpreter
         except ImportError:
-            raise BackendUnavailable("blazeface detector: ai-edge-litert is not installed; expected the `litert` "
-                                 "extra (pip install 'tracker[litert]')") from None
+            raise BackendUnavailable(LITERT_MISSING) from None
         try:
             self._interpreter = Interpreter(str(self.model_path), num_threads=threads)
             self._interpreter.allocate_tensors()
