@@ -204,3 +204,41 @@ def test_bad_names_are_refused(tmp_path, testdata, capsys, name):
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("tracker: error: "), err
     assert not list(tmp_path.rglob("*.npz"))
+
+
+def test_refresh_recomputes_people_for_new_weights_from_their_kept_crops(tmp_path, johns):
+    """Enrolled under seeded random weights, then the caffemodel changes: `enroll --refresh`
+    recomputes the person from the crops kept in their file, equal to enrolling anew; a person
+    enrolled without kept crops (a file of an older version) is named as needing enrolment."""
+    from tracker.model import face_cnn
+
+    random_weights = face_cnn.generate(tmp_path / "random.caffemodel")
+    old = tmp_path / "old.yaml"
+    old.write_text(f"state_dir: {str(tmp_path / 'state')!r}\nmodel: {{weights: {str(random_weights)!r}}}\n")
+    new = state_config(tmp_path, detector="auto")
+    files = johns["John_Simm"][:3]
+    assert enroll_cli(tmp_path, old, "simm", *files).returncode == 0
+    np.savez(tmp_path / "state" / "people" / "legacy.npz", mean=np.ones(128, np.float32), count=np.int64(1),
+             model=np.str_("old-sha"), crop=np.str_("aligned-v1"))
+    proc = subprocess.run([*tracker_command(), "enroll", "--refresh", "--config", str(new)], capture_output=True,
+                          text=True, env=isolated_env(tmp_path), cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "recomputed 1 person(s)" in proc.stdout and "simm" in proc.stdout
+    assert "cannot recompute legacy" in proc.stdout
+    shipped = load_config(new).model.weights
+    with np.load(tmp_path / "state" / "people" / "simm.npz") as data:
+        assert str(data["model"]) == file_sha256(shipped) and data["chips"].shape == (3, 88, 88)
+        refreshed = data["mean"]
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    again = state_config(fresh, detector="auto")
+    assert enroll_cli(fresh, again, "simm", *files).returncode == 0
+    with np.load(fresh / "state" / "people" / "simm.npz") as data:
+        np.testing.assert_allclose(refreshed, data["mean"], atol=1e-5)
+
+
+def test_enroll_needs_a_name_and_images_or_refresh_alone(tmp_path):
+    for args in (["--refresh", "ann"], ["ann"], []):
+        proc = subprocess.run([*tracker_command(), "enroll", *args], capture_output=True, text=True,
+                              env=isolated_env(tmp_path), cwd=tmp_path, timeout=120)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "expected" in proc.stderr, proc.stderr

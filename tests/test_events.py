@@ -48,3 +48,19 @@ def test_identity_known_at_confirmation_is_announced_once():
     events = run(frames, [("bob", 0.8)] * 4)
     assert [(e.kind, e.identity) for e in events] == [("entered", "bob")]
     assert np.isclose(events[0].confidence, 1.0)
+
+
+def test_a_stranger_is_announced_as_unknown_once_the_track_has_enough_faces():
+    tracker = Tracker(min_hits=2, max_age=2)
+    votes = IdentityVotes(threshold=0.5, min_faces=4)
+    ids = (f"e{i}" for i in itertools.count())
+    maker = EventMaker(new_id=lambda: next(ids))
+    events = []
+    for i in range(10):
+        views = tracker.update([Detection(Box(100 + i, 100, 50, 50))] if i < 7 else [])
+        for view in views:
+            if view.detection_index is not None:
+                votes.add(view.track_id, "unknown", 0.1)
+        events += maker.frame_events(views, votes, t_ns=i, wall_time=1000.0 + i)
+    assert [(e.kind, e.identity, e.t_ns) for e in events] == [
+        ("entered", "unknown", 1), ("identified", "unknown", 3), ("left", "unknown", 9)]

@@ -1,5 +1,6 @@
 """The face CNN's Caffe files: the network of DESIGN.md section 1 derived from the prototxt
-itself, and reproducible weights that regenerate to identical bytes and load in OpenCV."""
+itself, the shipped (trained) weights loading in OpenCV, and the seeded random weights that tests
+generate on the fly and that regenerate to identical bytes."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+import pytest
 
 from tracker.backends.base import default_model
 from tracker.model import face_cnn
@@ -57,8 +59,13 @@ def test_architecture_of_design_section_1():
     assert net.layers[-1].type == "Softmax" and net.layers[-1].tops == ("prob",)
 
 
-def test_weights_follow_the_he_recipe():
-    net = load_net(PROTOTXT, CAFFEMODEL)
+@pytest.fixture(scope="module")
+def random_weights(tmp_path_factory) -> Path:
+    return face_cnn.generate(tmp_path_factory.mktemp("random") / "face_cnn.caffemodel")
+
+
+def test_random_weights_follow_the_he_recipe(random_weights):
+    net = load_net(PROTOTXT, random_weights)
     for layer in net.layers:
         if not layer.blobs:
             continue
@@ -70,19 +77,20 @@ def test_weights_follow_the_he_recipe():
         np.testing.assert_allclose(bias, 0.01 * np.linspace(-1, 1, bias.size), rtol=1e-6)
 
 
-def test_regenerating_gives_identical_bytes(tmp_path):
-    out = face_cnn.generate(out=tmp_path / "again.caffemodel")
-    assert out.read_bytes() == CAFFEMODEL.read_bytes()
-    other = face_cnn.generate(out=tmp_path / "seed.caffemodel", seed=face_cnn.SEED + 1)
-    assert other.read_bytes() != CAFFEMODEL.read_bytes()
+def test_regenerating_random_weights_gives_identical_bytes(tmp_path, random_weights):
+    out = face_cnn.generate(tmp_path / "again.caffemodel")
+    assert out.read_bytes() == random_weights.read_bytes()
+    other = face_cnn.generate(tmp_path / "seed.caffemodel", seed=face_cnn.SEED + 1)
+    assert other.read_bytes() != random_weights.read_bytes()
+    assert CAFFEMODEL.read_bytes() != random_weights.read_bytes()  # the shipped weights are trained
 
 
-def test_module_entry_point_writes_the_same_file(tmp_path):
+def test_module_entry_point_writes_the_same_file(tmp_path, random_weights):
     out = tmp_path / "cli.caffemodel"
     result = subprocess.run([sys.executable, "-m", "tracker.model.face_cnn", "--out", str(out)],
                             capture_output=True, text=True, cwd=REPO, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert out.read_bytes() == CAFFEMODEL.read_bytes()
+    assert out.read_bytes() == random_weights.read_bytes()
 
 
 def test_opencv_runs_the_committed_files():

@@ -52,3 +52,19 @@ def test_votes_accumulate_over_the_track_life():
     assert name == "ann" and confidence == pytest.approx(3.2 / 4.1)
     votes.forget(1)
     assert votes.voted(1) == (UNKNOWN, 0.0)
+
+
+def test_a_track_needs_enough_faces_and_a_clear_lead():
+    votes = IdentityVotes(threshold=0.5, min_faces=3, margin=0.2)
+    votes.add(1, "ann", 0.9)
+    votes.add(1, "ann", 0.9)
+    assert not votes.decided(1) and votes.voted(1) == (UNKNOWN, 0.0)  # two faces are not enough
+    votes.add(1, "ann", 0.9)
+    assert votes.decided(1) and votes.voted(1) == ("ann", 1.0)
+    for _ in range(3):
+        votes.add(2, "ann", 0.8)
+        votes.add(2, "bob", 0.7)  # ann leads by 0.3 / 4.5 of the votes: too close to call
+    assert votes.decided(2) and votes.voted(2) == (UNKNOWN, 0.0)
+    for _ in range(3):
+        votes.add(3, UNKNOWN, 0.1)  # a stranger: every face below the threshold
+    assert votes.voted(3) == (UNKNOWN, 1.0)

@@ -8,6 +8,9 @@
     tracker convert --to tf|tflite|onnx [...]                                   Caffe -> other engines
     tracker enroll NAME IMAGE_OR_FOLDER...                                      store a person
     tracker eval-mot DETECTIONS [--gt GT] [--out TRACKS]                        tracker metrics
+    tracker train [--data SET]... [--epochs N] [--resume]                       train the face CNN
+    tracker eval-faces --pairs FILE --images DIR | --folder DIR                 face CNN accuracy
+    tracker identify IMAGE_OR_FOLDER... [--aligned] [--json]                    who each face is
 
 A user mistake prints one line (`tracker: error: ...`) and exits 2 (3 for a missing runtime);
 only an unexpected failure prints a traceback (exit 1). Only this module knows `pipeline`.
@@ -16,13 +19,14 @@ only an unexpected failure prints a traceback (exit 1). Only this module knows `
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from pathlib import Path
 
 from tracker.errors import EXIT_UNEXPECTED, InputError, TrackerError
 
-SUBCOMMANDS = ("convert", "enroll", "eval-mot")
+SUBCOMMANDS = ("convert", "enroll", "eval-mot", "train", "eval-faces", "identify")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -120,6 +124,18 @@ def _run_subcommand(name: str, argv: list[str]) -> int:
         from tracker.enroll import enroll_command
 
         return enroll_command(argv)
+    if name == "train":
+        from tracker.train.command import train_command
+
+        return train_command(argv)
+    if name == "eval-faces":
+        from tracker.evaluate_faces import eval_faces_command
+
+        return eval_faces_command(argv)
+    if name == "identify":
+        from tracker.identify import identify_command
+
+        return identify_command(argv)
     from tracker.tracking.evaluate import eval_mot_command
 
     return eval_mot_command(argv)
@@ -136,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (e.g. `| head`): not a failure of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush is silent
+        return 0
     except Exception:  # an unexpected failure: the traceback is the useful report
         traceback.print_exc()
         return EXIT_UNEXPECTED

@@ -117,7 +117,10 @@ class BatcherConfig(Section):
 
 
 class IdentityConfig(Section):
-    threshold: float = Field(0.5, ge=-1.0, le=1.0)
+    # cosine at or above which a face is an enrolled person; None: the model card's (tracker.identity)
+    threshold: float | None = Field(None, ge=-1.0, le=1.0)
+    min_faces: int = Field(3, ge=1, le=1000)  # faces a track needs before its identity is said
+    margin: float = Field(0.2, ge=0.0, le=1.0)  # the winner's lead over the runner-up, share of all votes
 
 
 class TrackingConfig(Section):

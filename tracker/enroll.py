@@ -7,8 +7,9 @@ runs on the chip with a replicated border around it (a tight chip has too little
 and its largest face is taken; with Haar (no landmarks; it misses or doubles faces on tight chips)
 the whole chip is the box. The faces go through the same detector, crop (`tracker.crops`) and
 backend as the guard, and `tracker.identity.save_person` stores the mean embedding in
-`<state_dir>/people/NAME.npz` with the crop definition and the weights' sha256. Enrolling a name
-again replaces it.
+`<state_dir>/people/NAME.npz` with the crop definition, the weights' sha256 and the crops themselves.
+Enrolling a name again replaces it. `tracker enroll --refresh` (and the guard at start) recomputes
+the people enrolled with other weights from those kept crops.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from tracker.config import Config, load_config
 from tracker.crops import CROP_MARGIN, crop_batch, crop_definition
 from tracker.detect import FaceDetector, create_detector
 from tracker.errors import InputError
-from tracker.identity import file_sha256, save_person, validate_name
+from tracker.identity import file_sha256, refresh_people, save_person, validate_name
 from tracker.preflight import prepare_state_dir
 from tracker.types import Box, Detection
 
@@ -48,6 +49,17 @@ def image_files(inputs: list[Path]) -> list[Path]:
     return files
 
 
+def _detect_padded(image: np.ndarray, detector: FaceDetector) -> list[Detection]:
+    """The detector's faces on `image` padded by CHIP_PAD of its side (edge-replicated: a photo
+    cropped close around a face has too little context for a CNN detector), in `image` pixels."""
+    h, w = image.shape[:2]
+    px, py = round(w * CHIP_PAD), round(h * CHIP_PAD)
+    padded = cv2.copyMakeBorder(image, py, py, px, px, cv2.BORDER_REPLICATE)
+    return [Detection(Box(d.box.x - px, d.box.y - py, d.box.w, d.box.h), d.score,
+                      None if d.landmarks is None else tuple((x - px, y - py) for x, y in d.landmarks))
+            for d in detector.detect(padded)]
+
+
 def chip_face(chip: np.ndarray, detector: FaceDetector) -> Detection | None:
     """The face of a tight face chip (BGR uint8): with a landmark detector, its largest detection
     on the chip padded by CHIP_PAD (edge-replicated), in chip pixels, or None when it finds none;
@@ -55,15 +67,22 @@ def chip_face(chip: np.ndarray, detector: FaceDetector) -> Detection | None:
     h, w = chip.shape[:2]
     if not detector.gives_landmarks:
         return Detection(Box(0.0, 0.0, float(w), float(h)))
-    px, py = round(w * CHIP_PAD), round(h * CHIP_PAD)
-    padded = cv2.copyMakeBorder(chip, py, py, px, px, cv2.BORDER_REPLICATE)
-    faces = detector.detect(padded)
-    if not faces:
-        return None
-    best = max(faces, key=lambda d: d.box.w * d.box.h)
-    box = Box(best.box.x - px, best.box.y - py, best.box.w, best.box.h)
-    points = tuple((x - px, y - py) for x, y in best.landmarks)
-    return Detection(box, best.score, points)
+    faces = _detect_padded(chip, detector)
+    return max(faces, key=lambda d: d.box.w * d.box.h) if faces else None
+
+
+def central_face(photo: np.ndarray, detector: FaceDetector) -> Detection | None:
+    """The face of a photo centred on one person (a data set's portrait, e.g. LFW's or CelebA's):
+    the detection (on the photo padded as for chips) whose box centre is nearest the photo's
+    centre, if that centre lies in the middle half of the photo; otherwise None."""
+    h, w = photo.shape[:2]
+    faces = _detect_padded(photo, detector) if detector.gives_landmarks else detector.detect(photo)
+
+    def offset(d: Detection) -> float:
+        return max(abs(d.box.x + d.box.w / 2 - w / 2) / w, abs(d.box.y + d.box.h / 2 - h / 2) / h)
+
+    best = min(faces, key=offset, default=None)
+    return best if best is not None and offset(best) <= 0.25 else None
 
 
 def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = False, report=print,
@@ -95,32 +114,67 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
     if not crops:
         raise InputError(f"enroll: no usable face for {name!r} in {len(files)} image(s); "
                          "expected images showing exactly one face each")
-    model = ModelSpec(config.model.prototxt, config.model.weights, config.model.probs, config.model.embedding)
+    batch = np.ascontiguousarray(np.concatenate(crops))
     own_backend = backend is None
     if own_backend:
-        backend = create_backend(config.backend.name, model, precision=config.backend.precision,
-                                 threads=config.backend.threads)
+        backend = open_backend(config)
     try:
-        embeddings = backend.infer(np.ascontiguousarray(np.concatenate(crops))).embedding
+        embeddings = backend.infer(batch).embedding
     finally:
         if own_backend:
             backend.close()
     path = save_person(config.resolved_state_dir(), name, embeddings, file_sha256(config.model.weights),
-                       crop_definition(detector.gives_landmarks))
+                       crop_definition(detector.gives_landmarks), batch)
     return path, len(crops), len(files) - len(crops)
+
+
+def open_backend(config: Config):
+    """The config's backend for its model files (the caller closes it)."""
+    model = ModelSpec(config.model.prototxt, config.model.weights, config.model.probs, config.model.embedding)
+    return create_backend(config.backend.name, model, precision=config.backend.precision, threads=config.backend.threads)
+
+
+def refresh(config: Config, detector: FaceDetector, backend, report=print) -> tuple[list[str], list[str]]:
+    """Recompute every person enrolled with other weights from their kept crops
+    (`tracker.identity.refresh_people`); reports what it did and who must be enrolled again.
+    Returns (names refreshed, names that must be enrolled again)."""
+    refreshed, stale = refresh_people(config.resolved_state_dir(), backend, file_sha256(config.model.weights),
+                                      crop_definition(detector.gives_landmarks))
+    if refreshed:
+        report(f"enroll: recomputed {len(refreshed)} person(s) for the weights {config.model.weights.name}: "
+               f"{', '.join(refreshed)}")
+    if stale:
+        report(f"enroll: cannot recompute {', '.join(stale)}: enrolled without kept crops or from other crops "
+               f"than the detector gives now; enroll them again")
+    return refreshed, stale
 
 
 def enroll_command(argv: list[str]) -> int:
     from tracker.cli import _Parser
 
     parser = _Parser(prog="tracker enroll", description="Store a person's face for identification.")
-    parser.add_argument("name", help="the person's name (letters, digits, '_', '.', '-')")
-    parser.add_argument("images", nargs="+", type=Path, help="image files or folders of images")
+    parser.add_argument("name", nargs="?", help="the person's name (letters, digits, '_', '.', '-')")
+    parser.add_argument("images", nargs="*", type=Path, help="image files or folders of images")
     parser.add_argument("--aligned", action="store_true", help="each image is a tight face chip (the whole image is the face)")
+    parser.add_argument("--refresh", action="store_true",
+                        help="recompute everyone enrolled with other weights from their kept crops (no NAME)")
     parser.add_argument("--config", type=Path, help="YAML config (default: config/tracker.yaml)")
     args = parser.parse_args(argv)
+    if args.refresh == (args.name is not None):
+        raise InputError("tracker enroll: expected NAME IMAGE_OR_FOLDER... or --refresh alone")
+    if not args.refresh and not args.images:
+        raise InputError(f"tracker enroll: no images for {args.name!r}; expected NAME IMAGE_OR_FOLDER...")
     config = load_config(args.config)
     prepare_state_dir(config.resolved_state_dir())
+    if args.refresh:
+        backend = open_backend(config)
+        try:
+            refreshed, stale = refresh(config, create_detector(config.detect, quiet=True), backend)
+        finally:
+            backend.close()
+        if not refreshed and not stale:
+            print("enroll: nothing to recompute: everyone is enrolled with these weights (or must be enrolled again)")
+        return 0
     path, used, skipped = enroll(args.name, args.images, config, aligned=args.aligned,
                                  report=lambda line: print(line, file=sys.stderr))
     print(f"enrolled {args.name!r} from {used} image(s) ({skipped} skipped) -> {path}")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timezone
 
-from tracker.identity import UNKNOWN
 from tracker.tracking import TrackState
 from tracker.types import Box, Event
 
@@ -34,19 +33,21 @@ def event_payload(event: Event) -> dict:
 
 class EventMaker:
     """Turns each frame's track views and identity votes into events, in this order per frame:
-    `entered` (a track was confirmed), `identified` (a confirmed track's voted identity became a
-    known name different from the one last announced), `left` (an announced track ended).
+    `entered` (a track was confirmed), `identified` (a confirmed track's identity is decided, see
+    IdentityVotes, and differs from the one last announced: a name, or `unknown` once the track
+    has enough faces and matches nobody), `left` (an announced track ended).
 
     An event's box is where the track was last seen by the detector (a track that ends has only
     coasted on predictions since, possibly out of the frame).
 
-    State per live track, forgotten when it ends: the identity last announced and the last box
+    State per live track, forgotten when it ends: the identity last announced (None while it was
+    not decided) and the last box
     seen (bounded by the tracker's live tracks). Ids come from `new_id` (uuid4 hex by default).
     """
 
     def __init__(self, new_id=lambda: uuid.uuid4().hex):
         self._new_id = new_id
-        self._announced: dict[int, str] = {}
+        self._announced: dict[int, str | None] = {}
         self._last_seen: dict[int, Box] = {}
 
     def frame_events(self, views, votes, t_ns: int, wall_time: float) -> list[Event]:
@@ -60,14 +61,15 @@ class EventMaker:
             if view.state is TrackState.ENDED:
                 self._last_seen.pop(view.track_id, None)
             name, confidence = votes.voted(view.track_id)
+            decided = votes.decided(view.track_id)
             if view.entered:
                 kind = "entered"
-                self._announced[view.track_id] = name
+                self._announced[view.track_id] = name if decided else None
             elif view.left:
                 kind = "left"
                 self._announced.pop(view.track_id, None)
-            elif view.track_id in self._announced and name not in (UNKNOWN, self._announced[view.track_id]):
-                kind = "identified"
+            elif view.track_id in self._announced and decided and name != self._announced[view.track_id]:
+                kind = "identified"  # also `unknown`, once: "a stranger is at the door"
                 self._announced[view.track_id] = name
             else:
                 continue

@@ -2,12 +2,14 @@
 
 Enrolled people live in `<state_dir>/people/<name>.npz`: `mean` (D,) float32, the L2-normalised mean
 of the person's L2-normalised embeddings, `count` (images used), `model` (sha256 of the caffemodel
-that made them) and `crop` (the `tracker.crops` definition their faces were cut with; files from
-before it was recorded are box crops). Embeddings of other weights or of another crop are not
+that made them), `crop` (the `tracker.crops` definition their faces were cut with; files from
+before it was recorded are box crops) and `chips` ((count, 88, 88) uint8, the crops themselves, so
+that new weights can recompute the mean: `refresh_people`; files from before have none). Embeddings of other weights or of another crop are not
 comparable, so such people are skipped with a warning: never mixed. A crop is the enrolled person of highest cosine similarity, or `unknown`
 when that similarity is below the threshold. A track's identity is the vote over its whole life:
 each crop adds its similarity to its name (`unknown` votes with the threshold's margin), the name
-with the largest total wins, and its confidence is that total's share of all votes.
+with the largest total wins once the track has `identity.min_faces` faces and the winner leads the
+runner-up by `identity.margin` of all votes, and its confidence is that total's share of all votes.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from tracker.crops import CROP_BOX
 from tracker.errors import InputError
 
 UNKNOWN = "unknown"
+UNTRAINED_THRESHOLD = 0.5  # weights that bring no calibrated threshold
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 log = logging.getLogger(__name__)
 
@@ -48,23 +51,69 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _unit(rows: np.ndarray) -> np.ndarray:
+def identity_threshold(config) -> float:
+    """The cosine at or above which a face is an enrolled person: `identity.threshold` when the
+    config sets it, else the one the weights' card was calibrated with (tracker.model.card), else
+    UNTRAINED_THRESHOLD (weights without a card, e.g. the seeded random ones tests generate)."""
+    if config.identity.threshold is not None:
+        return float(config.identity.threshold)
+    from tracker.model.card import read_card
+
+    card = read_card(config.model.weights, file_sha256(config.model.weights))
+    if card is None or card.get("identity_threshold") is None:
+        return UNTRAINED_THRESHOLD
+    return float(card["identity_threshold"])
+
+
+def unit_rows(rows: np.ndarray) -> np.ndarray:
+    """`rows` (..., D) scaled to unit L2 length (zero rows stay zero), float32."""
     norms = np.linalg.norm(rows, axis=-1, keepdims=True)
     return (rows / np.maximum(norms, 1e-12)).astype(np.float32)
 
 
-def save_person(state_dir: Path, name: str, embeddings: np.ndarray, model_sha256: str, crop: str) -> Path:
+def save_person(state_dir: Path, name: str, embeddings: np.ndarray, model_sha256: str, crop: str,
+                crops: np.ndarray | None = None) -> Path:
     """Store the mean of `embeddings` (k, D) float32, k >= 1, as person `name`, made by the
-    weights of `model_sha256` from crops of definition `crop`; returns the file."""
+    weights of `model_sha256` from crops of definition `crop`; `crops` (k, 1, 88, 88) float32 in
+    [0, 1], the network inputs they came from, are kept (as uint8) so that `refresh_people` can
+    recompute the mean for other weights. Returns the file."""
     validate_name(name)
     folder = Path(state_dir) / "people"
     folder.mkdir(parents=True, exist_ok=True)
-    mean = _unit(_unit(np.asarray(embeddings, np.float32)).mean(axis=0))
+    mean = unit_rows(unit_rows(np.asarray(embeddings, np.float32)).mean(axis=0))
     path = folder / f"{name}.npz"
     tmp = folder / f".{name}.tmp.npz"
-    np.savez(tmp, mean=mean, count=np.int64(len(embeddings)), model=np.str_(model_sha256), crop=np.str_(crop))
+    extra = {}
+    if crops is not None:  # the crops are pixel / 255 of uint8 pixels: this is lossless
+        extra["chips"] = np.clip(np.rint(np.asarray(crops, np.float32)[:, 0] * 255.0), 0, 255).astype(np.uint8)
+    np.savez(tmp, mean=mean, count=np.int64(len(embeddings)), model=np.str_(model_sha256), crop=np.str_(crop), **extra)
     tmp.replace(path)
     return path
+
+
+def refresh_people(state_dir: Path, backend, model_sha256: str, crop: str) -> tuple[list[str], list[str]]:
+    """Recompute, with `backend` (the weights of `model_sha256`), the mean embedding of every person
+    enrolled with other weights from kept crops of definition `crop`. Returns (names refreshed,
+    names that cannot be: enrolled without kept crops or from another crop definition)."""
+    refreshed, stale = [], []
+    for path in sorted((Path(state_dir) / "people").glob("*.npz")):
+        try:
+            with np.load(path) as data:
+                model = str(data["model"])
+                made_with = str(data["crop"]) if "crop" in data.files else CROP_BOX
+                chips = data["chips"] if "chips" in data.files else None
+        except (OSError, ValueError, KeyError):
+            continue  # unreadable: Gallery.load says so
+        if model == model_sha256:
+            continue
+        if chips is None or made_with != crop:
+            stale.append(path.stem)
+            continue
+        crops = (chips.astype(np.float32) * np.float32(1.0 / 255.0))[:, None]
+        embeddings = backend.infer(np.ascontiguousarray(crops)).embedding
+        save_person(state_dir, path.stem, embeddings, model_sha256, made_with, crops)
+        refreshed.append(path.stem)
+    return refreshed, stale
 
 
 @dataclass(frozen=True)
@@ -99,12 +148,16 @@ class Gallery:
         dim = means[0].shape[0] if means else 0
         return cls(tuple(names), np.asarray(means, np.float32).reshape(len(names), dim), threshold)
 
+    def similarities(self, embeddings: np.ndarray) -> np.ndarray:
+        """Cosine similarity of each row of `embeddings` (N, D) to each person: (N, P) float32."""
+        return unit_rows(np.asarray(embeddings, np.float32)) @ self.means.T
+
     def match(self, embeddings: np.ndarray) -> list[tuple[str, float]]:
         """For each row of `embeddings` (N, D): (name, cosine similarity), or (unknown, best
         similarity) below the threshold or with nobody enrolled."""
         if not self.names:
             return [(UNKNOWN, 0.0)] * len(embeddings)
-        sims = _unit(np.asarray(embeddings, np.float32)) @ self.means.T
+        sims = self.similarities(embeddings)
         best = sims.argmax(axis=1)
         result = []
         for row, j in enumerate(best):
@@ -114,25 +167,45 @@ class Gallery:
 
 
 class IdentityVotes:
-    """Per-track votes over the track's life (bounded by the number of live tracks and names)."""
+    """Per-track votes over the track's life (bounded by the number of live tracks and names).
 
-    def __init__(self, threshold: float):
+    A track is `decided` once it has `min_faces` faces; before that its identity is `unknown`
+    with confidence 0. Then the name with the largest vote total wins when it leads every other
+    name by at least `margin` (a share of all votes); otherwise it is `unknown` with confidence 0:
+    two people too alike for this track's faces are not told apart by a guess."""
+
+    def __init__(self, threshold: float, min_faces: int = 1, margin: float = 0.0):
         self._threshold = threshold
+        self._min_faces = min_faces
+        self._margin = margin
         self._votes: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self._faces: dict[int, int] = defaultdict(int)
 
     def add(self, track_id: int, name: str, similarity: float) -> None:
         # An `unknown` match votes with how far it fell below the threshold (at least a little),
         # so one lucky frame does not outvote many clear misses.
         weight = similarity if name != UNKNOWN else max(self._threshold - similarity, 0.05)
         self._votes[track_id][name] += max(weight, 1e-3)
+        self._faces[track_id] += 1
+
+    def decided(self, track_id: int) -> bool:
+        """Whether the track has the faces its identity needs."""
+        return self._faces.get(track_id, 0) >= self._min_faces
 
     def voted(self, track_id: int) -> tuple[str, float]:
-        """(name, confidence in [0, 1]); (unknown, 0.0) for a track with no votes."""
+        """(name, confidence in [0, 1]: the name's share of the votes); (unknown, 0.0) for a track
+        that is not decided or whose leader's margin is too small."""
         votes = self._votes.get(track_id)
-        if not votes:
+        if not votes or not self.decided(track_id):
             return UNKNOWN, 0.0
-        name = max(votes, key=votes.get)
-        return name, votes[name] / sum(votes.values())
+        total = sum(votes.values())
+        ranked = sorted(votes.items(), key=lambda item: -item[1])
+        name, top = ranked[0]
+        runner_up = ranked[1][1] if len(ranked) > 1 else 0.0
+        if (top - runner_up) / total < self._margin:
+            return UNKNOWN, 0.0
+        return name, top / total
 
     def forget(self, track_id: int) -> None:
         self._votes.pop(track_id, None)
+        self._faces.pop(track_id, None)

@@ -35,10 +35,10 @@ from tracker.batcher import Batch, Batcher
 from tracker.config import Config, parse_config
 from tracker.crops import CROP_SIZE, crop_batch, crop_definition
 from tracker.detect import create_detector
-from tracker.enroll import enroll
+from tracker.enroll import enroll, refresh
 from tracker.errors import BackendFailure
 from tracker.events import EventMaker
-from tracker.identity import Gallery, IdentityVotes, file_sha256
+from tracker.identity import UNKNOWN, Gallery, IdentityVotes, file_sha256, identity_threshold
 from tracker.latency import FrameLatency, LatencyLog, RollingStats
 from tracker.motion import MotionGate
 from tracker.preflight import check_runnable, prepare_state_dir
@@ -47,6 +47,7 @@ from tracker.sinks.jsonl import JsonlSink
 from tracker.snapshots import SnapshotStore
 from tracker.sources import Capture, make_source
 from tracker.tracking import Tracker, TrackState
+from tracker.tracking.assign import iou_matrix
 from tracker.types import Detection, Frame
 
 log = logging.getLogger("tracker")
@@ -135,10 +136,11 @@ class Guard:
             worker=cfg.backend.worker))
 
     def _enroll_demo_people(self) -> None:
-        """The demo knows the synthetic scene's people: enroll each from its face chips."""
-        from tracker.sources.synthetic import scene_chips
+        """The demo knows the synthetic scene's people: enroll each from face chips the scene does
+        not show (tracker.sources.synthetic.enrolment_chips)."""
+        from tracker.sources.synthetic import enrolment_chips
 
-        for name, files in scene_chips(self.config.source.faces_dir).items():
+        for name, files in enrolment_chips(self.config.source.faces_dir).items():
             enroll(name, files, self.config, aligned=True, backend=self.backend, detector=self.detector,
                    report=log.warning)
 
@@ -163,10 +165,13 @@ class Guard:
             self.batcher: Batcher[_FrameWork] = Batcher(cfg.batcher.max_batch, cfg.batcher.max_wait_ms)
             if self._enroll_scene_people:
                 self._enroll_demo_people()
-            self.gallery = Gallery.load(state_dir, file_sha256(cfg.model.weights), cfg.identity.threshold,
+            refresh(cfg, self.detector, self.backend, report=log.info)  # new weights: recompute the people
+            threshold = identity_threshold(cfg)
+            self.gallery = Gallery.load(state_dir, file_sha256(cfg.model.weights), threshold,
                                         crop_definition(self.detector.gives_landmarks))
-            self.votes = IdentityVotes(cfg.identity.threshold)
+            self.votes = IdentityVotes(threshold, cfg.identity.min_faces, cfg.identity.margin)
             self.events = EventMaker()
+            self.identity_score = IdentityScore()
             self.snapshots = SnapshotStore(state_dir / "snapshots")
             # One offset turns monotonic frame times into wall-clock times for the outside world.
             self._wall_offset_ns = time.time_ns() - time.monotonic_ns()
@@ -230,6 +235,8 @@ class Guard:
             self._process(batch)
         self._report()
         self._publish_state()
+        if self.identity_score.announced:
+            log.info("%s", self.identity_score.summary())
 
     def _detect(self, frame: Frame, previous: tuple[Detection, ...], start_ns: int) -> _FrameWork:
         motion = self.gate.update(frame)
@@ -289,6 +296,9 @@ class Guard:
                 self.snapshots.offer(view.track_id, frame.image, work.detections[i].box)
         wall_time = (frame.t_ns + self._wall_offset_ns) / 1e9
         events = self.events.frame_events(views, self.votes, frame.t_ns, wall_time)
+        truth = getattr(self._capture.source, "ground_truth", None)  # the synthetic scene knows who is who
+        if truth is not None:
+            self.identity_score.add(events, truth(frame.seq))
         publish_start = time.monotonic_ns()
         for event in events:
             path, jpeg = self.snapshots.save(event.track_id, event.id)
@@ -349,6 +359,54 @@ class Guard:
 
 _NO_CROPS = np.empty((0, 1, CROP_SIZE, CROP_SIZE), np.float32)
 _STATE_EVERY_NS = 1_000_000_000  # how often sinks get the state (the MQTT sink sends it at its own interval)
+
+
+class IdentityScore:
+    """The identities a run announced, against ground truth (the synthetic scene's faces). A track's
+    truth is the true face of largest IoU (at least MIN_IOU) with its box when it `entered`; its
+    verdict, when it leaves (or at the summary), compares the last identity announced for it:
+    right, wrong, or unknown. Bounded: live tracks, counts and the first EXAMPLES verdicts."""
+
+    MIN_IOU = 0.3
+    EXAMPLES = 20
+
+    def __init__(self) -> None:
+        self.counts = {"right": 0, "wrong": 0, "unknown": 0}
+        self.examples: list[str] = []
+        self._tracks: dict[int, tuple[str, str]] = {}  # track id -> (truth, identity last announced)
+
+    @property
+    def announced(self) -> int:
+        return sum(self.counts.values()) + len(self._tracks)
+
+    def add(self, events, faces) -> None:
+        """events: one frame's events; faces: that frame's ground truth (GroundTruth list)."""
+        for event in events:
+            if event.kind == "entered" and faces:
+                overlap = iou_matrix([[event.box.x, event.box.y, event.box.w, event.box.h]],
+                                     [[f.box.x, f.box.y, f.box.w, f.box.h] for f in faces])[0]
+                if overlap.max() >= self.MIN_IOU:
+                    self._tracks[event.track_id] = (faces[int(overlap.argmax())].identity, event.identity)
+            elif event.track_id in self._tracks:
+                truth, _ = self._tracks[event.track_id]
+                self._tracks[event.track_id] = (truth, event.identity)
+                if event.kind == "left":
+                    self._judge(event.track_id)
+
+    def _judge(self, track_id: int) -> None:
+        truth, said = self._tracks.pop(track_id)
+        verdict = "unknown" if said == UNKNOWN else "right" if said == truth else "wrong"
+        self.counts[verdict] += 1
+        if len(self.examples) < self.EXAMPLES:
+            self.examples.append(f"track {track_id} {truth}" + ("" if verdict == "right" else f" as {said}"))
+
+    def summary(self) -> str:
+        """One line: the counts and the first verdicts (tracks still open are judged now)."""
+        for track_id in list(self._tracks):
+            self._judge(track_id)
+        c = self.counts
+        return (f"identities against the scene's truth: {c['right']} right, {c['wrong']} wrong, {c['unknown']} "
+                f"unknown (tracks: {'; '.join(self.examples)})")
 
 
 def run_guard(config: Config, args) -> int:

@@ -1,16 +1,17 @@
-"""Reproducible weights for the face CNN (models/face_cnn.prototxt -> models/face_cnn.caffemodel).
+"""The face CNN's files, and seeded random weights for it.
 
-These are NOT trained face-recognition weights: they are He-normal random weights drawn from a
-fixed seed, so that every backend, test and benchmark has the same real-sized model offline. The
-network's cost (parameters, multiply-adds) and speed are those of the real model; its outputs
-are not meaningful identities.
+models/face_cnn.caffemodel holds the trained weights (`tracker train`, scripts/train-face-cnn;
+docs/MODEL.md). This module also makes He-normal random weights drawn from a fixed seed: the
+starting point of training, and a reproducible model for tests that need weights that are not
+the shipped ones (generated on the fly, never committed). Their cost and speed are those of the
+real model; their outputs are not identities.
 
 Recipe (float32, Caffe shapes): for each Convolution and InnerProduct layer in prototxt order, the
 weights are N(0, sqrt(2 / fan_in)) with fan_in = C/group * kh * kw (conv) or K (InnerProduct), and
 the bias is the small deterministic ramp 0.01 * linspace(-1, 1, num_output). One
 numpy Generator(PCG64(SEED)) draws all layers in order, so regenerating gives identical bytes.
 
-    python -m tracker.model.face_cnn [--prototxt P] [--out W]   # rewrites the caffemodel
+    python -m tracker.model.face_cnn --out W [--prototxt P] [--seed S]   # writes random weights
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ def he_weights(structure: NetDef, seed: int = SEED) -> NetDef:
     return NetDef(structure.name, dict(structure.inputs), layers)
 
 
-def generate(prototxt: Path = PROTOTXT, out: Path = CAFFEMODEL, seed: int = SEED) -> Path:
-    """Write the reproducible caffemodel for `prototxt` to `out`; returns `out`."""
+def generate(out: Path, prototxt: Path = PROTOTXT, seed: int = SEED) -> Path:
+    """Write the seeded random caffemodel for `prototxt` to `out`; returns `out`."""
     write_caffemodel(out, he_weights(load_net(prototxt, None), seed))
     return out
 
@@ -68,13 +69,13 @@ def generate(prototxt: Path = PROTOTXT, out: Path = CAFFEMODEL, seed: int = SEED
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tracker.model.face_cnn",
-        description="Regenerate the face CNN's reproducible (untrained, He-normal) weights.")
+        description="Write seeded random (untrained, He-normal) weights for the face CNN.")
     parser.add_argument("--prototxt", type=Path, default=PROTOTXT)
-    parser.add_argument("--out", type=Path, default=CAFFEMODEL)
+    parser.add_argument("--out", type=Path, required=True, help="caffemodel to write (not the shipped one)")
     parser.add_argument("--seed", type=int, default=SEED)
     args = parser.parse_args(argv)
     try:
-        path = generate(args.prototxt, args.out, args.seed)
+        path = generate(args.out, args.prototxt, args.seed)
     except TrackerError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code

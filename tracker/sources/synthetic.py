@@ -47,6 +47,7 @@ DEFAULT_CHIPS = (
     "John_Shimkus/000373_03228153.jpg", "John_Shimkus/000375_03227651.jpg", "John_Shimkus/000376_02340068.jpg",
     "John_Simm/000288_00470387.jpg", "John_Simm/000297_00470170.jpg", "John_Simm/000300_00470148.jpg",
 )
+ENROL_CHIPS = 5  # the demo enrols each person from this many chips the scene does not show
 CYCLE_S = 20.0
 PILLAR_Z = 1  # actors with a smaller z walk behind the pillar
 _ACTORS_PER_CYCLE = 3
@@ -103,6 +104,19 @@ def scene_chips(faces_dir: Path | None = None) -> dict[str, list[Path]]:
         raise InputError(f"synthetic scene: {len(people)} people found in {str(where)!r}; expected "
                          f"<person>/<face image> files for at least {_ACTORS_PER_CYCLE} people{fix}")
     return people
+
+
+def enrolment_chips(faces_dir: Path | None = None) -> dict[str, list[Path]]:
+    """Chips to enrol the scene's people from. For the default faces, each person's other chips of
+    DEFAULT_FACES_DIR (up to ENROL_CHIPS, by name), none of which the scene shows: the demo then
+    tells its people apart as the guard would, from faces it was not enrolled with. For a
+    `faces_dir`, its own images (the scene shows the same ones)."""
+    people = scene_chips(faces_dir)
+    if faces_dir is not None:
+        return people
+    shown = {DEFAULT_FACES_DIR / name for name in DEFAULT_CHIPS}
+    return {name: sorted(p for p in (DEFAULT_FACES_DIR / name).glob("*.jpg") if p not in shown)[:ENROL_CHIPS]
+            for name in people}
 
 
 def load_chips(faces_dir: Path | None = None) -> tuple[list[np.ndarray], list[str]]:

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Evaluation data of people the shipped face CNN never saw, for `tracker eval-faces`.
+
+CelebA's first 10,000 images (../shared/datasets/celeba-10k) hold 5,430 identities; `tracker train`
+used only the photos of the identities among fc2's classes (the weights' card lists them), so the
+other identities' photos were never in training. This script lays those people out as LFW does,
+as symbolic links (no photo is copied), and writes an LFW-format pairs file:
+
+    scripts/heldout_faces.py --out DIR [--pairs 1000] [--seed 0]
+    tracker eval-faces --pairs DIR/pairs.txt --images DIR/images      # verification
+    tracker eval-faces --folder DIR/people3 --enroll 2                  # identification, 3+ photos each
+
+DIR/images/<id>/<id>_NNNN.jpg: every held-out identity with two or more photos; DIR/people3: those
+with three or more. Pairs: N matched pairs (two photos of one person, persons drawn in turn) and N
+mismatched pairs (two people drawn at random), seeded. Caveat: a CelebA celebrity may also be an LFW
+person (the two sets' identities are not linked), whose LFW photos were in training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+CELEBA = REPO.parent / "shared" / "datasets" / "celeba-10k"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--card", type=Path, default=REPO / "models" / "face_cnn.caffemodel.json")
+    p.add_argument("--pairs", type=int, default=1000, help="matched pairs, and as many mismatched")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    trained = {c.split(":", 1)[1] for c in json.loads(args.card.read_text())["classes"] if c.startswith("celeba-10k:")}
+    people: dict[str, list[str]] = {}
+    for line in (CELEBA / "identity_CelebA_first10000.txt").read_text().splitlines()[1:]:
+        image, identity = line.split()
+        if identity not in trained:
+            people.setdefault(identity, []).append(image)
+    people = {k: v for k, v in people.items() if len(v) >= 2}
+    for folder, least in (("images", 2), ("people3", 3)):
+        for identity, images in people.items():
+            if len(images) < least:
+                continue
+            (args.out / folder / identity).mkdir(parents=True, exist_ok=True)
+            for i, image in enumerate(images, 1):
+                link = args.out / folder / identity / f"{identity}_{i:04d}.jpg"
+                if not link.exists():
+                    link.symlink_to(CELEBA / image)
+    rng = np.random.default_rng(args.seed)
+    names = sorted(people)
+    matched, mismatched = [], []
+    for k in range(args.pairs):
+        name = names[k % len(names)]
+        i, j = rng.choice(len(people[name]), 2, replace=False) + 1
+        matched.append(f"{name}\t{i}\t{j}")
+        a, b = rng.choice(len(names), 2, replace=False)
+        mismatched.append(f"{names[a]}\t{rng.integers(len(people[names[a]])) + 1}\t"
+                          f"{names[b]}\t{rng.integers(len(people[names[b]])) + 1}")
+    (args.out / "pairs.txt").write_text(f"{args.pairs}\n" + "\n".join(matched + mismatched) + "\n")
+    print(f"{len(people)} held-out people with 2+ photos ({sum(len(v) >= 3 for v in people.values())} with 3+); "
+          f"{args.pairs} + {args.pairs} pairs in {args.out / 'pairs.txt'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

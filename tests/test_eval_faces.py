@@ -1,0 +1,160 @@
+"""`tracker eval-faces` through the CLI, on the johns chips laid out as LFW lays out its photos.
+
+Data: ../shared/testdata/faces/dlib/johns/ (5 people x 11 aligned 150x150 chips), linked here as
+`<Name>/<Name>_0001.jpg` ... `<Name>_0011.jpg` in the chips' sorted order. YuNet finds the face of
+every chip (padded, as `central_face` and `chip_face` look), so the counts of pairs and probes are
+known; the figures themselves depend on the weights and are only checked to be rates.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from tracker.cli import main
+
+from test_enroll import johns  # noqa: F401 (a fixture)
+from test_pipeline_e2e import isolated_env, tracker_command
+
+PAIRS = [("John_Simm", 1, 2), ("John_Salley", 3, 4), ("John_Savage", 1, 5), ("John_Shimkus", 2, 3), ("John_Schneider", 6, 7)]
+MISMATCHED = [("John_Simm", 1, "John_Salley", 2), ("John_Savage", 3, "John_Schneider", 4), ("John_Shimkus", 5, "John_Simm", 6),
+              ("John_Salley", 7, "John_Savage", 8), ("John_Schneider", 9, "John_Shimkus", 10)]
+RATES = ("accuracy_10fold", "roc_auc", "tar_at_far_1pct", "tar_at_far_0.1pct", "tar_at_threshold", "far_at_threshold")
+
+
+def pairs_text(matched=PAIRS, mismatched=MISMATCHED) -> str:
+    """LFW's View 1 format: the count, then the matched and the mismatched pairs."""
+    lines = [str(len(matched))] + ["\t".join(map(str, p)) for p in matched] + ["\t".join(map(str, p)) for p in mismatched]
+    return "\n".join(lines) + "\n"
+
+
+def eval_faces(tmp_path: Path, config: Path, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([*tracker_command(), "eval-faces", *map(str, args), "--config", str(config)],
+                          capture_output=True, text=True, env=isolated_env(tmp_path), cwd=tmp_path, timeout=300)
+
+
+def yunet_config(folder: Path, weights: Path | None = None) -> Path:
+    """A config in `folder` with YuNet (and these model weights, if given)."""
+    path = folder / "tracker.yaml"
+    text = f"state_dir: {str(folder / 'state')!r}\ndetect: {{detector: yunet}}\n"
+    if weights is not None:
+        text += f"model: {{weights: {str(weights)!r}}}\n"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def one_error_line(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("tracker: error:")]
+    assert len(errors) == 1, proc.stderr
+    return errors[0]
+
+
+@pytest.fixture(scope="module")
+def lfw(tmp_path_factory, johns) -> Path:
+    """The johns as an LFW image folder of symlinks."""
+    root = tmp_path_factory.mktemp("eval-faces") / "lfw"
+    for name, files in johns.items():
+        (root / name).mkdir(parents=True)
+        for i, file in enumerate(files, 1):
+            (root / name / f"{name}_{i:04d}.jpg").symlink_to(file)
+    return root
+
+
+def test_pairs_json_has_the_documented_figures(tmp_path, lfw):
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text(pairs_text())
+    out = tmp_path / "figures.json"
+    proc = eval_faces(tmp_path, yunet_config(tmp_path), "--pairs", pairs, "--images", lfw, "--json", out)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert set(report) == {"backend", "precision", "detector", "pairs_file", "pairs_left_out", "pairs", *RATES,
+                           "accuracy_std", "threshold_far_1pct", "threshold_far_0.1pct", "threshold"}
+    assert report["pairs"] == len(PAIRS) + len(MISMATCHED) and report["pairs_left_out"] == 0
+    assert report["pairs_file"] == str(pairs) and report["detector"] == "yunet"
+    assert all(0.0 <= report[key] <= 1.0 for key in RATES)
+    assert -1.0 <= report["threshold"] <= 1.0
+    assert f"wrote {out}" in proc.stderr
+    table = proc.stdout.splitlines()
+    assert table[0].startswith("eval-faces (") and len(table) == 1 + len(report)
+    assert any(line.split() == ["pairs", str(report["pairs"])] for line in table)
+
+
+def test_folder_of_chips_enrols_every_other_person(tmp_path, lfw, johns):
+    out = tmp_path / "figures.json"
+    proc = eval_faces(tmp_path, yunet_config(tmp_path), "--folder", lfw, "--chips", "--enroll", 6, "--json", out)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    # 5 people sorted: the 1st, 3rd and 5th are enrolled from 6 chips and probed with their other 5;
+    # every chip of the 2nd and 4th is a stranger's
+    assert report["people_enrolled"] == 3 and report["images_enrolled_each"] == 6
+    assert report["probes_enrolled"] == 3 * (11 - 6) and report["probes_strangers"] == 2 * 11
+    assert 0.0 <= report["identified"] <= report["rank1"] <= 1.0
+    assert 0.0 <= report["strangers_unknown"] <= 1.0
+
+
+@pytest.mark.parametrize("bad_line, expected", [("John_Simm\t1\t12", "John_Simm_0012.jpg"),  # the johns have 11 chips
+                                                ("Nobody\t1\tJohn_Simm\t2", "Nobody_0001.jpg"),
+                                                ("John_Simm\tone\t2", "expected 'name i j'")])
+def test_bad_pairs_line_is_exit_2_naming_its_line(tmp_path, lfw, bad_line, expected):
+    pairs = tmp_path / "pairs.txt"
+    lines = pairs_text().splitlines()
+    lines[3] = bad_line  # line 4 of the file
+    pairs.write_text("\n".join(lines) + "\n")
+    error = one_error_line(eval_faces(tmp_path, yunet_config(tmp_path), "--pairs", pairs, "--images", lfw))
+    assert f"{pairs}:4:" in error and expected in error
+
+
+@pytest.mark.parametrize("args", [[], ["--pairs", "p.txt", "--images", "lfw", "--folder", "lfw"]])
+def test_neither_or_both_modes_is_exit_2(tmp_path, capsys, args):
+    code = main(["eval-faces", *args, "--config", str(yunet_config(tmp_path))])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("tracker: error: eval-faces: ") and "--pairs" in err and "--folder" in err
+
+
+def test_folder_with_one_person_is_exit_2(tmp_path, johns):
+    folder = tmp_path / "one"
+    (folder / "John_Simm").mkdir(parents=True)
+    for file in johns["John_Simm"]:
+        (folder / "John_Simm" / file.name).symlink_to(file)
+    (folder / "Empty_Person").mkdir()  # a folder without images is not a person
+    error = one_error_line(eval_faces(tmp_path, yunet_config(tmp_path), "--folder", folder, "--chips"))
+    assert str(folder) in error and "1 person folder" in error and "at least two" in error
+
+
+def test_weights_of_another_network_are_exit_2(tmp_path, testdata, lfw):
+    lenet = testdata / "caffe" / "lenet" / "lenet_iter_10000.caffemodel"
+    config = yunet_config(tmp_path, weights=lenet)
+    error = one_error_line(eval_faces(tmp_path, config, "--folder", lfw, "--chips"))
+    assert str(lenet) in error and "shape" in error
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--pairs", "p.txt", "--images", "lfw", "--chips"], "--chips and --enroll apply to --folder only"),
+    (["--folder", "lfw", "--images", "lfw"], "--images applies to --pairs only"),
+    (["--folder", "lfw", "--json", "no-such-folder/out.json"], "folder 'no-such-folder' does not exist"),
+])
+def test_options_of_the_other_mode_and_an_unwritable_json_are_exit_2_before_any_work(tmp_path, capsys, args, expected):
+    code = main(["eval-faces", *args, "--config", str(yunet_config(tmp_path))])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and expected in err, err
+
+
+def test_a_folder_with_no_face_to_test_is_exit_2(tmp_path, johns):
+    folder = tmp_path / "people"
+    for name in ("A", "B"):
+        (folder / name).mkdir(parents=True)
+    for file in johns["John_Simm"][:2]:
+        (folder / "A" / file.name).symlink_to(file)
+    grey = np.full((150, 150, 3), 128, np.uint8)
+    cv2.imwrite(str(folder / "A" / "zz_grey.png"), grey)  # A's only image to test: no face
+    cv2.imwrite(str(folder / "B" / "grey.png"), grey)  # B, a stranger without a face
+    error = one_error_line(eval_faces(tmp_path, yunet_config(tmp_path), "--folder", folder, "--chips", "--enroll", "2"))
+    assert "no face found in any image to test" in error

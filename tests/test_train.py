@@ -1,0 +1,178 @@
+"""`tracker train` end to end on a small subset of ../shared/datasets (a few steps, not an epoch of
+the real thing): the loss falls, the exported caffemodel loads and matches the trained torch net on
+the project's Caffe engine, the card holds a threshold measured on pairs; --resume, a checkpoint of
+another run, a full disk during checkpointing and data without faces. Needs PyTorch (native only)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tracker.backends import create_backend
+from tracker.backends.base import ModelSpec, default_model
+from tracker.identity import file_sha256
+from tracker.model.caffe_io import load_net
+from tracker.model.card import read_card
+from tracker.model.convert.graph import lower
+from tracker.model.face_cnn import he_weights
+
+from test_pipeline_e2e import isolated_env, tracker_command
+from tmpfs import tmpfs
+
+torch = pytest.importorskip("torch", reason="tracker train needs PyTorch (the train extra; not on the Pi)")
+
+from tracker.train.net import TrainableNet, export_netdef  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+LFW = REPO.parent / "shared" / "datasets" / "lfw-devtrain"
+PHOTOS = 80  # more than the teacher target needs (64 principal axes)
+
+
+def run_train(tmp_path: Path, *args: str, work: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([*tracker_command(), "train", "--data", str(LFW / "images"), "--limit", str(PHOTOS),
+                           "--teacher", str(LFW / "dlib_descriptors.npz"), "--batch", "16",
+                           "--work", str(work or tmp_path / "work"), *args],
+                          capture_output=True, text=True, env=isolated_env(tmp_path), cwd=tmp_path, timeout=timeout)
+
+
+def last_line(proc: subprocess.CompletedProcess) -> str:
+    """The error line: progress lines (photos cut, epochs) come before it on stderr."""
+    return proc.stderr.strip().splitlines()[-1]
+
+
+def small_pairs(path: Path) -> Path:
+    """LFW-format pairs among the first people of the LFW set that have two photos or more."""
+    people = [p.name for p in sorted((LFW / "images").iterdir()) if len(list(p.iterdir())) >= 2][:6]
+    lines = [f"{p}\t1\t2" for p in people] + [f"{a}\t1\t{b}\t1" for a, b in zip(people, people[1:])]
+    path.write_text(f"{len(people)}\n" + "\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    if not LFW.is_dir():
+        pytest.skip(f"training data not found at {LFW}")
+    tmp = tmp_path_factory.mktemp("train")
+    out = tmp / "face.caffemodel"
+    proc = run_train(tmp, "--steps", "24", "--epochs", "10", "--lr", "0.01", "--out", str(out),
+                     "--pairs", str(small_pairs(tmp / "pairs.txt")), "--pairs-images", str(LFW / "images"))
+    return tmp, out, proc
+
+
+def test_training_lowers_the_loss_and_writes_a_caffemodel_with_its_card(trained):
+    tmp, out, proc = trained
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    card = read_card(out, file_sha256(out))
+    training = card["training"]
+    assert training["steps"] == 24 and training["photos"] <= PHOTOS
+    assert training["last_loss"] < training["first_loss"], training
+    assert card["crop"] == "aligned-v1"  # the default detector gives landmarks
+    assert -1.0 <= card["identity_threshold"] <= 1.0 and card["threshold_far"] == 0.01
+    assert len(card["classes"]) <= 848 and all(c.startswith("lfw-devtrain:") for c in card["classes"])
+    net = load_net(REPO / "models" / "face_cnn.prototxt", out)  # every shape fits the prototxt
+    assert [layer.name for layer in net.layers if layer.blobs] == ["conv1", "conv2", "conv3", "fc1", "fc2"]
+    assert "Caffe engine parity" in proc.stdout
+
+
+def test_the_exported_caffemodel_matches_the_checkpoint_on_the_caffe_engine(trained):
+    """Independent of the command's own check: the checkpoint's net (BatchNorm in eval mode) against
+    the caffemodel (BatchNorm folded) on real face photos."""
+    tmp, out, _ = trained
+    state = torch.load(tmp / "work" / "checkpoint.pt", weights_only=False)
+    model = default_model()
+    net = TrainableNet(lower(he_weights(load_net(model.prototxt, None)), "prob", "fc1"))
+    net.load_state_dict(state["net"])
+    net.eval()
+    x = np.random.default_rng(1).random((8, 1, 88, 88), dtype=np.float32)
+    with torch.no_grad():
+        logits, embedding = (t.numpy() for t in net(torch.from_numpy(x)))
+    backend = create_backend("caffe-openblas-dl", ModelSpec(model.prototxt, out))
+    try:
+        result = backend.infer(x)
+    finally:
+        backend.close()
+    np.testing.assert_allclose(result.embedding, embedding, rtol=1e-4, atol=1e-4 * np.abs(embedding).max())
+    probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(result.probs, probs / probs.sum(axis=1, keepdims=True), atol=1e-5)
+
+
+def test_batchnorm_folds_exactly_into_the_exported_weights():
+    model = default_model()
+    structure = load_net(model.prototxt, None)
+    net = TrainableNet(lower(he_weights(structure), "prob", "fc1"))
+    with torch.no_grad():  # non-trivial statistics and affine parameters
+        for norm in net.norms.values():
+            norm.running_mean.uniform_(-0.5, 0.5)
+            norm.running_var.uniform_(0.5, 2.0)
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.uniform_(-0.2, 0.2)
+    net.eval()
+    exported = export_netdef(net, structure)
+    blobs = {layer.name: layer.blobs for layer in exported.layers if layer.blobs}
+    x = torch.from_numpy(np.random.default_rng(2).random((4, 1, 88, 88), dtype=np.float32)).double()
+    with torch.no_grad():
+        reference = net.double()(x)[1].numpy()
+        h = x
+        for name in ("conv1", "conv2", "conv3"):
+            w, b = (torch.from_numpy(a).double() for a in blobs[name])
+            h = torch.relu(torch.nn.functional.conv2d(h, w, b))
+            if name != "conv3":
+                h = torch.nn.functional.max_pool2d(h, 2 if name == "conv1" else 3, ceil_mode=True)
+        w, b = (torch.from_numpy(a).double() for a in blobs["fc1"])
+        folded = torch.relu(h.flatten(1) @ w.T + b).numpy()
+    np.testing.assert_allclose(folded, reference, rtol=1e-5, atol=1e-6)
+
+
+def test_resume_continues_the_same_run_and_refuses_another(trained, tmp_path):
+    tmp, _, _ = trained
+    work = tmp_path / "work"
+    first = run_train(tmp_path, "--steps", "3", "--epochs", "2", "--out", str(tmp_path / "a.caffemodel"),
+                      "--pairs", str(small_pairs(tmp_path / "pairs.txt")), "--pairs-images", str(LFW / "images"), work=work)
+    assert first.returncode == 0, first.stderr[-2000:]
+    again = run_train(tmp_path, "--steps", "5", "--epochs", "2", "--resume", "--out", str(tmp_path / "b.caffemodel"),
+                      "--pairs", str(tmp_path / "pairs.txt"), "--pairs-images", str(LFW / "images"), work=work)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "resumed from" in again.stderr
+    assert json.loads((tmp_path / "b.caffemodel.json").read_text())["training"]["steps"] == 5
+    other = run_train(tmp_path, "--steps", "5", "--epochs", "2", "--resume", "--lr", "0.5",
+                      "--out", str(tmp_path / "c.caffemodel"), work=work)
+    assert other.returncode == 2 and "Traceback" not in other.stderr, other.stderr
+    assert last_line(other).startswith("tracker: error: train: --resume: checkpoint") and "of another run" in last_line(other)
+    assert not (tmp_path / "c.caffemodel").exists()
+
+
+def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tmp_path):
+    if not LFW.is_dir():
+        pytest.skip(f"training data not found at {LFW}")
+    with tmpfs(tmp_path / "work", "size=20m") as work:
+        args = ("--steps", "2", "--epochs", "3", "--out", str(tmp_path / "w.caffemodel"))
+        first = run_train(tmp_path, *args, work=work)
+        assert first.returncode == 0, first.stderr[-2000:]
+        before = (work / "checkpoint.pt").read_bytes()
+        filler = work / "filler"
+        free = int(subprocess.run(["df", "--output=avail", "-B1", str(work)], capture_output=True,
+                                  text=True).stdout.split()[-1])
+        filler.write_bytes(b"\0" * max(0, free - len(before) // 2))  # less room than one checkpoint
+        full = run_train(tmp_path, *args[:1], "3", *args[2:], "--resume", work=work)
+        assert full.returncode == 2 and "Traceback" not in full.stderr, full.stderr
+        assert "cannot write checkpoint" in last_line(full) and "previous checkpoint is unchanged" in last_line(full)
+        assert (work / "checkpoint.pt").read_bytes() == before
+        assert not [p.name for p in work.iterdir() if p.name.startswith(".checkpoint-")]
+
+
+def test_data_without_faces_is_one_line_and_exit_2(tmp_path, testdata):
+    folder = tmp_path / "people" / "dog"
+    folder.mkdir(parents=True)
+    (folder / "dog_0001.jpg").write_bytes((testdata / "faces" / "dlib" / "faces" / "dogs.jpg").read_bytes())
+    (folder / "dog_0002.jpg").write_bytes(b"not a jpeg at all")
+    proc = subprocess.run([*tracker_command(), "train", "--data", str(tmp_path / "people"), "--teacher",
+                           str(LFW / "dlib_descriptors.npz"), "--work", str(tmp_path / "work"),
+                           "--out", str(tmp_path / "x.caffemodel")],
+                          capture_output=True, text=True, env=isolated_env(tmp_path), cwd=tmp_path, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert last_line(proc).startswith("tracker: error: train: 0 usable photos"), proc.stderr
+    assert "2 left out" in proc.stderr and not (tmp_path / "x.caffemodel").exists()

@@ -1,0 +1,197 @@
+"""`tracker eval-faces`: the face CNN measured the way the guard uses it (detector, crop, backend).
+
+    tracker eval-faces --pairs FILE --images DIR [--json OUT]        verification on LFW-format pairs
+    tracker eval-faces --folder DIR [--enroll N] [--chips] [--json OUT]   identification on <person>/<image>
+
+Pairs: each photo's central face (`tracker.enroll.central_face`) is cut by the guard's crop and run
+through the configured backend; the pair's score is the cosine of the two fc1 embeddings. Printed:
+LFW's 10-fold accuracy, ROC AUC, the true-accept rate at 1% and 0.1% false accepts with those
+thresholds, and where the identity threshold in use (the model card's, or identity.threshold) falls.
+A pair whose photo gives no central face is counted and left out.
+
+Folder: the people (sorted by name) are split in two: every other person is enrolled from their
+first N images (the mean embedding, as `tracker enroll`); the rest are strangers. Every further
+image of an enrolled person is a probe: rank-1 is the share whose best match is that person, and
+"identified" the share that is also at or above the threshold. Every image of a stranger is a probe
+that should come out `unknown`: the share that does. With `--chips` each image is a tight face chip
+(as `tracker enroll --aligned`). People with fewer than N + 1 images are strangers only.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from tracker.crops import CROP_MARGIN, crop_batch
+from tracker.detect import FaceDetector
+from tracker.enroll import IMAGE_SUFFIXES, central_face, chip_face
+from tracker.errors import InputError
+from tracker.identity import unit_rows
+from tracker.verification import read_pairs, roc_auc, ten_fold_accuracy, threshold_at_far
+
+
+def embed_photos(files: list[Path], detector: FaceDetector, backend, chips: bool = False,
+                 batch: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """(unit embeddings (N, D) float32, found (N,) bool) of each file's face: the central face of
+    a photo, or the face of a tight chip with `chips`; rows of files without one are zero."""
+    crops, found = [], np.zeros(len(files), bool)
+    for i, path in enumerate(files):
+        image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+        if image is None:
+            raise InputError(f"eval-faces: {str(path)!r} is not a readable image; expected a JPEG or PNG photo")
+        face = chip_face(image, detector) if chips else central_face(image, detector)
+        if face is None:
+            continue
+        found[i] = True
+        crops.append(crop_batch(image, [face], margin=0.0 if chips else CROP_MARGIN))  # as tracker enroll
+    embeddings = np.zeros((len(files), 0), np.float32)
+    if crops:
+        x = np.concatenate(crops)
+        parts = [backend.infer(np.ascontiguousarray(x[s:s + batch])).embedding for s in range(0, len(x), batch)]
+        rows = unit_rows(np.concatenate(parts).astype(np.float32))
+        embeddings = np.zeros((len(files), rows.shape[1]), np.float32)
+        embeddings[found] = rows
+    return embeddings, found
+
+
+def pair_scores(pairs_file: Path, images: Path, detector: FaceDetector, backend) -> tuple[np.ndarray, np.ndarray, int]:
+    """(scores, same, pairs left out) of an LFW-format pairs file (see the module docstring)."""
+    pairs = read_pairs(pairs_file, images)
+    files = sorted({p for a, b, _ in pairs for p in (a, b)})
+    index = {p: i for i, p in enumerate(files)}
+    embeddings, found = embed_photos(files, detector, backend)
+    scores, same = [], []
+    for a, b, s in pairs:
+        if found[index[a]] and found[index[b]]:
+            scores.append(float(embeddings[index[a]] @ embeddings[index[b]]))
+            same.append(s)
+    return np.array(scores), np.array(same, bool), len(pairs) - len(scores)
+
+
+def verification_report(scores: np.ndarray, same: np.ndarray, threshold: float) -> dict:
+    """The figures of the module docstring for pair scores."""
+    accuracy, std = ten_fold_accuracy(scores, same)
+    t1, tar1 = threshold_at_far(scores, same, 0.01)
+    t01, tar01 = threshold_at_far(scores, same, 0.001)
+    accepted = scores >= threshold
+    return {"pairs": int(len(scores)), "accuracy_10fold": accuracy, "accuracy_std": std, "roc_auc": roc_auc(scores, same),
+            "tar_at_far_1pct": tar1, "threshold_far_1pct": t1, "tar_at_far_0.1pct": tar01, "threshold_far_0.1pct": t01,
+            "threshold": threshold, "tar_at_threshold": float(accepted[same].mean()),
+            "far_at_threshold": float(accepted[~same].mean())}
+
+
+def _people(folder: Path) -> dict[str, list[Path]]:
+    people = {p.name: sorted(f for f in p.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
+              for p in sorted(folder.iterdir()) if p.is_dir()}
+    people = {name: files for name, files in people.items() if files}
+    if len(people) < 2:
+        raise InputError(f"eval-faces: --folder {str(folder)!r} has {len(people)} person folder(s) with images; "
+                         "expected at least two <person>/<image> folders")
+    return people
+
+
+def identification_report(folder: Path, enroll: int, detector: FaceDetector, backend, threshold: float,
+                          chips: bool = False) -> dict:
+    """The folder figures of the module docstring."""
+    people = _people(folder)
+    names = sorted(people)
+    gallery_names = [n for i, n in enumerate(names) if i % 2 == 0 and len(people[n]) > enroll]
+    if not gallery_names:
+        raise InputError(f"eval-faces: no person in {str(folder)!r} has more than --enroll {enroll} images; "
+                         "expected some with enough to enrol and to test")
+    means, probes = [], []  # probes: (embedding, true name or None for a stranger)
+    for name in names:
+        embeddings, found = embed_photos(people[name], detector, backend, chips)
+        if name in gallery_names:
+            enrolled = embeddings[:enroll][found[:enroll]]
+            if not len(enrolled):
+                raise InputError(f"eval-faces: no face found in the first {enroll} images of {name!r}; "
+                                 "expected enrolment images with one face each")
+            means.append(unit_rows(enrolled.mean(axis=0, keepdims=True))[0])
+            probes += [(e, name) for e, f in zip(embeddings[enroll:], found[enroll:]) if f]
+        else:
+            probes += [(e, None) for e, f in zip(embeddings, found) if f]
+    if not probes:
+        raise InputError(f"eval-faces: no face found in any image to test in {str(folder)!r}; expected photos "
+                         "with one face each beyond the enrolled ones, or of people not enrolled")
+    sims = np.stack([e for e, _ in probes]) @ np.stack(means).T
+    best = sims.argmax(axis=1)
+    known = [(gallery_names[j], sims[i, j], truth) for i, (j, (_, truth)) in enumerate(zip(best, probes))]
+    members = [(n, s, t) for n, s, t in known if t is not None]
+    strangers = [(n, s, t) for n, s, t in known if t is None]
+    return {"people_enrolled": len(gallery_names), "images_enrolled_each": enroll,
+            "probes_enrolled": len(members), "probes_strangers": len(strangers), "threshold": threshold,
+            "rank1": float(np.mean([n == t for n, _, t in members])) if members else None,
+            "identified": float(np.mean([n == t and s >= threshold for n, s, t in members])) if members else None,
+            "strangers_unknown": float(np.mean([s < threshold for _, s, _ in strangers])) if strangers else None}
+
+
+def _print_table(report: dict) -> None:
+    width = max(len(k) for k in report)
+    for key, value in report.items():
+        shown = f"{value:.4f}" if isinstance(value, float) else str(value)
+        print(f"  {key:<{width}}  {shown}")
+
+
+def eval_faces_command(argv: list[str]) -> int:
+    from tracker.backends import create_backend
+    from tracker.backends.base import ModelSpec
+    from tracker.cli import _Parser, _positive_int
+    from tracker.config import load_config
+    from tracker.detect import create_detector
+    from tracker.identity import identity_threshold
+
+    p = _Parser(prog="tracker eval-faces", description="Measure the face CNN on face pairs or a folder of people.")
+    p.add_argument("--pairs", type=Path, help="LFW-format pairs file (with --images)")
+    p.add_argument("--images", type=Path, help="folder of <name>/<name>_NNNN.jpg for --pairs")
+    p.add_argument("--folder", type=Path, help="folder of <person>/<image> for identification")
+    p.add_argument("--enroll", type=_positive_int, default=5, help="--folder: images enrolled per person (default 5)")
+    p.add_argument("--chips", action="store_true", help="--folder: each image is a tight face chip")
+    p.add_argument("--json", type=Path, help="write the figures to this JSON file")
+    p.add_argument("--config", type=Path, help="YAML config: detector, model, backend (default: config/tracker.yaml)")
+    p.add_argument("--backend", help="backend name (default: the config's)")
+    p.add_argument("--precision", choices=("fp32", "int8"), help="model precision (default: the config's)")
+    args = p.parse_args(argv)
+    if (args.pairs is None) == (args.folder is None):
+        raise InputError("eval-faces: give either --pairs FILE --images DIR or --folder DIR")
+    if args.pairs is not None and args.images is None:
+        raise InputError("eval-faces: --pairs needs --images DIR (the folder of <name>/<name>_NNNN.jpg)")
+    if args.pairs is not None and (args.chips or "--enroll" in argv):
+        raise InputError("eval-faces: --chips and --enroll apply to --folder only")
+    if args.folder is not None and args.images is not None:
+        raise InputError("eval-faces: --images applies to --pairs only; --folder names the images itself")
+    if args.json is not None and not args.json.parent.is_dir():
+        raise InputError(f"eval-faces: --json {str(args.json)!r}: folder {str(args.json.parent)!r} does not exist; "
+                         "expected a file in an existing folder")
+    if args.folder is not None and not args.folder.is_dir():
+        raise InputError(f"eval-faces: --folder {str(args.folder)!r} is not a folder; expected <person>/<image> folders")
+    config = load_config(args.config)
+    model = ModelSpec(config.model.prototxt, config.model.weights, config.model.probs, config.model.embedding)
+    threshold = identity_threshold(config)
+    detector = create_detector(config.detect)
+    precision = args.precision or config.backend.precision
+    backend = create_backend(args.backend or config.backend.name, model, precision=precision,
+                             threads=config.backend.threads)
+    try:
+        if args.pairs is not None:
+            scores, same, skipped = pair_scores(args.pairs, args.images, detector, backend)
+            if len(scores) == 0 or same.all() or not same.any():
+                raise InputError(f"eval-faces: {len(scores)} pairs with a face in both photos ({skipped} left out); "
+                                 "expected matched and mismatched pairs with faces")
+            report = {"pairs_file": str(args.pairs), "pairs_left_out": skipped, **verification_report(scores, same, threshold)}
+        else:
+            report = {"folder": str(args.folder), **identification_report(args.folder, args.enroll, detector, backend,
+                                                                           threshold, args.chips)}
+    finally:
+        backend.close()
+    report = {"backend": backend.name, "precision": precision, "detector": detector.name, **report}
+    print(f"eval-faces ({config.model.weights.name}):")
+    _print_table(report)
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0

@@ -1,0 +1,75 @@
+"""The card beside a caffemodel: `<weights>.json`, what the weights need to be used well.
+
+A caffemodel says nothing about the crops it was trained on or the similarity at which two faces
+are the same person, yet both belong to the weights: another caffemodel brings its own. The card:
+
+    {"schema": 1,
+     "weights_sha256": "<sha256 of the caffemodel>",   # the card applies to these bytes only
+     "crop": "aligned-v1",                              # tracker.crops definition trained on
+     "identity_threshold": 0.52,                        # cosine of fc1 embeddings: same person at or above
+     "threshold_far": 0.01,                             # the false-accept rate it was set for
+     "threshold_pairs": "pairsDevTrain.txt ...",        # where that was measured
+     "classes": ["lfw-devtrain:George_W_Bush", ...],    # fc2's outputs, in order
+     "training": {...}}                                 # how it was made (tracker train)
+
+`read_card` returns None when there is no card, or when it belongs to other bytes (a stale card is
+logged, never used: a threshold of other weights is a wrong threshold).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+from tracker.errors import ModelError
+
+SCHEMA = 1
+log = logging.getLogger(__name__)
+
+
+def card_path(weights: Path) -> Path:
+    return Path(weights).with_name(Path(weights).name + ".json")
+
+
+def read_card(weights: Path, weights_sha256: str) -> dict | None:
+    """The card of the caffemodel `weights` whose bytes hash to `weights_sha256`, or None."""
+    path = card_path(weights)
+    if not path.exists():
+        return None
+    try:
+        card = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise ModelError(f"model card {str(path)!r}: unreadable ({err}); expected the JSON that "
+                         "`tracker train` writes beside its caffemodel, or no file") from None
+    if not isinstance(card, dict) or card.get("schema") != SCHEMA:
+        raise ModelError(f"model card {str(path)!r}: schema {card.get('schema') if isinstance(card, dict) else None!r}; "
+                         f"expected {SCHEMA}")
+    if card.get("weights_sha256") != weights_sha256:
+        log.warning("model card %s belongs to other weights (sha256 %s, the caffemodel's is %s); ignored",
+                    path, str(card.get("weights_sha256"))[:12], weights_sha256[:12])
+        return None
+    threshold = card.get("identity_threshold")  # absent when training had no pairs to set it on
+    if threshold is not None and (not isinstance(threshold, (int, float)) or not -1.0 <= threshold <= 1.0):
+        raise ModelError(f"model card {str(path)!r}: identity_threshold {threshold!r}; expected a cosine in [-1, 1]")
+    return card
+
+
+def write_card(weights: Path, card: dict) -> Path:
+    """Write `card` (schema added) beside `weights`, atomically; returns its path."""
+    path = card_path(weights)
+    data = json.dumps({"schema": SCHEMA, **card}, indent=1).encode()
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path

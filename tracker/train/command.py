@@ -1,0 +1,387 @@
+"""`tracker train`: train the face CNN (models/face_cnn.prototxt) and write a caffemodel and its card.
+
+    tracker train [--data SET]... [--teacher NPZ]... [--pairs FILE --pairs-images DIR]
+                  [--out CAFFEMODEL] [--work DIR] [--epochs N] [--resume]
+
+What it does, in order (scripts/train-face-cnn is the command that made the shipped weights):
+1. Cuts every photo of every data set (`tracker.train.data`) with the guard's detector and crop,
+   cached in `<work>/crops-*.npz`.
+2. Chooses fc2's classes: the P best-populated identities (P = fc2's outputs, 848; ties by name).
+3. Builds each photo's distillation target from the teacher files (`tracker.train.teacher`).
+   A photo is trained on when it has a target or a class.
+4. Trains (`TrainableNet`, BatchNorm during training) with AdamW and a cosine learning rate after a
+   short warm-up, on augmented crops (`tracker.train.augment`): loss = (1 - cosine(fc1, target))
+   over photos with a target + CE_WEIGHT * cross-entropy (label smoothing 0.1) of fc2 over photos
+   with a class. Seeds are fixed (numpy and torch); the progress bar shows loss and images/s.
+   A checkpoint (`<work>/checkpoint.pt`) is written atomically after every epoch; `--resume`
+   continues from it if it belongs to the same run (same data, classes and settings); Ctrl-C
+   stops with the last checkpoint intact.
+5. Exports the caffemodel with BatchNorm folded (`tracker.train.net.export_netdef`), runs it through
+   the project's Caffe engine and checks it matches the torch net, then measures the pairs (if
+   given) through that engine and writes the card (`tracker.model.card`) with the threshold for a
+   THRESHOLD_FAR false-accept rate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import queue
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from tracker.errors import InputError, ModelError
+
+CE_WEIGHT = 0.3
+THRESHOLD_FAR = 0.01
+PARITY_TOLERANCE = 1e-4  # exported caffemodel vs the torch net, max abs difference of unit embeddings
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "datasets"
+DEFAULT_DATA = (SHARED / "lfw-devtrain" / "images", SHARED / "celeba-10k" / "identity_CelebA_first10000.txt")
+DEFAULT_TEACHER = (SHARED / "lfw-devtrain" / "dlib_descriptors.npz",)
+
+
+def _parser():
+    from tracker.cli import _Parser, _positive_int
+
+    p = _Parser(prog="tracker train", description="Train the face CNN on face photographs and write a caffemodel.")
+    p.add_argument("--data", type=Path, action="append",
+                   help="a data set: a folder of <person>/<image> or a list file of 'image identity' lines "
+                        "(repeatable; default: ../shared/datasets' LFW training people and CelebA 10k)")
+    p.add_argument("--teacher", type=Path, action="append",
+                   help="an .npz of teacher descriptors ('paths' relative to a data set folder, 'descriptor') "
+                        "to distil onto fc1 (repeatable; default: dlib's descriptors of the LFW set)")
+    p.add_argument("--pairs", type=Path, help="LFW-format pairs file to set the identity threshold on "
+                                               "(default: the LFW set's pairsDevTrain.txt)")
+    p.add_argument("--pairs-images", type=Path, help="the pairs file's image folder (default: the LFW set's)")
+    p.add_argument("--out", type=Path, help="caffemodel to write (default: the config's model.weights)")
+    p.add_argument("--work", type=Path, default=Path("train-work"),
+                   help="crop cache and checkpoint folder (default: ./train-work)")
+    p.add_argument("--epochs", type=_positive_int, default=30)
+    p.add_argument("--batch", type=_positive_int, default=128)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--seed", type=int, default=20161129)
+    p.add_argument("--steps", type=_positive_int, help="stop after this many steps in all (a short trial)")
+    p.add_argument("--limit", type=_positive_int, help="use only the first N photos of each data set (a short trial)")
+    p.add_argument("--threads", type=_positive_int, help="torch threads (default: all usable cores)")
+    p.add_argument("--resume", action="store_true", help="continue from <work>/checkpoint.pt")
+    p.add_argument("--config", type=Path, help="YAML config: its detector and model files (default: config/tracker.yaml)")
+    return p
+
+
+def _require_torch():
+    try:
+        import torch
+    except ImportError as err:
+        from tracker.errors import BackendUnavailable
+
+        raise BackendUnavailable(f"tracker train needs PyTorch ({err}); install it with: "
+                                 "pip install 'tracker[train]' (torch==2.13.0, CPU)") from None
+    return torch
+
+
+def choose_classes(identities: list[str], count: int) -> list[str]:
+    """The `count` identities with the most photos (ties broken by name), best-populated first."""
+    counts = Counter(identities)
+    return sorted(counts, key=lambda name: (-counts[name], name))[:count]
+
+
+def _fingerprint(args, samples, classes, prototxt: Path) -> str:
+    facts = {"data": [str(p) for p in args.data], "teacher": [str(p) for p in args.teacher],
+             "photos": [str(s.path) for s in samples], "classes": classes, "epochs": args.epochs,
+             "batch": args.batch, "lr": args.lr, "seed": args.seed, "limit": args.limit,
+             "prototxt": hashlib.sha256(Path(prototxt).read_bytes()).hexdigest()}
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+
+
+def _save_atomic(torch, state: dict, path: Path) -> None:
+    """torch.save to a temporary file beside `path`, fsync, then rename: a crash or a full disk
+    leaves the previous checkpoint as it was. InputError (exit 2) when it cannot be written."""
+    buffer = io.BytesIO()  # serialised first: torch.save reports a full disk as a RuntimeError
+    torch.save(state, buffer)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".checkpoint-")
+    except OSError as err:
+        raise InputError(f"train: cannot write checkpoint {str(path)!r} ({err.strerror or err}); "
+                         "expected a writable --work folder") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(buffer.getbuffer())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as err:
+        raise InputError(f"train: cannot write checkpoint {str(path)!r} ({err.strerror or err}); the previous "
+                         "checkpoint is unchanged; expected a writable --work folder with free space") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _batches(order: np.ndarray, batch: int, crops: np.ndarray, rng: np.random.Generator):
+    """Augmented batches (indices, (B, 1, 88, 88) float32) of one epoch, made one ahead in a thread
+    (cv2 releases the GIL) while torch trains on the current one; a queue of one bounds memory."""
+    from tracker.train.augment import augment
+
+    starts = range(0, len(order) - batch + 1, batch)  # whole batches only: BatchNorm wants them
+    ready: queue.Queue = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def produce():
+        for start in starts:
+            if stop.is_set():
+                return
+            rows = order[start:start + batch]
+            ready.put((rows, augment(crops[rows], rng)))
+        ready.put(None)
+
+    worker = threading.Thread(target=produce, name="train-augment", daemon=True)
+    worker.start()
+    try:
+        while (item := ready.get()) is not None:
+            yield item
+    finally:
+        stop.set()
+        while worker.is_alive():  # unblock a producer waiting on the full queue
+            try:
+                ready.get_nowait()
+            except queue.Empty:
+                pass
+            worker.join(0.05)
+
+
+def embed_torch(torch, net, x: np.ndarray) -> np.ndarray:
+    net.eval()
+    with torch.no_grad():
+        return net(torch.from_numpy(x))[1].numpy()
+
+
+def check_export(torch, net, caffemodel: Path, prototxt: Path, probe: np.ndarray) -> float:
+    """Run `probe` (N, 1, 88, 88) through the exported caffemodel on the Caffe engine and the torch
+    net (eval mode); ModelError unless their unit embeddings agree within PARITY_TOLERANCE.
+    Returns the largest difference."""
+    from tracker.backends import create_backend
+    from tracker.backends.base import ModelSpec
+
+    ours = embed_torch(torch, net, probe)
+    backend = create_backend("caffe-openblas-dl", ModelSpec(prototxt, caffemodel))
+    try:
+        theirs = backend.infer(np.ascontiguousarray(probe)).embedding
+    finally:
+        backend.close()
+
+    def unit(v):
+        return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+
+    worst = float(np.abs(unit(ours) - unit(theirs)).max())
+    if not worst <= PARITY_TOLERANCE:
+        raise ModelError(f"train: the exported caffemodel {caffemodel} differs from the trained net by {worst:.2e} "
+                         f"on the Caffe engine; expected at most {PARITY_TOLERANCE:g}")
+    return worst
+
+
+def threshold_card(pairs_file: Path, images: Path, detector, model) -> dict:
+    """The card's threshold entries: the cosine at which THRESHOLD_FAR of the mismatched pairs of
+    `pairs_file` are accepted, measured on the Caffe engine as `tracker eval-faces` would."""
+    from tracker.backends import create_backend
+    from tracker.evaluate_faces import pair_scores
+    from tracker.verification import threshold_at_far
+
+    backend = create_backend("caffe-openblas-dl", model)
+    try:
+        scores, same, skipped = pair_scores(pairs_file, images, detector, backend)
+    finally:
+        backend.close()
+    threshold, tar = threshold_at_far(scores, same, THRESHOLD_FAR)
+    return {"identity_threshold": round(threshold, 4), "threshold_far": THRESHOLD_FAR,
+            "threshold_pairs": f"{pairs_file.name}: {len(scores)} pairs ({skipped} without a central face); "
+                               f"true-accept rate {tar:.3f} at this threshold"}
+
+
+def train_command(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    torch = _require_torch()
+    from tqdm import tqdm
+
+    from tracker.config import load_config
+    from tracker.crops import crop_definition
+    from tracker.detect import create_detector
+    from tracker.model.caffe_io import load_net, write_caffemodel
+    from tracker.model.convert.graph import lower
+    from tracker.model.face_cnn import he_weights
+    from tracker.train.data import CropCache, definition_key, list_samples, load_crops
+    from tracker.train.net import TrainableNet, export_netdef
+    from tracker.train.teacher import read_teacher, split_pca_targets
+
+    config = load_config(args.config)
+    args.data = args.data or list(DEFAULT_DATA)
+    args.teacher = args.teacher if args.teacher is not None else [p for p in DEFAULT_TEACHER if p.exists()]
+    prototxt, out = config.model.prototxt, args.out or config.model.weights
+    threads = args.threads or len(os.sched_getaffinity(0))
+    torch.set_num_threads(threads)
+    rng = np.random.default_rng(args.seed)
+    torch.manual_seed(args.seed)
+
+    # 1. crops
+    detector = create_detector(config.detect)
+    crop_name = crop_definition(detector.gives_landmarks)
+    cache = CropCache(args.work, definition_key(detector, config.detect))
+    sets = [(root, list_samples(root)[:args.limit] if args.limit else list_samples(root)) for root in args.data]
+    total = sum(len(s) for _, s in sets)
+    crops, samples, roots, left_out = [], [], [], 0
+    with tqdm(total=total, desc="crops", unit="photo", file=sys.stderr, disable=None, dynamic_ncols=True) as bar:
+        for root, set_samples in sets:
+            c, kept, missed = load_crops(set_samples, detector, cache, progress=bar.update)
+            crops.append(c)
+            samples += kept
+            roots += [root if root.is_dir() else root.parent] * len(kept)
+            left_out += missed
+    crops = np.concatenate(crops)
+    print(f"train: {len(samples)} photos with a central face ({crop_name} crops), {left_out} left out "
+          f"(not an image or no face found); cache {cache.path}", file=sys.stderr)
+
+    # 2. classes, 3. targets
+    structure = load_net(prototxt, None)
+    net = TrainableNet(lower(he_weights(structure), config.model.probs, config.model.embedding))
+    net = net.to(memory_format=torch.channels_last)  # oneDNN's convolutions are ~1.4x faster so
+    n_classes = net.layers[net.outputs[0]].out_features
+    width = net.layers[[n for n, layer in net.layers.items() if isinstance(layer, torch.nn.Linear)][0]].out_features
+    classes = choose_classes([s.identity for s in samples], n_classes)
+    class_of = {name: i for i, name in enumerate(classes)}
+    labels = np.array([class_of.get(s.identity, -1) for s in samples], np.int64)
+    targets = np.zeros((len(samples), width), np.float32)
+    has_target = np.zeros(len(samples), bool)
+    descriptors, rows = [], []
+    for teacher_file in args.teacher:
+        teacher = read_teacher(teacher_file)
+        for i, (sample, root) in enumerate(zip(samples, roots)):
+            descriptor = teacher.get(sample.path.relative_to(root).as_posix())
+            if descriptor is not None and not has_target[i]:
+                descriptors.append(descriptor)
+                rows.append(i)
+                has_target[i] = True
+    if rows:
+        targets[rows] = split_pca_targets(np.stack(descriptors), width)
+    used = np.flatnonzero(has_target | (labels >= 0))
+    if len(used) < args.batch:
+        raise InputError(f"train: {len(used)} usable photos (with a teacher descriptor or one of the {n_classes} "
+                         f"classes); expected at least one batch of {args.batch}")
+    smallest = min(Counter(labels[labels >= 0].tolist()).values(), default=0)
+    print(f"train: {len(used)} photos used: {int(has_target[used].sum())} with a teacher target, "
+          f"{int((labels[used] >= 0).sum())} in the {len(classes)} classes (smallest class: {smallest} photos)",
+          file=sys.stderr)
+
+    # 4. training
+    steps_per_epoch = len(used) // args.batch
+    total_steps = steps_per_epoch * args.epochs
+    warmup = min(300, total_steps // 10 + 1)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=5e-4)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup) * 0.5 * (
+        1.0 + np.cos(np.pi * min(step, total_steps) / total_steps)))
+    fingerprint = _fingerprint(args, samples, classes, prototxt)
+    checkpoint = args.work / "checkpoint.pt"
+    epoch, step = 0, 0
+    if args.resume:
+        if not checkpoint.exists():
+            raise InputError(f"train: --resume: no checkpoint {str(checkpoint)!r}; expected one written by an "
+                             "earlier run with the same --work")
+        try:
+            state = torch.load(checkpoint, weights_only=False)
+        except Exception as err:  # a truncated or foreign file: torch raises several kinds
+            raise InputError(f"train: --resume: checkpoint {str(checkpoint)!r} is unreadable ({type(err).__name__}); "
+                             "expected one written by tracker train") from None
+        if state.get("fingerprint") != fingerprint:
+            raise InputError(f"train: --resume: checkpoint {str(checkpoint)!r} is of another run (other data, "
+                             "classes or settings); expected the same arguments, or start afresh without --resume")
+        net.load_state_dict(state["net"])
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        epoch, step = state["epoch"], state["step"]
+        rng.bit_generator.state = state["numpy_rng"]
+        torch.set_rng_state(state["torch_rng"])
+        print(f"train: resumed from {checkpoint} after epoch {epoch}", file=sys.stderr)
+
+    def save() -> None:
+        _save_atomic(torch, {"fingerprint": fingerprint, "net": net.state_dict(), "optimizer": optimizer.state_dict(),
+                             "schedule": schedule.state_dict(), "epoch": epoch, "step": step,
+                             "numpy_rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state()}, checkpoint)
+
+    t_labels, t_targets = torch.from_numpy(labels), torch.from_numpy(targets)
+    t_has_target = torch.from_numpy(has_target)
+    started = time.monotonic()
+    losses: list[float] = []
+    try:
+        while epoch < args.epochs and not (args.steps and step >= args.steps):
+            net.train()
+            order = used[rng.permutation(len(used))]
+            bar = tqdm(total=steps_per_epoch, desc=f"epoch {epoch + 1}/{args.epochs}", unit="step",
+                       file=sys.stderr, disable=None, dynamic_ncols=True)
+            seen, t0, done = 0, time.monotonic(), 0
+            for rows, x in _batches(order, args.batch, crops, rng):
+                logits, embedding = net(torch.from_numpy(x).contiguous(memory_format=torch.channels_last))
+                idx = torch.from_numpy(rows)
+                loss = torch.zeros(())
+                mask = t_has_target[idx]
+                if mask.any():
+                    cos = torch.nn.functional.cosine_similarity(embedding[mask], t_targets[idx][mask], eps=1e-8)
+                    loss = loss + (1.0 - cos).mean()
+                lab = t_labels[idx]
+                if (lab >= 0).any():
+                    loss = loss + CE_WEIGHT * torch.nn.functional.cross_entropy(logits[lab >= 0], lab[lab >= 0],
+                                                                                label_smoothing=0.1)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                schedule.step()
+                step += 1
+                seen += len(rows)
+                losses.append(float(loss.detach()))
+                bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}", img_s=f"{seen / (time.monotonic() - t0):.0f}")
+                bar.update(1)
+                done += 1
+                if args.steps and step >= args.steps:
+                    break
+            bar.close()
+            epoch += done == steps_per_epoch  # a --steps trial may stop inside an epoch: resume repeats it
+            save()
+            print(f"train: epoch {epoch}/{args.epochs}, step {step}: loss {np.mean(losses[-done:]):.4f}, "
+                  f"{seen / (time.monotonic() - t0):.0f} images/s; checkpoint {checkpoint}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"\ntrain: interrupted; the last checkpoint ({checkpoint}) is intact: continue with --resume",
+              file=sys.stderr)
+        return 130
+    minutes = (time.monotonic() - started) / 60.0
+    window = max(1, min(20, len(losses) // 3))  # the loss at the start and at the end, smoothed
+
+    # 5. export, check, threshold, card
+    from tracker.backends.base import ModelSpec
+    from tracker.identity import file_sha256
+    from tracker.model.card import write_card
+    from tracker.train.augment import plain
+
+    write_caffemodel(out, export_netdef(net, structure))
+    probe = plain(crops[used[:32]])
+    worst = check_export(torch, net, out, prototxt, probe)
+    card = {"weights_sha256": file_sha256(out), "crop": crop_name, "classes": classes,
+            "training": {"data": [str(p) for p in args.data], "teacher": [str(p) for p in args.teacher],
+                         "photos": int(len(used)), "epochs": epoch, "steps": step, "batch": args.batch,
+                         "lr": args.lr, "seed": args.seed, "minutes": round(minutes, 1), "threads": threads,
+                         "first_loss": round(float(np.mean(losses[:window])), 4) if losses else None,
+                         "last_loss": round(float(np.mean(losses[-window:])), 4) if losses else None}}
+    pairs_file = args.pairs or (SHARED / "lfw-devtrain" / "pairsDevTrain.txt")
+    if args.pairs or pairs_file.exists():
+        card.update(threshold_card(pairs_file, args.pairs_images or (SHARED / "lfw-devtrain" / "images"),
+                                   detector, ModelSpec(prototxt, out, config.model.probs, config.model.embedding)))
+    write_card(out, card)
+    print(f"train: wrote {out} ({out.stat().st_size:,} bytes) after {epoch} epoch(s), {step} steps, {minutes:.1f} min; "
+          f"loss {card['training']['first_loss']} -> {card['training']['last_loss']}; Caffe engine parity {worst:.1e}; "
+          f"identity threshold {card.get('identity_threshold')}")
+    return 0

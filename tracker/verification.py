@@ -1,0 +1,118 @@
+"""Face verification: LFW-format pair files and the figures measured on them.
+
+Pair files (LFW's `pairs*.txt`): a header line (`N` for View 1, `folds N` for View 2), then `name i j`
+lines (a matched pair: images i and j of one person) and `name1 i name2 j` lines (a mismatched
+pair); image i of `name` is `<images>/<name>/<name>_<i:04d>.jpg`.
+
+Scores are cosine similarities (higher: more alike); `same` is True for matched pairs.
+- `ten_fold_accuracy`: LFW's protocol: pairs are dealt into 10 folds (matched and mismatched pairs
+  each in turn, so every fold has both); each fold is scored at the threshold that is best on the
+  other nine; the mean and standard deviation over folds.
+- `roc_auc`: the probability that a random matched pair scores above a random mismatched one.
+- `threshold_at_far(scores, same, far)`: the smallest threshold at which at most a fraction `far` of
+  the mismatched pairs is accepted (score >= threshold), and the true-accept rate there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from tracker.errors import InputError
+
+
+def read_pairs(path: Path, images: Path) -> list[tuple[Path, Path, bool]]:
+    """(image a, image b, same person) per pair line; InputError naming the line for a malformed
+    line or an image that does not exist."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"pairs file {str(path)!r}: cannot read ({err}); expected LFW's pairs format") from None
+    pairs = []
+    for number, line in enumerate(lines[1:], 2):
+        parts = line.split()
+        if not parts:
+            continue
+        try:
+            if len(parts) == 3:
+                a, b, same = (parts[0], int(parts[1])), (parts[0], int(parts[2])), True
+            elif len(parts) == 4:
+                a, b, same = (parts[0], int(parts[1])), (parts[2], int(parts[3])), False
+            else:
+                raise ValueError
+        except ValueError:
+            raise InputError(f"pairs file {path}:{number}: {line[:80]!r}; expected 'name i j' or "
+                             "'name1 i name2 j'") from None
+        files = [Path(images) / name / f"{name}_{i:04d}.jpg" for name, i in (a, b)]
+        for file in files:
+            if not file.is_file():
+                raise InputError(f"pairs file {path}:{number}: image {str(file)!r} does not exist; expected "
+                                 f"<images>/<name>/<name>_NNNN.jpg under {str(images)!r}")
+        pairs.append((files[0], files[1], same))
+    if not pairs or all(s for *_, s in pairs) or not any(s for *_, s in pairs):
+        raise InputError(f"pairs file {str(path)!r}: {len(pairs)} pairs; expected matched and mismatched pairs")
+    return pairs
+
+
+def _accuracy(scores: np.ndarray, same: np.ndarray, threshold: float) -> float:
+    return float(((scores >= threshold) == same).mean())
+
+
+def best_threshold(scores: np.ndarray, same: np.ndarray) -> float:
+    """The threshold of highest accuracy (the midpoint between two neighbouring scores)."""
+    ordered = np.unique(scores)
+    candidates = np.concatenate([[ordered[0] - 1e-6], (ordered[1:] + ordered[:-1]) / 2.0, [ordered[-1] + 1e-6]])
+    accuracies = [_accuracy(scores, same, t) for t in candidates]
+    return float(candidates[int(np.argmax(accuracies))])
+
+
+def folds(same: np.ndarray, k: int = 10) -> np.ndarray:
+    """Fold index per pair: matched and mismatched pairs each dealt in turn into k folds."""
+    fold = np.empty(len(same), np.int64)
+    for flag in (True, False):
+        rows = np.flatnonzero(same == flag)
+        fold[rows] = np.arange(len(rows)) % k
+    return fold
+
+
+def ten_fold_accuracy(scores: np.ndarray, same: np.ndarray) -> tuple[float, float]:
+    """(mean, std) of LFW's 10-fold accuracy (see the module docstring)."""
+    scores, same = np.asarray(scores, np.float64), np.asarray(same, bool)
+    fold = folds(same)
+    results = []
+    for k in range(10):
+        train, test = fold != k, fold == k
+        if not test.any():
+            continue
+        results.append(_accuracy(scores[test], same[test], best_threshold(scores[train], same[train])))
+    return float(np.mean(results)), float(np.std(results))
+
+
+def roc_auc(scores: np.ndarray, same: np.ndarray) -> float:
+    """Area under the ROC curve (Mann-Whitney U; ties count a half)."""
+    scores, same = np.asarray(scores, np.float64), np.asarray(same, bool)
+    pos, neg = scores[same], scores[~same]
+    order = np.argsort(np.concatenate([pos, neg]), kind="mergesort")
+    ranks = np.empty(len(order))
+    values = np.concatenate([pos, neg])[order]
+    # average ranks over ties
+    i = 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[i]:
+            j += 1
+        ranks[order[i:j + 1]] = (i + j) / 2.0 + 1.0
+        i = j + 1
+    u = ranks[:len(pos)].sum() - len(pos) * (len(pos) + 1) / 2.0
+    return float(u / (len(pos) * len(neg)))
+
+
+def threshold_at_far(scores: np.ndarray, same: np.ndarray, far: float) -> tuple[float, float]:
+    """(threshold, true-accept rate) for a false-accept rate of at most `far` (see the module
+    docstring). With fewer than 1 / far mismatched pairs the threshold accepts none of them."""
+    scores, same = np.asarray(scores, np.float64), np.asarray(same, bool)
+    negatives = np.sort(scores[~same])[::-1]
+    allowed = int(np.floor(far * len(negatives)))  # mismatched pairs that may be accepted
+    threshold = float(np.nextafter(negatives[allowed], np.inf)) if allowed < len(negatives) else float(negatives[-1])
+    return threshold, float((scores[same] >= threshold).mean())
