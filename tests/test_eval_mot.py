@@ -162,3 +162,41 @@ def test_bad_inputs(testdata, tmp_path, capsys):
     assert "detections" in line
 
     assert noisy_main([str(gt), str(tmp_path / "n.txt"), "--drop", "1.5"]) == 2
+
+
+@pytest.mark.parametrize("seq", SEQS)
+def test_tracks_of_another_tracker_are_scored_as_they_are(testdata, capsys, seq):
+    """The published tracker's own output scored with --tracks gives the devkit's figures (the
+    shared data's README table), without running ours."""
+    seqdir = testdata / "mot" / seq
+    rc, stdout, stderr = run(["eval-mot", "--tracks", str(seqdir / "test.txt"), "--gt", str(seqdir / "gt.txt")], capsys)
+    assert rc == 0, stderr
+    expected = evaluate(read_mot(seqdir / "gt.txt", "gt"), read_mot(seqdir / "test.txt", "tracks"))
+    table = parse_table(stdout)
+    assert table["MOTA"] == pytest.approx(expected.mota, abs=1e-4) and table["IDF1"] == pytest.approx(expected.idf1, abs=1e-4)
+    assert {"TUD-Campus": 0.526462, "TUD-Stadtmitte": 0.564014}[seq] == pytest.approx(table["MOTA"], abs=1e-4)
+
+
+def test_the_tracking_section_of_a_config_gives_the_defaults(noisy, tmp_path, capsys):
+    gt, dets = noisy("TUD-Stadtmitte")
+    config = tmp_path / "tracker.yaml"
+    config.write_text("tracking: {min_hits: 8}\n")
+    _, from_config, _ = run(["eval-mot", str(dets), "--gt", str(gt), "--config", str(config)], capsys)
+    _, from_flag, _ = run(["eval-mot", str(dets), "--gt", str(gt), "--min-hits", "8"], capsys)
+    _, overridden, _ = run(["eval-mot", str(dets), "--gt", str(gt), "--config", str(config), "--min-hits", "3"], capsys)
+    _, default, _ = run(["eval-mot", str(dets), "--gt", str(gt)], capsys)
+    assert parse_table(from_config) == parse_table(from_flag)
+    assert parse_table(overridden) == parse_table(default) != parse_table(from_config)
+
+
+@pytest.mark.parametrize("args, expected", [
+    ([], "expected a detections file to track, or --tracks FILE"),
+    (["DETS", "--tracks", "TRACKS"], "expected a detections file to track, or --tracks FILE"),
+    (["--tracks", "TRACKS"], "--gt is missing"),
+    (["--tracks", "TRACKS", "--gt", "GT", "--min-hits", "2"], "--min-hits would change nothing"),
+])
+def test_bad_tracks_scoring_is_one_line(testdata, capsys, args, expected):
+    seqdir = testdata / "mot" / "TUD-Campus"
+    names = {"DETS": seqdir / "test.txt", "TRACKS": seqdir / "test.txt", "GT": seqdir / "gt.txt"}
+    rc, _, stderr = run(["eval-mot", *(str(names.get(a, a)) for a in args)], capsys)
+    assert expected in _one_error_line(rc, stderr)

@@ -64,3 +64,23 @@ def test_a_stranger_is_announced_as_unknown_once_the_track_has_enough_faces():
         events += maker.frame_events(views, votes, t_ns=i, wall_time=1000.0 + i)
     assert [(e.kind, e.identity, e.t_ns) for e in events] == [
         ("entered", "unknown", 1), ("identified", "unknown", 3), ("left", "unknown", 9)]
+
+
+def test_tracks_still_announced_when_the_run_ends_get_their_left():
+    tracker = Tracker(min_hits=2, max_age=5)
+    votes = IdentityVotes(threshold=0.5)
+    ids = (f"e{i}" for i in itertools.count())
+    maker = EventMaker(new_id=lambda: next(ids))
+    events = []
+    for i in range(4):  # two people, one seen once only (never confirmed, never announced)
+        dets = [Detection(Box(100 + i, 100, 50, 50))] + ([Detection(Box(400, 300, 40, 40))] if i == 3 else [])
+        views = tracker.update(dets)
+        for view in views:
+            if view.detection_index is not None:
+                votes.add(view.track_id, "ann", 0.9)
+        events += maker.frame_events(views, votes, t_ns=i, wall_time=1000.0 + i)
+    closing = maker.close_all(votes, t_ns=99, wall_time=1099.0)
+    assert [(e.kind, e.identity) for e in events] == [("entered", "ann")]
+    assert [(e.kind, e.track_id, e.identity, e.t_ns) for e in closing] == [("left", events[0].track_id, "ann", 99)]
+    assert abs(closing[0].box.x - 103) < 0.5 and closing[0].box.y == 100  # where it was last seen
+    assert maker.close_all(votes, t_ns=100, wall_time=1100.0) == []  # said once

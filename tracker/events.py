@@ -76,3 +76,16 @@ class EventMaker:
             event = Event(self._new_id(), kind, view.track_id, name, confidence, box, t_ns, wall_time)
             by_kind[kind].append(event)
         return by_kind["entered"] + by_kind["identified"] + by_kind["left"]
+
+    def close_all(self, votes, t_ns: int, wall_time: float) -> list[Event]:
+        """A `left` for every track still announced (the source ended or the guard stops: the
+        people in view are not followed any more), with its last box; forgets them all."""
+        events = []
+        for track_id in sorted(self._announced):
+            name, confidence = votes.voted(track_id)
+            box = self._last_seen.get(track_id)
+            if box is not None:
+                events.append(Event(self._new_id(), "left", track_id, name, confidence, box, t_ns, wall_time))
+        self._announced.clear()
+        self._last_seen.clear()
+        return events

@@ -233,6 +233,11 @@ class Guard:
         batch = self.batcher.flush()
         if batch is not None:
             self._process(batch)
+        # Nobody in view is followed any more: every announced track gets its `left`.
+        now_ns = time.monotonic_ns()
+        events = self.events.close_all(self.votes, now_ns, (now_ns + self._wall_offset_ns) / 1e9)
+        self.identity_score.add(events, [])
+        self._publish_events(events)
         self._report()
         self._publish_state()
         if self.identity_score.announced:
@@ -280,6 +285,14 @@ class Guard:
             self._track_and_publish(work, rows if count and not lost else None, frame_matches,
                                     len(batch.crops) if count else 0, infer_ms if count else 0.0)
 
+    def _publish_events(self, events) -> None:
+        """Each event with the snapshot of its track's best face, to every sink."""
+        for event in events:
+            path, jpeg = self.snapshots.save(event.track_id, event.id)
+            event = replace(event, snapshot=path)
+            for sink in self.sinks:
+                sink.publish_event(event, jpeg)
+
     def _track_and_publish(self, work: _FrameWork, embeddings: np.ndarray | None, matches, batch_size: int,
                            infer_ms: float) -> None:
         frame = work.frame
@@ -300,11 +313,7 @@ class Guard:
         if truth is not None:
             self.identity_score.add(events, truth(frame.seq))
         publish_start = time.monotonic_ns()
-        for event in events:
-            path, jpeg = self.snapshots.save(event.track_id, event.id)
-            event = replace(event, snapshot=path)
-            for sink in self.sinks:
-                sink.publish_event(event, jpeg)
+        self._publish_events(events)
         for view in views:
             # Every track that ends, announced or not (a tentative one that died also voted and
             # offered faces), takes its votes and best face with it: no state outlives its track.

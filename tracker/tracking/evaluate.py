@@ -1,7 +1,8 @@
 """`tracker eval-mot`: run the tracker alone on a MOTChallenge detection file and score it.
 
-    tracker eval-mot DETECTIONS [--gt GT] [--out TRACKS]
+    tracker eval-mot DETECTIONS [--gt GT] [--out TRACKS] [--config F]
                      [--min-hits N] [--max-age N] [--iou-threshold F] [--no-backfill]
+    tracker eval-mot --tracks TRACKS --gt GT          score tracks made elsewhere (another tracker)
 
 The tracker (`sort.Tracker`, IoU only: detection files carry no appearance) is fed every frame
 from 1 to the last frame of DETECTIONS (or of GT, if later), empty frames included. The tracks
@@ -19,7 +20,9 @@ sees: confirmed tracks on the frames a detection was assigned to them.
 
 Output: TRACKS in MOTChallenge format if --out is given; to stdout if neither --out nor --gt is.
 With --gt, the CLEAR-MOT and IDF1 table (`metrics.MotMetrics.COLUMNS`) is printed to stdout.
-Defaults of the tracker's parameters come from the config's `tracking` section.
+Defaults of the tracker's parameters come from the `tracking` section of the config (--config, or
+config/tracker.yaml); the options override them. With --tracks, nothing is tracked: the file is
+scored as it is (tracker options are refused then, as they would change nothing).
 """
 
 from __future__ import annotations
@@ -97,17 +100,19 @@ def _unit_float(text: str) -> float:
     return value
 
 
-def _parser() -> _Parser:
-    from tracker.config import TrackingConfig
+TRACKER_OPTIONS = ("min_hits", "max_age", "iou_threshold")
 
-    defaults = TrackingConfig()
+
+def _parser() -> _Parser:
     p = _Parser(prog="tracker eval-mot", description="Run the tracker on MOTChallenge detections; score against ground truth.")
-    p.add_argument("detections", type=Path, help="MOTChallenge detection file: frame,-1,x,y,w,h,score,...")
+    p.add_argument("detections", type=Path, nargs="?", help="MOTChallenge detection file: frame,-1,x,y,w,h,score,...")
+    p.add_argument("--tracks", type=Path, help="score this MOTChallenge tracks file (another tracker's output) instead of tracking")
     p.add_argument("--gt", type=Path, help="MOTChallenge ground truth; prints CLEAR-MOT and IDF1")
     p.add_argument("--out", type=Path, help="write the tracks here (MOTChallenge format)")
-    p.add_argument("--min-hits", type=_int_in(1, 100), default=defaults.min_hits, help=f"default {defaults.min_hits}")
-    p.add_argument("--max-age", type=_int_in(1, 1000), default=defaults.max_age, help=f"default {defaults.max_age}")
-    p.add_argument("--iou-threshold", type=_unit_float, default=defaults.iou_threshold, help=f"default {defaults.iou_threshold}")
+    p.add_argument("--config", type=Path, help="YAML config whose tracking section gives the defaults (default: config/tracker.yaml)")
+    p.add_argument("--min-hits", type=_int_in(1, 100), help="default: the config's tracking.min_hits")
+    p.add_argument("--max-age", type=_int_in(1, 1000), help="default: the config's tracking.max_age")
+    p.add_argument("--iou-threshold", type=_unit_float, help="default: the config's tracking.iou_threshold")
     p.add_argument("--no-backfill", action="store_true", help="write only what an online tracker knows: no tentative frames of confirmed tracks, no predicted boxes in re-acquired gaps")
     return p
 
@@ -137,10 +142,29 @@ def format_table(name: str, metrics: MotMetrics) -> str:
 def eval_mot_command(argv: list[str]) -> int:
     """Entry point of `tracker eval-mot`; user mistakes raise InputError (exit 2 via the CLI)."""
     args = _parser().parse_args(argv)
-    detections = read_mot(args.detections, "detections")
+    if (args.detections is None) == (args.tracks is None):
+        raise InputError("tracker eval-mot: expected a detections file to track, or --tracks FILE to score")
+    if args.tracks is not None:
+        given = [f"--{name.replace('_', '-')}" for name in TRACKER_OPTIONS if getattr(args, name) is not None]
+        given += [flag for flag, on in (("--no-backfill", args.no_backfill), ("--out", args.out is not None),
+                                        ("--config", args.config is not None)) if on]
+        if args.gt is None or given:
+            raise InputError(f"tracker eval-mot --tracks: scores a finished tracks file against --gt; "
+                             f"{'--gt is missing' if args.gt is None else ', '.join(given) + ' would change nothing'}")
     gt = read_mot(args.gt, "gt") if args.gt is not None else None
     if gt is not None and not len(gt):
         raise InputError(f"gt file {str(args.gt)!r}: no boxes to score against; expected at least one row with conf != 0")
+    if args.tracks is not None:
+        tracks = read_mot(args.tracks, "tracks")
+        print(format_table(_sequence_name(args.gt), evaluate(gt, tracks)))
+        return 0
+    from tracker.config import load_config
+
+    settings = load_config(args.config).tracking
+    for name in TRACKER_OPTIONS:
+        if getattr(args, name) is None:
+            setattr(args, name, getattr(settings, name))
+    detections = read_mot(args.detections, "detections")
     last_frame = max(detections.last_frame, gt.last_frame if gt is not None else 0)
     tracker = Tracker(args.min_hits, args.max_age, args.iou_threshold, embedding_weight=0.0)
     tracks = track_detections(detections, tracker, last_frame, backfill=not args.no_backfill)
