@@ -68,3 +68,22 @@ def test_a_track_needs_enough_faces_and_a_clear_lead():
     for _ in range(3):
         votes.add(3, UNKNOWN, 0.1)  # a stranger: every face below the threshold
     assert votes.voted(3) == (UNKNOWN, 1.0)
+
+
+def test_the_threshold_comes_from_the_config_else_the_weights_card_else_the_untrained_default(tmp_path, caplog):
+    from tracker.config import parse_config
+    from tracker.identity import UNTRAINED_THRESHOLD, file_sha256, identity_threshold
+    from tracker.model.card import card_path, write_card
+
+    weights = tmp_path / "w.caffemodel"
+    weights.write_bytes(b"weights")
+    config = parse_config({"model": {"weights": str(weights)}})
+    assert identity_threshold(config) == UNTRAINED_THRESHOLD  # no card
+    write_card(weights, {"weights_sha256": file_sha256(weights), "identity_threshold": 0.42, "crop": "aligned-v1"})
+    assert identity_threshold(config) == 0.42
+    assert identity_threshold(parse_config({"model": {"weights": str(weights)}, "identity": {"threshold": 0.7}})) == 0.7
+    weights.write_bytes(b"other weights")  # the card now belongs to other bytes: ignored, said
+    assert identity_threshold(config) == UNTRAINED_THRESHOLD and "belongs to other weights" in caplog.text
+    card_path(weights).write_text("{not json")
+    with pytest.raises(InputError, match=r"model card .*w.caffemodel.json.*unreadable"):
+        identity_threshold(config)

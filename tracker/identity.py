@@ -57,12 +57,17 @@ def identity_threshold(config) -> float:
     UNTRAINED_THRESHOLD (weights without a card, e.g. the seeded random ones tests generate)."""
     if config.identity.threshold is not None:
         return float(config.identity.threshold)
-    from tracker.model.card import read_card
-
-    card = read_card(config.model.weights, file_sha256(config.model.weights))
+    card = weights_card(config)
     if card is None or card.get("identity_threshold") is None:
         return UNTRAINED_THRESHOLD
     return float(card["identity_threshold"])
+
+
+def weights_card(config) -> dict | None:
+    """The card of the config's caffemodel (tracker.model.card), or None; ModelError if malformed."""
+    from tracker.model.card import read_card
+
+    return read_card(config.model.weights, file_sha256(config.model.weights))
 
 
 def unit_rows(rows: np.ndarray) -> np.ndarray:

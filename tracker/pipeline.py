@@ -38,7 +38,7 @@ from tracker.detect import create_detector
 from tracker.enroll import enroll, refresh
 from tracker.errors import BackendFailure
 from tracker.events import EventMaker
-from tracker.identity import UNKNOWN, Gallery, IdentityVotes, file_sha256, identity_threshold
+from tracker.identity import UNKNOWN, Gallery, IdentityVotes, file_sha256, identity_threshold, weights_card
 from tracker.latency import FrameLatency, LatencyLog, RollingStats
 from tracker.motion import MotionGate
 from tracker.preflight import check_runnable, prepare_state_dir
@@ -167,8 +167,13 @@ class Guard:
                 self._enroll_demo_people()
             refresh(cfg, self.detector, self.backend, report=log.info)  # new weights: recompute the people
             threshold = identity_threshold(cfg)
-            self.gallery = Gallery.load(state_dir, file_sha256(cfg.model.weights), threshold,
-                                        crop_definition(self.detector.gives_landmarks))
+            crop = crop_definition(self.detector.gives_landmarks)
+            trained_on = (weights_card(cfg) or {}).get("crop")
+            if trained_on not in (None, crop):
+                log.warning("identity: the weights were trained on %s crops but detector %s gives %s crops: "
+                            "identities will be less reliable (use a detector with landmarks)", trained_on,
+                            self.detector.name, crop)
+            self.gallery = Gallery.load(state_dir, file_sha256(cfg.model.weights), threshold, crop)
             self.votes = IdentityVotes(threshold, cfg.identity.min_faces, cfg.identity.margin)
             self.events = EventMaker()
             self.identity_score = IdentityScore()
