@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mosquitto import free_port
 from test_pipeline_e2e import isolated_env, tracker_command
 from tmpfs import tmpfs
 from tracker.cli import main
@@ -195,7 +196,9 @@ def _modes(root: Path) -> dict[str, int]:
 
 def test_state_files_are_private_under_umask_022(tmp_path, testdata):
     state = tmp_path / "state"
-    config = write(tmp_path, f"state_dir: {str(state)!r}\nsource:\n  realtime: false\nbackend:\n  name: caffe-openblas-dl\n")
+    # MQTT on, to a port where no broker listens: the outbox is created all the same
+    config = write(tmp_path, f"state_dir: {str(state)!r}\nsource:\n  realtime: false\nbackend:\n  name: caffe-openblas-dl\n"
+                             f"mqtt:\n  enabled: true\n  host: 127.0.0.1\n  port: {free_port()}\n  flush_timeout_s: 1\n")
     env = isolated_env(tmp_path)
     run = subprocess.run([*tracker_command(), "--demo", "--frames", "60", "--config", str(config)], capture_output=True,
                          text=True, env=env, timeout=300, preexec_fn=lambda: os.umask(0o022))
@@ -207,6 +210,7 @@ def test_state_files_are_private_under_umask_022(tmp_path, testdata):
     modes = _modes(state)
     assert any(name.endswith(".jpg") for name in modes) and any(name.endswith(".npz") for name in modes)
     assert any(name.endswith("latency.jsonl") for name in modes) and any(name.endswith("events.jsonl") for name in modes)
+    assert any(name.endswith("outbox.sqlite3") for name in modes)
     exposed = {name: oct(mode) for name, mode in modes.items() if mode & 0o077}
     assert not exposed, f"readable by others under umask 022: {exposed}"
 
