@@ -21,6 +21,15 @@ def testdata() -> Path:
     return TESTDATA
 
 
+@pytest.fixture(scope="session")
+def johns(testdata) -> dict[str, list[Path]]:
+    """dlib's five "johns": person name -> their 11 aligned 150x150 face chips, sorted."""
+    root = testdata / "faces" / "dlib" / "johns"
+    people = {p.name: sorted(p.glob("*.jpg")) for p in sorted(root.iterdir()) if p.is_dir()}
+    assert len(people) == 5 and all(len(files) == 11 for files in people.values())
+    return people
+
+
 # What scripts/test-aarch64 runs under emulation, and why: scripts/aarch64/suite.txt (README: "aarch64").
 AARCH64_SUITE = REPO / "scripts" / "aarch64" / "suite.txt"
 

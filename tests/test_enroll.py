@@ -55,14 +55,6 @@ def state_config(tmp_path: Path, detector: str = "haar") -> Path:
 
 
 @pytest.fixture(scope="module")
-def johns(testdata) -> dict[str, list[Path]]:
-    root = testdata / "faces" / "dlib" / "johns"
-    people = {p.name: sorted(p.glob("*.jpg")) for p in sorted(root.iterdir()) if p.is_dir()}
-    assert len(people) == 5 and all(len(files) == 11 for files in people.values())
-    return people
-
-
-@pytest.fixture(scope="module")
 def enrolled(tmp_path_factory, johns):
     """Everyone enrolled through the CLI; returns (tmp dir, config path, CLI outputs)."""
     tmp = tmp_path_factory.mktemp("enroll")

@@ -18,7 +18,6 @@ import pytest
 
 from tracker.cli import main
 
-from test_enroll import johns  # noqa: F401 (a fixture)
 from test_pipeline_e2e import isolated_env, tracker_command
 
 PAIRS = [("John_Simm", 1, 2), ("John_Salley", 3, 4), ("John_Savage", 1, 5), ("John_Shimkus", 2, 3), ("John_Schneider", 6, 7)]

@@ -28,7 +28,7 @@ from tracker.enroll import chip_face
 from tracker.identify import NEAREST, identify_faces
 from tracker.identity import UNKNOWN, Gallery, file_sha256, identity_threshold
 
-from test_enroll import ENROLLED_PER_PERSON, enroll_cli, johns, state_config  # noqa: F401 (johns: a fixture)
+from test_enroll import ENROLLED_PER_PERSON, enroll_cli, state_config
 from test_pipeline_e2e import isolated_env, tracker_command
 
 LINE = re.compile(r"^(?P<image>.+) face (?P<face>\d+) of (?P<faces>\d+) at (?P<x>-?\d+),(?P<y>-?\d+) (?P<w>\d+)x(?P<h>\d+): "

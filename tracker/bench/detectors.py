@@ -38,11 +38,11 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from tracker.bench.machine import cpu_model, load_average
-from tracker.bench.report import atomic_write
 from tracker.config import Config
 from tracker.crops import crop_batch
 from tracker.detect import DETECTORS, create_detector, resolve_detector
 from tracker.errors import BackendUnavailable, InputError, ModelError
+from tracker.files import atomic_write
 from tracker.motion import MotionGate
 from tracker.sources.synthetic import DEFAULT_FACES_DIR
 from tracker.tracking.assign import iou_matrix

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tracker.bench.report import atomic_write
+from tracker.files import atomic_write
 
 SCHEMA = 1
 FILENAME = "profile.json"

@@ -9,13 +9,13 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from tracker.bench.runner import CellOutcome
+from tracker.files import atomic_write
 
 CSV_FIELDS = (
     "backend", "precision", "batch", "status", "ms_per_image", "p50_ms", "p95_ms", "images_per_s",
@@ -23,19 +23,6 @@ CSV_FIELDS = (
 )  # fmt: skip
 PLOT_FILES = {"linear": "per_image_ms_linear.png", "log": "per_image_ms_log.png"}
 _MARKERS = "os^Dv<>PXh*p"
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so that readers see the old or the new file, never a partial one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -297,4 +284,4 @@ def quality_line(entry: dict) -> str:
     )
 
 
-__all__ = ["Column", "Results", "atomic_write", "make_row", "quality_line", "summary_line"]
+__all__ = ["Column", "Results", "make_row", "quality_line", "summary_line"]

@@ -16,8 +16,6 @@ the file, the layer, what was found and what was expected.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -27,6 +25,7 @@ from google.protobuf import message as pb_message
 from google.protobuf import text_format
 
 from tracker.errors import ModelError
+from tracker.files import atomic_write
 from tracker.model import caffe_pb
 from tracker.model.shapes import infer_layer_shapes, infer_shapes, layer_costs  # noqa: F401
 
@@ -333,20 +332,6 @@ def _as_message(net, with_blobs: bool):
     return upgrade_net(net)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a model."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; a model file is meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_caffemodel(path: Path, net, *, v1: bool = False) -> None:
     """Write `net` (a NetDef or a NetParameter) as a binary caffemodel.
 
@@ -356,7 +341,7 @@ def write_caffemodel(path: Path, net, *, v1: bool = False) -> None:
     message = _as_message(net, with_blobs=True)
     if v1:
         message = downgrade_to_v1(message)
-    _write_atomic(path, message.SerializeToString(deterministic=True))
+    atomic_write(path, message.SerializeToString(deterministic=True))  # a model is shared: 0644
 
 
 def write_prototxt(path: Path, net, *, v1: bool = False) -> None:
@@ -367,7 +352,7 @@ def write_prototxt(path: Path, net, *, v1: bool = False) -> None:
         del layer.blobs[:]
     if v1:
         message = downgrade_to_v1(message)
-    _write_atomic(path, text_format.MessageToString(message).encode("utf-8"))
+    atomic_write(path, text_format.MessageToString(message).encode("utf-8"))
 
 
 # ----------------------------------------------------------------------------- load_net

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 
 from tracker.errors import ModelError
+from tracker.files import atomic_write
 
 SCHEMA = 1
 log = logging.getLogger(__name__)
@@ -60,16 +59,5 @@ def read_card(weights: Path, weights_sha256: str) -> dict | None:
 def write_card(weights: Path, card: dict) -> Path:
     """Write `card` (schema added) beside `weights`, atomically; returns its path."""
     path = card_path(weights)
-    data = json.dumps({"schema": SCHEMA, **card}, indent=1).encode()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    atomic_write(path, json.dumps({"schema": SCHEMA, **card}, indent=1).encode())
     return path

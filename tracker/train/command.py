@@ -30,7 +30,6 @@ import json
 import os
 import queue
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -39,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from tracker.errors import InputError, ModelError
+from tracker.files import atomic_write
 
 CE_WEIGHT = 0.3
 THRESHOLD_FAR = 0.01
@@ -102,28 +102,16 @@ def _fingerprint(args, samples, classes, prototxt: Path) -> str:
 
 
 def _save_atomic(torch, state: dict, path: Path) -> None:
-    """torch.save to a temporary file beside `path`, fsync, then rename: a crash or a full disk
-    leaves the previous checkpoint as it was. InputError (exit 2) when it cannot be written."""
+    """Write the checkpoint with tracker.files.atomic_write: a crash or a full disk leaves the
+    previous one as it was. InputError (exit 2) when it cannot be written."""
     buffer = io.BytesIO()  # serialised first: torch.save reports a full disk as a RuntimeError
     torch.save(state, buffer)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".checkpoint-")
-    except OSError as err:
-        raise InputError(f"train: cannot write checkpoint {str(path)!r} ({err.strerror or err}); "
-                         "expected a writable --work folder") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(buffer.getbuffer())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        atomic_write(path, buffer.getbuffer())
     except OSError as err:
         raise InputError(f"train: cannot write checkpoint {str(path)!r} ({err.strerror or err}); the previous "
                          "checkpoint is unchanged; expected a writable --work folder with free space") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def _batches(order: np.ndarray, batch: int, crops: np.ndarray, rng: np.random.Generator):

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +30,7 @@ from tracker.crops import CROP_SIZE, crop_definition, face_crop
 from tracker.detect import FaceDetector
 from tracker.enroll import IMAGE_SUFFIXES, central_face
 from tracker.errors import InputError
+from tracker.files import atomic_write
 
 
 @dataclass(frozen=True)
@@ -147,14 +146,7 @@ class CropCache:
         found = np.array([c is not None for c in self._rows.values()])
         crops = np.stack([c if c is not None else np.zeros((CROP_SIZE, CROP_SIZE), np.uint8)
                           for c in self._rows.values()]) if self._rows else np.zeros((0, CROP_SIZE, CROP_SIZE), np.uint8)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".crops-", suffix=".npz")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, keys=keys, found=found, crops=crops)
-            os.replace(tmp, self.path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        atomic_write(self.path, lambda tmp: np.savez(tmp, keys=keys, found=found, crops=crops))
         self._dirty = False
 
 

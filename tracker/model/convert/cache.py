@@ -18,12 +18,12 @@ import hashlib
 import json
 import logging
 import os
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, TypeVar
 
 from tracker.errors import ModelError
+from tracker.files import atomic_write
 
 log = logging.getLogger("tracker.convert")
 
@@ -100,17 +100,6 @@ def _problem(entry: Entry) -> str | None:
     return None
 
 
-def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """Run write(tmp) on a temporary path next to `path`, then rename it into place."""
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp{path.suffix}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def fetch(entry: Entry, build: Callable[[Path], None], load: Callable[[Path], T]) -> T:
     """load(artifact) from the cache, first (re)building it with build(path) when it is missing,
     stale or corrupt, or when load() rejects the cached file (logged as corrupt). A load failure
@@ -126,7 +115,7 @@ def fetch(entry: Entry, build: Callable[[Path], None], load: Callable[[Path], T]
     else:
         log.warning("converted-model cache entry %s %s; rebuilding it", entry.path, problem)
     entry.path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(entry.path, build)
+    atomic_write(entry.path, build)
     meta = {"key": entry.key, "artifact_sha256": sha256_file(entry.path)}
-    _write_atomic(entry.meta_path, lambda p: p.write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8"))
+    atomic_write(entry.meta_path, (json.dumps(meta, indent=1) + "\n").encode())
     return load(entry.path)

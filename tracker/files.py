@@ -1,0 +1,43 @@
+"""Writing a file so that a reader, a crash or a full disk never leaves half of it.
+
+`atomic_write(path, content, mode=0o644)`: the content goes to a temporary file beside `path` (same
+file system, so the final rename is atomic), is flushed to the disk (fsync), gets its permission
+bits, and replaces `path` by rename. On any failure (a full disk, an error in `content`) the
+temporary file is removed and `path` is as it was; the exception propagates (OSError for the disk).
+
+content: bytes, or a function that writes the file at the temporary path it is given (for writers
+that want a path, such as numpy's or TensorFlow's). The temporary name keeps `path`'s suffix, since
+some writers decide the format by it (numpy appends .npz otherwise).
+mode: 0o644 for what is meant to be shared (models, reports, caches); the state directory's private
+files are written elsewhere, under the guard's umask 077.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+
+def atomic_write(path: Path, content: bytes | memoryview | Callable[[Path], None], *, mode: int = 0o644) -> None:
+    """See the module docstring."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp{path.suffix}")
+    try:
+        if callable(content):
+            content(tmp)
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        else:
+            with open(tmp, "wb") as f:
+                f.write(content)
+                f.flush()
+                os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
