@@ -1,15 +1,13 @@
 """Enrolment and identity on real faces: `tracker enroll` through the CLI, then the gallery.
 
-Data: ../shared/testdata/faces/dlib/johns/, 5 people x 11 aligned 150x150 chips. Each person is
-enrolled with `tracker enroll NAME --aligned` from their first 6 chips (by name; one person from a
-folder holding them, the others from files), in a state directory of a config file written here.
-Each person's other 5 chips then go through the same crop and backend (caffe-openblas-dl, the
-default) and `Gallery.match`; every person must be recognised on their held-out chips more often
-than as any other name. The shipped weights are He-initialised, not trained, so this measures how
-far raw convolutional features separate these faces (22/25 correct when this was written). These
-tests run with the Haar detector (box crops of the whole chip): with random weights, aligned crops
-(YuNet's landmarks) separate these people no better (18-19/25 measured), since untrained features
-see pixels, not identities; enrolment with YuNet is tested on its own below.
+Data: ../shared/testdata/faces/dlib/johns/, 5 people x 11 aligned 150x150 chips, none of them in
+the face CNN's training data. Each person is enrolled with `tracker enroll NAME --aligned` from
+their first 6 chips (by name; one person from a folder holding them, the others from files), in a
+state directory of a config file written here, with the default detector (YuNet: aligned crops,
+what the shipped weights were trained on). Each person's other 5 chips then go through the same
+crop and backend (caffe-openblas-dl, the default) and `Gallery.match`: at least 24 of the 25 must
+be recognised (the issue's bar for the trained weights), and a person left out of the gallery
+must come out `unknown` under the guard's track rule (IdentityVotes).
 
 Bad enrolment input: images with no face, several faces or no image at all are reported and
 skipped; nothing usable is exit 2; a name with path tricks is exit 2 and writes nothing.
@@ -34,7 +32,7 @@ from tracker.config import load_config
 from tracker.crops import crop_batch, crop_definition
 from tracker.detect import create_detector
 from tracker.enroll import chip_face
-from tracker.identity import UNKNOWN, Gallery, file_sha256
+from tracker.identity import UNKNOWN, Gallery, IdentityVotes, file_sha256, identity_threshold
 
 from test_pipeline_e2e import isolated_env, tracker_command
 
@@ -58,7 +56,7 @@ def state_config(tmp_path: Path, detector: str = "haar") -> Path:
 def enrolled(tmp_path_factory, johns):
     """Everyone enrolled through the CLI; returns (tmp dir, config path, CLI outputs)."""
     tmp = tmp_path_factory.mktemp("enroll")
-    config = state_config(tmp)
+    config = state_config(tmp, detector="auto")
     outputs = {}
     for i, (name, files) in enumerate(johns.items()):
         chosen = files[:ENROLLED_PER_PERSON]
@@ -80,20 +78,24 @@ def test_enroll_cli_writes_each_person(enrolled, johns):
         assert f"enrolled {name!r} from {ENROLLED_PER_PERSON} image(s) (0 skipped)" in proc.stdout
         with np.load(tmp / "state" / "people" / f"{name}.npz") as data:
             assert int(data["count"]) == ENROLLED_PER_PERSON and str(data["model"]) == sha
-            assert str(data["crop"]) == "box-v1"  # haar gives no landmarks
+            assert str(data["crop"]) == "aligned-v1"  # the default detector gives landmarks
+            assert data["chips"].shape == (ENROLLED_PER_PERSON, 88, 88)  # kept for --refresh
             mean = data["mean"]
             assert mean.shape == (128,) and mean.dtype == np.float32
             assert np.linalg.norm(mean) == pytest.approx(1.0, abs=1e-5)
     assert sorted(p.stem for p in (tmp / "state" / "people").glob("*.npz")) == sorted(johns)
 
 
-def test_each_person_is_recognised_on_held_out_chips(enrolled, johns):
-    _, config_path, _ = enrolled
+def _held_out_matches(config_path: Path, johns, people=None) -> dict[str, list[tuple[str, float]]]:
+    """Each john's held-out chips (those not enrolled) matched against the gallery of `people`
+    (default: everyone enrolled), as the guard matches faces: name -> [(match, similarity)]."""
     config = load_config(config_path)
     detector = create_detector(config.detect)
-    gallery = Gallery.load(config.resolved_state_dir(), file_sha256(config.model.weights), config.identity.threshold,
+    gallery = Gallery.load(config.resolved_state_dir(), file_sha256(config.model.weights), identity_threshold(config),
                            crop_definition(detector.gives_landmarks))
-    assert sorted(gallery.names) == sorted(johns)
+    if people is not None:
+        keep = [i for i, n in enumerate(gallery.names) if n in people]
+        gallery = Gallery(tuple(gallery.names[i] for i in keep), gallery.means[keep], gallery.threshold)
     backend = create_backend(config.backend.name, ModelSpec(config.model.prototxt, config.model.weights,
                                                             config.model.probs, config.model.embedding))
     try:
@@ -104,17 +106,36 @@ def test_each_person_is_recognised_on_held_out_chips(enrolled, johns):
                 image = cv2.imread(str(path))
                 # identified as --aligned enrolment found the face: on the padded chip
                 crops.append(crop_batch(image, [chip_face(image, detector)], margin=0.0))
-            embeddings = backend.infer(np.concatenate(crops)).embedding
-            results[name] = Counter(who for who, _ in gallery.match(embeddings))
+            results[name] = gallery.match(backend.infer(np.concatenate(crops)).embedding)
     finally:
         backend.close()
-    correct = sum(c[name] for name, c in results.items())
-    print(f"held-out chips recognised: {correct}/{sum(sum(c.values()) for c in results.values())}; "
-          + "; ".join(f"{name}: {dict(c)}" for name, c in results.items()))
-    for name, counts in results.items():
-        others = [n for n in counts if n != name]
-        assert all(counts[name] > counts[n] for n in others), f"{name} held-out chips matched as {dict(counts)}"
-        assert UNKNOWN not in counts or counts[name] > counts[UNKNOWN]
+    return results
+
+
+def test_each_person_is_recognised_on_held_out_chips(enrolled, johns):
+    _, config_path, _ = enrolled
+    results = _held_out_matches(config_path, johns)
+    counts = {name: Counter(who for who, _ in matches) for name, matches in results.items()}
+    correct = sum(c[name] for name, c in counts.items())
+    print(f"held-out chips recognised: {correct}/{sum(len(m) for m in results.values())}; "
+          + "; ".join(f"{name}: {dict(c)}" for name, c in counts.items()))
+    assert correct >= 24, counts
+
+
+def test_a_person_not_enrolled_is_unknown(enrolled, johns):
+    """Four people in the gallery; the fifth walks by: each of their faces is matched, and their
+    track (the held-out chips in a row, the guard's vote) is `unknown`; so are the faces mostly."""
+    _, config_path, _ = enrolled
+    config = load_config(config_path)
+    for stranger in johns:
+        known = [n for n in johns if n != stranger]
+        matches = _held_out_matches(config_path, johns, people=known)[stranger]
+        votes = IdentityVotes(identity_threshold(config), config.identity.min_faces, config.identity.margin)
+        for name, similarity in matches:
+            votes.add(1, name, similarity)
+        print(f"{stranger} among {len(known)} others: {matches} -> {votes.voted(1)}")
+        assert votes.voted(1)[0] == UNKNOWN, (stranger, matches)
+        assert sum(name == UNKNOWN for name, _ in matches) >= 3, (stranger, matches)
 
 
 def test_enrol_with_yunet_aligns_the_chips_and_records_it(tmp_path, johns):

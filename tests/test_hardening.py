@@ -225,3 +225,19 @@ def test_an_existing_state_dir_readable_by_others_is_warned_about(tmp_path, test
                          capture_output=True, text=True, env=isolated_env(tmp_path), timeout=300)
     assert run.returncode == 0, run.stderr
     assert "is readable by others (mode 0755)" in run.stderr and "chmod 700" in run.stderr
+
+
+def test_check_config_reads_the_mqtt_password_and_tls_files_as_the_sink_would(tmp_path, capsys):
+    empty = tmp_path / "pw"
+    empty.write_text("\n")
+    empty.chmod(0o600)
+    not_pem = tmp_path / "ca.pem"
+    not_pem.write_text("not a certificate\n")
+    base = "mqtt:\n  enabled: true\n"
+    assert_one_line(*check(capsys, write(tmp_path, base + f"  username: guard\n  password_file: {str(empty)!r}\n")),
+                    "mqtt password file", "is empty")
+    empty.write_text("s3cret\n")
+    assert_one_line(*check(capsys, write(tmp_path, base + f"  password_file: {str(empty)!r}\n")),
+                    "mqtt.username is null")
+    assert_one_line(*check(capsys, write(tmp_path, base + f"  tls:\n    ca: {str(not_pem)!r}\n")),
+                    "mqtt.tls.ca: cannot load")

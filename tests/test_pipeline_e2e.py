@@ -9,7 +9,8 @@ run is reproducible; the demo enrolls the scene's four people itself. What is ch
 - events.jsonl: the schema-1 payload of DESIGN.md section 4 (plus the snapshot path), unique ids,
   per track `entered` first, `identified` only after it, `left` last and at most once; every
   event's snapshot JPEG exists and decodes; the console sink printed the same events; the three
-  walkers of the scene's first cycle entered and left;
+  walkers of the scene's first cycle entered and left; the demo's own score of the identities it
+  announced against the scene's truth (enrolled from chips the scene does not show);
 - latency.jsonl, every line: exactly the keys of DESIGN.md section 5 in order, seq 0..N-1 in
   order (nothing dropped by an unpaced run), t_ns non-decreasing, every stage >= 0, total_ms >=
   the sum of the frame's own stages (they are disjoint intervals of its life, so by
@@ -26,13 +27,10 @@ import os
 import re
 import subprocess
 import sys
-import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import cv2
-import numpy as np
-import pytest
 
 LATENCY_KEYS = ["seq", "t_ns", "backend", "batch", "faces", "capture_ms", "motion_ms", "detect_ms", "infer_ms",
                 "track_ms", "publish_ms", "total_ms", "dropped"]
@@ -179,6 +177,13 @@ def test_demo_streaming_events_and_latency_log(tmp_path):
     assert [(m.group(1), int(m.group(2))) for m in
             (re.search(r"(entered|identified|left)\s+track (\d+)", line) for line in printed)] == \
            [(e["kind"], e["track_id"]) for e in events]
+    # It was enrolled from chips the scene does not show, and says how it did against the truth:
+    # every announced track judged, and the trained weights name the scene's people right.
+    score = re.search(r"identities against the scene's truth: (\d+) right, (\d+) wrong, (\d+) unknown", proc.stderr)
+    assert score, proc.stderr[-2000:]
+    right, wrong, unknown = map(int, score.groups())
+    assert right + wrong + unknown == len(entered)
+    assert right >= 2 and wrong == 0, score.group(0)
 
 
 def test_demo_batches_crops_across_frames(tmp_path):

@@ -100,7 +100,11 @@ def check_runnable(config) -> str:
     check_file("latency.path", config.latency.path or state_dir / "latency.jsonl")
     check_file("sinks.jsonl", config.sinks.jsonl or state_dir / "events.jsonl")
     if config.mqtt.enabled:
+        from tracker.sinks.mqtt import read_password, tls_context
+
         check_file("mqtt.outbox.path", config.mqtt.outbox.path or state_dir / "outbox.sqlite3")
+        read_password(config.mqtt)  # the password file and the TLS files, as the sink reads them
+        tls_context(config.mqtt)
     return detector
 
 

@@ -552,6 +552,9 @@ class MqttSink:
                 self.outbox.remove(seq)
                 log.error("mqtt: event (outbox seq %d) dropped: larger than the broker accepts", seq)
                 continue
+            with self._wake:
+                if generation != self._generation:
+                    return  # reconnected: the new connection starts from the oldest, in its own window
             info = self._client.publish(self.topics["events"], payload, qos=1)
             with self._wake:
                 if generation != self._generation:
