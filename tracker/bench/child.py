@@ -173,7 +173,7 @@ def run_quality(job: dict, channel: _Channel, stage: _Stage) -> None:
     quality set of face crops (tracker.model.convert.calibration, held out from calibration).
 
     Sends {"event": "quality", "set_id", **tracker.model.quality.compare(...)}: crops,
-    top1_agreement, decided_crops / top1_agreement_decided (crops fp32 decides by >= 0.1 nats; see
+    top1_agreement, decided_crops / top1_agreement_decided (crops fp32 decides by >= DECIDED_GAP nats; see
     tracker.model.quality for why), embedding_cosine_mean, embedding_cosine_min.
     """
     from tracker.model.convert.calibration import QUALITY_COUNT, QUALITY_SEED, sample_set

@@ -6,12 +6,16 @@ Metrics over N crops (for `tracker --benchmark`'s quality line and for the parit
     top1_agreement_decided   top1_agreement over those crops only
     embedding_cosine_mean/min  cosine similarity of the two embeddings, per crop
 
-Why "decided": the shipped face CNN has random (He-initialised) weights, so its 848 probabilities
-are nearly flat and, on faces, 3-4 classes win with top-2 gaps of a few hundredths of a nat --
-below the ~0.1-nat logit noise of any int8 model. A flipped near-tie there says nothing about int8
-quality, so agreement is also reported on the crops fp32 decides by >= 0.1 nats (p1 >= 1.105 p2),
-and that is the figure held to >= 99%. For a trained model almost every crop is decided and the
-two figures coincide; the LeNet test (a real classifier on real MNIST digits) checks all crops.
+Why "decided": the crops are faces of people who are not among fc2's 848 classes (the face CNN's
+classes are training identities), so on many of them two classes are nearly tied (the top class
+often has p1 < 0.15), with top-2 gaps below the noise int8 adds to the logits; with seeded random
+weights almost every crop is such a tie. A flipped near-tie says nothing about int8 quality, so
+agreement is also reported on the crops fp32 decides by >= DECIDED_GAP nats, and that is the
+figure held to >= 99%. DECIDED_GAP is twice the noise of a top-2 gap measured on the trained
+weights: int8 moves each class's log-probability by 0.066 nats (standard deviation, onnxruntime,
+the 200 quality crops), so a gap by 0.066 x sqrt(2) = 0.094; every flip measured had a gap below
+0.17. The embedding, which is what the guard uses, is compared on every crop. The LeNet test (a
+real classifier on real MNIST digits) checks all crops.
 
 The fixed crop set is the quality set of tracker.model.convert.calibration: 200 varied views of the
 real face chips shipped with the package, drawn with a different seed from the calibration set.
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-DECIDED_GAP = 0.1  # nats
+DECIDED_GAP = 0.2  # nats: see the module docstring
 CHUNK = 50  # crops per forward pass: bounded memory whatever the set size
 
 

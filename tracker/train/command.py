@@ -276,7 +276,8 @@ def train_command(argv: list[str]) -> int:
         1.0 + np.cos(np.pi * min(step, total_steps) / total_steps)))
     fingerprint = _fingerprint(args, samples, classes, prototxt)
     checkpoint = args.work / "checkpoint.pt"
-    epoch, step = 0, 0
+    epoch, step, minutes_before = 0, 0, 0.0  # minutes: time spent training, over every resumed run
+    losses: list[float] = []  # per step, over every resumed run (13 kB for the shipped run)
     if args.resume:
         if not checkpoint.exists():
             raise InputError(f"train: --resume: no checkpoint {str(checkpoint)!r}; expected one written by an "
@@ -292,20 +293,22 @@ def train_command(argv: list[str]) -> int:
         net.load_state_dict(state["net"])
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["schedule"])
-        epoch, step = state["epoch"], state["step"]
+        epoch, step, minutes_before = state["epoch"], state["step"], state.get("minutes", 0.0)
+        losses[:] = state.get("losses", [])
         rng.bit_generator.state = state["numpy_rng"]
         torch.set_rng_state(state["torch_rng"])
         print(f"train: resumed from {checkpoint} after epoch {epoch}", file=sys.stderr)
 
     def save() -> None:
+        minutes = minutes_before + (time.monotonic() - started) / 60.0
         _save_atomic(torch, {"fingerprint": fingerprint, "net": net.state_dict(), "optimizer": optimizer.state_dict(),
-                             "schedule": schedule.state_dict(), "epoch": epoch, "step": step,
+                             "schedule": schedule.state_dict(), "epoch": epoch, "step": step, "minutes": minutes,
+                             "losses": losses,
                              "numpy_rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state()}, checkpoint)
 
     t_labels, t_targets = torch.from_numpy(labels), torch.from_numpy(targets)
     t_has_target = torch.from_numpy(has_target)
     started = time.monotonic()
-    losses: list[float] = []
     try:
         while epoch < args.epochs and not (args.steps and step >= args.steps):
             net.train()
@@ -346,7 +349,7 @@ def train_command(argv: list[str]) -> int:
         print(f"\ntrain: interrupted; the last checkpoint ({checkpoint}) is intact: continue with --resume",
               file=sys.stderr)
         return 130
-    minutes = (time.monotonic() - started) / 60.0
+    minutes = minutes_before + (time.monotonic() - started) / 60.0
     window = max(1, min(20, len(losses) // 3))  # the loss at the start and at the end, smoothed
 
     # 5. export, check, threshold, card
