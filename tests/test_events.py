@@ -11,7 +11,7 @@ from tracker.types import Detection, Box
 def run(frames, votes_per_frame):
     """Drive the real tracker over `frames` (list of detection lists) and collect events."""
     tracker = Tracker(min_hits=2, max_age=2)
-    votes = IdentityVotes(threshold=0.5)
+    votes = IdentityVotes()
     ids = (f"e{i}" for i in itertools.count())
     maker = EventMaker(new_id=lambda: next(ids))
     events = []
@@ -19,7 +19,7 @@ def run(frames, votes_per_frame):
         views = tracker.update(dets)
         for view in views:
             if view.detection_index is not None and vote:
-                votes.add(view.track_id, *vote)
+                votes.add(view.track_id, vote[0])
         events += maker.frame_events(views, votes, t_ns=i, wall_time=1000.0 + i)
     return events
 
@@ -52,7 +52,7 @@ def test_identity_known_at_confirmation_is_announced_once():
 
 def test_a_stranger_is_announced_as_unknown_once_the_track_has_enough_faces():
     tracker = Tracker(min_hits=2, max_age=2)
-    votes = IdentityVotes(threshold=0.5, min_faces=4)
+    votes = IdentityVotes(min_faces=4)
     ids = (f"e{i}" for i in itertools.count())
     maker = EventMaker(new_id=lambda: next(ids))
     events = []
@@ -60,7 +60,7 @@ def test_a_stranger_is_announced_as_unknown_once_the_track_has_enough_faces():
         views = tracker.update([Detection(Box(100 + i, 100, 50, 50))] if i < 7 else [])
         for view in views:
             if view.detection_index is not None:
-                votes.add(view.track_id, "unknown", 0.1)
+                votes.add(view.track_id, "unknown")
         events += maker.frame_events(views, votes, t_ns=i, wall_time=1000.0 + i)
     assert [(e.kind, e.identity, e.t_ns) for e in events] == [
         ("entered", "unknown", 1), ("identified", "unknown", 3), ("left", "unknown", 9)]
@@ -68,7 +68,7 @@ def test_a_stranger_is_announced_as_unknown_once_the_track_has_enough_faces():
 
 def test_tracks_still_announced_when_the_run_ends_get_their_left():
     tracker = Tracker(min_hits=2, max_age=5)
-    votes = IdentityVotes(threshold=0.5)
+    votes = IdentityVotes()
     ids = (f"e{i}" for i in itertools.count())
     maker = EventMaker(new_id=lambda: next(ids))
     events = []
@@ -77,7 +77,7 @@ def test_tracks_still_announced_when_the_run_ends_get_their_left():
         views = tracker.update(dets)
         for view in views:
             if view.detection_index is not None:
-                votes.add(view.track_id, "ann", 0.9)
+                votes.add(view.track_id, "ann")
         events += maker.frame_events(views, votes, t_ns=i, wall_time=1000.0 + i)
     closing = maker.close_all(votes, t_ns=99, wall_time=1099.0)
     assert [(e.kind, e.identity) for e in events] == [("entered", "ann")]

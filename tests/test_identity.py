@@ -43,31 +43,31 @@ def test_people_enrolled_from_another_crop_definition_are_never_mixed(tmp_path, 
 
 
 def test_votes_accumulate_over_the_track_life():
-    votes = IdentityVotes(threshold=0.5)
+    votes = IdentityVotes()
     assert votes.voted(1) == (UNKNOWN, 0.0)
     for _ in range(4):
-        votes.add(1, "ann", 0.8)
-    votes.add(1, "bob", 0.9)  # one confusing frame does not flip the track
-    name, confidence = votes.voted(1)
-    assert name == "ann" and confidence == pytest.approx(3.2 / 4.1)
+        votes.add(1, "ann")
+    votes.add(1, "bob")  # one confusing frame does not flip the track
+    assert votes.voted(1) == ("ann", pytest.approx(4 / 5))
     votes.forget(1)
     assert votes.voted(1) == (UNKNOWN, 0.0)
 
 
 def test_a_track_needs_enough_faces_and_a_clear_lead():
-    votes = IdentityVotes(threshold=0.5, min_faces=3, margin=0.2)
-    votes.add(1, "ann", 0.9)
-    votes.add(1, "ann", 0.9)
+    votes = IdentityVotes(min_faces=3, margin=0.2)
+    votes.add(1, "ann")
+    votes.add(1, "ann")
     assert not votes.decided(1) and votes.voted(1) == (UNKNOWN, 0.0)  # two faces are not enough
-    votes.add(1, "ann", 0.9)
+    votes.add(1, "ann")
     assert votes.decided(1) and votes.voted(1) == ("ann", 1.0)
-    for _ in range(3):
-        votes.add(2, "ann", 0.8)
-        votes.add(2, "bob", 0.7)  # ann leads by 0.3 / 4.5 of the votes: too close to call
+    for name in ("ann", "bob", "ann", "bob", "ann"):
+        votes.add(2, name)  # ann leads by 1 of 5 votes: 0.2, just enough
+    assert votes.voted(2) == ("ann", pytest.approx(3 / 5))
+    votes.add(2, "bob")  # 3 to 3: too close to call
     assert votes.decided(2) and votes.voted(2) == (UNKNOWN, 0.0)
-    for _ in range(3):
-        votes.add(3, UNKNOWN, 0.1)  # a stranger: every face below the threshold
-    assert votes.voted(3) == (UNKNOWN, 1.0)
+    for name in (UNKNOWN, "ann", UNKNOWN, UNKNOWN, UNKNOWN):
+        votes.add(3, name)  # a stranger with one lucky face is still a stranger
+    assert votes.voted(3) == (UNKNOWN, pytest.approx(4 / 5))
 
 
 def test_the_threshold_comes_from_the_config_else_the_weights_card_else_the_untrained_default(tmp_path, caplog):

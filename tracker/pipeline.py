@@ -174,7 +174,7 @@ class Guard:
                             "identities will be less reliable (use a detector with landmarks)", trained_on,
                             self.detector.name, crop)
             self.gallery = Gallery.load(state_dir, file_sha256(cfg.model.weights), threshold, crop)
-            self.votes = IdentityVotes(threshold, cfg.identity.min_faces, cfg.identity.margin)
+            self.votes = IdentityVotes(cfg.identity.min_faces, cfg.identity.margin)
             self.events = EventMaker()
             self.identity_score = IdentityScore()
             self.snapshots = SnapshotStore(state_dir / "snapshots")
@@ -309,7 +309,7 @@ class Guard:
             if i is None:
                 continue
             if matches:
-                self.votes.add(view.track_id, *matches[i])
+                self.votes.add(view.track_id, matches[i][0])
             if work.has_crops:
                 self.snapshots.offer(view.track_id, frame.image, work.detections[i].box)
         wall_time = (frame.t_ns + self._wall_offset_ns) / 1e9
