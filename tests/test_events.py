@@ -84,3 +84,19 @@ def test_tracks_still_announced_when_the_run_ends_get_their_left():
     assert [(e.kind, e.track_id, e.identity, e.t_ns) for e in closing] == [("left", events[0].track_id, "ann", 99)]
     assert abs(closing[0].box.x - 103) < 0.5 and closing[0].box.y == 100  # where it was last seen
     assert maker.close_all(votes, t_ns=100, wall_time=1100.0) == []  # said once
+
+
+def test_a_vote_too_close_to_call_does_not_flap_the_announced_identity():
+    """ann 3 : bob 2 is ann; 3 : 3 is too close to call, so ann stands (no `identified unknown`);
+    then bob pulls clearly ahead: one `identified bob`."""
+    tracker = Tracker(min_hits=1, max_age=2)
+    votes = IdentityVotes(min_faces=3, margin=0.2)
+    ids = (f"e{i}" for i in itertools.count())
+    maker = EventMaker(new_id=lambda: next(ids))
+    events = []
+    for i, name in enumerate(["ann", "ann", "bob", "ann", "bob", "bob", "bob", "bob"]):
+        views = tracker.update([Detection(Box(100 + i, 100, 50, 50))])
+        votes.add(views[0].track_id, name)
+        events += maker.frame_events(views, votes, t_ns=i, wall_time=1000.0 + i)
+    assert [(e.kind, e.identity, e.t_ns) for e in events] == [
+        ("entered", "unknown", 0), ("identified", "ann", 2), ("identified", "bob", 7)]

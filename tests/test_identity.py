@@ -70,7 +70,7 @@ def test_a_track_needs_enough_faces_and_a_clear_lead():
     assert votes.voted(3) == (UNKNOWN, pytest.approx(4 / 5))
 
 
-def test_the_threshold_comes_from_the_config_else_the_weights_card_else_the_untrained_default(tmp_path, caplog):
+def test_the_threshold_comes_from_the_config_else_the_weights_card_else_the_untrained_default(tmp_path):
     from tracker.config import parse_config
     from tracker.identity import UNTRAINED_THRESHOLD, file_sha256, identity_threshold
     from tracker.model.card import card_path, write_card
@@ -82,8 +82,10 @@ def test_the_threshold_comes_from_the_config_else_the_weights_card_else_the_untr
     write_card(weights, {"weights_sha256": file_sha256(weights), "identity_threshold": 0.42, "crop": "aligned-v1"})
     assert identity_threshold(config) == 0.42
     assert identity_threshold(parse_config({"model": {"weights": str(weights)}, "identity": {"threshold": 0.7}})) == 0.7
-    weights.write_bytes(b"other weights")  # the card now belongs to other bytes: ignored, said
-    assert identity_threshold(config) == UNTRAINED_THRESHOLD and "belongs to other weights" in caplog.text
+    weights.write_bytes(b"other weights")  # the card now belongs to other bytes: refused
+    with pytest.raises(InputError, match=r"model card .*w.caffemodel.json' belongs to other weights"):
+        identity_threshold(config)
+    assert identity_threshold(parse_config({"model": {"weights": str(weights)}, "identity": {"threshold": 0.7}})) == 0.7
     card_path(weights).write_text("{not json")
     with pytest.raises(InputError, match=r"model card .*w.caffemodel.json.*unreadable"):
         identity_threshold(config)

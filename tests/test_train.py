@@ -6,6 +6,7 @@ another run, a full disk during checkpointing and data without faces. Needs PyTo
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -148,8 +149,10 @@ def test_resume_continues_the_same_run_and_refuses_another(trained, tmp_path):
 def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tmp_path):
     if not LFW.is_dir():
         pytest.skip(f"training data not found at {LFW}")
+    pairs = small_pairs(tmp_path / "pairs.txt")
     with tmpfs(tmp_path / "work", "size=20m") as work:
-        args = ("--steps", "2", "--epochs", "3", "--out", str(tmp_path / "w.caffemodel"))
+        args = ("--steps", "2", "--epochs", "3", "--out", str(tmp_path / "w.caffemodel"), "--pairs", str(pairs),
+                "--pairs-images", str(LFW / "images"))
         first = run_train(tmp_path, *args, work=work)
         assert first.returncode == 0, first.stderr[-2000:]
         before = (work / "checkpoint.pt").read_bytes()
@@ -161,10 +164,12 @@ def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tmp_path)
         assert full.returncode == 2 and "Traceback" not in full.stderr, full.stderr
         assert "cannot write checkpoint" in last_line(full) and "previous checkpoint is unchanged" in last_line(full)
         assert (work / "checkpoint.pt").read_bytes() == before
-        assert not [p.name for p in work.iterdir() if p.name.startswith(".checkpoint-")]
+        assert not [p.name for p in work.iterdir() if p.name.startswith(".checkpoint.")]  # atomic_write's
 
 
 def test_data_without_faces_is_one_line_and_exit_2(tmp_path, testdata):
+    if not LFW.is_dir():
+        pytest.skip(f"training data not found at {LFW}")
     folder = tmp_path / "people" / "dog"
     folder.mkdir(parents=True)
     (folder / "dog_0001.jpg").write_bytes((testdata / "faces" / "dlib" / "faces" / "dogs.jpg").read_bytes())
@@ -176,3 +181,31 @@ def test_data_without_faces_is_one_line_and_exit_2(tmp_path, testdata):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert last_line(proc).startswith("tracker: error: train: 0 usable photos"), proc.stderr
     assert "2 left out" in proc.stderr and not (tmp_path / "x.caffemodel").exists()
+
+
+def test_a_list_naming_missing_photos_and_an_unusable_pairs_file(tmp_path):
+    """A list file's missing photo is left out and counted like a photo without a face; a pairs
+    file naming a missing image fails at once, naming its line, before any training."""
+    if not LFW.is_dir():
+        pytest.skip(f"training data not found at {LFW}")
+    photos = sorted((LFW / "images").glob("A*/*.jpg"))[:80]
+    listing = tmp_path / "set" / "list.txt"
+    listing.parent.mkdir()
+    lines = ["image identity"] + [f"{os.path.relpath(p, listing.parent)} {p.parent.name}" for p in photos]
+    listing.write_text("\n".join(lines + ["missing.jpg someone"]) + "\n")
+    bad_pairs = tmp_path / "pairs.txt"
+    bad_pairs.write_text("1\nNobody\t1\t2\nNobody\t1\tSomeone\t1\n")
+    proc = subprocess.run([*tracker_command(), "train", "--data", str(listing), "--teacher", str(LFW / "dlib_descriptors.npz"),
+                           "--work", str(tmp_path / "work"), "--out", str(tmp_path / "x.caffemodel"), "--pairs",
+                           str(bad_pairs), "--pairs-images", str(LFW / "images")],
+                          capture_output=True, text=True, env=isolated_env(tmp_path), cwd=tmp_path, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "pairs.txt:2: image" in last_line(proc) and "Nobody_0001.jpg" in last_line(proc)
+    assert "photos with a central face" not in proc.stderr  # refused before any photo was cut
+    good_pairs = small_pairs(tmp_path / "good.txt")
+    proc = subprocess.run([*tracker_command(), "train", "--data", str(listing), "--teacher", str(LFW / "dlib_descriptors.npz"),
+                           "--work", str(tmp_path / "work"), "--out", str(tmp_path / "x.caffemodel"), "--steps", "1",
+                           "--batch", "16", "--pairs", str(good_pairs), "--pairs-images", str(LFW / "images")],
+                          capture_output=True, text=True, env=isolated_env(tmp_path), cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "1 left out" in proc.stderr and (tmp_path / "x.caffemodel.json").exists()

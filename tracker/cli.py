@@ -7,7 +7,9 @@
     tracker --benchmark --detectors yunet,blazeface,haar|all                    the face detectors
     tracker convert --to tf|tflite|onnx [...]                                   Caffe -> other engines
     tracker enroll NAME IMAGE_OR_FOLDER...                                      store a person
-    tracker eval-mot DETECTIONS [--gt GT] [--out TRACKS]                        tracker metrics
+    tracker enroll --refresh                                                    recompute for new weights
+    tracker identify IMAGE_OR_FOLDER... [--json]                                who is this?
+    tracker eval-mot DETECTIONS [--gt GT] [--out TRACKS] | --tracks T --gt GT   tracker metrics
     tracker train [--data SET]... [--epochs N] [--resume]                       train the face CNN
     tracker eval-faces --pairs FILE --images DIR | --folder DIR                 face CNN accuracy
     tracker identify IMAGE_OR_FOLDER... [--aligned] [--json]                    who each face is
@@ -152,9 +154,14 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # the reader went away (e.g. `| head`): not a failure of ours
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush is silent
-        return 0
+    except BrokenPipeError:
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:  # our reader went away (e.g. `| head`): not a failure of ours
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush is silent
+            return 0
+        traceback.print_exc()  # another pipe (a child's): an unexpected failure
+        return EXIT_UNEXPECTED
     except Exception:  # an unexpected failure: the traceback is the useful report
         traceback.print_exc()
         return EXIT_UNEXPECTED

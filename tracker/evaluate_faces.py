@@ -149,7 +149,7 @@ def eval_faces_command(argv: list[str]) -> int:
     p.add_argument("--pairs", type=Path, help="LFW-format pairs file (with --images)")
     p.add_argument("--images", type=Path, help="folder of <name>/<name>_NNNN.jpg for --pairs")
     p.add_argument("--folder", type=Path, help="folder of <person>/<image> for identification")
-    p.add_argument("--enroll", type=_positive_int, default=5, help="--folder: images enrolled per person (default 5)")
+    p.add_argument("--enroll", type=_positive_int, help="--folder: images enrolled per person (default 5)")
     p.add_argument("--chips", action="store_true", help="--folder: each image is a tight face chip")
     p.add_argument("--json", type=Path, help="write the figures to this JSON file")
     p.add_argument("--config", type=Path, help="YAML config: detector, model, backend (default: config/tracker.yaml)")
@@ -160,12 +160,12 @@ def eval_faces_command(argv: list[str]) -> int:
         raise InputError("eval-faces: give either --pairs FILE --images DIR or --folder DIR")
     if args.pairs is not None and args.images is None:
         raise InputError("eval-faces: --pairs needs --images DIR (the folder of <name>/<name>_NNNN.jpg)")
-    if args.pairs is not None and (args.chips or "--enroll" in argv):
+    if args.pairs is not None and (args.chips or args.enroll is not None):
         raise InputError("eval-faces: --chips and --enroll apply to --folder only")
     if args.folder is not None and args.images is not None:
         raise InputError("eval-faces: --images applies to --pairs only; --folder names the images itself")
-    if args.json is not None and not args.json.parent.is_dir():
-        raise InputError(f"eval-faces: --json {str(args.json)!r}: folder {str(args.json.parent)!r} does not exist; "
+    if args.json is not None and (args.json.is_dir() or not args.json.parent.is_dir()):
+        raise InputError(f"eval-faces: --json {str(args.json)!r} is a folder, or its folder does not exist; "
                          "expected a file in an existing folder")
     if args.folder is not None and not args.folder.is_dir():
         raise InputError(f"eval-faces: --folder {str(args.folder)!r} is not a folder; expected <person>/<image> folders")
@@ -184,14 +184,18 @@ def eval_faces_command(argv: list[str]) -> int:
                                  "expected matched and mismatched pairs with faces")
             report = {"pairs_file": str(args.pairs), "pairs_left_out": skipped, **verification_report(scores, same, threshold)}
         else:
-            report = {"folder": str(args.folder), **identification_report(args.folder, args.enroll, detector, backend,
-                                                                           threshold, args.chips)}
+            report = {"folder": str(args.folder), **identification_report(args.folder, args.enroll or 5, detector,
+                                                                           backend, threshold, args.chips)}
     finally:
         backend.close()
     report = {"backend": backend.name, "precision": precision, "detector": detector.name, **report}
     print(f"eval-faces ({config.model.weights.name}):")
     _print_table(report)
     if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=1) + "\n")
+        try:
+            args.json.write_text(json.dumps(report, indent=1) + "\n")
+        except OSError as err:  # the figures are on the terminal above: nothing is lost
+            raise InputError(f"eval-faces: cannot write --json {str(args.json)!r} ({err.strerror or err}); "
+                             "expected a writable file") from None
         print(f"wrote {args.json}", file=sys.stderr)
     return 0

@@ -33,9 +33,10 @@ def event_payload(event: Event) -> dict:
 
 class EventMaker:
     """Turns each frame's track views and identity votes into events, in this order per frame:
-    `entered` (a track was confirmed), `identified` (a confirmed track's identity is decided, see
-    IdentityVotes, and differs from the one last announced: a name, or `unknown` once the track
-    has enough faces and matches nobody), `left` (an announced track ended).
+    `entered` (a track was confirmed), `identified` (a confirmed track's identity is decided and
+    clear, see IdentityVotes, and differs from the one last announced: a name, or `unknown` once
+    the track has enough faces and matches nobody; an ambiguous vote changes nothing), `left` (an
+    announced track ended, or is still announced when the run ends: `close_all`).
 
     An event's box is where the track was last seen by the detector (a track that ends has only
     coasted on predictions since, possibly out of the frame).
@@ -68,8 +69,11 @@ class EventMaker:
             elif view.left:
                 kind = "left"
                 self._announced.pop(view.track_id, None)
-            elif view.track_id in self._announced and decided and name != self._announced[view.track_id]:
-                kind = "identified"  # also `unknown`, once: "a stranger is at the door"
+            elif (view.track_id in self._announced and decided and not votes.ambiguous(view.track_id)
+                  and name != self._announced[view.track_id]):
+                # also `unknown`, once clear: "a stranger is at the door"; while the vote is too close
+                # to call, the last announcement stands (no flapping between a name and unknown)
+                kind = "identified"
                 self._announced[view.track_id] = name
             else:
                 continue

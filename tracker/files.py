@@ -8,8 +8,8 @@ temporary file is removed and `path` is as it was; the exception propagates (OSE
 content: bytes, or a function that writes the file at the temporary path it is given (for writers
 that want a path, such as numpy's or TensorFlow's). The temporary name keeps `path`'s suffix, since
 some writers decide the format by it (numpy appends .npz otherwise).
-mode: 0o644 for what is meant to be shared (models, reports, caches); the state directory's private
-files are written elsewhere, under the guard's umask 077.
+mode: 0o644 for what is meant to be shared (models, reports, caches), 0o600 for the household's
+private files (enrolments).
 """
 
 from __future__ import annotations

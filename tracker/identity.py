@@ -24,6 +24,7 @@ import numpy as np
 
 from tracker.crops import CROP_BOX
 from tracker.errors import InputError
+from tracker.files import atomic_write
 
 UNKNOWN = "unknown"
 UNTRAINED_THRESHOLD = 0.5  # weights that bring no calibrated threshold
@@ -63,7 +64,8 @@ def identity_threshold(config) -> float:
 
 
 def weights_card(config) -> dict | None:
-    """The card of the config's caffemodel (tracker.model.card), or None; ModelError if malformed."""
+    """The card of the config's caffemodel (tracker.model.card), or None; ModelError if malformed
+    or of other weights."""
     from tracker.model.card import read_card
 
     return read_card(config.model.weights, file_sha256(config.model.weights))
@@ -86,12 +88,11 @@ def save_person(state_dir: Path, name: str, embeddings: np.ndarray, model_sha256
     folder.mkdir(parents=True, exist_ok=True)
     mean = unit_rows(unit_rows(np.asarray(embeddings, np.float32)).mean(axis=0))
     path = folder / f"{name}.npz"
-    tmp = folder / f".{name}.tmp.npz"
     extra = {}
     if crops is not None:  # the crops are pixel / 255 of uint8 pixels: this is lossless
         extra["chips"] = np.clip(np.rint(np.asarray(crops, np.float32)[:, 0] * 255.0), 0, 255).astype(np.uint8)
-    np.savez(tmp, mean=mean, count=np.int64(len(embeddings)), model=np.str_(model_sha256), crop=np.str_(crop), **extra)
-    tmp.replace(path)
+    atomic_write(path, lambda tmp: np.savez(tmp, mean=mean, count=np.int64(len(embeddings)), model=np.str_(model_sha256),
+                                            crop=np.str_(crop), **extra), mode=0o600)  # a face: private
     return path
 
 
@@ -197,19 +198,25 @@ class IdentityVotes:
         """Whether the track has the faces its identity needs."""
         return self._faces.get(track_id, 0) >= self._min_faces
 
-    def voted(self, track_id: int) -> tuple[str, float]:
-        """(name, confidence in [0, 1]: the name's share of the votes); (unknown, 0.0) for a track
-        that is not decided or whose leader's margin is too small."""
-        votes = self._votes.get(track_id)
-        if not votes or not self.decided(track_id):
-            return UNKNOWN, 0.0
+    def _lead(self, track_id: int) -> tuple[str, float, float]:
+        """(leading name, its share of the votes, its lead over the runner-up as a share)."""
+        votes = self._votes[track_id]
         total = sum(votes.values())
         ranked = sorted(votes.items(), key=lambda item: -item[1])
-        name, top = ranked[0]
-        runner_up = ranked[1][1] if len(ranked) > 1 else 0.0
-        if (top - runner_up) / total < self._margin:
+        runner_up = ranked[1][1] if len(ranked) > 1 else 0
+        return ranked[0][0], ranked[0][1] / total, (ranked[0][1] - runner_up) / total
+
+    def ambiguous(self, track_id: int) -> bool:
+        """Decided, but no name leads by `margin`: too close to call."""
+        return self.decided(track_id) and self._lead(track_id)[2] < self._margin
+
+    def voted(self, track_id: int) -> tuple[str, float]:
+        """(name, confidence in [0, 1]: the name's share of the votes); (unknown, 0.0) for a track
+        that is not decided or is ambiguous."""
+        if not self.decided(track_id) or self.ambiguous(track_id):
             return UNKNOWN, 0.0
-        return name, top / total
+        name, share, _ = self._lead(track_id)
+        return name, share
 
     def forget(self, track_id: int) -> None:
         self._votes.pop(track_id, None)

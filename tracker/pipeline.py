@@ -243,6 +243,7 @@ class Guard:
         events = self.events.close_all(self.votes, now_ns, (now_ns + self._wall_offset_ns) / 1e9)
         self.identity_score.add(events, [])
         self._publish_events(events)
+        self.people_present = 0  # the last state says so too
         self._report()
         self._publish_state()
         if self.identity_score.announced:

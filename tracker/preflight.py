@@ -82,7 +82,7 @@ def check_runnable(config) -> str:
     the detector's name."""
     from tracker.backends import REGISTRY, backend_class
     from tracker.detect import check_detector
-    from tracker.identity import identity_threshold
+    from tracker.identity import weights_card
     from tracker.model.caffe_io import load_net
 
     name = config.backend.name
@@ -93,7 +93,7 @@ def check_runnable(config) -> str:
         raise InputError(f"config: key 'backend.precision': backend {name!r} has no {config.backend.precision!r} "
                          f"model; expected one of {', '.join(precisions)}")
     load_net(config.model.prototxt, config.model.weights)
-    identity_threshold(config)  # reads the weights' card: a malformed one is refused now
+    weights_card(config)  # a malformed card, or one of other weights, is refused now, as at start-up
     detector = check_detector(config.detect)
     state_dir = config.resolved_state_dir()
     check_directory("state_dir", state_dir)

@@ -5,9 +5,11 @@ lines (a matched pair: images i and j of one person) and `name1 i name2 j` lines
 pair); image i of `name` is `<images>/<name>/<name>_<i:04d>.jpg`.
 
 Scores are cosine similarities (higher: more alike); `same` is True for matched pairs.
-- `ten_fold_accuracy`: LFW's protocol: pairs are dealt into 10 folds (matched and mismatched pairs
-  each in turn, so every fold has both); each fold is scored at the threshold that is best on the
-  other nine; the mean and standard deviation over folds.
+- `ten_fold_accuracy`: LFW's 10-fold scheme: each fold is scored at the threshold that is best on
+  the other nine; the mean and standard deviation over folds. The folds are dealt in turn (matched
+  and mismatched pairs each, so every fold has both), which suits View 1's files (one block of
+  each); View 2's file has its own ten fixed blocks, so figures on it are close to, not the same
+  as, published ones.
 - `roc_auc`: the probability that a random matched pair scores above a random mismatched one.
 - `threshold_at_far(scores, same, far)`: the smallest threshold at which at most a fraction `far` of
   the mismatched pairs is accepted (score >= threshold), and the true-accept rate there.

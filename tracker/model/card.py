@@ -12,21 +12,20 @@ are the same person, yet both belong to the weights: another caffemodel brings i
      "classes": ["lfw-devtrain:George_W_Bush", ...],    # fc2's outputs, in order
      "training": {...}}                                 # how it was made (tracker train)
 
-`read_card` returns None when there is no card, or when it belongs to other bytes (a stale card is
-logged, never used: a threshold of other weights is a wrong threshold).
+`read_card` returns None when there is no card; a card of other bytes is a ModelError (exit 2): a
+threshold calibrated for other weights is a wrong threshold, and falling back to a default one
+silently would name strangers.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 
 from tracker.errors import ModelError
 from tracker.files import atomic_write
 
 SCHEMA = 1
-log = logging.getLogger(__name__)
 
 
 def card_path(weights: Path) -> Path:
@@ -34,7 +33,8 @@ def card_path(weights: Path) -> Path:
 
 
 def read_card(weights: Path, weights_sha256: str) -> dict | None:
-    """The card of the caffemodel `weights` whose bytes hash to `weights_sha256`, or None."""
+    """The card of the caffemodel `weights` whose bytes hash to `weights_sha256`, or None when there
+    is none; ModelError for a malformed card or one of other weights."""
     path = card_path(weights)
     if not path.exists():
         return None
@@ -47,9 +47,10 @@ def read_card(weights: Path, weights_sha256: str) -> dict | None:
         raise ModelError(f"model card {str(path)!r}: schema {card.get('schema') if isinstance(card, dict) else None!r}; "
                          f"expected {SCHEMA}")
     if card.get("weights_sha256") != weights_sha256:
-        log.warning("model card %s belongs to other weights (sha256 %s, the caffemodel's is %s); ignored",
-                    path, str(card.get("weights_sha256"))[:12], weights_sha256[:12])
-        return None
+        raise ModelError(f"model card {str(path)!r} belongs to other weights (sha256 {str(card.get('weights_sha256'))[:12]}..., "
+                         f"the caffemodel's is {weights_sha256[:12]}...): its threshold would be wrong; expected the card "
+                         "`tracker train` wrote with these weights, or no card and identity.threshold set")
+
     threshold = card.get("identity_threshold")  # absent when training had no pairs to set it on
     if threshold is not None and (not isinstance(threshold, (int, float)) or not -1.0 <= threshold <= 1.0):
         raise ModelError(f"model card {str(path)!r}: identity_threshold {threshold!r}; expected a cosine in [-1, 1]")

@@ -46,6 +46,8 @@ PARITY_TOLERANCE = 1e-4  # exported caffemodel vs the torch net, max abs differe
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "datasets"
 DEFAULT_DATA = (SHARED / "lfw-devtrain" / "images", SHARED / "celeba-10k" / "identity_CelebA_first10000.txt")
 DEFAULT_TEACHER = (SHARED / "lfw-devtrain" / "dlib_descriptors.npz",)
+DEFAULT_PAIRS = SHARED / "lfw-devtrain" / "pairsDevTrain.txt"
+DEFAULT_PAIRS_IMAGES = SHARED / "lfw-devtrain" / "images"
 
 
 def _parser():
@@ -61,7 +63,8 @@ def _parser():
     p.add_argument("--pairs", type=Path, help="LFW-format pairs file to set the identity threshold on "
                                                "(default: the LFW set's pairsDevTrain.txt)")
     p.add_argument("--pairs-images", type=Path, help="the pairs file's image folder (default: the LFW set's)")
-    p.add_argument("--out", type=Path, help="caffemodel to write (default: the config's model.weights)")
+    p.add_argument("--out", type=Path, required=True,
+                   help="caffemodel to write, with its card beside it (written only when training succeeded)")
     p.add_argument("--work", type=Path, default=Path("train-work"),
                    help="crop cache and checkpoint folder (default: ./train-work)")
     p.add_argument("--epochs", type=_positive_int, default=30)
@@ -124,17 +127,23 @@ def _batches(order: np.ndarray, batch: int, crops: np.ndarray, rng: np.random.Ge
     stop = threading.Event()
 
     def produce():
-        for start in starts:
-            if stop.is_set():
-                return
-            rows = order[start:start + batch]
-            ready.put((rows, augment(crops[rows], rng)))
+        try:
+            for start in starts:
+                if stop.is_set():
+                    return
+                rows = order[start:start + batch]
+                ready.put((rows, augment(crops[rows], rng)))
+        except Exception as err:  # handed to the training loop, which raises it (never a silent hang)
+            ready.put(err)
+            return
         ready.put(None)
 
     worker = threading.Thread(target=produce, name="train-augment", daemon=True)
     worker.start()
     try:
         while (item := ready.get()) is not None:
+            if isinstance(item, Exception):
+                raise item
             yield item
     finally:
         stop.set()
@@ -212,7 +221,19 @@ def train_command(argv: list[str]) -> int:
     config = load_config(args.config)
     args.data = args.data or list(DEFAULT_DATA)
     args.teacher = args.teacher if args.teacher is not None else [p for p in DEFAULT_TEACHER if p.exists()]
-    prototxt, out = config.model.prototxt, args.out or config.model.weights
+    prototxt, out = config.model.prototxt, args.out
+    for teacher_file in args.teacher:
+        if not teacher_file.is_file():
+            raise InputError(f"train: --teacher {str(teacher_file)!r} does not exist; expected an .npz of "
+                             "'paths' and 'descriptor'")
+    pairs_file = args.pairs or DEFAULT_PAIRS
+    pairs_images = args.pairs_images or DEFAULT_PAIRS_IMAGES
+    if args.pairs is not None or pairs_file.exists():
+        from tracker.verification import read_pairs
+
+        read_pairs(pairs_file, pairs_images)  # a bad pairs file fails now, not after hours of training
+    else:
+        pairs_file = None
     threads = args.threads or len(os.sched_getaffinity(0))
     torch.set_num_threads(threads)
     rng = np.random.default_rng(args.seed)
@@ -350,29 +371,40 @@ def train_command(argv: list[str]) -> int:
               file=sys.stderr)
         return 130
     minutes = minutes_before + (time.monotonic() - started) / 60.0
-    window = max(1, min(20, len(losses) // 3))  # the loss at the start and at the end, smoothed
 
     # 5. export, check, threshold, card
     from tracker.backends.base import ModelSpec
-    from tracker.identity import file_sha256
     from tracker.model.card import write_card
     from tracker.train.augment import plain
 
-    write_caffemodel(out, export_netdef(net, structure))
-    probe = plain(crops[used[:32]])
-    worst = check_export(torch, net, out, prototxt, probe)
-    card = {"weights_sha256": file_sha256(out), "crop": crop_name, "classes": classes,
-            "training": {"data": [str(p) for p in args.data], "teacher": [str(p) for p in args.teacher],
-                         "photos": int(len(used)), "epochs": epoch, "steps": step, "batch": args.batch,
-                         "lr": args.lr, "seed": args.seed, "minutes": round(minutes, 1), "threads": threads,
-                         "first_loss": round(float(np.mean(losses[:window])), 4) if losses else None,
-                         "last_loss": round(float(np.mean(losses[-window:])), 4) if losses else None}}
-    pairs_file = args.pairs or (SHARED / "lfw-devtrain" / "pairsDevTrain.txt")
-    if args.pairs or pairs_file.exists():
-        card.update(threshold_card(pairs_file, args.pairs_images or (SHARED / "lfw-devtrain" / "images"),
-                                   detector, ModelSpec(prototxt, out, config.model.probs, config.model.embedding)))
+    # Staged beside `out` and checked first: a failing check never replaces the weights in use.
+    staged = out.with_name(f".{out.name}.staged")
+    try:
+        write_caffemodel(staged, export_netdef(net, structure))
+        worst = check_export(torch, net, staged, prototxt, plain(crops[used[:32]]))
+        card = _card(staged, crop_name, classes, args, len(used), epoch, step, minutes, threads, losses)
+        if pairs_file is not None:
+            card.update(threshold_card(pairs_file, pairs_images, detector,
+                                       ModelSpec(prototxt, staged, config.model.probs, config.model.embedding)))
+        staged.replace(out)
+    finally:
+        staged.unlink(missing_ok=True)
     write_card(out, card)
     print(f"train: wrote {out} ({out.stat().st_size:,} bytes) after {epoch} epoch(s), {step} steps, {minutes:.1f} min; "
           f"loss {card['training']['first_loss']} -> {card['training']['last_loss']}; Caffe engine parity {worst:.1e}; "
           f"identity threshold {card.get('identity_threshold')}")
     return 0
+
+
+def _card(weights: Path, crop_name: str, classes: list[str], args, photos: int, epoch: int, step: int,
+          minutes: float, threads: int, losses: list[float]) -> dict:
+    """The card's entries for the staged caffemodel `weights` (tracker.model.card), threshold aside."""
+    from tracker.identity import file_sha256
+
+    window = max(1, min(20, len(losses) // 3))  # the loss at the start and at the end, smoothed
+    return {"weights_sha256": file_sha256(weights), "crop": crop_name, "classes": classes,
+            "training": {"data": [str(p) for p in args.data], "teacher": [str(p) for p in args.teacher],
+                         "photos": photos, "epochs": epoch, "steps": step, "batch": args.batch,
+                         "lr": args.lr, "seed": args.seed, "minutes": round(minutes, 1), "threads": threads,
+                         "first_loss": round(float(np.mean(losses[:window])), 4) if losses else None,
+                         "last_loss": round(float(np.mean(losses[-window:])), 4) if losses else None}}

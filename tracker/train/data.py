@@ -158,7 +158,12 @@ def load_crops(samples: list[Sample], detector: FaceDetector, cache: CropCache, 
     crops, kept, new = [], [], 0
     try:
         for sample in samples:
-            key = source_key(sample.path)
+            try:
+                key = source_key(sample.path)
+            except OSError:  # listed but missing or unreadable: left out, like a photo without a face
+                if progress is not None:
+                    progress(1)
+                continue
             known, crop = cache.get(key)
             if not known:
                 crop = cut_crop(sample.path, detector)
