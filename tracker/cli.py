@@ -10,7 +10,7 @@
     tracker enroll --refresh                                                    recompute for new weights
     tracker identify IMAGE_OR_FOLDER... [--json]                                who is this?
     tracker eval-mot DETECTIONS [--gt GT] [--out TRACKS] | --tracks T --gt GT   tracker metrics
-    tracker train [--data SET]... [--epochs N] [--resume]                       train the face CNN
+    tracker train --out W [--data SET]... [--epochs N] [--resume]               train the face CNN
     tracker eval-faces --pairs FILE --images DIR | --folder DIR                 face CNN accuracy
     tracker identify IMAGE_OR_FOLDER... [--aligned] [--json]                    who each face is
 

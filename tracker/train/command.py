@@ -1,7 +1,7 @@
 """`tracker train`: train the face CNN (models/face_cnn.prototxt) and write a caffemodel and its card.
 
-    tracker train [--data SET]... [--teacher NPZ]... [--pairs FILE --pairs-images DIR]
-                  [--out CAFFEMODEL] [--work DIR] [--epochs N] [--resume]
+    tracker train --out CAFFEMODEL [--data SET]... [--teacher NPZ]... [--pairs FILE --pairs-images DIR]
+                  [--work DIR] [--epochs N] [--resume]
 
 What it does, in order (scripts/train-face-cnn is the command that made the shipped weights):
 1. Cuts every photo of every data set (`tracker.train.data`) with the guard's detector and crop,
@@ -16,10 +16,11 @@ What it does, in order (scripts/train-face-cnn is the command that made the ship
    A checkpoint (`<work>/checkpoint.pt`) is written atomically after every epoch; `--resume`
    continues from it if it belongs to the same run (same data, classes and settings); Ctrl-C
    stops with the last checkpoint intact.
-5. Exports the caffemodel with BatchNorm folded (`tracker.train.net.export_netdef`), runs it through
-   the project's Caffe engine and checks it matches the torch net, then measures the pairs (if
-   given) through that engine and writes the card (`tracker.model.card`) with the threshold for a
-   THRESHOLD_FAR false-accept rate.
+5. Exports the caffemodel with BatchNorm folded (`tracker.train.net.export_netdef`) to a staged file
+   beside --out, runs it through the project's Caffe engine and checks it matches the torch net,
+   measures the pairs (default: LFW's pairsDevTrain when present) through that engine, and only
+   then puts it in place with its card (`tracker.model.card`: the threshold for a THRESHOLD_FAR
+   false-accept rate). The teacher files and the pairs file are checked before any work.
 """
 
 from __future__ import annotations
