@@ -100,3 +100,17 @@ def test_a_vote_too_close_to_call_does_not_flap_the_announced_identity():
         events += maker.frame_events(views, votes, t_ns=i, wall_time=1000.0 + i)
     assert [(e.kind, e.identity, e.t_ns) for e in events] == [
         ("entered", "unknown", 0), ("identified", "ann", 2), ("identified", "bob", 7)]
+
+
+def test_a_track_that_leaves_too_close_to_call_leaves_as_what_it_was_announced():
+    tracker = Tracker(min_hits=1, max_age=2)
+    votes = IdentityVotes(min_faces=3, margin=0.2)
+    maker = EventMaker()
+    events = []
+    for i, name in enumerate(["ann", "ann", "ann", "bob", "bob", "bob"]):  # ann, then 3 : 3
+        views = tracker.update([Detection(Box(100 + i, 100, 50, 50))])
+        votes.add(views[0].track_id, name)
+        events += maker.frame_events(views, votes, t_ns=i, wall_time=1000.0 + i)
+    assert votes.ambiguous(views[0].track_id)
+    assert [(e.kind, e.identity) for e in events + maker.close_all(votes, 9, 1009.0)] == [
+        ("entered", "unknown"), ("identified", "ann"), ("left", "ann")]

@@ -51,6 +51,13 @@ class EventMaker:
         self._announced: dict[int, str | None] = {}
         self._last_seen: dict[int, Box] = {}
 
+    def _identity(self, track_id: int, votes) -> tuple[str, float]:
+        """The track's voted identity; while the vote is too close to call, the one announced last
+        (so a `left` says who the track was announced as)."""
+        if votes.ambiguous(track_id) and self._announced.get(track_id) is not None:
+            return self._announced[track_id], 0.0
+        return votes.voted(track_id)
+
     def frame_events(self, views, votes, t_ns: int, wall_time: float) -> list[Event]:
         """views: the tracker's TrackViews for one frame; votes: IdentityVotes after this frame's
         crops were voted; t_ns / wall_time: the frame's monotonic and wall-clock times."""
@@ -61,7 +68,7 @@ class EventMaker:
             box = self._last_seen.get(view.track_id, view.box)
             if view.state is TrackState.ENDED:
                 self._last_seen.pop(view.track_id, None)
-            name, confidence = votes.voted(view.track_id)
+            name, confidence = self._identity(view.track_id, votes)
             decided = votes.decided(view.track_id)
             if view.entered:
                 kind = "entered"
@@ -86,7 +93,7 @@ class EventMaker:
         people in view are not followed any more), with its last box; forgets them all."""
         events = []
         for track_id in sorted(self._announced):
-            name, confidence = votes.voted(track_id)
+            name, confidence = self._identity(track_id, votes)
             box = self._last_seen.get(track_id)
             if box is not None:
                 events.append(Event(self._new_id(), "left", track_id, name, confidence, box, t_ns, wall_time))
