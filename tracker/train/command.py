@@ -261,7 +261,7 @@ def train_command(argv: list[str]) -> int:
     # 2. classes, 3. targets
     structure = load_net(prototxt, None)
     net = TrainableNet(lower(he_weights(structure), config.model.probs, config.model.embedding))
-    net = net.to(memory_format=torch.channels_last)  # oneDNN's convolutions are ~1.4x faster so
+    net = net.to(memory_format=torch.channels_last)  # oneDNN's convolutions: 0.74 s a step, not 1.07
     n_classes = net.layers[net.outputs[0]].out_features
     width = net.layers[[n for n, layer in net.layers.items() if isinstance(layer, torch.nn.Linear)][0]].out_features
     classes = choose_classes([s.identity for s in samples], n_classes)
@@ -273,7 +273,9 @@ def train_command(argv: list[str]) -> int:
     for teacher_file in args.teacher:
         teacher = read_teacher(teacher_file)
         for i, (sample, root) in enumerate(zip(samples, roots)):
-            descriptor = teacher.get(sample.path.relative_to(root).as_posix())
+            # a photo outside its data set's folder (an absolute path in a list) has no teacher entry
+            inside = sample.path.is_relative_to(root)
+            descriptor = teacher.get(sample.path.relative_to(root).as_posix()) if inside else None
             if descriptor is not None and not has_target[i]:
                 descriptors.append(descriptor)
                 rows.append(i)
