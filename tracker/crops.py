@@ -129,15 +129,20 @@ def box_face(image: np.ndarray, box: Box, margin: float = CROP_MARGIN) -> np.nda
     return cv2.resize(region, (CROP_SIZE, CROP_SIZE), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR)
 
 
+def face_pixels(image: np.ndarray, face: Detection | Box, margin: float = CROP_MARGIN) -> np.ndarray:
+    """The 88 x 88 grey uint8 crop of one face: aligned for a Detection with landmarks, the box
+    crop (with `margin`) otherwise (`face_crop` before its scaling to [0, 1])."""
+    if isinstance(face, Detection) and face.landmarks is not None:
+        return aligned_face(image, face.landmarks)
+    return box_face(image, face.box if isinstance(face, Detection) else face, margin)
+
+
 def face_crop(image: np.ndarray, face: Detection | Box, margin: float = CROP_MARGIN,
               out: np.ndarray | None = None) -> np.ndarray:
     """The network input for one face: (1, 88, 88) float32 in [0, 1] (see module docstring):
-    aligned for a Detection with landmarks, the box crop (with `margin`) otherwise. `image` is
-    BGR (H, W, 3) or grey (H, W) uint8; `out`, if given, is filled and returned."""
-    if isinstance(face, Detection) and face.landmarks is not None:
-        small = aligned_face(image, face.landmarks)
-    else:
-        small = box_face(image, face.box if isinstance(face, Detection) else face, margin)
+    `face_pixels` / 255. `image` is BGR (H, W, 3) or grey (H, W) uint8; `out`, if given, is filled
+    and returned."""
+    small = face_pixels(image, face, margin)
     if out is None:
         out = np.empty((1, CROP_SIZE, CROP_SIZE), np.float32)
     np.multiply(small, _SCALE, out=out[0], casting="unsafe")

@@ -128,10 +128,12 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
     return path, len(crops), len(files) - len(crops)
 
 
-def open_backend(config: Config):
-    """The config's backend for its model files (the caller closes it)."""
+def open_backend(config: Config, name: str | None = None, precision: str | None = None):
+    """The config's backend (or backend `name`, at `precision`) for its model files; the caller
+    closes it."""
     model = ModelSpec(config.model.prototxt, config.model.weights, config.model.probs, config.model.embedding)
-    return create_backend(config.backend.name, model, precision=config.backend.precision, threads=config.backend.threads)
+    return create_backend(name or config.backend.name, model, precision=precision or config.backend.precision,
+                          threads=config.backend.threads)
 
 
 def refresh(config: Config, detector: FaceDetector, backend, report=print) -> tuple[list[str], list[str]]:

@@ -28,7 +28,7 @@ import numpy as np
 
 from tracker.crops import CROP_MARGIN, crop_batch
 from tracker.detect import FaceDetector
-from tracker.enroll import IMAGE_SUFFIXES, central_face, chip_face
+from tracker.enroll import IMAGE_SUFFIXES, central_face, chip_face, open_backend
 from tracker.errors import InputError
 from tracker.identity import unit_rows
 from tracker.verification import read_pairs, roc_auc, ten_fold_accuracy, threshold_at_far
@@ -138,8 +138,6 @@ def _print_table(report: dict) -> None:
 
 
 def eval_faces_command(argv: list[str]) -> int:
-    from tracker.backends import create_backend
-    from tracker.backends.base import ModelSpec
     from tracker.cli import _Parser, _positive_int
     from tracker.config import load_config
     from tracker.detect import create_detector
@@ -170,12 +168,10 @@ def eval_faces_command(argv: list[str]) -> int:
     if args.folder is not None and not args.folder.is_dir():
         raise InputError(f"eval-faces: --folder {str(args.folder)!r} is not a folder; expected <person>/<image> folders")
     config = load_config(args.config)
-    model = ModelSpec(config.model.prototxt, config.model.weights, config.model.probs, config.model.embedding)
     threshold = identity_threshold(config)
     detector = create_detector(config.detect)
     precision = args.precision or config.backend.precision
-    backend = create_backend(args.backend or config.backend.name, model, precision=precision,
-                             threads=config.backend.threads)
+    backend = open_backend(config, args.backend, precision)
     try:
         if args.pairs is not None:
             scores, same, skipped = pair_scores(args.pairs, args.images, detector, backend)

@@ -36,7 +36,7 @@ import numpy as np
 
 from tracker.crops import CROP_MARGIN, crop_batch, crop_definition
 from tracker.detect import FaceDetector
-from tracker.enroll import IMAGE_SUFFIXES, chip_face, image_files
+from tracker.enroll import IMAGE_SUFFIXES, chip_face, image_files, open_backend
 from tracker.errors import InputError
 from tracker.identity import UNKNOWN, Gallery
 from tracker.types import Detection
@@ -90,8 +90,6 @@ def _text_lines(records: list[dict]) -> list[str]:
 
 
 def identify_command(argv: list[str]) -> int:
-    from tracker.backends import create_backend
-    from tracker.backends.base import ModelSpec
     from tracker.cli import _Parser
     from tracker.config import load_config
     from tracker.detect import create_detector
@@ -113,9 +111,7 @@ def identify_command(argv: list[str]) -> int:
     config = load_config(args.config)
     detector = create_detector(config.detect, quiet=True)
     # The backend first: it refuses missing or mismatched weights with one line, before they are hashed.
-    backend = create_backend(config.backend.name, ModelSpec(config.model.prototxt, config.model.weights,
-                                                            config.model.probs, config.model.embedding),
-                             precision=config.backend.precision, threads=config.backend.threads)
+    backend = open_backend(config)
     unreadable, output = [], []
     try:
         state_dir = config.resolved_state_dir()

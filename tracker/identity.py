@@ -51,13 +51,14 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def identity_threshold(config) -> float:
+def identity_threshold(config, card: dict | None = None) -> float:
     """The cosine at or above which a face is an enrolled person: `identity.threshold` when the
-    config sets it, else the one the weights' card was calibrated with (tracker.model.card), else
-    UNTRAINED_THRESHOLD (weights without a card, e.g. the seeded random ones tests generate)."""
+    config sets it, else the one the weights' card was calibrated with (tracker.model.card; `card`
+    if the caller has read it already), else UNTRAINED_THRESHOLD (weights without a card, e.g. the
+    seeded random ones tests generate)."""
     if config.identity.threshold is not None:
         return float(config.identity.threshold)
-    card = weights_card(config)
+    card = card if card is not None else weights_card(config)
     if card is None or card.get("identity_threshold") is None:
         return UNTRAINED_THRESHOLD
     return float(card["identity_threshold"])
@@ -187,16 +188,14 @@ class IdentityVotes:
         self._min_faces = min_faces
         self._margin = margin
         self._votes: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        self._faces: dict[int, int] = defaultdict(int)
 
     def add(self, track_id: int, name: str) -> None:
         """One face of `track_id` matched `name` (or UNKNOWN)."""
         self._votes[track_id][name] += 1
-        self._faces[track_id] += 1
 
     def decided(self, track_id: int) -> bool:
-        """Whether the track has the faces its identity needs."""
-        return self._faces.get(track_id, 0) >= self._min_faces
+        """Whether the track has the faces its identity needs (one vote each)."""
+        return sum(self._votes.get(track_id, {}).values()) >= self._min_faces
 
     def _lead(self, track_id: int) -> tuple[str, float, float]:
         """(leading name, its share of the votes, its lead over the runner-up as a share)."""
@@ -220,4 +219,3 @@ class IdentityVotes:
 
     def forget(self, track_id: int) -> None:
         self._votes.pop(track_id, None)
-        self._faces.pop(track_id, None)

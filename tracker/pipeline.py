@@ -166,9 +166,10 @@ class Guard:
             if self._enroll_scene_people:
                 self._enroll_demo_people()
             refresh(cfg, self.detector, self.backend, report=log.info)  # new weights: recompute the people
-            threshold = identity_threshold(cfg)
+            card = weights_card(cfg)
+            threshold = identity_threshold(cfg, card)
             crop = crop_definition(self.detector.gives_landmarks)
-            trained_on = (weights_card(cfg) or {}).get("crop")
+            trained_on = (card or {}).get("crop")
             if trained_on not in (None, crop):
                 log.warning("identity: the weights were trained on %s crops but detector %s gives %s crops: "
                             "identities will be less reliable (use a detector with landmarks)", trained_on,

@@ -162,42 +162,29 @@ def embed_torch(torch, net, x: np.ndarray) -> np.ndarray:
         return net(torch.from_numpy(x))[1].numpy()
 
 
-def check_export(torch, net, caffemodel: Path, prototxt: Path, probe: np.ndarray) -> float:
-    """Run `probe` (N, 1, 88, 88) through the exported caffemodel on the Caffe engine and the torch
-    net (eval mode); ModelError unless their unit embeddings agree within PARITY_TOLERANCE.
-    Returns the largest difference."""
-    from tracker.backends import create_backend
-    from tracker.backends.base import ModelSpec
+def check_export(torch, net, backend, caffemodel: Path, probe: np.ndarray) -> float:
+    """Run `probe` (N, 1, 88, 88) through `backend` (the Caffe engine on the exported `caffemodel`)
+    and the torch net (eval mode); ModelError unless their unit embeddings agree within
+    PARITY_TOLERANCE. Returns the largest difference."""
+    from tracker.identity import unit_rows
 
-    ours = embed_torch(torch, net, probe)
-    backend = create_backend("caffe-openblas-dl", ModelSpec(prototxt, caffemodel))
-    try:
-        theirs = backend.infer(np.ascontiguousarray(probe)).embedding
-    finally:
-        backend.close()
-
-    def unit(v):
-        return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
-
-    worst = float(np.abs(unit(ours) - unit(theirs)).max())
+    ours = unit_rows(embed_torch(torch, net, probe))
+    theirs = unit_rows(backend.infer(np.ascontiguousarray(probe)).embedding)
+    worst = float(np.abs(ours - theirs).max())
     if not worst <= PARITY_TOLERANCE:
         raise ModelError(f"train: the exported caffemodel {caffemodel} differs from the trained net by {worst:.2e} "
                          f"on the Caffe engine; expected at most {PARITY_TOLERANCE:g}")
     return worst
 
 
-def threshold_card(pairs_file: Path, images: Path, detector, model) -> dict:
+def threshold_card(pairs_file: Path, images: Path, detector, backend) -> dict:
     """The card's threshold entries: the cosine at which THRESHOLD_FAR of the mismatched pairs of
-    `pairs_file` are accepted, measured on the Caffe engine as `tracker eval-faces` would."""
-    from tracker.backends import create_backend
+    `pairs_file` are accepted, measured with `backend` (the Caffe engine) as `tracker eval-faces`
+    would."""
     from tracker.evaluate_faces import pair_scores
     from tracker.verification import threshold_at_far
 
-    backend = create_backend("caffe-openblas-dl", model)
-    try:
-        scores, same, skipped = pair_scores(pairs_file, images, detector, backend)
-    finally:
-        backend.close()
+    scores, same, skipped = pair_scores(pairs_file, images, detector, backend)
     threshold, tar = threshold_at_far(scores, same, THRESHOLD_FAR)
     return {"identity_threshold": round(threshold, 4), "threshold_far": THRESHOLD_FAR,
             "threshold_pairs": f"{pairs_file.name}: {len(scores)} pairs ({skipped} without a central face); "
@@ -376,6 +363,7 @@ def train_command(argv: list[str]) -> int:
     minutes = minutes_before + (time.monotonic() - started) / 60.0
 
     # 5. export, check, threshold, card
+    from tracker.backends import create_backend
     from tracker.backends.base import ModelSpec
     from tracker.model.card import write_card
     from tracker.train.augment import plain
@@ -384,11 +372,15 @@ def train_command(argv: list[str]) -> int:
     staged = out.with_name(f".{out.name}.staged")
     try:
         write_caffemodel(staged, export_netdef(net, structure))
-        worst = check_export(torch, net, staged, prototxt, plain(crops[used[:32]]))
-        card = _card(staged, crop_name, classes, args, len(used), epoch, step, minutes, threads, losses)
-        if pairs_file is not None:
-            card.update(threshold_card(pairs_file, pairs_images, detector,
-                                       ModelSpec(prototxt, staged, config.model.probs, config.model.embedding)))
+        backend = create_backend("caffe-openblas-dl", ModelSpec(prototxt, staged, config.model.probs,
+                                                                config.model.embedding))
+        try:  # one engine for the parity check and the threshold
+            worst = check_export(torch, net, backend, staged, plain(crops[used[:32]]))
+            card = _card(staged, crop_name, classes, args, len(used), epoch, step, minutes, threads, losses)
+            if pairs_file is not None:
+                card.update(threshold_card(pairs_file, pairs_images, detector, backend))
+        finally:
+            backend.close()
         staged.replace(out)
     finally:
         staged.unlink(missing_ok=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from tracker.crops import CROP_SIZE, crop_definition, face_crop
+from tracker.crops import CROP_SIZE, crop_definition, face_pixels
 from tracker.detect import FaceDetector
 from tracker.enroll import IMAGE_SUFFIXES, central_face
 from tracker.errors import InputError
@@ -110,8 +110,7 @@ def cut_crop(path: Path, detector: FaceDetector) -> np.ndarray | None:
     face = central_face(image, detector)
     if face is None:
         return None
-    crop = face_crop(image, face)[0] * 255.0
-    return np.clip(np.rint(crop), 0, 255).astype(np.uint8)
+    return face_pixels(image, face)
 
 
 class CropCache:
