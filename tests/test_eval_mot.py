@@ -8,7 +8,7 @@ import pytest
 
 from tracker.cli import main
 from tracker.tracking.metrics import MotMetrics, evaluate
-from tracker.tracking.mot import read_mot
+from tracker.tracking.mot import MotTable, read_mot, write_mot
 from tracker.tracking.noisy import DetectionNoise, noisy_detections
 from tracker.tracking.noisy import main as noisy_main
 
@@ -108,6 +108,34 @@ def test_parameters_change_the_result(noisy, capsys):
     assert parse_table(a) != parse_table(b)
 
 
+def test_low_score_detections_only_continue_tracks(testdata, tmp_path, capsys):
+    """ByteTrack through the CLI on the ground truth's boxes scored 0.9, every fourth frame 0.3:
+    with --high-score 0.5 the 0.3 frames continue the tracks (recall stays high; dropping them would
+    cap it near 3/4) without starting any; above every score, nothing starts at all."""
+    gt_path = testdata / "mot" / "TUD-Stadtmitte" / "gt.txt"
+    gt = read_mot(gt_path, "gt")
+    dets = tmp_path / "scored.txt"
+    write_mot(dets, MotTable.from_rows([(int(f), -1, *map(float, b), 0.3 if f % 4 == 0 else 0.9)
+                                        for f, b in zip(gt.frames, gt.boxes)]))
+    base = ["eval-mot", str(dets), "--gt", str(gt_path), "--no-backfill"]
+    _, every, _ = run(base + ["--high-score", "none"], capsys)
+    rc, byte, err = run(base + ["--high-score", "0.5"], capsys)
+    assert rc == 0, err
+    assert parse_table(byte)["Rcll"] > 0.85 and parse_table(byte)["Rcll"] >= parse_table(every)["Rcll"] - 0.05
+    rc, nothing, err = run(base + ["--high-score", "0.95"], capsys)
+    assert rc == 0 and "-> 0 tracks" in err and parse_table(nothing)["Rcll"] == 0.0
+
+
+def test_observation_centric_option_changes_the_tracker(testdata, capsys):
+    """--observation-centric reaches the tracker: on SORT-like settings the published tracker's
+    boxes, used as detections, give other figures with it than without."""
+    seqdir = testdata / "mot" / "TUD-Stadtmitte"
+    base = ["eval-mot", str(seqdir / "test.txt"), "--gt", str(seqdir / "gt.txt"), "--no-backfill", "--max-age", "30"]
+    _, plain, _ = run(base, capsys)
+    _, oc, _ = run(base + ["--observation-centric"], capsys)
+    assert parse_table(plain) != parse_table(oc)
+
+
 def test_noisy_detections_deterministic(testdata):
     gt = read_mot(testdata / "mot" / "TUD-Campus" / "gt.txt", "gt")
     a, b = noisy_detections(gt, DetectionNoise(seed=5)), noisy_detections(gt, DetectionNoise(seed=5))
@@ -151,7 +179,8 @@ def test_bad_inputs(testdata, tmp_path, capsys):
     line = _one_error_line(*run(["eval-mot", str(good), "--gt", str(dup)], capsys)[::2])
     assert "line 2" in line and "appears twice" in line
 
-    for option, value in (("--min-hits", "0"), ("--max-age", "x"), ("--iou-threshold", "1.5")):
+    for option, value in (("--min-hits", "0"), ("--max-age", "x"), ("--iou-threshold", "1.5"), ("--high-score", "-1"),
+                          ("--high-score", "high")):
         line = _one_error_line(*run(["eval-mot", str(good), option, value], capsys)[::2])
         assert option in line and repr(value) in line
 

@@ -79,9 +79,10 @@ def test_tracks_still_announced_when_the_run_ends_get_their_left():
             if view.detection_index is not None:
                 votes.add(view.track_id, "ann")
         events += maker.frame_events(views, votes, t_ns=i, wall_time=1000.0 + i)
-    closing = maker.close_all(votes, t_ns=99, wall_time=1099.0)
+    closing = maker.close_all(votes, t_ns=99, wall_time=1099.0, seq=3, media_s=0.3)
     assert [(e.kind, e.identity) for e in events] == [("entered", "ann")]
-    assert [(e.kind, e.track_id, e.identity, e.t_ns) for e in closing] == [("left", events[0].track_id, "ann", 99)]
+    assert [(e.kind, e.track_id, e.identity, e.t_ns, e.seq, e.media_s) for e in closing] == [
+        ("left", events[0].track_id, "ann", 99, 3, 0.3)]
     assert abs(closing[0].box.x - 103) < 0.5 and closing[0].box.y == 100  # where it was last seen
     assert maker.close_all(votes, t_ns=100, wall_time=1100.0) == []  # said once
 

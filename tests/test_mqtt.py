@@ -23,7 +23,7 @@ from tracker.events import event_payload
 from tracker.sinks.mqtt import MqttSink, read_password
 
 REPO = Path(__file__).resolve().parents[1]
-EVENT_KEYS = {"schema", "id", "kind", "track_id", "identity", "confidence", "box", "ts"}
+EVENT_KEYS = {"schema", "id", "kind", "track_id", "identity", "confidence", "box", "ts", "seq", "media_time_s"}
 
 
 @pytest.fixture(scope="module")

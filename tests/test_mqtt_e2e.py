@@ -16,7 +16,7 @@ import yaml
 from mosquitto import Broker, Subscriber
 
 REPO = Path(__file__).resolve().parents[1]
-EVENT_KEYS = {"schema", "id", "kind", "track_id", "identity", "confidence", "box", "ts"}
+EVENT_KEYS = {"schema", "id", "kind", "track_id", "identity", "confidence", "box", "ts", "seq", "media_time_s"}
 
 
 def test_demo_guard_publishes_events_and_goes_offline_on_sigterm(tmp_path):

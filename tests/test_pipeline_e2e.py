@@ -31,11 +31,12 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import cv2
+import pytest
 
 LATENCY_KEYS = ["seq", "t_ns", "backend", "batch", "faces", "capture_ms", "motion_ms", "detect_ms", "infer_ms",
                 "track_ms", "publish_ms", "total_ms", "dropped"]
 OWN_STAGES = ["capture_ms", "motion_ms", "detect_ms", "infer_ms", "track_ms", "publish_ms"]
-EVENT_KEYS = {"schema", "id", "kind", "track_id", "identity", "confidence", "box", "ts", "snapshot"}
+EVENT_KEYS = {"schema", "id", "kind", "track_id", "identity", "confidence", "box", "ts", "seq", "media_time_s", "snapshot"}
 SCENE_PEOPLE = {"John_Savage", "John_Schneider", "John_Shimkus", "John_Simm"}
 BACKEND = "caffe-openblas-dl"
 
@@ -140,6 +141,8 @@ def check_events(state: Path, started: datetime, ended: datetime) -> list[dict]:
         assert started - timedelta(seconds=1) <= ts <= ended + timedelta(seconds=1)
         assert last_ts is None or ts >= last_ts
         last_ts = ts
+        # Where in the scene (10 fps) it happened: its frame's number and media time.
+        assert isinstance(e["seq"], int) and e["media_time_s"] == pytest.approx(e["seq"] / 10.0, abs=1e-3)
         kinds = tracks.setdefault(e["track_id"], [])
         if e["kind"] == "entered":
             assert kinds == [], f"track {e['track_id']} entered twice or after other events"

@@ -7,7 +7,8 @@ from tracker.types import Box, Event
 
 
 def event(kind="entered", identity="unknown"):
-    return Event("e1", kind, 7, identity, 0.8125, Box(10.0, 20.0, 30.0, 40.0), 5, 1_767_225_600.25, "/s/7.jpg")
+    return Event("e1", kind, 7, identity, 0.8125, Box(10.0, 20.0, 30.0, 40.0), 5, 1_767_225_600.25, "/s/7.jpg",
+                 seq=41, media_s=4.1)
 
 
 def test_jsonl_writes_schema_1_payload_per_line(tmp_path):
@@ -19,7 +20,7 @@ def test_jsonl_writes_schema_1_payload_per_line(tmp_path):
     assert rows[0] == {
         "schema": 1, "id": "e1", "kind": "entered", "track_id": 7, "identity": "unknown",
         "confidence": 0.8125, "box": {"x": 10.0, "y": 20.0, "w": 30.0, "h": 40.0},
-        "ts": "2026-01-01T00:00:00.250+00:00", "snapshot": "/s/7.jpg"}
+        "ts": "2026-01-01T00:00:00.250+00:00", "seq": 41, "media_time_s": 4.1, "snapshot": "/s/7.jpg"}
     assert rows[1]["kind"] == "left" and rows[1]["identity"] == "ann"
 
 
@@ -29,3 +30,4 @@ def test_console_prints_one_readable_line_per_event():
     line = out.getvalue()
     assert line.count("\n") == 1
     assert "identified" in line and "track 7" in line and "ann (0.81)" in line and "30x40" in line
+    assert line.endswith("30x40, 0:04.1 into the video\n")

@@ -166,26 +166,32 @@ def _scene(seed: int, frames: int = 40):
     rng = np.random.default_rng(seed)
     out = []
     for t in range(frames):
-        dets = [det(rng.uniform(0, 300), rng.uniform(0, 300), rng.uniform(20, 60), rng.uniform(20, 60)) for _ in range(rng.integers(0, 6))]
+        dets = [det(rng.uniform(0, 300), rng.uniform(0, 300), rng.uniform(20, 60), rng.uniform(20, 60), rng.uniform(0.1, 1.0))
+                for _ in range(rng.integers(0, 6))]
         emb = rng.random((len(dets), 8)).astype(np.float32)
         out.append((dets, emb))
     return out
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.integers(0, 10_000), st.integers(1, 4), st.integers(1, 6))
-def test_deterministic_and_consistent(seed, min_hits, max_age):
-    """Two trackers fed the same frames return equal views; invariants hold on random input."""
+@given(st.integers(0, 10_000), st.integers(1, 4), st.integers(1, 6), st.sampled_from([None, 0.5]),
+       st.booleans(), st.sampled_from([None, 0.8]))
+def test_deterministic_and_consistent(seed, min_hits, max_age, high_score, observation_centric, reid_threshold):
+    """Two trackers fed the same frames return equal views; invariants hold on random input, with
+    every stage on or off."""
     scene = _scene(seed)
-    a = Tracker(min_hits, max_age, 0.2, 0.3)
-    b = Tracker(min_hits, max_age, 0.2, 0.3)
+    options = dict(high_score=high_score, observation_centric=observation_centric, reid_threshold=reid_threshold,
+                   reid_window_s=1.0)
+    a = Tracker(min_hits, max_age, 0.2, 0.3, **options)
+    b = Tracker(min_hits, max_age, 0.2, 0.3, **options)
     ended: set[int] = set()
-    for dets, emb in scene:
-        va, vb = a.update(dets, emb), b.update(dets, emb)
+    for t, (dets, emb) in enumerate(scene):
+        va, vb = a.update(dets, emb, t_s=0.1 * t), b.update(dets, emb, t_s=0.1 * t)
         assert va == vb
         assert [v.track_id for v in va] == sorted({v.track_id for v in va})
         used = [v.detection_index for v in va if v.detection_index is not None]
-        assert sorted(used) == list(range(len(dets)))  # every detection feeds exactly one track
+        high = [i for i, d in enumerate(dets) if high_score is None or d.score >= high_score]
+        assert len(used) == len(set(used)) and set(high) <= set(used)  # a high-score detection feeds one track
         for v in va:
             assert v.track_id not in ended
             assert v.box.w > 0 and v.box.h > 0
@@ -193,4 +199,136 @@ def test_deterministic_and_consistent(seed, min_hits, max_age):
                 ended.add(v.track_id)
             if v.state in (TrackState.CONFIRMED, TrackState.LOST):
                 assert v.ever_confirmed
-            assert v.misses <= max_age + 1
+            assert v.misses <= max_age + 1 or (v.dormant and reid_threshold is not None)
+            assert v.rejoined is None or v.state is TrackState.CONFIRMED
+
+
+# -- ByteTrack: low-score detections ---------------------------------------------------------------
+
+
+def test_a_low_score_detection_continues_a_confirmed_track_but_starts_none():
+    tr = Tracker(min_hits=2, max_age=1, high_score=0.6)
+    for t in range(3):
+        (v,) = tr.update([det(100 + 5 * t, 100, score=0.9)])
+    assert v.state is TrackState.CONFIRMED
+    # Half turned away: the detector is unsure, the track goes on with it.
+    (v,) = tr.update([det(115, 100, score=0.3)])
+    assert (v.track_id, v.state, v.detection_index) == (1, TrackState.CONFIRMED, 0)
+    # An unsure box elsewhere is not a person the tracker knows: no new track.
+    views = tr.update([det(400, 300, score=0.3)])
+    assert [(v.track_id, v.state, v.detection_index) for v in views] == [(1, TrackState.LOST, None)]
+    # Without a high-score threshold every detection starts a track (plain SORT).
+    plain = Tracker(min_hits=2, max_age=1)
+    assert [v.track_id for v in plain.update([det(400, 300, score=0.3)])] == [1]
+
+
+def test_a_low_score_detection_needs_the_stricter_overlap():
+    """IoU 0.4 with the prediction: enough for a high-score box (iou_threshold 0.3), not for a
+    low-score one (low_iou_threshold 0.5)."""
+    def confirmed() -> Tracker:
+        tr = Tracker(min_hits=1, max_age=2, high_score=0.6)
+        tr.update([det(0, 0, 100, 100, score=0.9)])
+        return tr
+
+    shifted = 100 * (1 - 0.4) / (1 + 0.4)  # a 100 px box moved this far right has IoU 0.4
+    (v,) = confirmed().update([det(shifted, 0, 100, 100, score=0.9)])
+    assert v.detection_index == 0
+    views = confirmed().update([det(shifted, 0, 100, 100, score=0.3)])
+    assert [(v.track_id, v.detection_index) for v in views] == [(1, None)]
+
+
+# -- OC-SORT: recovery by the last observation, re-update after a gap ------------------------------
+
+
+def _walk_then_stop(tr: Tracker) -> list[list[TrackView]]:
+    """Walks right at 10 px/frame for 6 frames, is missed for 3 frames while it stops, and is seen
+    again where it stopped: the constant-velocity prediction has run 40 px ahead (IoU 0)."""
+    frames = [tr.update([det(10 * t, 0)]) for t in range(6)]
+    frames += [tr.update([]) for _ in range(3)]
+    frames.append(tr.update([det(50, 0)]))
+    return frames
+
+
+def test_a_track_whose_prediction_ran_ahead_is_recovered_by_its_last_observed_box():
+    last = _walk_then_stop(Tracker(min_hits=2, max_age=5, embedding_weight=0.0, observation_centric=True))[-1]
+    assert [(v.track_id, v.state, v.detection_index) for v in last] == [(1, TrackState.CONFIRMED, 0)]
+    # Without observation-centric recovery the prediction no longer overlaps: a new track is born.
+    sort_only = _walk_then_stop(Tracker(min_hits=2, max_age=5, embedding_weight=0.0, observation_centric=False))[-1]
+    assert [(v.track_id, v.detection_index) for v in sort_only] == [(1, None), (2, 0)]
+
+
+def test_re_update_after_a_gap_learns_the_speed_of_the_gap():
+    """10 px/frame, missed for 4 frames while speeding up to 20 px/frame, seen again: re-updating
+    along the straight path of the gap gives a velocity near 20; one update at the end leaves most
+    of the old speed in the filter."""
+    def velocity(observation_centric: bool) -> float:
+        tr = Tracker(min_hits=1, max_age=10, embedding_weight=0.0, observation_centric=observation_centric)
+        for t in range(8):
+            tr.update([det(10 * t, 0, 200, 200)])
+        for _ in range(4):
+            tr.update([])
+        (v,) = tr.update([det(70 + 5 * 20, 0, 200, 200)])
+        assert v.detection_index == 0
+        return v.velocity[0]
+
+    with_reupdate, without = velocity(True), velocity(False)
+    assert abs(with_reupdate - 20) < abs(without - 20)
+    assert with_reupdate > 15
+
+
+# -- re-identification by face -------------------------------------------------------------------
+
+
+FACE_A, FACE_B = np.eye(8, dtype=np.float32)[0:1], np.eye(8, dtype=np.float32)[1:2]
+
+
+def _seen_then_hidden(tr: Tracker, hidden_frames: int) -> list[list[TrackView]]:
+    """Face A confirmed at (0, 0) over frames 0..2 (0.1 s apart), then hidden for `hidden_frames`."""
+    out = [tr.update([det(0, 0)], FACE_A, t_s=0.1 * t) for t in range(3)]
+    out += [tr.update([], None, t_s=0.1 * (3 + k)) for k in range(hidden_frames)]
+    return out
+
+
+def test_reidentification_needs_the_frame_time():
+    with pytest.raises(ValueError, match="t_s"):
+        Tracker(reid_threshold=0.8).update([det(0, 0)])
+
+
+def test_a_face_back_after_max_age_continues_its_old_track():
+    tr = Tracker(min_hits=2, max_age=2, reid_threshold=0.8, reid_window_s=5.0)
+    frames = _seen_then_hidden(tr, 6)
+    assert [(v.state, v.dormant) for v in frames[-1]] == [(TrackState.LOST, True)]  # not ended: held
+    assert tr.predicted_boxes() == []  # a dormant track is not searched for by position
+    # The same face comes back elsewhere: a new tentative track first...
+    t = 0.9
+    (v,) = [v for v in tr.update([det(300, 200)], FACE_A, t_s=t) if v.track_id == 2]
+    assert v.state is TrackState.TENTATIVE
+    # ...which, when it would be confirmed, is recognised as track 1: no new confirmation.
+    views = by_id(tr.update([det(302, 200)], FACE_A, t_s=t + 0.1))
+    old, new = views[1], views[2]
+    assert (old.state, old.detection_index, old.rejoined, old.just_confirmed) == (TrackState.CONFIRMED, 0, 2, False)
+    assert old.box.x == pytest.approx(302, abs=3) and not old.dormant
+    assert (new.state, new.ever_confirmed, new.detection_index, new.left) == (TrackState.ENDED, False, None, False)
+    (v,) = tr.update([det(304, 200)], FACE_A, t_s=t + 0.2)
+    assert (v.track_id, v.state, v.detection_index, v.rejoined) == (1, TrackState.CONFIRMED, 0, None)
+
+
+def test_a_different_face_is_a_new_person_and_the_held_track_leaves_after_its_window():
+    tr = Tracker(min_hits=2, max_age=2, reid_threshold=0.8, reid_window_s=1.0)
+    _seen_then_hidden(tr, 4)  # last seen at t 0.2
+    entered, left = [], []
+    for k in range(12):
+        t = 0.7 + 0.1 * k
+        for v in tr.update([det(300 + 2 * k, 200)], FACE_B, t_s=t):
+            entered += [(v.track_id, round(t, 1))] if v.entered else []
+            left += [(v.track_id, round(t, 1))] if v.left else []
+    # B is announced as a new person; A's `left` comes once 1 s has passed since A was last seen.
+    assert entered == [(2, 0.8)] and left == [(1, 1.3)]
+
+
+def test_a_track_without_an_embedding_ends_at_max_age_even_with_reidentification_on():
+    tr = Tracker(min_hits=2, max_age=2, reid_threshold=0.8, reid_window_s=5.0)
+    for t in range(3):
+        tr.update([det(0, 0)], None, t_s=0.1 * t)
+    states = [tr.update([], None, t_s=0.3 + 0.1 * k)[0].state for k in range(3)]
+    assert states == [TrackState.LOST, TrackState.LOST, TrackState.ENDED]

@@ -128,6 +128,12 @@ class TrackingConfig(Section):
     max_age: int = Field(10, ge=1, le=1000)
     iou_threshold: float = Field(0.3, ge=0.0, le=1.0)
     embedding_weight: float = Field(0.3, ge=0.0, le=1.0)
+    # detections scoring below this only continue tracks (ByteTrack); None: all are high-score
+    high_score: float | None = Field(None, ge=0.0)
+    observation_centric: bool = False  # OC-SORT: recover by the last observed box, re-update after a gap
+    reid: bool = True  # a face lost and found again within reid_window_s keeps its track (trained weights only)
+    reid_threshold: float | None = Field(None, ge=-1.0, le=1.0)  # None: the weights' card threshold
+    reid_window_s: float = Field(10.0, ge=0.0, le=3600.0)
 
 
 class LatencyConfig(Section):

@@ -1,9 +1,12 @@
 """Events: when a person entered, was identified or left, and their wire form for every sink.
 
-The payload is schema version 1 of DESIGN.md section 4:
-    {schema, id, kind, track_id, identity, confidence, box: {x, y, w, h}, ts}
+The payload is schema version 1 of DESIGN.md section 4, with two fields added (consumers of
+schema 1 ignore fields they do not know):
+    {schema, id, kind, track_id, identity, confidence, box: {x, y, w, h}, ts, seq, media_time_s}
 `ts` is the event's wall-clock time as an ISO 8601 UTC string with milliseconds; `box` is in pixels
-of the full frame. Consumers de-duplicate by `id`.
+of the full frame; `seq` is the number of the frame that caused it (Frame.seq) and `media_time_s`
+that frame's position in its video file in seconds (null for cameras and streams), so the moment
+can be found in the recording. Consumers de-duplicate by `id`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ def event_payload(event: Event) -> dict:
         "confidence": round(float(event.confidence), 4),
         "box": {k: round(float(getattr(event.box, k)), 1) for k in ("x", "y", "w", "h")},
         "ts": datetime.fromtimestamp(event.wall_time, timezone.utc).isoformat(timespec="milliseconds"),
+        "seq": event.seq,
+        "media_time_s": None if event.media_s is None else round(float(event.media_s), 3),
     }
 
 
@@ -58,9 +63,11 @@ class EventMaker:
             return self._announced[track_id], 0.0
         return votes.voted(track_id)
 
-    def frame_events(self, views, votes, t_ns: int, wall_time: float) -> list[Event]:
+    def frame_events(self, views, votes, t_ns: int, wall_time: float, *, seq: int | None = None,
+                     media_s: float | None = None) -> list[Event]:
         """views: the tracker's TrackViews for one frame; votes: IdentityVotes after this frame's
-        crops were voted; t_ns / wall_time: the frame's monotonic and wall-clock times."""
+        crops were voted; t_ns / wall_time: the frame's monotonic and wall-clock times; seq /
+        media_s: its sequence number and position in its video (Frame.seq, Frame.media_s)."""
         by_kind: dict[str, list[Event]] = {"entered": [], "identified": [], "left": []}
         for view in views:
             if view.detection_index is not None:
@@ -84,19 +91,23 @@ class EventMaker:
                 self._announced[view.track_id] = name
             else:
                 continue
-            event = Event(self._new_id(), kind, view.track_id, name, confidence, box, t_ns, wall_time)
+            event = Event(self._new_id(), kind, view.track_id, name, confidence, box, t_ns, wall_time,
+                          seq=seq, media_s=media_s)
             by_kind[kind].append(event)
         return by_kind["entered"] + by_kind["identified"] + by_kind["left"]
 
-    def close_all(self, votes, t_ns: int, wall_time: float) -> list[Event]:
+    def close_all(self, votes, t_ns: int, wall_time: float, *, seq: int | None = None,
+                  media_s: float | None = None) -> list[Event]:
         """A `left` for every track still announced (the source ended or the guard stops: the
-        people in view are not followed any more), with its last box; forgets them all."""
+        people in view are not followed any more), with its last box; forgets them all. seq /
+        media_s: those of the last frame processed."""
         events = []
         for track_id in sorted(self._announced):
             name, confidence = self._identity(track_id, votes)
             box = self._last_seen.get(track_id)
             if box is not None:
-                events.append(Event(self._new_id(), "left", track_id, name, confidence, box, t_ns, wall_time))
+                events.append(Event(self._new_id(), "left", track_id, name, confidence, box, t_ns, wall_time,
+                                    seq=seq, media_s=media_s))
         self._announced.clear()
         self._last_seen.clear()
         return events

@@ -71,6 +71,23 @@ def _ms(start_ns: int, end_ns: int) -> float:
     return (end_ns - start_ns) / 1e6
 
 
+def reid_threshold(config: Config, card: dict | None) -> float | None:
+    """The face similarity at which the tracker takes a new track for a lost one back (None: off):
+    `tracking.reid_threshold` if set, else the one the weights' card was calibrated with (0.1%
+    false accepts between different people: a false merge would swallow a stranger's `entered`).
+    Weights without one (untrained, e.g. the seeded random ones of tests) give embeddings on
+    which any two faces look alike, so re-identification stays off for them, and the log says so."""
+    if not config.tracking.reid:
+        return None
+    if config.tracking.reid_threshold is not None:
+        return float(config.tracking.reid_threshold)
+    if card is None or card.get("reid_threshold") is None:
+        log.warning("tracking: re-identification by face is off: weights %s have no card with a calibrated "
+                    "threshold (untrained?); set tracking.reid_threshold to force it", config.model.weights)
+        return None
+    return float(card["reid_threshold"])
+
+
 def effective_config(config: Config, args) -> Config:
     """The config with the command line's overrides (--backend, --precision, --frames, --demo)
     applied and validated like the file. --demo: the synthetic scene paced at its fps, DEMO_FRAMES
@@ -104,6 +121,8 @@ class Guard:
         self.frames_processed = 0
         self.inference_lost = 0  # frames whose crops a failed backend call lost
         self.people_present = 0  # announced (confirmed) tracks not yet ended, after the last frame
+        self._last_seq: int | None = None  # the last frame tracked: for the `left` events at the end
+        self._last_media_s: float | None = None
         self._done_ns: deque[int] = deque(maxlen=100)  # processing end times, for fps
 
     def stop(self) -> None:
@@ -161,7 +180,6 @@ class Guard:
             self.stats = RollingStats()
             self.gate = MotionGate.from_config(cfg.motion)
             self.detector = create_detector(cfg.detect)
-            self.tracker = Tracker.from_config(cfg.tracking)
             self.batcher: Batcher[_FrameWork] = Batcher(cfg.batcher.max_batch, cfg.batcher.max_wait_ms)
             if self._enroll_scene_people:
                 self._enroll_demo_people()
@@ -175,6 +193,7 @@ class Guard:
                             "identities will be less reliable (use a detector with landmarks)", trained_on,
                             self.detector.name, crop)
             self.gallery = Gallery.load(state_dir, file_sha256(cfg.model.weights), threshold, crop)
+            self.tracker = Tracker.from_config(cfg.tracking, reid_threshold=reid_threshold(cfg, card))
             self.votes = IdentityVotes(cfg.identity.min_faces, cfg.identity.margin)
             self.events = EventMaker()
             self.identity_score = IdentityScore()
@@ -241,7 +260,8 @@ class Guard:
             self._process(batch)
         # Nobody in view is followed any more: every announced track gets its `left`.
         now_ns = time.monotonic_ns()
-        events = self.events.close_all(self.votes, now_ns, (now_ns + self._wall_offset_ns) / 1e9)
+        events = self.events.close_all(self.votes, now_ns, (now_ns + self._wall_offset_ns) / 1e9,
+                                       seq=self._last_seq, media_s=self._last_media_s)
         self.identity_score.add(events, [])
         self._publish_events(events)
         self.people_present = 0  # the last state says so too
@@ -304,9 +324,16 @@ class Guard:
                            infer_ms: float) -> None:
         frame = work.frame
         track_start = time.monotonic_ns()
-        views = self.tracker.update(work.detections, embeddings)
+        # A recording's own clock, when it has one: a file processed faster than real time must not
+        # squeeze the re-identification window.
+        t_s = frame.media_s if frame.media_s is not None else frame.t_ns / 1e9
+        views = self.tracker.update(work.detections, embeddings, t_s=t_s)
+        self._last_seq, self._last_media_s = frame.seq, frame.media_s
         self.people_present = sum(1 for v in views if v.ever_confirmed and v.state is not TrackState.ENDED)
         for view in views:
+            if view.rejoined is not None:
+                log.info("track %d: its face is back (new track %d joins it; no new entered)", view.track_id,
+                         view.rejoined)
             i = view.detection_index
             if i is None:
                 continue
@@ -315,7 +342,8 @@ class Guard:
             if work.has_crops:
                 self.snapshots.offer(view.track_id, frame.image, work.detections[i].box)
         wall_time = (frame.t_ns + self._wall_offset_ns) / 1e9
-        events = self.events.frame_events(views, self.votes, frame.t_ns, wall_time)
+        events = self.events.frame_events(views, self.votes, frame.t_ns, wall_time, seq=frame.seq,
+                                          media_s=frame.media_s)
         truth = getattr(self._capture.source, "ground_truth", None)  # the synthetic scene knows who is who
         if truth is not None:
             self.identity_score.add(events, truth(frame.seq))

@@ -18,11 +18,14 @@ import numpy as np
 @dataclass(frozen=True)
 class Frame:
     """One captured image. `seq` counts frames from 0 per source run, without gaps at the source
-    (gaps downstream mean drops); `t_ns` is the monotonic capture time."""
+    (gaps downstream mean drops); `t_ns` is the monotonic capture time; `media_s` is the frame's
+    position in its video, seconds from the start (files and the synthetic scene; None for
+    cameras, streams and photo folders), so that an event can be found in the recording."""
 
     seq: int
     t_ns: int
     image: np.ndarray  # (H, W, 3) uint8 BGR
+    media_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,8 @@ class Event:
     t_ns:       monotonic time of the frame that caused the event.
     wall_time:  the same instant as Unix seconds (UTC), for consumers outside the process.
     snapshot:   path of the JPEG of the track's best face, or None.
+    seq:        the source's sequence number of the frame that caused the event (Frame.seq).
+    media_s:    that frame's position in its video, seconds (Frame.media_s), or None.
     """
 
     id: str
@@ -95,3 +100,5 @@ class Event:
     t_ns: int
     wall_time: float
     snapshot: str | None = field(default=None)
+    seq: int | None = None
+    media_s: float | None = None

@@ -8,6 +8,8 @@ are the same person, yet both belong to the weights: another caffemodel brings i
      "crop": "aligned-v1",                              # tracker.crops definition trained on
      "identity_threshold": 0.52,                        # cosine of fc1 embeddings: same person at or above
      "threshold_far": 0.01,                             # the false-accept rate it was set for
+     "reid_threshold": 0.79,                            # the tracker's: a lost face is back at or above
+     "reid_far": 0.001,                                 # the false-accept rate that one was set for
      "threshold_pairs": "pairsDevTrain.txt ...",        # where that was measured
      "classes": ["lfw-devtrain:George_W_Bush", ...],    # fc2's outputs, in order
      "training": {...}}                                 # how it was made (tracker train)
@@ -51,9 +53,10 @@ def read_card(weights: Path, weights_sha256: str) -> dict | None:
                          f"the caffemodel's is {weights_sha256[:12]}...): its threshold would be wrong; expected the card "
                          "`tracker train` wrote with these weights, or no card and identity.threshold set")
 
-    threshold = card.get("identity_threshold")  # absent when training had no pairs to set it on
-    if threshold is not None and (not isinstance(threshold, (int, float)) or not -1.0 <= threshold <= 1.0):
-        raise ModelError(f"model card {str(path)!r}: identity_threshold {threshold!r}; expected a cosine in [-1, 1]")
+    for key in ("identity_threshold", "reid_threshold"):  # absent when training had no pairs to set them on
+        threshold = card.get(key)
+        if threshold is not None and (not isinstance(threshold, (int, float)) or not -1.0 <= threshold <= 1.0):
+            raise ModelError(f"model card {str(path)!r}: {key} {threshold!r}; expected a cosine in [-1, 1]")
     return card
 
 

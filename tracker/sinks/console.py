@@ -16,9 +16,11 @@ class ConsoleSink:
     def publish_event(self, event: Event, snapshot_jpeg: bytes | None) -> None:
         when = datetime.fromtimestamp(event.wall_time).strftime("%H:%M:%S.%f")[:-3]
         b = event.box
+        # In a recording, where to find the moment: minutes:seconds into the video.
+        media = "" if event.media_s is None else f", {int(event.media_s // 60)}:{event.media_s % 60:04.1f} into the video"
         print(
             f"{when} {event.kind:<10} track {event.track_id:<4} {event.identity} "
-            f"({event.confidence:.2f}) at x={b.x:.0f} y={b.y:.0f} {b.w:.0f}x{b.h:.0f}",
+            f"({event.confidence:.2f}) at x={b.x:.0f} y={b.y:.0f} {b.w:.0f}x{b.h:.0f}{media}",
             file=self._stream,
             flush=True,
         )

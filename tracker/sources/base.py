@@ -90,11 +90,13 @@ class SourceBase:
     def __init__(self) -> None:
         self._seq = 0
 
-    def _frame(self, image: np.ndarray, luma: np.ndarray | None = None) -> Frame:
-        """Wrap `image` as the next Frame, converting grey/BGRA to (H, W, 3) uint8 BGR."""
+    def _frame(self, image: np.ndarray, luma: np.ndarray | None = None, media_s: float | None = None) -> Frame:
+        """Wrap `image` as the next Frame, converting grey/BGRA to (H, W, 3) uint8 BGR; `media_s`
+        is its position in its video, seconds (None: not a recording)."""
         image = as_bgr(image, self.description)
         t_ns = time.monotonic_ns()
-        frame = Frame(self._seq, t_ns, image) if luma is None else LumaFrame(self._seq, t_ns, image, luma)
+        frame = (Frame(self._seq, t_ns, image, media_s) if luma is None
+                 else LumaFrame(self._seq, t_ns, image, media_s, luma))
         self._seq += 1
         return frame
 

@@ -97,20 +97,29 @@ class OpenCVSource(SourceBase):
             self._fail(f"{self.description}: opened but no frame could be decoded; expected "
                        + ("a video file with at least one readable frame (corrupt or truncated?)"
                           if self.kind == "file" else "frames from a working device"))
-        self._cap, self._first = cap, image
+        self._cap, self._first = cap, (image, self._media_s(cap))
 
     def read(self) -> Frame | None:
         if self._cap is None:
             raise SourceUnavailable(f"{self.description}: read before open")
         if self._first is not None:
-            image, self._first = self._first, None
-            return self._frame(image)
+            (image, media_s), self._first = self._first, None
+            return self._frame(image, media_s=media_s)
         ok, image = self._cap.read()
         if not ok or image is None:
             if self.live:
                 raise SourceUnavailable(f"{self.description}: no frame (unplugged, or the stream dropped?)")
             return None  # end of the file
-        return self._frame(image)
+        return self._frame(image, media_s=self._media_s(self._cap))
+
+    def _media_s(self, cap) -> float | None:
+        """The position of the frame just read in a video file, seconds (its presentation time as
+        FFmpeg decodes it); None for cameras and streams, which have no position to find again."""
+        if self.kind != "file":
+            return None
+        import cv2
+
+        return max(0.0, float(cap.get(cv2.CAP_PROP_POS_MSEC)) / 1000.0)
 
     def close(self) -> None:
         if self._cap is not None:

@@ -359,7 +359,7 @@ class SyntheticSource(SourceBase):
         if self.frames is not None and self._seq >= self.frames:
             return None
         image, _ = self.scene.render(self._seq)
-        return self._frame(image)
+        return self._frame(image, media_s=self._seq / self.scene.fps)
 
     def ground_truth(self, seq: int) -> list[GroundTruth]:
         return self.scene.ground_truth(seq)

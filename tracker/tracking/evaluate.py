@@ -1,13 +1,15 @@
 """`tracker eval-mot`: run the tracker alone on a MOTChallenge detection file and score it.
 
     tracker eval-mot DETECTIONS [--gt GT] [--out TRACKS] [--config F]
-                     [--min-hits N] [--max-age N] [--iou-threshold F] [--no-backfill]
+                     [--min-hits N] [--max-age N] [--iou-threshold F] [--high-score F|none]
+                     [--observation-centric] [--no-backfill]
     tracker eval-mot --tracks TRACKS --gt GT          score tracks made elsewhere (another tracker)
 
-The tracker (`sort.Tracker`, IoU only: detection files carry no appearance) is fed every frame
-from 1 to the last frame of DETECTIONS (or of GT, if later), empty frames included. The tracks
-written are the confirmed tracks on the frames a detection was assigned to them, with the Kalman
-posterior box and that detection's score.
+The tracker (`sort.Tracker`, IoU only: detection files carry no appearance, so no
+re-identification by face either) is fed every frame from 1 to the last frame of DETECTIONS (or of
+GT, if later), empty frames included. The tracks written are the confirmed tracks on the frames a
+detection was assigned to them, with the Kalman posterior box and that detection's score.
+`--high-score none` (and no --observation-centric) is the tracker before ByteTrack and OC-SORT (SORT).
 
 Back-filling (default on), because eval-mot is offline and knows what happened next:
 - a track becomes confirmed only after `min_hits` consecutive hits, so an online tracker announces
@@ -100,7 +102,19 @@ def _unit_float(text: str) -> float:
     return value
 
 
-TRACKER_OPTIONS = ("min_hits", "max_age", "iou_threshold")
+def _score_or_none(text: str) -> float | str:
+    if text.lower() == "none":
+        return "none"
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0.0:
+        raise argparse.ArgumentTypeError(f"bad value {text!r}; expected a detection score >= 0, or none")
+    return value
+
+
+TRACKER_OPTIONS = ("min_hits", "max_age", "iou_threshold", "high_score")
 
 
 def _parser() -> _Parser:
@@ -113,6 +127,12 @@ def _parser() -> _Parser:
     p.add_argument("--min-hits", type=_int_in(1, 100), help="default: the config's tracking.min_hits")
     p.add_argument("--max-age", type=_int_in(1, 1000), help="default: the config's tracking.max_age")
     p.add_argument("--iou-threshold", type=_unit_float, help="default: the config's tracking.iou_threshold")
+    p.add_argument("--high-score", type=_score_or_none,
+                   help="detections scoring below this only continue tracks (ByteTrack); none: every detection "
+                        "may start one; default: the config's tracking.high_score")
+    p.add_argument("--observation-centric", action="store_true",
+                   help="OC-SORT's recovery by the last observed box and re-update after a gap (default: the "
+                        "config's tracking.observation_centric)")
     p.add_argument("--no-backfill", action="store_true", help="write only what an online tracker knows: no tentative frames of confirmed tracks, no predicted boxes in re-acquired gaps")
     return p
 
@@ -147,7 +167,8 @@ def eval_mot_command(argv: list[str]) -> int:
     if args.tracks is not None:
         given = [f"--{name.replace('_', '-')}" for name in TRACKER_OPTIONS if getattr(args, name) is not None]
         given += [flag for flag, on in (("--no-backfill", args.no_backfill), ("--out", args.out is not None),
-                                        ("--config", args.config is not None)) if on]
+                                        ("--config", args.config is not None),
+                                        ("--observation-centric", args.observation_centric)) if on]
         if args.gt is None or given:
             raise InputError(f"tracker eval-mot --tracks: scores a finished tracks file against --gt; "
                              f"{'--gt is missing' if args.gt is None else ', '.join(given) + ' would change nothing'}")
@@ -161,12 +182,14 @@ def eval_mot_command(argv: list[str]) -> int:
     from tracker.config import load_config
 
     settings = load_config(args.config).tracking
-    for name in TRACKER_OPTIONS:
-        if getattr(args, name) is None:
-            setattr(args, name, getattr(settings, name))
+    overrides = {name: getattr(args, name) for name in TRACKER_OPTIONS if getattr(args, name) is not None}
+    if overrides.get("high_score") == "none":
+        overrides["high_score"] = None
+    if args.observation_centric:
+        overrides["observation_centric"] = True
     detections = read_mot(args.detections, "detections")
     last_frame = max(detections.last_frame, gt.last_frame if gt is not None else 0)
-    tracker = Tracker(args.min_hits, args.max_age, args.iou_threshold, embedding_weight=0.0)
+    tracker = Tracker.from_config(settings, embedding_weight=0.0, reid_threshold=None, **overrides)
     tracks = track_detections(detections, tracker, last_frame, backfill=not args.no_backfill)
 
     if args.out is not None:

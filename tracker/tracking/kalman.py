@@ -129,6 +129,12 @@ class BoxKalman:
         """Centre velocity (du, dv) in px/frame."""
         return float(self._x[4]), float(self._x[5])
 
+    def copy(self) -> "BoxKalman":
+        """An independent filter in the same state (to roll back to later)."""
+        twin = BoxKalman.__new__(BoxKalman)
+        twin._noise, twin._x, twin._P = self._noise, self._x.copy(), self._P.copy()
+        return twin
+
     def peek(self) -> Box:
         """The box `predict()` would give, without changing the filter."""
         return state_to_box(_F @ self._x)

@@ -1,8 +1,25 @@
-"""The tracker: SORT (Bewley et al. 2016) with optional appearance, as a per-frame state machine.
+"""The tracker: SORT (Bewley et al. 2016) with ByteTrack's low-score association, OC-SORT's
+observation-centric recovery and re-identification by face, as a per-frame state machine.
 
-Each frame, every live track's Kalman filter predicts its box; detections are assigned to tracks
-(`assign.associate`: 1 - IoU plus weighted embedding distance, IoU-gated, Hungarian); matched
-tracks are corrected, unmatched detections start new tracks, and states advance:
+Each frame, every live track's Kalman filter predicts its box; then detections are assigned in
+three stages (`assign.associate`: 1 - IoU plus weighted embedding distance, IoU-gated, Hungarian):
+
+1. every live track against the *high-score* detections (score >= `high_score`; all of them when
+   `high_score` is None), with the embedding term;
+2. ByteTrack (Zhang et al., ECCV 2022): the confirmed tracks still unmatched against the
+   *low-score* detections, IoU only, gated at `low_iou_threshold` (a face half turned away or
+   half hidden scores low but is still the person the track follows; a low-score box never starts
+   a track);
+3. OC-SORT's observation-centric recovery (Cao et al., CVPR 2023), when `observation_centric`: the
+   tracks still unmatched against the high-score detections still unmatched, by IoU with the
+   track's *last observed* box instead of its prediction (after a stop or a turn the constant-
+   velocity prediction has drifted away from where the person is).
+
+A track re-acquired after a gap of k missed frames is re-updated along a virtual path
+(observation-centric re-update, also OC-SORT): its filter goes back to its state at the last
+observation and is corrected with k boxes interpolated linearly between the last observed box and
+the new one, so the coasting on a stale velocity does not leave a wrong velocity behind.
+Matched tracks are corrected, unmatched high-score detections start new tracks, and states advance:
 
     TENTATIVE --(min_hits consecutive hits)--> CONFIRMED --(miss)--> LOST --(hit)--> CONFIRMED
         |                                                             |
@@ -10,13 +27,26 @@ tracks are corrected, unmatched detections start new tracks, and states advance:
 
 A LOST track is still predicted and can be re-acquired; it ends on its (max_age + 1)-th
 consecutive missed frame, so `max_age` is the number of frames a confirmed track survives without
-a detection. A track ends exactly once: the frame it ends it is returned with state ENDED, then it
-is forgotten. Track ids start at 1, are unique and increase in order of birth (a tentative track
-that dies still used its id).
+a detection.
+
+Re-identification by face (`reid_threshold` set; needs embeddings and each frame's time): a
+confirmed track with an embedding that passes `max_age` does not end but becomes *dormant* (still
+LOST, no longer predicted or matched by position) for up to `reid_window_s` seconds after it was
+last seen. When a new track is confirmed and its embedding's cosine similarity with a LOST track's
+(dormant or not) is at least `reid_threshold`, the new track is the old person back: the old track
+takes over the new one's filter and detection and continues under its old id (CONFIRMED again, no
+new confirmation), and the new track ends unannounced. So a face hidden for a moment is one track,
+one `entered` and one `left`; the `left` of a track that does not come back is held back until its
+window has passed.
+
+A track ends exactly once: the frame it ends it is returned with state ENDED, then it is
+forgotten. Track ids start at 1, are unique and increase in order of birth (a tentative track
+that dies, or joins an old track, still used its id).
 
 `Tracker.update` must be called once per frame, also when there are no detections (so that tracks
-age and end). The tracker is pure and deterministic: no I/O, no clock (time is the frame count),
-no globals, no randomness; the same inputs give the same outputs.
+age and end). The tracker is pure and deterministic: no I/O, no clock (time is the frame count,
+and the frame's time in seconds only where the caller passes it), no globals, no randomness; the
+same inputs give the same outputs.
 """
 
 from __future__ import annotations
@@ -27,7 +57,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tracker.tracking.assign import associate
+from tracker.tracking.assign import associate, cosine_distance
 from tracker.tracking.kalman import DEFAULT_NOISE, BoxKalman, KalmanNoise
 from tracker.types import Box, Detection
 
@@ -57,6 +87,9 @@ class TrackView:
     velocity:        centre velocity (du, dv) in px/frame, from the filter.
     embedding:       smoothed unit-norm appearance (D,) float32 (read-only), or None if the track
                      never received one. Not part of equality.
+    dormant:         LOST past max_age, kept only to be re-identified by face (not predicted).
+    rejoined:        this frame a new track was recognised as this one by face and merged into
+                     it: the id of that new track (which ends this frame), else None.
     """
 
     track_id: int
@@ -71,6 +104,8 @@ class TrackView:
     just_confirmed: bool
     velocity: tuple[float, float]
     embedding: np.ndarray | None = field(default=None, compare=False, repr=False)
+    dormant: bool = False
+    rejoined: int | None = None
 
     @property
     def entered(self) -> bool:
@@ -92,9 +127,10 @@ class TrackView:
 class _Track:
     """Mutable bookkeeping of one live track (private to Tracker)."""
 
-    __slots__ = ("track_id", "kf", "state", "hits", "hit_streak", "misses", "age", "ever_confirmed", "embedding")
+    __slots__ = ("track_id", "kf", "state", "hits", "hit_streak", "misses", "age", "ever_confirmed", "embedding",
+                 "observed", "at_observed", "seen_s", "dormant")
 
-    def __init__(self, track_id: int, box: Box, noise: KalmanNoise):
+    def __init__(self, track_id: int, box: Box, noise: KalmanNoise, t_s: float | None):
         self.track_id = track_id
         self.kf = BoxKalman(box, noise)
         self.state = TrackState.TENTATIVE
@@ -104,6 +140,10 @@ class _Track:
         self.age = 0
         self.ever_confirmed = False
         self.embedding: np.ndarray | None = None
+        self.observed = box  # the last detection's box
+        self.at_observed = self.kf.copy()  # the filter right after that detection
+        self.seen_s = t_s  # the time of that detection (None: the caller gives no times)
+        self.dormant = False
 
 
 def _unit(v: np.ndarray) -> np.ndarray:
@@ -111,13 +151,27 @@ def _unit(v: np.ndarray) -> np.ndarray:
     return v / norm if norm > 0.0 else v
 
 
+def _lerp(a: Box, b: Box, f: float) -> Box:
+    return Box(a.x + f * (b.x - a.x), a.y + f * (b.y - a.y), a.w + f * (b.w - a.w), a.h + f * (b.h - a.h))
+
+
+def _xywh_rows(boxes: Sequence[Box]) -> np.ndarray:
+    return np.array([[b.x, b.y, b.w, b.h] for b in boxes], dtype=np.float64).reshape(-1, 4)
+
+
 class Tracker:
-    """SORT-style multi-object tracker; see the module docstring for the state machine.
+    """Online multi-object tracker; see the module docstring for the stages and the state machine.
 
     min_hits:          consecutive hits (birth frame included) before a track is CONFIRMED; >= 1.
     max_age:           consecutive missed frames a confirmed track survives as LOST; >= 1.
-    iou_threshold:     minimum IoU between a track's predicted box and a detection to pair them.
+    iou_threshold:     minimum IoU between a track's box and a high-score detection to pair them.
     embedding_weight:  weight of the cosine distance of embeddings in the cost (0 = IoU only).
+    high_score:        detections scoring below this only continue confirmed tracks (ByteTrack);
+                       None: every detection is high-score (plain SORT).
+    low_iou_threshold: minimum IoU for pairing a low-score detection.
+    observation_centric: OC-SORT's recovery by last observed box and re-update after a gap.
+    reid_threshold:    cosine similarity at which a new track is a lost one back (None: off).
+    reid_window_s:     how long after it was last seen a lost track can come back, seconds.
     embedding_momentum: share of the old embedding kept when a track's embedding is smoothed
                         (exponential moving average of unit vectors, renormalised).
     noise:             the Kalman filter's noise model.
@@ -130,6 +184,11 @@ class Tracker:
         iou_threshold: float = 0.3,
         embedding_weight: float = 0.3,
         *,
+        high_score: float | None = None,
+        low_iou_threshold: float = 0.5,
+        observation_centric: bool = False,
+        reid_threshold: float | None = None,
+        reid_window_s: float = 10.0,
         embedding_momentum: float = 0.9,
         noise: KalmanNoise = DEFAULT_NOISE,
     ):
@@ -137,16 +196,26 @@ class Tracker:
             raise ValueError(f"min_hits must be an integer >= 1, got {min_hits!r}")
         if int(max_age) != max_age or max_age < 1:
             raise ValueError(f"max_age must be an integer >= 1, got {max_age!r}")
-        if not 0.0 <= iou_threshold <= 1.0:
-            raise ValueError(f"iou_threshold must be in [0, 1], got {iou_threshold!r}")
+        for name, value in (("iou_threshold", iou_threshold), ("low_iou_threshold", low_iou_threshold)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value!r}")
         if not 0.0 <= embedding_weight:
             raise ValueError(f"embedding_weight must be >= 0, got {embedding_weight!r}")
         if not 0.0 <= embedding_momentum < 1.0:
             raise ValueError(f"embedding_momentum must be in [0, 1), got {embedding_momentum!r}")
+        if reid_threshold is not None and not -1.0 <= reid_threshold <= 1.0:
+            raise ValueError(f"reid_threshold must be in [-1, 1] or None, got {reid_threshold!r}")
+        if not reid_window_s >= 0.0:
+            raise ValueError(f"reid_window_s must be >= 0, got {reid_window_s!r}")
         self.min_hits = int(min_hits)
         self.max_age = int(max_age)
         self.iou_threshold = float(iou_threshold)
         self.embedding_weight = float(embedding_weight)
+        self.high_score = None if high_score is None else float(high_score)
+        self.low_iou_threshold = float(low_iou_threshold)
+        self.observation_centric = bool(observation_centric)
+        self.reid_threshold = None if reid_threshold is None else float(reid_threshold)
+        self.reid_window_s = float(reid_window_s)
         self.embedding_momentum = float(embedding_momentum)
         self.noise = noise
         self._tracks: list[_Track] = []
@@ -155,9 +224,15 @@ class Tracker:
 
     @classmethod
     def from_config(cls, config, **kwargs) -> "Tracker":
-        """Build from anything with min_hits, max_age, iou_threshold and embedding_weight
-        attributes (e.g. `tracker.config.TrackingConfig`)."""
-        return cls(config.min_hits, config.max_age, config.iou_threshold, config.embedding_weight, **kwargs)
+        """Build from a `tracker.config.TrackingConfig` (or anything with its attributes).
+        `kwargs` override, e.g. reid_threshold, which the guard takes from the weights' card."""
+        settings = dict(
+            min_hits=config.min_hits, max_age=config.max_age, iou_threshold=config.iou_threshold,
+            embedding_weight=config.embedding_weight, high_score=config.high_score,
+            observation_centric=config.observation_centric, reid_window_s=config.reid_window_s,
+        )
+        settings.update(kwargs)
+        return cls(**settings)
 
     @property
     def frame_count(self) -> int:
@@ -166,95 +241,182 @@ class Tracker:
 
     @property
     def live_count(self) -> int:
-        """Tracks not yet ended (tentative, confirmed or lost)."""
+        """Tracks not yet ended (tentative, confirmed, lost or dormant)."""
         return len(self._tracks)
 
     def predicted_boxes(self) -> list[Box]:
-        """Where each live track (tentative, confirmed or lost) is expected in the next frame:
-        its Kalman state moved one frame at constant velocity; nothing is changed. For searching
-        around people the motion gate no longer sees (someone standing still)."""
-        return [t.kf.peek() for t in self._tracks]
+        """Where each live track (tentative, confirmed or lost, not dormant) is expected in the next
+        frame: its Kalman state moved one frame at constant velocity; nothing is changed. For
+        searching around people the motion gate no longer sees (someone standing still)."""
+        return [t.kf.peek() for t in self._tracks if not t.dormant]
 
-    def update(self, detections: Sequence[Detection], embeddings: np.ndarray | None = None) -> list[TrackView]:
+    def update(self, detections: Sequence[Detection], embeddings: np.ndarray | None = None,
+               t_s: float | None = None) -> list[TrackView]:
         """Advance one frame.
 
         detections: this frame's detections (possibly empty).
         embeddings: None, or (len(detections), D) float array, one appearance vector per
                     detection; a row with NaN means that detection has no embedding.
+        t_s:        the frame's time in seconds (any fixed origin, non-decreasing); needed only
+                    for re-identification, whose window is in seconds.
         Returns a view of every track that is live after this frame plus every track that ended
         this frame (state ENDED), sorted by track_id. Raises ValueError for a malformed
-        `embeddings` array (a programming error, not user input).
+        `embeddings` array or a missing `t_s` with re-identification on (programming errors).
         """
         n_det = len(detections)
         if embeddings is not None:
             embeddings = np.asarray(embeddings, dtype=np.float32)
             if embeddings.ndim != 2 or embeddings.shape[0] != n_det:
                 raise ValueError(f"embeddings must have shape ({n_det}, D), got {embeddings.shape}")
+        if self.reid_threshold is not None and t_s is None:
+            raise ValueError("t_s (the frame's time) is needed when reid_threshold is set")
         self._frames += 1
 
         for track in self._tracks:
-            track.kf.predict()
+            if not track.dormant:
+                track.kf.predict()
             track.age += 1
 
-        det_boxes = np.array([[d.box.x, d.box.y, d.box.w, d.box.h] for d in detections], dtype=np.float64).reshape(-1, 4)
-        track_boxes = np.array([list(_xywh(t.kf.box)) for t in self._tracks], dtype=np.float64).reshape(-1, 4)
-        track_emb = None
-        if embeddings is not None and self._tracks:
-            dim = embeddings.shape[1]
-            track_emb = np.full((len(self._tracks), dim), np.nan)
-            for i, t in enumerate(self._tracks):
-                if t.embedding is not None and t.embedding.shape == (dim,):
-                    track_emb[i] = t.embedding
-        result = associate(
-            track_boxes,
-            det_boxes,
-            iou_threshold=self.iou_threshold,
-            embedding_weight=self.embedding_weight,
-            track_embeddings=track_emb,
-            detection_embeddings=embeddings,
-        )
-
+        matches = self._associate(detections, embeddings)
         assigned: dict[int, int] = {}
         just_confirmed: set[int] = set()
-        for ti, di in result.matches:
-            track = self._tracks[ti]
-            track.kf.update(detections[di].box)
-            track.hits += 1
-            track.hit_streak += 1
-            track.misses = 0
+        for track, di in matches:
+            self._observe(track, detections[di].box, t_s)
             self._absorb_embedding(track, embeddings, di)
             if track.state is TrackState.TENTATIVE and track.hit_streak >= self.min_hits:
-                track.state = TrackState.CONFIRMED
-                track.ever_confirmed = True
                 just_confirmed.add(track.track_id)
             elif track.state is TrackState.LOST:
                 track.state = TrackState.CONFIRMED
             assigned[track.track_id] = di
 
-        for ti in result.unmatched_tracks:
-            track = self._tracks[ti]
-            track.misses += 1
-            track.hit_streak = 0
-            if track.state is TrackState.TENTATIVE or track.misses > self.max_age:
-                track.state = TrackState.ENDED
-            else:
-                track.state = TrackState.LOST
+        matched = {id(t) for t, _ in matches}
+        for track in self._tracks:
+            if id(track) not in matched:
+                self._miss(track, t_s)
 
-        for di in result.unmatched_detections:
-            track = _Track(self._next_id, detections[di].box, self.noise)
+        taken = {di for _, di in matches}
+        for di in range(n_det):
+            if di in taken or not self._is_high(detections[di]):
+                continue
+            track = _Track(self._next_id, detections[di].box, self.noise, t_s)
             self._next_id += 1
             self._absorb_embedding(track, embeddings, di)
             if self.min_hits <= 1:
-                track.state = TrackState.CONFIRMED
-                track.ever_confirmed = True
                 just_confirmed.add(track.track_id)
             assigned[track.track_id] = di
             self._tracks.append(track)
 
-        views = [self._view(t, assigned.get(t.track_id), t.track_id in just_confirmed) for t in self._tracks]
+        rejoined = self._confirm(just_confirmed, assigned)
+        views = [self._view(t, assigned.get(t.track_id), t.track_id in just_confirmed, rejoined.get(t.track_id))
+                 for t in self._tracks]
         self._tracks = [t for t in self._tracks if t.state is not TrackState.ENDED]
         views.sort(key=lambda v: v.track_id)
         return views
+
+    def _is_high(self, detection: Detection) -> bool:
+        return self.high_score is None or detection.score >= self.high_score
+
+    def _associate(self, detections: Sequence[Detection], embeddings: np.ndarray | None) -> list[tuple[_Track, int]]:
+        """The three association stages of the module docstring: (track, detection index) pairs."""
+        high = [i for i, d in enumerate(detections) if self._is_high(d)]
+        low = [i for i, d in enumerate(detections) if not self._is_high(d)]
+        boxes = _xywh_rows([d.box for d in detections])
+        active = [t for t in self._tracks if not t.dormant]
+        pairs: list[tuple[_Track, int]] = []
+
+        def stage(tracks: list[_Track], dets: list[int], track_boxes: np.ndarray, threshold: float,
+                  with_embeddings: bool) -> tuple[list[_Track], list[int]]:
+            track_emb = det_emb = None
+            if with_embeddings and embeddings is not None and tracks and dets:
+                det_emb = embeddings[dets]
+                track_emb = np.full((len(tracks), embeddings.shape[1]), np.nan)
+                for k, t in enumerate(tracks):
+                    if t.embedding is not None and t.embedding.shape == (embeddings.shape[1],):
+                        track_emb[k] = t.embedding
+            result = associate(track_boxes, boxes[dets], iou_threshold=threshold,
+                               embedding_weight=self.embedding_weight if with_embeddings else 0.0,
+                               track_embeddings=track_emb, detection_embeddings=det_emb)
+            pairs.extend((tracks[ti], dets[di]) for ti, di in result.matches)
+            return [tracks[ti] for ti in result.unmatched_tracks], [dets[di] for di in result.unmatched_detections]
+
+        predicted = _xywh_rows([t.kf.box for t in active])
+        rest, high = stage(active, high, predicted, self.iou_threshold, True)
+        if low:
+            confirmed = [t for t in rest if t.state is TrackState.CONFIRMED]
+            stage(confirmed, low, _xywh_rows([t.kf.box for t in confirmed]), self.low_iou_threshold, False)
+            paired = {id(t) for t, _ in pairs}
+            rest = [t for t in rest if id(t) not in paired]
+        if self.observation_centric and rest and high:
+            stage(rest, high, _xywh_rows([t.observed for t in rest]), self.iou_threshold, True)
+        return pairs
+
+    def _observe(self, track: _Track, box: Box, t_s: float | None) -> None:
+        """Correct `track` with a detection's box (after its prediction this frame)."""
+        gap = track.misses
+        if self.observation_centric and gap > 0:
+            # Re-update: back to the last observation, then along the straight path to this one.
+            kf = track.at_observed
+            for k in range(1, gap + 1):
+                kf.predict()
+                kf.update(_lerp(track.observed, box, k / (gap + 1)))
+            kf.predict()
+            track.kf = kf
+        track.kf.update(box)
+        track.observed, track.at_observed, track.seen_s = box, track.kf.copy(), t_s
+        track.hits += 1
+        track.hit_streak += 1
+        track.misses = 0
+
+    def _miss(self, track: _Track, t_s: float | None) -> None:
+        """A frame without a detection for `track`: LOST, dormant or ENDED."""
+        track.misses += 1
+        track.hit_streak = 0
+        if track.state is TrackState.TENTATIVE:
+            track.state = TrackState.ENDED
+        elif track.misses <= self.max_age:
+            track.state = TrackState.LOST
+        elif self._can_come_back(track) and t_s - track.seen_s <= self.reid_window_s:
+            track.state, track.dormant = TrackState.LOST, True
+        else:
+            track.state = TrackState.ENDED
+
+    def _can_come_back(self, track: _Track) -> bool:
+        return self.reid_threshold is not None and track.ever_confirmed and track.embedding is not None
+
+    def _confirm(self, just_confirmed: set[int], assigned: dict[int, int]) -> dict[int, int]:
+        """Confirm the tracks in `just_confirmed`, except those recognised by face as a LOST track
+        back: those are merged into it (and removed from `just_confirmed` and `assigned`).
+        Returns {old track id: new track id} of the merges."""
+        by_id = {t.track_id: t for t in self._tracks}
+        rejoined: dict[int, int] = {}
+        for new_id in sorted(just_confirmed):
+            new = by_id[new_id]
+            old = self._recognise(new)
+            if old is None:
+                new.state, new.ever_confirmed = TrackState.CONFIRMED, True
+                continue
+            old.kf, old.observed, old.at_observed, old.seen_s = new.kf, new.observed, new.at_observed, new.seen_s
+            old.state, old.dormant, old.misses = TrackState.CONFIRMED, False, 0
+            old.hits += new.hits
+            old.hit_streak = new.hit_streak
+            old.embedding = _unit(old.embedding + new.embedding)
+            new.state = TrackState.ENDED
+            assigned[old.track_id] = assigned.pop(new_id)
+            just_confirmed.discard(new_id)
+            rejoined[old.track_id] = new_id
+        return rejoined
+
+    def _recognise(self, new: _Track) -> _Track | None:
+        """The LOST track most similar to `new` by embedding, if at least reid_threshold."""
+        if self.reid_threshold is None or new.embedding is None:
+            return None
+        lost = [t for t in self._tracks if t.state is TrackState.LOST and self._can_come_back(t)
+                and t.embedding.shape == new.embedding.shape]
+        if not lost:
+            return None
+        similarity = 1.0 - cosine_distance(new.embedding[None, :], np.stack([t.embedding for t in lost]))[0]
+        best = int(np.argmax(similarity))
+        return lost[best] if similarity[best] >= self.reid_threshold else None
 
     def _absorb_embedding(self, track: _Track, embeddings: np.ndarray | None, di: int) -> None:
         """Fold detection di's embedding into the track's smoothed unit embedding."""
@@ -271,7 +433,7 @@ class Tracker:
             track.embedding = _unit(m * track.embedding + (1.0 - m) * e)
 
     @staticmethod
-    def _view(track: _Track, detection_index: int | None, just_confirmed: bool) -> TrackView:
+    def _view(track: _Track, detection_index: int | None, just_confirmed: bool, rejoined: int | None) -> TrackView:
         emb = None
         if track.embedding is not None:
             emb = track.embedding.astype(np.float32)
@@ -289,8 +451,6 @@ class Tracker:
             just_confirmed=just_confirmed,
             velocity=track.kf.velocity,
             embedding=emb,
+            dormant=track.dormant,
+            rejoined=rejoined,
         )
-
-
-def _xywh(box: Box) -> tuple[float, float, float, float]:
-    return (box.x, box.y, box.w, box.h)
