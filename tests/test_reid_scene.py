@@ -99,3 +99,15 @@ def test_a_video_file_that_ends_leaves_every_announced_track(tmp_path):
     assert all(e["seq"] == 49 and e["media_time_s"] == pytest.approx(4.9, abs=1e-6) for e in left)
     for e in events:
         assert e["media_time_s"] == pytest.approx(e["seq"] / SCENE["fps"], abs=1e-6)
+
+
+def test_reidentification_threshold_comes_from_the_card_and_is_off_without_one(caplog):
+    config = parse_config({})
+    assert pipeline.reid_threshold(config, {"reid_threshold": 0.79}) == 0.79
+    assert pipeline.reid_threshold(parse_config({"tracking": {"reid_threshold": 0.9}}), {"reid_threshold": 0.79}) == 0.9
+    assert pipeline.reid_threshold(parse_config({"tracking": {"reid": False}}), {"reid_threshold": 0.79}) is None
+    # Untrained weights (no card, or a card without the threshold): off, and the log says so.
+    for card in (None, {"identity_threshold": 0.7}):
+        caplog.clear()
+        assert pipeline.reid_threshold(config, card) is None
+        assert "re-identification by face is off" in caplog.text and "tracking.reid_threshold" in caplog.text
