@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tracker.bench.machine import cpu_model
+from tracker.machine import cpu_model
 
 REPO = Path(__file__).resolve().parents[1]
 TRACKER = Path(sys.executable).with_name("tracker")

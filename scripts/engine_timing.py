@@ -22,9 +22,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tracker.backends.base import default_model  # noqa: E402
 from tracker.model.caffe_io import load_net  # noqa: E402
 from tracker.model.engine import Net  # noqa: E402
+from tracker.model.spec import default_model  # noqa: E402
 
 
 def main() -> None:

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import psutil
 
-from tracker.bench.machine import cpu_model
+from tracker.machine import cpu_model
 
 MB = 2**20
 REPO = Path(__file__).resolve().parents[1]

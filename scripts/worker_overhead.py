@@ -30,8 +30,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from tracker.backends import create_backend  # noqa: E402
-from tracker.backends.base import BackendBase, default_model  # noqa: E402
+from tracker.backends.base import BackendBase  # noqa: E402
 from tracker.backends.worker import WorkerBackend  # noqa: E402
+from tracker.model.spec import default_model
 from tracker.types import Inference  # noqa: E402
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tracker.backends.base import ModelSpec, default_model
+from tracker.model.spec import ModelSpec, default_model
 
 REPO = Path(__file__).resolve().parents[1]
 TOL = 1e-4  # DESIGN.md: every backend within 1e-4 of the float64 engine
@@ -45,7 +45,8 @@ layer { name: "prob" type: "Softmax" bottom: "fc2" top: "prob" }
 
 def write_quirky(folder: Path, seed: int = 0) -> ModelSpec:
     """QUIRKY_PROTOTXT plus a caffemodel of random weights (written with caffe_io's writer)."""
-    from tracker.model.caffe_io import LayerDef, NetDef, load_net, write_caffemodel
+    from tracker.model.caffe_io import load_net, write_caffemodel
+    from tracker.model.netdef import LayerDef, NetDef
     from tracker.model.shapes import infer_layer_shapes
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -148,7 +149,7 @@ def real_face_crops(testdata: Path) -> np.ndarray:
 
 
 def assert_int8_quality(quality: dict, all_crops: bool = False) -> None:
-    """int8 bar: top-1 agreement >= 99% (on the crops fp32 decides, see tracker.model.quality,
+    """int8 bar: top-1 agreement >= 99% (on the crops fp32 decides, see tracker.bench.quality,
     or on all crops for a real classifier) and mean embedding cosine >= 0.99."""
     if all_crops:
         assert quality["top1_agreement"] >= 0.99, quality

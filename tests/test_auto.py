@@ -13,9 +13,9 @@ import pytest
 from backend_parity import assert_parity, face_inputs
 from tracker.backends import create_backend
 from tracker.backends.auto import DEFAULTS, describe_picks
-from tracker.backends.base import default_model
-from tracker.bench.machine import machine_key
 from tracker.errors import TrackerError
+from tracker.machine import machine_key
+from tracker.model.spec import default_model
 
 # opencv-dnn fastest at batch 1 and 2, onnxruntime from 4 on; int8 only on onnxruntime
 RESULTS = [

@@ -8,9 +8,9 @@ import pytest
 from backend_parity import (CREATE_AND_EXIT, assert_int8_quality, assert_parity, face_inputs, lenet, mnist,
                             real_face_crops, run_without, write_quirky)
 from tracker.backends import create_backend
-from tracker.backends.base import default_model
+from tracker.bench.quality import int8_quality
 from tracker.errors import InputError
-from tracker.model.quality import int8_quality
+from tracker.model.spec import default_model
 
 NAME = "onnxruntime"
 

@@ -7,8 +7,8 @@ import pytest
 
 from backend_parity import CREATE_AND_EXIT, assert_parity, face_inputs, lenet, mnist, run_without, write_quirky
 from tracker.backends import create_backend
-from tracker.backends.base import default_model
 from tracker.errors import InputError
+from tracker.model.spec import default_model
 
 NAME = "tf-vanilla"
 

@@ -332,7 +332,7 @@ def _entry(backend, batch, ms, precision="fp32"):
 
 
 def test_profile_merges_with_this_machines_profile_and_replaces_another_machines(tmp_path):
-    from tracker.bench.machine import machine_key
+    from tracker.machine import machine_key
     from tracker.bench.profile import update_profile
 
     here = machine_key()

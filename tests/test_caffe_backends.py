@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from tracker.backends import REGISTRY, availability, backend_class, create_backend
-from tracker.backends.base import ModelSpec, default_model
 from tracker.backends.caffe import CaffeOpenBLAS, CaffeOpenBLASDL
 from tracker.errors import InputError, ModelError
 from tracker.model.caffe_io import load_net
 from tracker.model.engine import Net
+from tracker.model.spec import ModelSpec, default_model
 from tracker.types import Inference
 
 NAMES = ("caffe-openblas", "caffe-openblas-dl")

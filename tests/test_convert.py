@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from backend_parity import TOL, reference, run_without, write_quirky
-from tracker.backends.base import ModelSpec
 from tracker.cli import main
 from tracker.errors import ModelError
 from tracker.model.caffe_io import load_net
 from tracker.model.convert import load_graph
 from tracker.model.convert.graph import Dense, Flatten, Pool, float_softmax, lower
+from tracker.model.spec import ModelSpec
 
 POOL_PROTOTXT = """
 name: "pool"
@@ -195,7 +195,7 @@ def test_convert_command_missing_runtime_exits_3(tmp_path):
 
 def test_int8_keeps_the_one_channel_first_layer_in_float(testdata, quirky):
     from backend_parity import lenet
-    from tracker.backends.base import default_model
+    from tracker.model.spec import default_model
     from tracker.model.convert.graph import int8_float_prefix
 
     assert int8_float_prefix(load_graph(default_model())) == ("conv1", "relu1", "pool1")

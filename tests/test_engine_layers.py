@@ -25,8 +25,10 @@ import numpy as np
 import pytest
 
 from tracker.errors import InputError, ModelError
-from tracker.model.caffe_io import LayerDef, NetDef, load_net, write_caffemodel
-from tracker.model.engine import Net, cpu_count
+from tracker.machine import cores
+from tracker.model.caffe_io import load_net, write_caffemodel
+from tracker.model.engine import Net
+from tracker.model.netdef import LayerDef, NetDef
 from tracker.model.shapes import infer_layer_shapes
 
 MODES = ("caffe", "dl")
@@ -656,7 +658,7 @@ def test_blob_shapes(lenet):
 
 
 def test_dl_fuses_relu_and_keeps_channel_major_memory():
-    from tracker.backends.base import default_model
+    from tracker.model.spec import default_model
 
     spec = default_model()
     net = Net(load_net(spec.prototxt, spec.weights), np.float32, "dl")
@@ -774,7 +776,7 @@ def test_untuned_net_gives_the_same_answer_on_every_arm(lenet, mode):
     d, netdef = lenet
     x = np.load(d / "ref_input_mnist_t10k_first64.npy")[:5]
     net = Net(netdef, np.float32, mode, workspace_bytes=1_000_000)
-    assert net._tuner.arms == tuple(dict.fromkeys((1, cpu_count())))
+    assert net._tuner.arms == tuple(dict.fromkeys((1, cores())))
     choose, used = net._tuner.choose, []
     net._tuner.choose = lambda key: used.append(choose(key)) or used[-1]
     first = net.forward(x, ["prob", "pool2"])

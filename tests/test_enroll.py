@@ -26,13 +26,13 @@ import numpy as np
 import pytest
 
 from tracker.backends import create_backend
-from tracker.backends.base import ModelSpec
 from tracker.cli import main
 from tracker.config import load_config
 from tracker.crops import crop_batch, crop_definition
 from tracker.detect import create_detector
 from tracker.enroll import chip_face
 from tracker.identity import UNKNOWN, Gallery, IdentityVotes, file_sha256, identity_threshold
+from tracker.model.spec import ModelSpec
 
 from test_pipeline_e2e import isolated_env, tracker_command
 

@@ -12,10 +12,10 @@ import cv2
 import numpy as np
 import pytest
 
-from tracker.backends.base import default_model
 from tracker.model import face_cnn
 from tracker.model.caffe_io import infer_shapes, load_net
 from tracker.model.shapes import count_macs, count_params, layer_costs
+from tracker.model.spec import default_model
 
 REPO = Path(__file__).resolve().parents[1]
 PROTOTXT = REPO / "models" / "face_cnn.prototxt"

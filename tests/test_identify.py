@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 
 from tracker.backends import create_backend
-from tracker.backends.base import ModelSpec
 from tracker.cli import main
 from tracker.config import load_config
 from tracker.crops import crop_batch, crop_definition
@@ -28,6 +27,7 @@ from tracker.detect import create_detector
 from tracker.enroll import chip_face
 from tracker.identify import NEAREST, identify_faces
 from tracker.identity import UNKNOWN, Gallery, file_sha256, identity_threshold
+from tracker.model.spec import ModelSpec
 
 from test_enroll import ENROLLED_PER_PERSON, enroll_cli, state_config
 from test_pipeline_e2e import isolated_env, tracker_command

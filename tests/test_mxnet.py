@@ -21,12 +21,13 @@ import pytest
 
 import backend_parity as bp
 from tracker.backends import availability, create_backend
-from tracker.backends.base import ModelSpec, default_model
 from tracker.backends.mxnet import caffe_to_mxnet, convert
 from tracker.backends.worker import InputsLost, RestartingBackend
 from tracker.errors import BackendUnavailable, ModelError
-from tracker.model.caffe_io import LayerDef, NetDef, load_net, write_caffemodel
+from tracker.model.caffe_io import load_net, write_caffemodel
+from tracker.model.netdef import LayerDef, NetDef
 from tracker.model.shapes import infer_layer_shapes
+from tracker.model.spec import ModelSpec, default_model
 
 CONFIGS = ["mxnet-openblas", "mxnet-openblas-dl"]
 X86 = platform.machine().lower() in ("x86_64", "amd64")

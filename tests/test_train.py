@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from tracker.backends import create_backend
-from tracker.backends.base import ModelSpec, default_model
 from tracker.identity import file_sha256
 from tracker.model.caffe_io import load_net
 from tracker.model.card import read_card
 from tracker.model.convert.graph import lower
 from tracker.model.face_cnn import he_weights
+from tracker.model.spec import ModelSpec, default_model
 
 from test_pipeline_e2e import isolated_env, tracker_command
 from tmpfs import tmpfs

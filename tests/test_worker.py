@@ -20,9 +20,9 @@ import pytest
 
 import worker_faults
 from tracker.backends import create_backend
-from tracker.backends.base import default_model
 from tracker.backends.worker import InputsLost, RestartingBackend, WorkerBackend, WorkerFailure
 from tracker.errors import BackendFailure, BackendUnavailable, InputError
+from tracker.model.spec import default_model
 
 TESTS = Path(__file__).resolve().parent
 pytestmark = pytest.mark.timeout(120)

@@ -26,16 +26,10 @@ import sys
 import traceback
 from pathlib import Path
 
+from tracker.arguments import ArgumentParser, positive_int
 from tracker.errors import EXIT_UNEXPECTED, InputError, TrackerError
 
 SUBCOMMANDS = ("convert", "enroll", "eval-mot", "train", "eval-faces", "identify")
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises InputError (exit 2, one line) instead of printing usage and exiting."""
-
-    def error(self, message: str):
-        raise InputError(f"{self.prog}: {message}")
 
 
 def _positive_int_list(text: str) -> list[int]:
@@ -48,32 +42,23 @@ def _positive_int_list(text: str) -> list[int]:
     return values
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"bad value {text!r}; expected an integer >= 1")
-    return value
 
-
-def _main_parser() -> _Parser:
-    p = _Parser(prog="tracker", description="Home-surveillance guard and its backend benchmark.")
+def _main_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="tracker", description="Home-surveillance guard and its backend benchmark.")
     p.add_argument("--config", type=Path, help="YAML config (default: config/tracker.yaml)")
     p.add_argument("--backend", help="backend name; with --benchmark a comma list or 'all'")
     p.add_argument("--precision", choices=("fp32", "int8"), help="model precision (default from config)")
     p.add_argument("--source", help="override source: 'synthetic', a device index or /dev/videoN, a URL, a video file or an image folder")
     p.add_argument("--demo", action="store_true", help="run on the built-in synthetic scene (no camera, no broker)")
-    p.add_argument("--frames", type=_positive_int, help="stop after this many frames")
+    p.add_argument("--frames", type=positive_int, help="stop after this many frames")
     p.add_argument("--check-config", action="store_true", help="validate the config and exit")
     p.add_argument("--list-backends", action="store_true", help="list backends and whether they run here")
     p.add_argument("--benchmark", action="store_true", help="time forward passes per batch size")
     p.add_argument("--batches", type=_positive_int_list, default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
-    p.add_argument("--passes", type=_positive_int, default=100, help="forward passes per batch size")
+    p.add_argument("--passes", type=positive_int, default=100, help="forward passes per batch size")
     p.add_argument("--out", type=Path, default=Path("bench-out"), help="benchmark output directory")
-    p.add_argument("--timeout", type=_positive_int, help="benchmark: kill a cell after this many seconds without progress (default 600)")
-    p.add_argument("--memory-limit", type=_positive_int, metavar="MB", help="benchmark: memory limit of each cell's processes (a memory cgroup; address space where none can be made), e.g. to emulate a 1 GB device")
+    p.add_argument("--timeout", type=positive_int, help="benchmark: kill a cell after this many seconds without progress (default 600)")
+    p.add_argument("--memory-limit", type=positive_int, metavar="MB", help="benchmark: memory limit of each cell's processes (a memory cgroup; address space where none can be made), e.g. to emulate a 1 GB device")
     p.add_argument("--detectors", help="benchmark: the face detectors to measure, a comma list or 'all' (with --backend too: both benchmarks)")
     p.add_argument("--worker", action="store_true", help="benchmark: run each backend behind the worker (a child process of the cell's process; also backend.worker in the config)")
     return p

@@ -1,4 +1,4 @@
-"""The guard's configuration: YAML validated once at start-up (DESIGN.md section 6).
+"""The guard's configuration: YAML validated once at start-up (docs/ARCHITECTURE.md, sections 6 and 7).
 
 Every section is a pydantic model with `extra="forbid"`, so an unknown key is an error. A failure
 becomes one `ConfigError` line naming the key path, the bad value and what was expected. Secrets
@@ -17,6 +17,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from tracker.errors import ConfigError
+from tracker.model.spec import MODELS_DIR
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "config" / "tracker.yaml"
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few kB; a bigger file is a mistake or an attack
@@ -98,8 +99,8 @@ class DetectConfig(Section):
 
 
 class ModelConfig(Section):
-    prototxt: Path = Path(__file__).resolve().parents[1] / "models" / "face_cnn.prototxt"
-    weights: Path = Path(__file__).resolve().parents[1] / "models" / "face_cnn.caffemodel"
+    prototxt: Path = MODELS_DIR / "face_cnn.prototxt"
+    weights: Path = MODELS_DIR / "face_cnn.caffemodel"
     probs: str = "prob"
     embedding: str = "fc1"
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from tracker.types import Box, Detection, Point
 
-CROP_SIZE = 88  # the network's input side (DESIGN.md section 1)
+CROP_SIZE = 88  # the network's input side (docs/ARCHITECTURE.md, section 1)
 CROP_MARGIN = 0.1  # box crops: context added on every side, as a fraction of the box's larger side
 CROP_BOX = "box-v1"  # the definitions' names, recorded with every enrolment
 CROP_ALIGNED = "aligned-v1"

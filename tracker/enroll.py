@@ -21,12 +21,12 @@ import cv2
 import numpy as np
 
 from tracker.backends import create_backend
-from tracker.backends.base import ModelSpec
 from tracker.config import Config, load_config
 from tracker.crops import CROP_MARGIN, crop_batch, crop_definition
 from tracker.detect import FaceDetector, create_detector
 from tracker.errors import InputError
 from tracker.identity import file_sha256, refresh_people, save_person, validate_name
+from tracker.model.spec import ModelSpec
 from tracker.preflight import prepare_state_dir
 from tracker.types import Box, Detection
 
@@ -152,9 +152,9 @@ def refresh(config: Config, detector: FaceDetector, backend, report=print) -> tu
 
 
 def enroll_command(argv: list[str]) -> int:
-    from tracker.cli import _Parser
+    from tracker.arguments import ArgumentParser
 
-    parser = _Parser(prog="tracker enroll", description="Store a person's face for identification.")
+    parser = ArgumentParser(prog="tracker enroll", description="Store a person's face for identification.")
     parser.add_argument("name", nargs="?", help="the person's name (letters, digits, '_', '.', '-')")
     parser.add_argument("images", nargs="*", type=Path, help="image files or folders of images")
     parser.add_argument("--aligned", action="store_true", help="each image is a tight face chip (the whole image is the face)")

@@ -2,7 +2,7 @@
 
 A `TrackerError` is a user-facing failure: its message is one line that names the thing, the bad
 value and what was expected, and the CLI prints it without a traceback and exits with `exit_code`.
-Exit codes (DESIGN.md section 6): 0 ok, 1 unexpected, 2 bad config or input, 3 backend unavailable.
+Exit codes (docs/ARCHITECTURE.md, section 5): 0 ok, 1 unexpected, 2 bad config or input, 3 backend unavailable.
 """
 
 EXIT_OK = 0

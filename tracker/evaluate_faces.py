@@ -138,16 +138,16 @@ def _print_table(report: dict) -> None:
 
 
 def eval_faces_command(argv: list[str]) -> int:
-    from tracker.cli import _Parser, _positive_int
+    from tracker.arguments import ArgumentParser, positive_int
     from tracker.config import load_config
     from tracker.detect import create_detector
     from tracker.identity import identity_threshold
 
-    p = _Parser(prog="tracker eval-faces", description="Measure the face CNN on face pairs or a folder of people.")
+    p = ArgumentParser(prog="tracker eval-faces", description="Measure the face CNN on face pairs or a folder of people.")
     p.add_argument("--pairs", type=Path, help="LFW-format pairs file (with --images)")
     p.add_argument("--images", type=Path, help="folder of <name>/<name>_NNNN.jpg for --pairs")
     p.add_argument("--folder", type=Path, help="folder of <person>/<image> for identification")
-    p.add_argument("--enroll", type=_positive_int, help="--folder: images enrolled per person (default 5)")
+    p.add_argument("--enroll", type=positive_int, help="--folder: images enrolled per person (default 5)")
     p.add_argument("--chips", action="store_true", help="--folder: each image is a tight face chip")
     p.add_argument("--json", type=Path, help="write the figures to this JSON file")
     p.add_argument("--config", type=Path, help="YAML config: detector, model, backend (default: config/tracker.yaml)")

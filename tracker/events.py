@@ -1,6 +1,6 @@
 """Events: when a person entered, was identified or left, and their wire form for every sink.
 
-The payload is schema version 1 of DESIGN.md section 4, with two fields added (consumers of
+The payload is schema version 1 of docs/ARCHITECTURE.md, section 4, with two fields added (consumers of
 schema 1 ignore fields they do not know):
     {schema, id, kind, track_id, identity, confidence, box: {x, y, w, h}, ts, seq, media_time_s}
 `ts` is the event's wall-clock time as an ISO 8601 UTC string with milliseconds; `box` is in pixels

@@ -90,12 +90,12 @@ def _text_lines(records: list[dict]) -> list[str]:
 
 
 def identify_command(argv: list[str]) -> int:
-    from tracker.cli import _Parser
+    from tracker.arguments import ArgumentParser
     from tracker.config import load_config
     from tracker.detect import create_detector
     from tracker.identity import file_sha256, identity_threshold
 
-    p = _Parser(prog="tracker identify", description="Say who each face in the images is, as the guard would.")
+    p = ArgumentParser(prog="tracker identify", description="Say who each face in the images is, as the guard would.")
     p.add_argument("images", nargs="+", type=Path, help="image files or folders of images")
     p.add_argument("--aligned", action="store_true", help="each image is a tight face chip (as tracker enroll --aligned)")
     p.add_argument("--json", action="store_true", help="print one JSON document (see the module docstring)")

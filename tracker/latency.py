@@ -1,4 +1,4 @@
-"""Per-frame latency log (DESIGN.md section 5) and its rolling percentiles.
+"""Per-frame latency log (docs/ARCHITECTURE.md, section 3) and its rolling percentiles.
 
 One JSON line per processed frame with the keys of `FrameLatency`, in that order. Stage times are
 milliseconds of the monotonic clock:

@@ -1,4 +1,4 @@
-"""The guard: every stage of DESIGN.md section 3, wired together and run until stopped.
+"""The guard: every stage of docs/ARCHITECTURE.md, section 3, wired together and run until stopped.
 
     source -> motion gate -> face detector -> crops -> batcher -> backend -> identity -> tracker
            -> events -> sinks, and one latency record per frame
@@ -30,7 +30,6 @@ import numpy as np
 
 from tracker import daemon
 from tracker.backends import create_backend
-from tracker.backends.base import ModelSpec
 from tracker.batcher import Batch, Batcher
 from tracker.config import Config, parse_config
 from tracker.crops import CROP_SIZE, crop_batch, crop_definition
@@ -40,6 +39,7 @@ from tracker.errors import BackendFailure
 from tracker.events import EventMaker
 from tracker.identity import UNKNOWN, Gallery, IdentityVotes, file_sha256, identity_threshold, weights_card
 from tracker.latency import FrameLatency, LatencyLog, RollingStats
+from tracker.model.spec import ModelSpec
 from tracker.motion import MotionGate
 from tracker.preflight import check_runnable, prepare_state_dir
 from tracker.sinks.console import ConsoleSink

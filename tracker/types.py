@@ -1,4 +1,4 @@
-"""Frozen dataclasses that cross module boundaries (DESIGN.md section 6).
+"""Frozen dataclasses that cross module boundaries (docs/ARCHITECTURE.md, section 5).
 
 Conventions shared by every stage:
 - images are numpy uint8 arrays in OpenCV's BGR channel order, shape (H, W, 3), row-major;

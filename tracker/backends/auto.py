@@ -30,8 +30,10 @@ import logging
 from collections import OrderedDict
 from pathlib import Path
 
-from tracker.backends.base import BackendBase, ModelSpec
+from tracker.backends.base import BackendBase
+
 from tracker.errors import BackendUnavailable, InputError, TrackerError
+from tracker.model.spec import ModelSpec
 from tracker.types import Inference
 
 log = logging.getLogger("tracker.backends.auto")
@@ -50,7 +52,7 @@ def default_state_dir() -> Path:
 def load_profile(state_dir: Path) -> tuple[dict[str, dict[int, list[tuple[float, str]]]], str | None]:
     """The profile's ranking per precision and batch -- {precision: {batch: [(ms, backend), ...]
     fastest first}} -- or ({}, why it cannot be used)."""
-    from tracker.bench.machine import machine_key
+    from tracker.machine import machine_key
 
     path = Path(state_dir) / PROFILE_NAME
     try:
@@ -107,7 +109,7 @@ class Auto(BackendBase):
     precisions = ("fp32", "int8")
 
     def __init__(self, model: ModelSpec, *, precision: str = "fp32", threads: int | None = None, **options):
-        from tracker.model.convert import check_options
+        from tracker.backends.base import check_options
 
         check_options(self.name, options, ("state_dir", "cache_dir", "max_live"))
         self.model, self.precision, self.threads = model, precision, threads

@@ -1,4 +1,4 @@
-"""The backend contract (DESIGN.md section 2) and the description of a model to run.
+"""The backend contract (docs/ARCHITECTURE.md, section 2) and the checks every backend shares.
 
 Every backend module imports its runtime lazily (inside functions or `__init__`), so importing a
 backend module never fails because a runtime is missing; `check_runtime()` says whether it can run.
@@ -6,35 +6,12 @@ backend module never fails because a runtime is missing; `check_runtime()` says 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
+from tracker.errors import InputError
 from tracker.types import Inference
-
-REPO_MODELS = Path(__file__).resolve().parents[2] / "models"
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """A Caffe classifier and which of its blobs the guard reads.
-
-    prototxt, weights: the canonical Caffe files (text NetParameter, binary NetParameter).
-    probs:     name of the blob holding class probabilities, (N, classes), rows sum to 1.
-    embedding: name of the blob holding the embedding, (N, D), read after in-place layers ran.
-    """
-
-    prototxt: Path
-    weights: Path
-    probs: str = "prob"
-    embedding: str = "fc1"
-
-
-def default_model() -> ModelSpec:
-    """The face CNN of DESIGN.md section 1, as shipped in `models/`."""
-    return ModelSpec(REPO_MODELS / "face_cnn.prototxt", REPO_MODELS / "face_cnn.caffemodel", "prob", "fc1")
 
 
 @runtime_checkable
@@ -76,3 +53,29 @@ class BackendBase:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def check_batch(backend: str, x, shape: tuple[int, ...]) -> np.ndarray:
+    """`x` as a C-contiguous float32 (N, *shape) array, N >= 1; InputError naming `backend` and
+    what was expected otherwise (the contract's input check, shared by the converted backends)."""
+    if not isinstance(x, np.ndarray) or x.ndim != 1 + len(shape) or x.shape[0] < 1 \
+            or tuple(x.shape[1:]) != tuple(shape):
+        found = x.shape if isinstance(x, np.ndarray) else type(x).__name__
+        raise InputError(f"backend {backend!r}: input of shape {found}; expected (N, "
+                         f"{', '.join(map(str, shape))}) float32 with N >= 1")
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def check_options(backend: str, options: dict, known: tuple[str, ...]) -> None:
+    """InputError naming an option `backend` does not take."""
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise InputError(f"backend {backend!r}: unknown option {unknown[0]!r}; it takes "
+                         f"{', '.join(known) or 'no options'}")
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise softmax of (N, K) logits in float32 (for int8 models, which end at the logits)."""
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    e /= e.sum(axis=1, keepdims=True)
+    return e

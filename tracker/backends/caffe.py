@@ -24,8 +24,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from tracker.backends.base import BackendBase, ModelSpec
+from tracker.backends.base import BackendBase
+
 from tracker.errors import InputError, ModelError
+from tracker.model.spec import ModelSpec
 from tracker.types import Inference
 
 

@@ -19,15 +19,14 @@ interpreter's and XNNPACK's thread count (default: every core this process may u
 
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 
-import numpy as np
-
-from tracker.backends import missing_runtime
-from tracker.backends.base import BackendBase, ModelSpec
+from tracker.backends.base import BackendBase, check_batch, check_options, softmax
+from tracker.backends.registry import missing_runtime
 from tracker.errors import BackendUnavailable, InputError
-from tracker.model.convert import check_batch, check_options, convert, softmax
+from tracker.machine import cores
+from tracker.model.convert import convert
+from tracker.model.spec import ModelSpec
 from tracker.types import Inference
 
 DEFAULT_MAX_INTERPRETERS = 3
@@ -54,7 +53,7 @@ class LiteRTXNNPACK(BackendBase):
         if self._max < 1:
             raise InputError(f"backend {self.name!r}: max_interpreters {self._max}; expected >= 1")
         self.precision = precision
-        self.threads = threads or len(os.sched_getaffinity(0))
+        self.threads = threads or cores()
         self._new = lambda content: Interpreter(model_content=content, num_threads=self.threads)
         self._content = convert(model, "tflite", precision, calibration=options.get("calibration"),
                                 cache_dir=options.get("cache_dir"), load=self._probe)

@@ -33,8 +33,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from tracker.backends.base import BackendBase, ModelSpec
+from tracker.backends.base import BackendBase
+
 from tracker.errors import BackendUnavailable, InputError, ModelError
+from tracker.machine import cores
+from tracker.model.spec import ModelSpec
 from tracker.types import Inference
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,12 +54,6 @@ def mxnet_python() -> Path:
     env = os.environ.get(PYTHON_ENV)
     return Path(env).expanduser() if env else ROOT / ".venv-mxnet" / "bin" / "python"
 
-
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 # ----------------------------------------------------------------------------- conversion
@@ -274,7 +271,7 @@ class _MXNet(BackendBase):
             raise InputError(f"threads: expected a positive integer or None; found {threads!r}")
         self.model = model
         symbol, params, input_name, chw = convert(model, Path(cache_dir) if cache_dir is not None else None)
-        n = threads or _usable_cores()
+        n = threads or cores()
         env = {
             # the child must see its own environment's numpy, never the product's
             "PYTHONPATH": None, "PYTHONHOME": None,

@@ -25,12 +25,12 @@ guard's other stages compete for the cores the same way. torch's thread count is
 
 from __future__ import annotations
 
-import os
-
-from tracker.backends import missing_runtime
-from tracker.backends.base import BackendBase, ModelSpec
+from tracker.backends.base import BackendBase, check_batch, check_options
+from tracker.backends.registry import missing_runtime
 from tracker.errors import BackendUnavailable
-from tracker.model.convert import check_batch, check_options, load_graph
+from tracker.machine import cores
+from tracker.model.convert import load_graph
+from tracker.model.spec import ModelSpec
 from tracker.types import Inference
 
 
@@ -59,7 +59,7 @@ class TorchNNPACK(BackendBase):
         check_options(self.name, options, ("cache_dir",))
         self.check_runtime()
         self.precision = precision
-        self.threads = threads or len(os.sched_getaffinity(0))
+        self.threads = threads or cores()
         torch.set_num_threads(self.threads)
         torch.backends.nnpack.set_flags(True)
         graph = load_graph(model)

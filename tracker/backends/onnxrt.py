@@ -9,11 +9,11 @@ parallelism is 1 (the graph is a chain, nothing runs side by side).
 
 from __future__ import annotations
 
-import os
-
-from tracker.backends import missing_runtime
-from tracker.backends.base import BackendBase, ModelSpec
-from tracker.model.convert import check_batch, check_options, convert, softmax
+from tracker.backends.base import BackendBase, check_batch, check_options, softmax
+from tracker.backends.registry import missing_runtime
+from tracker.machine import cores
+from tracker.model.convert import convert
+from tracker.model.spec import ModelSpec
 from tracker.types import Inference
 
 
@@ -37,7 +37,7 @@ class OnnxRuntime(BackendBase):
         check_options(self.name, options, ("cache_dir", "calibration"))
         self.precision = precision
         settings = ort.SessionOptions()
-        settings.intra_op_num_threads = threads or len(os.sched_getaffinity(0))
+        settings.intra_op_num_threads = threads or cores()
         settings.inter_op_num_threads = 1
         settings.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         settings.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL

@@ -9,13 +9,13 @@ is cv2.setNumThreads (process-wide; default: every core this process may use).
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-from tracker.backends.base import BackendBase, ModelSpec
+from tracker.backends.base import BackendBase, check_batch, check_options
+
 from tracker.errors import BackendUnavailable, ModelError
-from tracker.model.convert import check_batch, check_options
+from tracker.machine import cores
+from tracker.model.spec import ModelSpec
 from tracker.types import Inference
 
 
@@ -61,7 +61,7 @@ class OpenCVDNN(BackendBase):
         (c, h, w) = next(iter(netdef.inputs.values()))[1:]
         self._shape = (c, h, w)
         self._outputs = list(last_writers(netdef, (model.probs, model.embedding)))
-        self.threads = threads or len(os.sched_getaffinity(0))
+        self.threads = threads or cores()
         cv2.setNumThreads(self.threads)
         try:
             self._net = cv2.dnn.readNetFromCaffe(str(model.prototxt), str(model.weights))

@@ -14,9 +14,11 @@ from __future__ import annotations
 import logging
 import os
 
-from tracker.backends import missing_runtime
-from tracker.backends.base import BackendBase, ModelSpec
-from tracker.model.convert import check_batch, check_options, convert
+from tracker.backends.base import BackendBase, check_batch, check_options
+from tracker.backends.registry import missing_runtime
+from tracker.machine import cores
+from tracker.model.convert import convert
+from tracker.model.spec import ModelSpec
 from tracker.types import Inference
 
 log = logging.getLogger("tracker.backends")
@@ -50,7 +52,7 @@ class TFVanilla(BackendBase):
 
         check_options(self.name, options, ("cache_dir",))
         self.precision = precision
-        self.threads = threads or len(os.sched_getaffinity(0))
+        self.threads = threads or cores()
         try:
             tf.config.threading.set_intra_op_parallelism_threads(self.threads)
             tf.config.threading.set_inter_op_parallelism_threads(1)

@@ -188,8 +188,8 @@ class WorkerBackend:
                  env: dict | None = None, memory_limit_mb: int | None = None, max_batch: int = DEFAULT_MAX_BATCH,
                  ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S, call_timeout_s: float | None = None,
                  transport: str | None = None, input_shape: tuple[int, ...] | None = None):
-        from tracker.backends import REGISTRY
-        from tracker.backends.base import default_model
+        from tracker.backends.registry import REGISTRY
+        from tracker.model.spec import default_model
 
         self.name = name
         self.model = model or default_model()

@@ -107,7 +107,7 @@ def _versions(backend) -> dict:
 
 def _load(job: dict):
     """The backend object the job names, created and checked as the registry would."""
-    from tracker.backends.base import ModelSpec
+    from tracker.model.spec import ModelSpec
     from pathlib import Path
 
     module_name, class_name = job["target"].split(":")

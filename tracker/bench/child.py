@@ -128,7 +128,7 @@ class _Stage:
 def _create(job: dict, precision: str):
     """The job's backend at `precision`, created through the registry."""
     from tracker.backends import create_backend
-    from tracker.backends.base import ModelSpec
+    from tracker.model.spec import ModelSpec
 
     _register(job["backend"], job["entry"])
     m = job["model"]
@@ -172,12 +172,12 @@ def run_quality(job: dict, channel: _Channel, stage: _Stage) -> None:
     """What int8 costs: the backend at `precision` against the same backend at fp32 on the fixed
     quality set of face crops (tracker.model.convert.calibration, held out from calibration).
 
-    Sends {"event": "quality", "set_id", **tracker.model.quality.compare(...)}: crops,
+    Sends {"event": "quality", "set_id", **tracker.bench.quality.compare(...)}: crops,
     top1_agreement, decided_crops / top1_agreement_decided (crops fp32 decides by >= DECIDED_GAP nats; see
-    tracker.model.quality for why), embedding_cosine_mean, embedding_cosine_min.
+    tracker.bench.quality for why), embedding_cosine_mean, embedding_cosine_min.
     """
     from tracker.model.convert.calibration import QUALITY_COUNT, QUALITY_SEED, sample_set
-    from tracker.model.quality import compare
+    from tracker.bench.quality import compare
 
     stage.text = "making the quality set"
     quality_set = sample_set(None, QUALITY_COUNT, QUALITY_SEED)

@@ -9,19 +9,18 @@ plots. Ctrl-C kills the running child, prints what was measured and exits 130.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from pathlib import Path
 
 from tracker.backends import REGISTRY
-from tracker.backends.base import ModelSpec
 from tracker.bench.memory_cap import cap_method
-from tracker.bench.machine import base_versions, load_average, machine_info, machine_key, sgemm_peak
 from tracker.bench.profile import profile_path, update_profile
 from tracker.bench.report import Column, Results, make_row, quality_line, summary_line
 from tracker.bench.runner import Probe, probe_backends, run_cell, run_quality
 from tracker.errors import BackendUnavailable, InputError, TrackerError
+from tracker.machine import base_versions, load_average, machine_info, machine_key, sgemm_peak
+from tracker.model.spec import ModelSpec
 
 SEED = 0  # the benchmark's input batch: np.random.default_rng(SEED), standard normal float32
 DEFAULT_TIMEOUT_S = 600.0
@@ -236,17 +235,10 @@ def run_benchmark_command(config, args) -> int:
 
 def _auto_picks(state_dir: Path) -> list[str]:
     """Lines saying what `auto` would pick per batch size, from tracker.backends.auto.describe_picks."""
+    from tracker.backends.auto import describe_picks
+
     try:
-        auto = importlib.import_module("tracker.backends.auto")
-    except ModuleNotFoundError as err:
-        if err.name != "tracker.backends.auto":
-            raise
-        return ["auto: not built in this checkout (tracker/backends/auto.py is missing)"]
-    describe = getattr(auto, "describe_picks", None)
-    if describe is None:
-        return ["auto: tracker.backends.auto does not say what it would pick (no describe_picks)"]
-    try:
-        picks = describe(state_dir)
+        picks = describe_picks(state_dir)
     except TrackerError as err:
         return [f"auto: {err}"]
     lines = [f"auto would pick (profile {profile_path(state_dir)}):"]

@@ -37,12 +37,12 @@ import cv2
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from tracker.bench.machine import cpu_model, load_average
 from tracker.config import Config
 from tracker.crops import crop_batch
 from tracker.detect import DETECTORS, create_detector, resolve_detector
 from tracker.errors import BackendUnavailable, InputError, ModelError
 from tracker.files import atomic_write
+from tracker.machine import cpu_model, load_average
 from tracker.motion import MotionGate
 from tracker.sources.synthetic import DEFAULT_FACES_DIR
 from tracker.tracking.assign import iou_matrix
@@ -232,7 +232,7 @@ def run_detector_benchmark(config: Config, names: list[str], out: Path, frames: 
 def _frame_budget(config: Config, frames: int) -> dict:
     """The configured guard's frame: detection (+ motion gate) + crops + CNN + tracker, in ms."""
     from tracker.backends import create_backend
-    from tracker.backends.base import ModelSpec
+    from tracker.model.spec import ModelSpec
     from tracker.tracking import Tracker
 
     cfg = config

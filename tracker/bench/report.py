@@ -276,7 +276,7 @@ def quality_line(entry: dict) -> str:
     if "error" in entry:
         return f"{label}: quality check failed: {entry['error']}"
     decided = ""
-    if entry.get("top1_agreement_decided") is not None:  # tracker.model.quality: fp32's clear decisions
+    if entry.get("top1_agreement_decided") is not None:  # tracker.bench.quality: fp32's clear decisions
         decided = f" ({100 * entry['top1_agreement_decided']:.1f}% on the {entry['decided_crops']} fp32 decides by >= {entry['decided_gap']} nats)"
     return (
         f"{label}: top-1 agreement {100 * entry['top1_agreement']:.1f}% on {entry['crops']} crops{decided}, "

@@ -16,7 +16,6 @@ the file, the layer, what was found and what was expected.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
@@ -27,6 +26,7 @@ from google.protobuf import text_format
 from tracker.errors import ModelError
 from tracker.files import atomic_write
 from tracker.model import caffe_pb
+from tracker.model.netdef import LayerDef, NetDef
 from tracker.model.shapes import infer_layer_shapes, infer_shapes, layer_costs  # noqa: F401
 
 # The layer types the engine runs: the one place the engine, the converters and load_net agree.
@@ -53,35 +53,6 @@ V1_TYPE_NAMES = {
 }
 _V1_ENUM = caffe_pb.V1LayerParameter.DESCRIPTOR.enum_types_by_name["LayerType"]
 _TEST_PHASE = 1  # caffe.Phase.TEST: the phase a deploy net runs in
-
-
-@dataclass(frozen=True, eq=False)
-class LayerDef:
-    """One layer of a loaded net.
-
-    type: the current (V2) type string, e.g. "Convolution". param: the layer's LayerParameter
-    (V1 upgraded; `blobs` cleared, the arrays are in `blobs`). blobs: float32 arrays in Caffe's
-    shapes, e.g. conv weights (O, I/group, kh, kw) and bias (O,), InnerProduct weights
-    (num_output, K) (or (K, num_output) with transpose), BatchNorm (C,), (C,), (1,); empty for
-    layers without parameters, and for every layer when the net was loaded without weights.
-    """
-
-    name: str
-    type: str
-    bottoms: tuple[str, ...]
-    tops: tuple[str, ...]
-    param: object
-    blobs: tuple[np.ndarray, ...]
-
-
-@dataclass(frozen=True, eq=False)
-class NetDef:
-    """A net ready to run: its inputs (blob name -> declared shape, batch first, in order) and
-    its TEST-phase layers in execution order (Input layers are folded into `inputs`)."""
-
-    name: str
-    inputs: dict[str, tuple[int, ...]]
-    layers: list[LayerDef]
 
 
 # ----------------------------------------------------------------------------- reading

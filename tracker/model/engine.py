@@ -42,7 +42,6 @@ BLAS thread limits are process-wide: `forward` sets them for its duration and re
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -53,6 +52,7 @@ from typing import Sequence
 import numpy as np
 
 from tracker.errors import InputError, ModelError
+from tracker.machine import cores
 from tracker.model import ops as O
 from tracker.model import shapes as S
 from tracker.model.tuning import ThreadTuner, batch_class
@@ -60,14 +60,6 @@ from tracker.model.tuning import ThreadTuner, batch_class
 DEFAULT_WORKSPACE_BYTES = 64 << 20
 _ALIGN = 64  # bytes; every workspace slot starts on a cache line
 MODES = ("caffe", "dl")
-
-
-def cpu_count() -> int:
-    """Cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,7 +209,7 @@ class Net:
             raise InputError(f"workspace_bytes: {workspace_bytes!r} must be positive")
         self.mode = mode
         self.threads = threads  # None: tuned per batch-size class between 1 core and all cores
-        self._tuner = ThreadTuner((threads,) if threads else (1, cpu_count()))
+        self._tuner = ThreadTuner((threads,) if threads else (1, cores()))
         self.workspace_bytes = int(workspace_bytes)
         self.name = netdef.name
         if len(netdef.inputs) != 1:

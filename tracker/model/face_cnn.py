@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from tracker.errors import TrackerError
-from tracker.model.caffe_io import LayerDef, NetDef, load_net, write_caffemodel
+from tracker.model.caffe_io import load_net, write_caffemodel
+from tracker.model.netdef import LayerDef, NetDef
 from tracker.model.shapes import infer_layer_shapes
 
 SEED = 20160301
@@ -31,7 +32,7 @@ MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
 PROTOTXT = MODELS_DIR / "face_cnn.prototxt"
 CAFFEMODEL = MODELS_DIR / "face_cnn.caffemodel"
 
-# Figures DESIGN.md section 1 fixes; tests derive them from the prototxt and compare.
+# Figures docs/ARCHITECTURE.md, section 1 fixes; tests derive them from the prototxt and compare.
 PARAMS = 1_039_744
 MACS = 49_371_200
 

@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
 from tracker.errors import ModelError
-
-if TYPE_CHECKING:
-    from tracker.model.caffe_io import LayerDef, NetDef
+from tracker.model.netdef import LayerDef, NetDef
 
 Shape = tuple[int, ...]
 

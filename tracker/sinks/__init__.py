@@ -6,7 +6,7 @@ Every sink has the same three calls, made from the pipeline's thread:
     close() -> None                           # flush and release; called once at shutdown
 Only `tracker.sinks.mqtt` imports paho.
 
-MQTT (DESIGN.md section 4, schema 1): `MqttSink(config.mqtt, config.device, state_dir)`.
+MQTT (docs/ARCHITECTURE.md, section 4, schema 1): `MqttSink(config.mqtt, config.device, state_dir)`.
 `publish_event` stores the event in a durable SQLite outbox (`outbox.py`) and returns; a background
 thread delivers it at QoS 1 and deletes it on the broker's PUBACK, so outages and restarts lose
 nothing. `publish_state` is cheap (it keeps the latest dict; the sink publishes it every

@@ -1,4 +1,4 @@
-"""MQTT sink: the guard's events, state, snapshot and availability over MQTT (DESIGN.md section 4).
+"""MQTT sink: the guard's events, state, snapshot and availability over MQTT (docs/ARCHITECTURE.md, section 4).
 
 The only module that imports paho-mqtt (2.x, CallbackAPIVersion.VERSION2).
 

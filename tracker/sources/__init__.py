@@ -1,4 +1,4 @@
-"""Frame sources (DESIGN.md section 3) and the capture thread.
+"""Frame sources (docs/ARCHITECTURE.md, section 3) and the capture thread.
 
     make_source(config.source, spec=args.source, realtime=True, luma_width=config.detect.detect_width)
         -> Source   (synthetic | opencv | folder | picamera2; see each module)

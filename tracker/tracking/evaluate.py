@@ -33,6 +33,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from tracker.arguments import ArgumentParser
 from tracker.errors import InputError
 from tracker.tracking.metrics import MotMetrics, evaluate
 from tracker.tracking.mot import MotTable, format_rows, read_mot, write_mot
@@ -74,11 +75,6 @@ def track_detections(detections: MotTable, tracker: Tracker, last_frame: int, *,
     return MotTable.from_rows(rows)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise InputError(f"{self.prog}: {message}")
-
-
 def _int_in(lo: int, hi: int):
     def parse(text: str) -> int:
         try:
@@ -117,8 +113,8 @@ def _score_or_none(text: str) -> float | str:
 TRACKER_OPTIONS = ("min_hits", "max_age", "iou_threshold", "high_score")
 
 
-def _parser() -> _Parser:
-    p = _Parser(prog="tracker eval-mot", description="Run the tracker on MOTChallenge detections; score against ground truth.")
+def _parser() -> ArgumentParser:
+    p = ArgumentParser(prog="tracker eval-mot", description="Run the tracker on MOTChallenge detections; score against ground truth.")
     p.add_argument("detections", type=Path, nargs="?", help="MOTChallenge detection file: frame,-1,x,y,w,h,score,...")
     p.add_argument("--tracks", type=Path, help="score this MOTChallenge tracks file (another tracker's output) instead of tracking")
     p.add_argument("--gt", type=Path, help="MOTChallenge ground truth; prints CLEAR-MOT and IDF1")

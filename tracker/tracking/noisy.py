@@ -15,13 +15,13 @@ writes OUT as a MOTChallenge detection file (`frame,-1,x,y,w,h,1,-1,-1,-1`), rea
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from tracker.arguments import ArgumentParser
 from tracker.errors import InputError, TrackerError
 from tracker.tracking.mot import MotTable, read_mot, write_mot
 
@@ -66,13 +66,9 @@ def noisy_detections(gt: MotTable, noise: DetectionNoise = DetectionNoise()) -> 
     return MotTable.from_rows(rows)
 
 
-def _parser() -> argparse.ArgumentParser:
-    class Parser(argparse.ArgumentParser):
-        def error(self, message: str):
-            raise InputError(f"{self.prog}: {message}")
-
+def _parser() -> ArgumentParser:
     d = DetectionNoise()
-    p = Parser(prog="python -m tracker.tracking.noisy", description="Derive noisy MOTChallenge detections from ground truth.")
+    p = ArgumentParser(prog="python -m tracker.tracking.noisy", description="Derive noisy MOTChallenge detections from ground truth.")
     p.add_argument("gt", type=Path, help="MOTChallenge ground-truth file")
     p.add_argument("out", type=Path, help="detection file to write")
     p.add_argument("--seed", type=int, default=d.seed)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import queue
 import sys
 import threading
@@ -40,6 +39,7 @@ import numpy as np
 
 from tracker.errors import InputError, ModelError
 from tracker.files import atomic_write
+from tracker.machine import cores
 
 CE_WEIGHT = 0.3
 THRESHOLD_FAR = 0.01
@@ -55,9 +55,9 @@ DEFAULT_PAIRS_IMAGES = SHARED / "lfw-devtrain" / "images"
 
 
 def _parser():
-    from tracker.cli import _Parser, _positive_int
+    from tracker.arguments import ArgumentParser, positive_int
 
-    p = _Parser(prog="tracker train", description="Train the face CNN on face photographs and write a caffemodel.")
+    p = ArgumentParser(prog="tracker train", description="Train the face CNN on face photographs and write a caffemodel.")
     p.add_argument("--data", type=Path, action="append",
                    help="a data set: a folder of <person>/<image> or a list file of 'image identity' lines "
                         "(repeatable; default: ../shared/datasets' LFW training people and CelebA 10k)")
@@ -71,13 +71,13 @@ def _parser():
                    help="caffemodel to write, with its card beside it (written only when training succeeded)")
     p.add_argument("--work", type=Path, default=Path("train-work"),
                    help="crop cache and checkpoint folder (default: ./train-work)")
-    p.add_argument("--epochs", type=_positive_int, default=30)
-    p.add_argument("--batch", type=_positive_int, default=128)
+    p.add_argument("--epochs", type=positive_int, default=30)
+    p.add_argument("--batch", type=positive_int, default=128)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=20161129)
-    p.add_argument("--steps", type=_positive_int, help="stop after this many steps in all (a short trial)")
-    p.add_argument("--limit", type=_positive_int, help="use only the first N photos of each data set (a short trial)")
-    p.add_argument("--threads", type=_positive_int, help="torch threads (default: all usable cores)")
+    p.add_argument("--steps", type=positive_int, help="stop after this many steps in all (a short trial)")
+    p.add_argument("--limit", type=positive_int, help="use only the first N photos of each data set (a short trial)")
+    p.add_argument("--threads", type=positive_int, help="torch threads (default: all usable cores)")
     p.add_argument("--resume", action="store_true", help="continue from <work>/checkpoint.pt")
     p.add_argument("--config", type=Path, help="YAML config: its detector and model files (default: config/tracker.yaml)")
     return p
@@ -228,7 +228,7 @@ def train_command(argv: list[str]) -> int:
         read_pairs(pairs_file, pairs_images)  # a bad pairs file fails now, not after hours of training
     else:
         pairs_file = None
-    threads = args.threads or len(os.sched_getaffinity(0))
+    threads = args.threads or cores()
     torch.set_num_threads(threads)
     rng = np.random.default_rng(args.seed)
     torch.manual_seed(args.seed)
@@ -370,7 +370,7 @@ def train_command(argv: list[str]) -> int:
 
     # 5. export, check, threshold, card
     from tracker.backends import create_backend
-    from tracker.backends.base import ModelSpec
+    from tracker.model.spec import ModelSpec
     from tracker.model.card import write_card
     from tracker.train.augment import plain
 

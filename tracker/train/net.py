@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from tracker.errors import ModelError
-from tracker.model.caffe_io import LayerDef, NetDef
 from tracker.model.convert.graph import Activation, Conv, Dense, Flatten, Graph, Pool, Softmax, float_softmax
+from tracker.model.netdef import LayerDef, NetDef
 
 BN_EPS = 1e-5
 

@@ -24,7 +24,6 @@ copies the file there.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import logging
@@ -36,6 +35,7 @@ from typing import Callable, TypeVar
 
 import numpy as np
 
+from tracker.arguments import ArgumentParser
 from tracker.errors import BackendUnavailable, InputError
 from tracker.model.convert.cache import default_cache_dir, entry_for, fetch
 
@@ -105,13 +105,6 @@ def convert(model, target: str, precision: str = "fp32", *,
             graph = float_softmax(graph)
         builders[target](graph, path, precision, samples)
     return fetch(entry, build, load or (lambda path: path))
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    """Row-wise softmax of (N, K) logits in float32 (for int8 models, which end at the logits)."""
-    e = np.exp(logits - logits.max(axis=1, keepdims=True))
-    e /= e.sum(axis=1, keepdims=True)
-    return e
 
 
 @contextlib.contextmanager
@@ -192,35 +185,11 @@ def _build_onnx(graph, path: Path, precision: str, samples) -> None:
     quantize_int8(model, path, samples.make(graph.input_shape), int8_float_prefix(graph))
 
 
-def check_batch(backend: str, x, shape: tuple[int, ...]) -> np.ndarray:
-    """`x` as a C-contiguous float32 (N, *shape) array, N >= 1; InputError naming `backend` and
-    what was expected otherwise (the contract's input check, shared by the converted backends)."""
-    if not isinstance(x, np.ndarray) or x.ndim != 1 + len(shape) or x.shape[0] < 1 \
-            or tuple(x.shape[1:]) != tuple(shape):
-        found = x.shape if isinstance(x, np.ndarray) else type(x).__name__
-        raise InputError(f"backend {backend!r}: input of shape {found}; expected (N, "
-                         f"{', '.join(map(str, shape))}) float32 with N >= 1")
-    return np.ascontiguousarray(x, dtype=np.float32)
-
-
-def check_options(backend: str, options: dict, known: tuple[str, ...]) -> None:
-    """InputError naming an option `backend` does not take."""
-    unknown = sorted(set(options) - set(known))
-    if unknown:
-        raise InputError(f"backend {backend!r}: unknown option {unknown[0]!r}; it takes "
-                         f"{', '.join(known) or 'no options'}")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise InputError(f"{self.prog}: {message}")
-
-
 def convert_command(argv: list[str]) -> int:
     """`tracker convert` (see the module docstring). Prints the converted file's path."""
-    from tracker.backends.base import ModelSpec, default_model
+    from tracker.model.spec import ModelSpec, default_model
 
-    p = _Parser(prog="tracker convert", description="Convert the Caffe model for another engine.")
+    p = ArgumentParser(prog="tracker convert", description="Convert the Caffe model for another engine.")
     p.add_argument("--to", required=True, choices=tuple(TARGETS))
     p.add_argument("--precision", default="fp32", choices=("fp32", "int8"))
     p.add_argument("--prototxt", type=Path, help="Caffe prototxt (default: the face CNN)")
@@ -251,5 +220,4 @@ def convert_command(argv: list[str]) -> int:
     return 0
 
 
-__all__ = ["TARGETS", "check_batch", "check_options", "convert", "convert_command", "load_graph",
-           "require_runtime", "softmax"]
+__all__ = ["TARGETS", "convert", "convert_command", "load_graph", "require_runtime"]

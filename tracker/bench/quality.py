@@ -69,7 +69,7 @@ def int8_quality(backend_name: str, model=None, *, crops: np.ndarray | None = No
     quality set for the model's input shape), plus "set_id" naming the crops. `options` go to both
     backends (e.g. cache_dir, calibration)."""
     from tracker.backends import create_backend
-    from tracker.backends.base import default_model
+    from tracker.model.spec import default_model
     from tracker.model.convert import load_graph
     from tracker.model.convert.calibration import QUALITY_COUNT, QUALITY_SEED, sample_set
 

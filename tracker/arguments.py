@@ -1,0 +1,29 @@
+"""The command-line argument parser every `tracker` command uses, and its shared value types.
+
+Low in the house (it imports only `tracker.errors`), so that a command module never imports
+`tracker.cli` for it: a user's mistake in any command's arguments is one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from tracker.errors import InputError
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that raises InputError (exit 2, one line) instead of printing usage and exiting."""
+
+    def error(self, message: str):
+        raise InputError(f"{self.prog}: {message}")
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"bad value {text!r}; expected an integer >= 1")
+    return value
