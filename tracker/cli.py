@@ -74,12 +74,13 @@ def _run_main(argv: list[str]) -> int:
     args = _main_parser().parse_args(argv)
     config = _load_config(args)
     if args.check_config:
+        from tracker.config import DEFAULT_CONFIG
         from tracker.pipeline import effective_config
         from tracker.preflight import check_runnable
 
         # --backend/--precision/--demo change what the run would refuse: check the config the run uses
         detector = check_runnable(effective_config(config, args))
-        print(f"config ok: {args.config or 'config/tracker.yaml'} (detector {detector})")
+        print(f"config ok: {args.config or DEFAULT_CONFIG} (detector {detector})")
         return 0
     if args.list_backends:
         from tracker.bench import print_backend_list
@@ -88,6 +89,7 @@ def _run_main(argv: list[str]) -> int:
     if args.detectors and not args.benchmark:
         raise InputError("--detectors: only with --benchmark; expected tracker --benchmark --detectors all")
     if args.benchmark:
+        _require_bench_extra()
         from tracker.bench import run_benchmark_command
 
         if args.detectors:
@@ -100,6 +102,21 @@ def _run_main(argv: list[str]) -> int:
     from tracker.pipeline import run_guard
 
     return run_guard(config, args)
+
+
+# What `tracker --benchmark` needs beyond the guard (pyproject's `bench` extra).
+BENCH_MODULES = ("matplotlib", "tqdm", "psutil")
+
+
+def _require_bench_extra() -> None:
+    """InputError (exit 2) naming the extra when the benchmark's own modules are not installed: the
+    guard runs without them (a 1 GB Pi that only guards need not carry matplotlib)."""
+    import importlib.util
+
+    missing = [name for name in BENCH_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise InputError(f"--benchmark: {', '.join(missing)} not installed; expected the bench extra: "
+                         "pip install 'tracker[bench]' (scripts/setup installs it)")
 
 
 def _run_subcommand(name: str, argv: list[str]) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import reprlib
+from importlib.resources import files
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -19,7 +20,8 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from tracker.errors import ConfigError
 from tracker.model.spec import MODELS_DIR
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "config" / "tracker.yaml"
+# The default config: the package's data/config, a link to config/ in a checkout, a copy in a wheel.
+DEFAULT_CONFIG = Path(str(files("tracker") / "data" / "config" / "tracker.yaml")).resolve()
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few kB; a bigger file is a mistake or an attack
 MAX_ALIASES = 32  # YAML aliases (*name) in one file: enough for hand-written reuse, too few for a bomb
 MAX_DEPTH = 32  # nesting of mappings and lists: the schema is 3 deep

@@ -26,9 +26,9 @@ from tracker.errors import TrackerError
 from tracker.model.caffe_io import load_net, write_caffemodel
 from tracker.model.netdef import LayerDef, NetDef
 from tracker.model.shapes import infer_layer_shapes
+from tracker.model.spec import MODELS_DIR
 
 SEED = 20160301
-MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
 PROTOTXT = MODELS_DIR / "face_cnn.prototxt"
 CAFFEMODEL = MODELS_DIR / "face_cnn.caffemodel"
 

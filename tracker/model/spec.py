@@ -1,15 +1,18 @@
 """The description of a model to run, and where the shipped model files are.
 
 Below every engine and backend: the backends, the benchmark and the guard all describe a model
-with a `ModelSpec`, and `MODELS_DIR` is the one place that knows where the shipped files live.
+with a `ModelSpec`, and `MODELS_DIR` is the one place that knows where the shipped files live:
+the package's `data/models`, which in a checkout is a link to the repository's `models/` and in
+an installed wheel holds copies of them (pyproject's package data).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 
-MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
+MODELS_DIR = Path(str(files("tracker") / "data" / "models")).resolve()
 
 
 @dataclass(frozen=True)
