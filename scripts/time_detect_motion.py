@@ -60,7 +60,7 @@ def main() -> None:
             timed(f"detect in motion regions, detect_width {width}", detectors[width].detect, image, motion.regions)
         faces += len(found)
         if found:
-            timed("crops, per face (88x88 float32)", lambda: crop_batch(image, [d.box for d in found]))
+            timed("crops, per face (88x88 float32)", lambda image=image, found=found: crop_batch(image, [d.box for d in found]))
             times["crops, per face (88x88 float32)"][-1] /= len(found)
     print(f"{platform.machine()} {platform.processor() or ''} python {platform.python_version()} "
           f"opencv {cv2.__version__} threads {cv2.getNumThreads()}; {args.frames} frames {width}x{height}, {faces} faces")

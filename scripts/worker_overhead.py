@@ -32,7 +32,7 @@ sys.path.insert(0, str(HERE.parent))
 from tracker.backends import create_backend  # noqa: E402
 from tracker.backends.base import BackendBase  # noqa: E402
 from tracker.backends.worker import WorkerBackend  # noqa: E402
-from tracker.model.spec import default_model
+from tracker.model.spec import default_model  # noqa: E402
 from tracker.types import Inference  # noqa: E402
 
 
@@ -116,7 +116,8 @@ def mxnet_rss() -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200, help="calls per batch size and configuration")
-    parser.add_argument("--bench-runs", type=int, default=0, help="also compare caffe-openblas-dl in the benchmark with and without --worker, this many runs each")
+    parser.add_argument("--bench-runs", type=int, default=0,
+                        help="also compare caffe-openblas-dl in the benchmark with and without --worker, this many runs each")
     parser.add_argument("--passes", type=int, default=100, help="benchmark passes per run (with --bench-runs)")
     parser.add_argument("--mxnet-rss", action="store_true", help="also measure the MXNet child's peak RSS")
     args = parser.parse_args()

@@ -54,9 +54,9 @@ def write_quirky(folder: Path, seed: int = 0) -> ModelSpec:
     prototxt.write_text(QUIRKY_PROTOTXT)
     structure = load_net(prototxt, None)
     rng = np.random.default_rng(seed)
-    layers = [LayerDef(l.name, l.type, l.bottoms, l.tops, l.param,
+    layers = [LayerDef(layer.name, layer.type, layer.bottoms, layer.tops, layer.param,
                        tuple(rng.standard_normal(s).astype(np.float32) * 0.5 for s in shapes.params))
-              for l, shapes in zip(structure.layers, infer_layer_shapes(structure))]
+              for layer, shapes in zip(structure.layers, infer_layer_shapes(structure))]
     write_caffemodel(weights, NetDef(structure.name, structure.inputs, layers))
     return ModelSpec(prototxt, weights, "prob", "fc1")
 

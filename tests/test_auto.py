@@ -4,13 +4,13 @@ saying why) a missing, corrupt or foreign profile and then runs the documented d
 from __future__ import annotations
 
 import json
-import re
 import logging
+import re
 
 import numpy as np
 import pytest
-
 from backend_parity import assert_parity, face_inputs
+
 from tracker.backends import create_backend
 from tracker.backends.auto import DEFAULTS, describe_picks
 from tracker.errors import TrackerError

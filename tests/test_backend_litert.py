@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from backend_parity import (
+    CREATE_AND_EXIT,
+    assert_int8_quality,
+    assert_parity,
+    face_inputs,
+    lenet,
+    mnist,
+    real_face_crops,
+    run_without,
+    write_quirky,
+)
 
-from backend_parity import (CREATE_AND_EXIT, assert_int8_quality, assert_parity, face_inputs, lenet, mnist,
-                            real_face_crops, run_without, write_quirky)
 from tracker.backends import create_backend
 from tracker.bench.quality import int8_quality
 from tracker.errors import InputError

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-
 from backend_parity import CREATE_AND_EXIT, assert_parity, face_inputs, lenet, mnist, run_without, write_quirky
+
 from tracker.backends import create_backend
 from tracker.model.spec import default_model
 

@@ -332,8 +332,8 @@ def _entry(backend, batch, ms, precision="fp32"):
 
 
 def test_profile_merges_with_this_machines_profile_and_replaces_another_machines(tmp_path):
-    from tracker.machine import machine_key
     from tracker.bench.profile import update_profile
+    from tracker.machine import machine_key
 
     here = machine_key()
     path = tmp_path / "state" / "profile.json"

@@ -15,7 +15,12 @@ from google.protobuf import text_format
 from tracker.errors import EXIT_BAD_INPUT, ModelError
 from tracker.model import caffe_io, caffe_pb, shapes
 from tracker.model.caffe_io import (
-    SUPPORTED_LAYER_TYPES, NetDef, load_net, read_caffemodel, read_prototxt, write_caffemodel,
+    SUPPORTED_LAYER_TYPES,
+    NetDef,
+    load_net,
+    read_caffemodel,
+    read_prototxt,
+    write_caffemodel,
     write_prototxt,
 )
 
@@ -57,7 +62,7 @@ def test_lenet_loads_with_the_blobs_opencv_reads(lenet):
     net = load_net(prototxt, weights)
     assert net.name == "LeNet"
     assert net.inputs == {"data": (64, 1, 28, 28)}
-    assert [(l.name, l.type) for l in net.layers] == [
+    assert [(layer.name, layer.type) for layer in net.layers] == [
         ("conv1", "Convolution"), ("pool1", "Pooling"), ("conv2", "Convolution"),
         ("pool2", "Pooling"), ("ip1", "InnerProduct"), ("relu1", "ReLU"),
         ("ip2", "InnerProduct"), ("prob", "Softmax")]
@@ -68,7 +73,7 @@ def test_lenet_loads_with_the_blobs_opencv_reads(lenet):
         for i, blob in enumerate(layer.blobs):
             theirs = cv_net.getParam(cv_net.getLayerId(layer.name), i)
             np.testing.assert_array_equal(blob.reshape(theirs.shape), theirs)
-    shapes_ = {l.name: [b.shape for b in l.blobs] for l in net.layers if l.blobs}
+    shapes_ = {layer.name: [b.shape for b in layer.blobs] for layer in net.layers if layer.blobs}
     assert shapes_ == {"conv1": [(20, 1, 5, 5), (20,)], "conv2": [(50, 20, 5, 5), (50,)],
                        "ip1": [(500, 800), (500,)], "ip2": [(10, 500), (10,)]}
 
@@ -76,7 +81,7 @@ def test_lenet_loads_with_the_blobs_opencv_reads(lenet):
 def test_lenet_caffemodel_keeps_train_layers_but_load_net_ignores_them(lenet):
     _, weights, _ = lenet
     raw = read_caffemodel(weights)
-    types = {l.name: l.type for l in raw.layer}
+    types = {layer.name: layer.type for layer in raw.layer}
     assert types["mnist"] == "Data" and types["loss"] == "SoftmaxWithLoss"
     assert raw.layer[0].include[0].phase == 0  # TRAIN
 
@@ -102,11 +107,11 @@ def test_v2_round_trip_preserves_every_array_and_layer(lenet, tmp_path):
     path = tmp_path / "v2.caffemodel"
     write_caffemodel(path, net)
     raw = read_caffemodel(path, upgrade=False)
-    assert len(raw.layers) == 0 and [l.name for l in raw.layer][0] == "data"
+    assert len(raw.layers) == 0 and [layer.name for layer in raw.layer][0] == "data"
     assert raw.layer[1].blobs[0].shape.dim == [20, 1, 5, 5]
     back = load_net(prototxt, path)
     _assert_same_arrays(back, net)
-    assert [str(l.param) for l in back.layers] == [str(l.param) for l in net.layers]
+    assert [str(layer.param) for layer in back.layers] == [str(layer.param) for layer in net.layers]
 
 
 def test_v1_round_trip_and_opencv_reads_our_v1_files(lenet, tmp_path):
@@ -133,13 +138,13 @@ def test_v1_round_trip_and_opencv_reads_our_v1_files(lenet, tmp_path):
     assert list(proto_raw.input) == ["data"] and list(proto_raw.input_dim) == [64, 1, 28, 28]
 
     upgraded = read_caffemodel(v1_model)
-    assert [l.type for l in upgraded.layer][:2] == ["Convolution", "Pooling"]
+    assert [layer.type for layer in upgraded.layer][:2] == ["Convolution", "Pooling"]
     assert upgraded.layer[0].param[1].lr_mult == 2.0
 
     back = load_net(v1_proto, v1_model)
     assert back.inputs == net.inputs
-    assert [(l.name, l.type, l.bottoms, l.tops) for l in back.layers] == \
-           [(l.name, l.type, l.bottoms, l.tops) for l in net.layers]
+    assert [(layer.name, layer.type, layer.bottoms, layer.tops) for layer in back.layers] == \
+           [(layer.name, layer.type, layer.bottoms, layer.tops) for layer in net.layers]
     _assert_same_arrays(back, net)
     # A V1 caffemodel with the current prototxt, too (legacy 4-D blobs resolved by shape).
     _assert_same_arrays(load_net(prototxt, v1_model), net)
@@ -174,7 +179,7 @@ def test_hand_written_v1_prototxt_with_legacy_params(tmp_path):
     """)
     net = load_net(path, None)
     assert net.name == "old" and net.inputs == {"data": (1, 3, 10, 10)}
-    assert [(l.name, l.type) for l in net.layers] == [
+    assert [(layer.name, layer.type) for layer in net.layers] == [
         ("conv", "Convolution"), ("relu", "ReLU"), ("pool", "Pooling"),
         ("ip", "InnerProduct"), ("prob", "Softmax")]
     conv = net.layers[0].param
@@ -192,7 +197,7 @@ def test_opencv_layer_prototxts_parse(testdata):
     for path in files:
         net = load_net(path, None)
         assert net.inputs == {"input": (2, 6, 75, 113)}
-        assert [l.tops for l in net.layers] == [("output",)]
+        assert [layer.tops for layer in net.layers] == [("output",)]
         ref = np.load(path.with_name(path.stem + ".ref_opencv.npy"))
         assert caffe_io.infer_shapes(net)["output"] == ref.shape, path.name
     lrn = load_net(layer_dir / "layer_lrn_spatial.prototxt", None).layers[0].param.lrn_param
@@ -221,7 +226,7 @@ def test_unknown_fields_in_a_caffemodel_are_kept_not_fatal(lenet, tmp_path):
     raw = read_caffemodel(weights)
     # A field number no Caffe version uses (9999, varint 7), inside a layer and at net level.
     unknown = bytes([0xF8, 0xE1, 0x04, 0x07])
-    conv1 = next(l for l in raw.layer if l.name == "conv1")
+    conv1 = next(layer for layer in raw.layer if layer.name == "conv1")
     patched = caffe_pb.LayerParameter()
     patched.ParseFromString(conv1.SerializeToString() + unknown)
     conv1.CopyFrom(patched)
@@ -266,9 +271,9 @@ def test_test_phase_rules_drop_train_layers(tmp_path):
                 include { min_level: 1 } }
     """
     path.write_text(body)
-    assert [l.name for l in load_net(path, None).layers] == ["ip", "deploy_prob"]
+    assert [layer.name for layer in load_net(path, None).layers] == ["ip", "deploy_prob"]
     path.write_text('state { level: 2 }\n' + body)
-    assert [l.name for l in load_net(path, None).layers] == ["ip", "deploy_prob", "deep"]
+    assert [layer.name for layer in load_net(path, None).layers] == ["ip", "deploy_prob", "deep"]
     # With stage "validate" the Accuracy layer is in, and the engine does not run it.
     path.write_text('state { stage: "validate" }\n' + body)
     with pytest.raises(ModelError, match=r"layer 'acc' has type 'Accuracy'"):
@@ -319,7 +324,7 @@ def test_infer_shapes_matches_opencv_on_every_supported_layer(tmp_path):
     proto = tmp_path / "shapes.prototxt"
     proto.write_text(_SHAPE_NET)
     structure = load_net(proto, None)
-    assert {l.type for l in structure.layers} | {"Input"} == SUPPORTED_LAYER_TYPES
+    assert {layer.type for layer in structure.layers} | {"Input"} == SUPPORTED_LAYER_TYPES
     assert shapes.RULE_TYPES | {"Input"} == SUPPORTED_LAYER_TYPES
     # Random weights in exactly the shapes we infer; OpenCV must accept them and agree.
     rng = np.random.default_rng(1)
@@ -337,7 +342,7 @@ def test_infer_shapes_matches_opencv_on_every_supported_layer(tmp_path):
     assert ours["p_hw"] == (2, 4, 13, 17)  # ceil((23+4-3)/2)+1, (19+2-5)+1; no clip
     net = cv2.dnn.readNetFromCaffe(str(proto), str(model))
     net.setInput(rng.standard_normal((2, 4, 23, 19)).astype(np.float32))
-    names = [l.name for l in layers]
+    names = [layer.name for layer in layers]
     outs = net.forward(names)
     for name, out in zip(names, outs):
         assert ours[name] == out.shape, name
@@ -457,7 +462,7 @@ def test_blob_count_and_size_mismatch(lenet, tmp_path):
                                          r"nobias\.prototxt implies 1 of shapes \(20, 1, 5, 5\)"):
         load_net(no_bias, weights)
     raw = read_caffemodel(weights)
-    del next(l for l in raw.layer if l.name == "ip2").blobs[1].data[3:]
+    del next(layer for layer in raw.layer if layer.name == "ip2").blobs[1].data[3:]
     short = tmp_path / "short.caffemodel"
     short.write_bytes(raw.SerializeToString())
     with pytest.raises(ModelError, match=r"short\.caffemodel: layer 'ip2' blob 1 has 3 values "

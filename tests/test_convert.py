@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from backend_parity import TOL, reference, run_without, write_quirky
+
 from tracker.cli import main
 from tracker.errors import ModelError
 from tracker.model.caffe_io import load_net
@@ -195,8 +195,9 @@ def test_convert_command_missing_runtime_exits_3(tmp_path):
 
 def test_int8_keeps_the_one_channel_first_layer_in_float(testdata, quirky):
     from backend_parity import lenet
-    from tracker.model.spec import default_model
+
     from tracker.model.convert.graph import int8_float_prefix
+    from tracker.model.spec import default_model
 
     assert int8_float_prefix(load_graph(default_model())) == ("conv1", "relu1", "pool1")
     assert int8_float_prefix(load_graph(lenet(testdata))) == ("conv1", "pool1")

@@ -9,8 +9,8 @@ import logging
 
 import numpy as np
 import pytest
-
 from backend_parity import write_quirky
+
 from tracker.model.convert import convert
 
 

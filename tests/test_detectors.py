@@ -16,13 +16,12 @@ import cv2
 import numpy as np
 import pytest
 from scipy.optimize import linear_sum_assignment
-
 from test_detect import MATCH_IOU, annotations, iou
+
 from tracker.cli import main
 from tracker.config import DetectConfig, parse_config
 from tracker.crops import CROP_MARGIN, CROP_SIZE, aligned_face, crop_batch, similarity_to_template
-from tracker.detect import HaarDetector, create_detector, resolve_detector
-from tracker.detect import model_files
+from tracker.detect import HaarDetector, create_detector, model_files, resolve_detector
 from tracker.detect.blazeface import BlazeFaceDetector, weighted_nms
 from tracker.detect.regions import search_windows
 from tracker.detect.yunet import YuNetDetector

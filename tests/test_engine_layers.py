@@ -16,9 +16,9 @@ ceil rounding, AVE windows clipped by the padded border), batch 1 and batches la
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import cv2
 import numpy as np
@@ -425,10 +425,13 @@ CASES = [
             np.concatenate(
                 [
                     ref_pool(
-                        ref_lrn_across(np.concatenate([relu(ref_conv(x, *weights(nd, "a"), pad=(1, 1))), ref_conv(x, *weights(nd, "b"), pad=(1, 1), group=2)], 1), 3, f32(0.3), 0.75, 1.0),
+                        ref_lrn_across(np.concatenate([relu(ref_conv(x, *weights(nd, "a"), pad=(1, 1))),
+                                                       ref_conv(x, *weights(nd, "b"), pad=(1, 1), group=2)], 1),
+                                       3, f32(0.3), 0.75, 1.0),
                         "AVE", (3, 3), (2, 2), (1, 1),
                     ),
-                    ref_pool(0.5 * relu(ref_conv(x, *weights(nd, "a"), pad=(1, 1))) + 2 * ref_conv(x, *weights(nd, "b"), pad=(1, 1), group=2), "MAX", (2, 2), (2, 2)),
+                    ref_pool(0.5 * relu(ref_conv(x, *weights(nd, "a"), pad=(1, 1)))
+                             + 2 * ref_conv(x, *weights(nd, "b"), pad=(1, 1), group=2), "MAX", (2, 2), (2, 2)),
                 ],
                 1,
             ),

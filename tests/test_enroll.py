@@ -24,6 +24,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from test_pipeline_e2e import isolated_env, tracker_command
 
 from tracker.backends import create_backend
 from tracker.cli import main
@@ -33,8 +34,6 @@ from tracker.detect import create_detector
 from tracker.enroll import chip_face
 from tracker.identity import UNKNOWN, Gallery, IdentityVotes, file_sha256, identity_threshold
 from tracker.model.spec import ModelSpec
-
-from test_pipeline_e2e import isolated_env, tracker_command
 
 ENROLLED_PER_PERSON = 6
 

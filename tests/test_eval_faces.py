@@ -15,10 +15,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from test_pipeline_e2e import isolated_env, tracker_command
 
 from tracker.cli import main
-
-from test_pipeline_e2e import isolated_env, tracker_command
 
 PAIRS = [("John_Simm", 1, 2), ("John_Salley", 3, 4), ("John_Savage", 1, 5), ("John_Shimkus", 2, 3), ("John_Schneider", 6, 7)]
 MISMATCHED = [("John_Simm", 1, "John_Salley", 2), ("John_Savage", 3, "John_Schneider", 4), ("John_Shimkus", 5, "John_Simm", 6),

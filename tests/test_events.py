@@ -5,7 +5,7 @@ import numpy as np
 from tracker.events import EventMaker
 from tracker.identity import IdentityVotes
 from tracker.tracking import Tracker
-from tracker.types import Detection, Box
+from tracker.types import Box, Detection
 
 
 def run(frames, votes_per_frame):
@@ -25,8 +25,7 @@ def run(frames, votes_per_frame):
 
 
 def test_entered_then_identified_then_left_for_one_person():
-    box = lambda i: Detection(Box(100 + 2 * i, 100, 50, 50))
-    frames = [[box(i)] for i in range(6)] + [[]] * 4
+    frames = [[Detection(Box(100 + 2 * i, 100, 50, 50))] for i in range(6)] + [[]] * 4
     votes = [("unknown", 0.2)] * 2 + [("ann", 0.9)] * 4 + [None] * 4
     events = run(frames, votes)
     assert [(e.kind, e.identity) for e in events] == [("entered", "unknown"), ("identified", "ann"), ("left", "ann")]

@@ -48,14 +48,14 @@ def test_architecture_of_design_section_1():
     shapes = infer_shapes(net, batch=3)
     assert shapes["conv3"] == (3, 96, 8, 8)  # 96 x 8 x 8 = 6144 into fc1
     assert (shapes["data"], shapes["fc1"], shapes["prob"]) == ((3, 1, 88, 88), (3, 128), (3, 848))
-    by_name = {l.name: l for l in net.layers}
+    by_name = {layer.name: layer for layer in net.layers}
     # The embedding is fc1 after its in-place ReLU; pools are MAX 2/2 and 3/3.
     assert by_name["relu4"].bottoms == by_name["relu4"].tops == ("fc1",)
     assert by_name["relu1"].tops == ("conv1",) and by_name["relu3"].tops == ("conv3",)
     for name, k in (("pool1", 2), ("pool2", 3)):
         p = by_name[name].param.pooling_param
         assert (p.pool, p.kernel_size, p.stride) == (0, k, k)
-    assert [l.type for l in net.layers].count("ReLU") == 4
+    assert [layer.type for layer in net.layers].count("ReLU") == 4
     assert net.layers[-1].type == "Softmax" and net.layers[-1].tops == ("prob",)
 
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from mosquitto import free_port
 from test_pipeline_e2e import isolated_env, tracker_command
 from tmpfs import tmpfs
+
 from tracker.cli import main
 from tracker.detect.blazeface import BlazeFaceDetector
 from tracker.errors import BackendUnavailable

@@ -18,6 +18,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from test_enroll import ENROLLED_PER_PERSON, enroll_cli, state_config
+from test_pipeline_e2e import isolated_env, tracker_command
 
 from tracker.backends import create_backend
 from tracker.cli import main
@@ -28,9 +30,6 @@ from tracker.enroll import chip_face
 from tracker.identify import NEAREST, identify_faces
 from tracker.identity import UNKNOWN, Gallery, file_sha256, identity_threshold
 from tracker.model.spec import ModelSpec
-
-from test_enroll import ENROLLED_PER_PERSON, enroll_cli, state_config
-from test_pipeline_e2e import isolated_env, tracker_command
 
 LINE = re.compile(r"^(?P<image>.+) face (?P<face>\d+) of (?P<faces>\d+) at (?P<x>-?\d+),(?P<y>-?\d+) (?P<w>\d+)x(?P<h>\d+): "
                   r"(?P<identity>\S+) \(similarity (?P<similarity>-?\d\.\d\d)\); nearest: (?P<nearest>.+)$")

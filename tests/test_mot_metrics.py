@@ -41,7 +41,8 @@ def test_reference_table(testdata, seq):
 def test_ignore_rows_are_dropped(testdata, tmp_path):
     """Adding conf-0 gt rows (ignore boxes) on top of every hypothesis box changes nothing."""
     src = testdata / "mot" / "TUD-Campus"
-    extra = [f"{line.split(',')[0]},{900 + k},{','.join(line.split(',')[2:6])},0,-1,-1,-1" for k, line in enumerate(src.joinpath("test.txt").read_text().splitlines())]
+    extra = [f"{line.split(',')[0]},{900 + k},{','.join(line.split(',')[2:6])},0,-1,-1,-1"
+             for k, line in enumerate(src.joinpath("test.txt").read_text().splitlines())]
     gt_path = tmp_path / "gt.txt"
     gt_path.write_text(src.joinpath("gt.txt").read_text() + "\n".join(extra) + "\n")
     m = evaluate(read_mot(gt_path, "gt"), read_mot(src / "test.txt", "tracks"))

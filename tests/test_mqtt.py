@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from mosquitto import Broker, Subscriber, make_event, sink_config, wait_until
+
 from tracker.errors import ConfigError
 from tracker.events import event_payload
 from tracker.sinks.mqtt import MqttSink, read_password

@@ -9,8 +9,8 @@ import logging
 import time
 
 import pytest
-
 from mosquitto import Broker, Subscriber, make_certs, make_event, sink_config
+
 from tracker.errors import ConfigError
 from tracker.sinks.mqtt import MqttSink
 

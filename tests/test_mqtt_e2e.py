@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import yaml
-
 from mosquitto import Broker, Subscriber
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,10 +11,10 @@ from dataclasses import replace
 
 import paho.mqtt.client as mqtt
 import pytest
-
 from mosquitto import Broker, Subscriber, make_event, wait_until
 from test_mqtt import events_of, open_sink
 from tmpfs import tmpfs
+
 from tracker.sinks.mqtt import CLIENT_MAX_PACKET, publish_packet_size
 
 
@@ -160,7 +160,7 @@ def test_broker_restarts_are_not_blamed_on_another_client(tmp_path, sinks, caplo
             connects = sink._generation  # bumped on every CONNACK
             broker.restart()
             # `connected` may still be the old connection's True until paho notices the drop
-            assert wait(lambda: sink._generation > connects)
+            assert wait(lambda connects=connects: sink._generation > connects)
         sub = Subscriber(broker, ["tracker/porch/events"])
         event = make_event()
         sink.publish_event(event, None)

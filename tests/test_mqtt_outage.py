@@ -8,6 +8,7 @@ import threading
 import time
 
 from mosquitto import Broker, Subscriber, make_event, sink_config, wait_until
+
 from tracker.sinks.mqtt import MqttSink
 
 KILLS = 4

@@ -16,10 +16,10 @@ import signal
 import sys
 from pathlib import Path
 
+import backend_parity as bp
 import numpy as np
 import pytest
 
-import backend_parity as bp
 from tracker.backends import availability, create_backend
 from tracker.backends.mxnet import caffe_to_mxnet, convert
 from tracker.backends.worker import InputsLost, RestartingBackend
@@ -62,9 +62,9 @@ def write_net(folder: Path, name: str, text: str, probs: str, embedding: str, se
     prototxt.write_text(text)
     structure = load_net(prototxt, None)
     rng = np.random.default_rng(seed)
-    layers = [LayerDef(l.name, l.type, l.bottoms, l.tops, l.param,
+    layers = [LayerDef(layer.name, layer.type, layer.bottoms, layer.tops, layer.param,
                        tuple(rng.standard_normal(s).astype(np.float32) * 0.5 for s in shapes.params))
-              for l, shapes in zip(structure.layers, infer_layer_shapes(structure))]
+              for layer, shapes in zip(structure.layers, infer_layer_shapes(structure))]
     write_caffemodel(weights, NetDef(structure.name, structure.inputs, layers))
     return ModelSpec(prototxt, weights, probs, embedding)
 
@@ -98,7 +98,7 @@ def test_converter_keeps_caffe_semantics_in_the_symbol(edges):
     assert [op for op, _, _ in ops] == ["Convolution", "Activation", "Pooling", "slice_axis", "slice_axis", "Pooling",
                                         "slice_axis", "Activation", "Flatten", "FullyConnected", "FullyConnected", "softmax"]
     netdef = load_net(edges.prototxt, edges.weights)
-    fc1 = next(l for l in netdef.layers if l.name == "fc1")
+    fc1 = next(layer for layer in netdef.layers if layer.name == "fc1")
     assert fc1.blobs[0].shape == (48, 6)  # transpose: (K, num_output) in Caffe
     np.testing.assert_array_equal(params["fc1_weight"], fc1.blobs[0].T)
     assert sorted(params) == ["conv1_weight", "fc1_bias", "fc1_weight", "fc2_weight"]
@@ -157,7 +157,8 @@ def test_missing_environment_names_the_setup_command(name, monkeypatch, tmp_path
 def test_unknown_option_is_an_input_error():
     from tracker.errors import InputError
 
-    with pytest.raises(InputError, match="backend 'mxnet-openblas': unknown option 'workspace_mb'; expected options: cache_dir, python, worker_options"):
+    with pytest.raises(InputError,
+                       match="backend 'mxnet-openblas': unknown option 'workspace_mb'; expected options: cache_dir, python, worker_options"):
         create_backend("mxnet-openblas", workspace_mb=64)
 
 

@@ -92,7 +92,7 @@ def test_corrupt_file_is_moved_aside_and_a_new_outbox_started(tmp_path, caplog, 
 
 def test_unopenable_path_is_one_clear_error(tmp_path):
     (tmp_path / "dir.db").mkdir()
-    with pytest.raises(InputError, match="mqtt.outbox.path") as err:
+    with pytest.raises(InputError, match="mqtt.outbox.path"):
         Outbox(tmp_path / "dir.db")
     assert (tmp_path / "dir.db").is_dir()  # not mistaken for corruption and moved away
 

@@ -27,7 +27,7 @@ import os
 import re
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import cv2
@@ -67,13 +67,13 @@ def write_config(tmp_path: Path, **sections) -> Path:
 
 def run_demo(tmp_path: Path, frames: int, **sections) -> tuple[subprocess.CompletedProcess, Path]:
     config = write_config(tmp_path, **sections)
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     proc = subprocess.run([*tracker_command(), "--demo", "--frames", str(frames), "--config", str(config)],
                           capture_output=True, text=True, env=isolated_env(tmp_path), cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     proc.started = started  # type: ignore[attr-defined]
-    proc.ended = datetime.now(timezone.utc)  # type: ignore[attr-defined]
+    proc.ended = datetime.now(UTC)  # type: ignore[attr-defined]
     state = tmp_path / "state" / "demo"  # --demo keeps its state apart from real enrolments
     assert not (tmp_path / "home" / ".local").exists()
     return proc, state

@@ -16,7 +16,6 @@ import subprocess
 import time
 
 import pytest
-
 from test_pipeline_e2e import LATENCY_KEYS, isolated_env, tracker_command, write_config
 
 

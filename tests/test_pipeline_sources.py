@@ -19,6 +19,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from test_pipeline_e2e import isolated_env, tracker_command, write_config
 
 import tracker.pipeline as pipeline
 from tracker.config import parse_config
@@ -26,8 +27,6 @@ from tracker.sources import SourceUnavailable
 from tracker.sources.base import SourceBase
 from tracker.sources.opencv_source import OpenCVSource
 from tracker.sources.synthetic import SyntheticScene
-
-from test_pipeline_e2e import isolated_env, tracker_command, write_config
 
 SIZE = (320, 240)
 

@@ -165,7 +165,7 @@ def test_views_are_frozen():
 def _scene(seed: int, frames: int = 40):
     rng = np.random.default_rng(seed)
     out = []
-    for t in range(frames):
+    for _ in range(frames):
         dets = [det(rng.uniform(0, 300), rng.uniform(0, 300), rng.uniform(20, 60), rng.uniform(20, 60), rng.uniform(0.1, 1.0))
                 for _ in range(rng.integers(0, 6))]
         emb = rng.random((len(dets), 8)).astype(np.float32)

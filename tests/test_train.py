@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_pipeline_e2e import isolated_env, tracker_command
+from tmpfs import tmpfs
 
 from tracker.backends import create_backend
 from tracker.identity import file_sha256
@@ -20,9 +22,6 @@ from tracker.model.card import read_card
 from tracker.model.convert.graph import lower
 from tracker.model.face_cnn import he_weights
 from tracker.model.spec import ModelSpec, default_model
-
-from test_pipeline_e2e import isolated_env, tracker_command
-from tmpfs import tmpfs
 
 torch = pytest.importorskip("torch", reason="tracker train needs PyTorch (the train extra; not on the Pi)")
 

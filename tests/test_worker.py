@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 import worker_faults
+
 from tracker.backends import create_backend
 from tracker.backends.worker import InputsLost, RestartingBackend, WorkerBackend, WorkerFailure
 from tracker.errors import BackendFailure, BackendUnavailable, InputError

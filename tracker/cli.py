@@ -58,9 +58,12 @@ def _main_parser() -> ArgumentParser:
     p.add_argument("--passes", type=positive_int, default=100, help="forward passes per batch size")
     p.add_argument("--out", type=Path, default=Path("bench-out"), help="benchmark output directory")
     p.add_argument("--timeout", type=positive_int, help="benchmark: kill a cell after this many seconds without progress (default 600)")
-    p.add_argument("--memory-limit", type=positive_int, metavar="MB", help="benchmark: memory limit of each cell's processes (a memory cgroup; address space where none can be made), e.g. to emulate a 1 GB device")
+    p.add_argument("--memory-limit", type=positive_int, metavar="MB",
+                   help="benchmark: memory limit of each cell's processes (a memory cgroup; address space where none can be made), "
+                        "e.g. to emulate a 1 GB device")
     p.add_argument("--detectors", help="benchmark: the face detectors to measure, a comma list or 'all' (with --backend too: both benchmarks)")
-    p.add_argument("--worker", action="store_true", help="benchmark: run each backend behind the worker (a child process of the cell's process; also backend.worker in the config)")
+    p.add_argument("--worker", action="store_true",
+                   help="benchmark: run each backend behind the worker (a child process of the cell's process; also backend.worker in the config)")
     return p
 
 

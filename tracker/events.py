@@ -12,7 +12,7 @@ can be found in the recording. Consumers de-duplicate by `id`.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from tracker.tracking import TrackState
 from tracker.types import Box, Event
@@ -30,7 +30,7 @@ def event_payload(event: Event) -> dict:
         "identity": event.identity,
         "confidence": round(float(event.confidence), 4),
         "box": {k: round(float(getattr(event.box, k)), 1) for k in ("x", "y", "w", "h")},
-        "ts": datetime.fromtimestamp(event.wall_time, timezone.utc).isoformat(timespec="milliseconds"),
+        "ts": datetime.fromtimestamp(event.wall_time, UTC).isoformat(timespec="milliseconds"),
         "seq": event.seq,
         "media_time_s": None if event.media_s is None else round(float(event.media_s), 3),
     }

@@ -1,14 +1,16 @@
 """Identity: who a face is, from the CNN's embedding, and a vote per track.
 
-Enrolled people live in `<state_dir>/people/<name>.npz`: `mean` (D,) float32, the L2-normalised mean
-of the person's L2-normalised embeddings, `count` (images used), `model` (sha256 of the caffemodel
-that made them), `crop` (the `tracker.crops` definition their faces were cut with; files from
-before it was recorded are box crops) and `chips` ((count, 88, 88) uint8, the crops themselves, so
-that new weights can recompute the mean: `refresh_people`; files from before have none). Embeddings of other weights or of another crop are not
-comparable, so such people are skipped with a warning: never mixed. A crop is the enrolled person of highest cosine similarity, or `unknown`
-when that similarity is below the threshold. A track's identity is the vote over its whole life:
-each crop votes once for its match (a name or `unknown`), the name with the most votes wins once the track has `identity.min_faces` faces and the winner leads the
-runner-up by `identity.margin` of all votes, and its confidence is its share of all votes.
+Enrolled people live in `<state_dir>/people/<name>.npz`: `mean` (D,) float32, the L2-normalised
+mean of the person's L2-normalised embeddings, `count` (images used), `model` (sha256 of the
+caffemodel that made them), `crop` (the `tracker.crops` definition their faces were cut with;
+files from before it was recorded are box crops) and `chips` ((count, 88, 88) uint8, the crops
+themselves, so that new weights can recompute the mean: `refresh_people`; files from before have
+none). Embeddings of other weights or of another crop are not comparable, so such people are
+skipped with a warning: never mixed. A crop is the enrolled person of highest cosine similarity,
+or `unknown` when that similarity is below the threshold. A track's identity is the vote over its
+whole life: each crop votes once for its match (a name or `unknown`), the name with the most votes
+wins once the track has `identity.min_faces` faces and the winner leads the runner-up by
+`identity.margin` of all votes, and its confidence is its share of all votes.
 """
 
 from __future__ import annotations
@@ -131,7 +133,7 @@ class Gallery:
     threshold: float
 
     @classmethod
-    def load(cls, state_dir: Path, model_sha256: str, threshold: float, crop: str) -> "Gallery":
+    def load(cls, state_dir: Path, model_sha256: str, threshold: float, crop: str) -> Gallery:
         """The people of `state_dir` enrolled with these weights and crop definition."""
         names, means = [], []
         for path in sorted((Path(state_dir) / "people").glob("*.npz")):

@@ -31,7 +31,6 @@ from collections import OrderedDict
 from pathlib import Path
 
 from tracker.backends.base import BackendBase
-
 from tracker.errors import BackendUnavailable, InputError, TrackerError
 from tracker.model.spec import ModelSpec
 from tracker.types import Inference

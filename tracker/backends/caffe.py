@@ -25,7 +25,6 @@ from typing import ClassVar
 import numpy as np
 
 from tracker.backends.base import BackendBase
-
 from tracker.errors import InputError, ModelError
 from tracker.model.spec import ModelSpec
 from tracker.types import Inference

@@ -34,7 +34,6 @@ from typing import ClassVar
 import numpy as np
 
 from tracker.backends.base import BackendBase
-
 from tracker.errors import BackendUnavailable, InputError, ModelError
 from tracker.machine import cores
 from tracker.model.spec import ModelSpec

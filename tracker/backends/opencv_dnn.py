@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 
 from tracker.backends.base import BackendBase, check_batch, check_options
-
 from tracker.errors import BackendUnavailable, ModelError
 from tracker.machine import cores
 from tracker.model.spec import ModelSpec

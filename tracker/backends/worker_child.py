@@ -107,8 +107,9 @@ def _versions(backend) -> dict:
 
 def _load(job: dict):
     """The backend object the job names, created and checked as the registry would."""
-    from tracker.model.spec import ModelSpec
     from pathlib import Path
+
+    from tracker.model.spec import ModelSpec
 
     module_name, class_name = job["target"].split(":")
     cls = getattr(importlib.import_module(module_name), class_name)

@@ -176,8 +176,8 @@ def run_quality(job: dict, channel: _Channel, stage: _Stage) -> None:
     top1_agreement, decided_crops / top1_agreement_decided (crops fp32 decides by >= DECIDED_GAP nats; see
     tracker.bench.quality for why), embedding_cosine_mean, embedding_cosine_min.
     """
-    from tracker.model.convert.calibration import QUALITY_COUNT, QUALITY_SEED, sample_set
     from tracker.bench.quality import compare
+    from tracker.model.convert.calibration import QUALITY_COUNT, QUALITY_SEED, sample_set
 
     stage.text = "making the quality set"
     quality_set = sample_set(None, QUALITY_COUNT, QUALITY_SEED)

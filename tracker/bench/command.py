@@ -258,7 +258,7 @@ def print_backend_list(config) -> int:
     ]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     print("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip())
-    for row, (name, p) in zip(rows, probes.items()):
+    for row, p in zip(rows, probes.values()):
         line = "  ".join(v.ljust(w) for v, w in zip(row, widths))
         print(f"{line}  {p.reason}" if p.reason else line.rstrip())
     for line in _auto_picks(Path(config.resolved_state_dir())):

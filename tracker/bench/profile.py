@@ -44,7 +44,8 @@ def _existing_results(path: Path, machine: dict) -> tuple[list[dict], str | None
     for entry in data["results"]:
         try:
             entries.append(
-                {"backend": str(entry["backend"]), "precision": str(entry["precision"]), "batch": int(entry["batch"]), "ms_per_image": float(entry["ms_per_image"])}
+                {"backend": str(entry["backend"]), "precision": str(entry["precision"]), "batch": int(entry["batch"]),
+                 "ms_per_image": float(entry["ms_per_image"])}
             )
         except (KeyError, TypeError, ValueError):
             continue  # a malformed entry is dropped; the rest of the profile still holds

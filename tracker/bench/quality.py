@@ -69,9 +69,9 @@ def int8_quality(backend_name: str, model=None, *, crops: np.ndarray | None = No
     quality set for the model's input shape), plus "set_id" naming the crops. `options` go to both
     backends (e.g. cache_dir, calibration)."""
     from tracker.backends import create_backend
-    from tracker.model.spec import default_model
     from tracker.model.convert import load_graph
     from tracker.model.convert.calibration import QUALITY_COUNT, QUALITY_SEED, sample_set
+    from tracker.model.spec import default_model
 
     model = model or default_model()
     if crops is None:

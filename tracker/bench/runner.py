@@ -15,8 +15,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from tracker.bench.memory_cap import MemoryCap
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from tracker.detect.model_files import BLAZEFACE
 from tracker.detect.windowed import WindowedDetector
-from tracker.errors import ModelError, BackendUnavailable
+from tracker.errors import BackendUnavailable, ModelError
 
 INPUT_SIDE = 192
 GRID = 48  # anchors per side (input / stride 4)

@@ -16,8 +16,8 @@ the file, the layer, what was found and what was expected.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 from google.protobuf import message as pb_message

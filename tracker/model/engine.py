@@ -44,10 +44,10 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -213,7 +213,8 @@ class Net:
         self.workspace_bytes = int(workspace_bytes)
         self.name = netdef.name
         if len(netdef.inputs) != 1:
-            raise ModelError(f"net {netdef.name!r}: the engine runs nets with exactly one input; found {len(netdef.inputs)} ({', '.join(netdef.inputs)})")
+            raise ModelError(f"net {netdef.name!r}: the engine runs nets with exactly one input; "
+                             f"found {len(netdef.inputs)} ({', '.join(netdef.inputs)})")
         (self.input_name, declared), = netdef.inputs.items()
         self.input_shape: tuple[int, ...] = tuple(int(d) for d in declared)
         for layer in netdef.layers:

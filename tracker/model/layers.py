@@ -13,7 +13,7 @@ No function here imports anything but numpy.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -194,7 +194,8 @@ def tanh(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 
 
-def inner_product(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, axis: int, transpose: bool, out: np.ndarray | None = None) -> np.ndarray:
+def inner_product(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, axis: int, transpose: bool,
+                  out: np.ndarray | None = None) -> np.ndarray:
     """Caffe InnerProduct: x flattened to (M, K) at `axis` times W^T (weight (N, K)), or times W
     (weight (K, N)) when `transpose`; plus bias (N,). Returns shape x.shape[:axis] + (N,)."""
     m = int(np.prod(x.shape[:axis], dtype=np.int64))

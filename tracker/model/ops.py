@@ -20,7 +20,8 @@ Two execution modes exist for the layers whose algorithm differs:
 from __future__ import annotations
 
 import math
-from typing import ClassVar, Sequence
+from collections.abc import Sequence
+from typing import ClassVar
 
 import numpy as np
 

@@ -22,8 +22,8 @@ naming the layer, what was found and what was expected.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from tracker.errors import ModelError
 from tracker.model.netdef import LayerDef, NetDef

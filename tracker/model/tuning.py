@@ -22,8 +22,8 @@ Results never depend on the arm (only the speed does). Not thread-safe; one per 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Hashable, Sequence
 from statistics import median
-from typing import Hashable, Sequence
 
 
 class ThreadTuner:

@@ -50,7 +50,7 @@ import ssl
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from tracker.config import DeviceConfig, MQTTConfig
@@ -161,7 +161,7 @@ def _jsonable(value):
 
 
 def _now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 class MqttSink:

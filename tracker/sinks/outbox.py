@@ -24,7 +24,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from tracker.errors import InputError
@@ -86,7 +86,7 @@ class Outbox:
         return db
 
     def _move_aside(self, err: Exception) -> Path:
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
         for suffix in ("", "-wal", "-shm"):
             part = Path(str(self.path) + suffix)

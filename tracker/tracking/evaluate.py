@@ -129,7 +129,8 @@ def _parser() -> ArgumentParser:
     p.add_argument("--observation-centric", action="store_true",
                    help="OC-SORT's recovery by the last observed box and re-update after a gap (default: the "
                         "config's tracking.observation_centric)")
-    p.add_argument("--no-backfill", action="store_true", help="write only what an online tracker knows: no tentative frames of confirmed tracks, no predicted boxes in re-acquired gaps")
+    p.add_argument("--no-backfill", action="store_true",
+                   help="write only what an online tracker knows: no tentative frames of confirmed tracks, no predicted boxes in re-acquired gaps")
     return p
 
 

@@ -129,7 +129,7 @@ class BoxKalman:
         """Centre velocity (du, dv) in px/frame."""
         return float(self._x[4]), float(self._x[5])
 
-    def copy(self) -> "BoxKalman":
+    def copy(self) -> BoxKalman:
         """An independent filter in the same state (to roll back to later)."""
         twin = BoxKalman.__new__(BoxKalman)
         twin._noise, twin._x, twin._P = self._noise, self._x.copy(), self._P.copy()

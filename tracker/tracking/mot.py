@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -63,7 +64,7 @@ class MotTable:
         return out
 
     @classmethod
-    def from_rows(cls, rows: list[tuple[int, int, float, float, float, float, float]]) -> "MotTable":
+    def from_rows(cls, rows: list[tuple[int, int, float, float, float, float, float]]) -> MotTable:
         """Build from (frame, id, x, y, w, h, conf) tuples (stable-sorted by frame)."""
         if not rows:
             return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 4)), np.zeros(0))

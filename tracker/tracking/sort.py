@@ -52,8 +52,8 @@ same inputs give the same outputs.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -62,7 +62,7 @@ from tracker.tracking.kalman import DEFAULT_NOISE, BoxKalman, KalmanNoise
 from tracker.types import Box, Detection
 
 
-class TrackState(str, enum.Enum):
+class TrackState(enum.StrEnum):
     TENTATIVE = "tentative"
     CONFIRMED = "confirmed"
     LOST = "lost"
@@ -223,7 +223,7 @@ class Tracker:
         self._frames = 0
 
     @classmethod
-    def from_config(cls, config, **kwargs) -> "Tracker":
+    def from_config(cls, config, **kwargs) -> Tracker:
         """Build from a `tracker.config.TrackingConfig` (or anything with its attributes).
         `kwargs` override, e.g. reid_threshold, which the guard takes from the weights' card."""
         settings = dict(

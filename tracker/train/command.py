@@ -370,8 +370,8 @@ def train_command(argv: list[str]) -> int:
 
     # 5. export, check, threshold, card
     from tracker.backends import create_backend
-    from tracker.model.spec import ModelSpec
     from tracker.model.card import write_card
+    from tracker.model.spec import ModelSpec
     from tracker.train.augment import plain
 
     # Staged beside `out` and checked first: a failing check never replaces the weights in use.

@@ -30,8 +30,9 @@ import logging
 import os
 import shutil
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import numpy as np
 

@@ -18,9 +18,10 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from tracker.errors import ModelError
 from tracker.files import atomic_write

@@ -31,13 +31,13 @@ class EdgePad2D(keras.layers.Layer):
         self.pad = tuple(int(p) for p in pad)
 
     def call(self, x):
-        t, l, b, r = self.pad
-        x = keras.ops.concatenate([x[:, :1]] * t + [x] + [x[:, -1:]] * b, axis=1)
-        return keras.ops.concatenate([x[:, :, :1]] * l + [x] + [x[:, :, -1:]] * r, axis=2)
+        top, left, bottom, right = self.pad
+        x = keras.ops.concatenate([x[:, :1]] * top + [x] + [x[:, -1:]] * bottom, axis=1)
+        return keras.ops.concatenate([x[:, :, :1]] * left + [x] + [x[:, :, -1:]] * right, axis=2)
 
     def compute_output_shape(self, shape):
-        t, l, b, r = self.pad
-        return (shape[0], shape[1] + t + b, shape[2] + l + r, shape[3])
+        top, left, bottom, right = self.pad
+        return (shape[0], shape[1] + top + bottom, shape[2] + left + right, shape[3])
 
     def get_config(self):
         return {**super().get_config(), "pad": list(self.pad)}
@@ -101,10 +101,10 @@ def build_keras(graph: Graph) -> keras.Model:
             cb, cr = op.crop
             if cb or cr:
                 x = L.Cropping2D(((0, cb), (0, cr)), name=name(op.name, "_crop"))(x)
-            t, l, b, r = op.pad
+            top, left, bottom, right = op.pad
             if any(op.pad):
                 x = (EdgePad2D(op.pad, name=name(op.name, "_pad"))(x) if op.method == "max"
-                     else L.ZeroPadding2D(((t, b), (l, r)), name=name(op.name, "_pad"))(x))
+                     else L.ZeroPadding2D(((top, bottom), (left, right)), name=name(op.name, "_pad"))(x))
             pool = L.MaxPooling2D if op.method == "max" else L.AveragePooling2D
             x = pool(op.kernel, op.stride, padding="valid", name=name(op.name))(x)
             if op.scale is not None:

@@ -55,9 +55,9 @@ def build_onnx(graph: Graph) -> onnx.ModelProto:
                               const(op.name + "_crop_axes", np.array([2, 3], np.int64))],
                     ["caffe/" + op.name + "_cropped"], name=op.name + "_crop"))
                 x = "caffe/" + op.name + "_cropped"
-            t, l, b, r = op.pad
+            top, left, bottom, right = op.pad
             if any(op.pad):
-                pads = const(op.name + "_pads", np.array([0, 0, t, l, 0, 0, b, r], np.int64))
+                pads = const(op.name + "_pads", np.array([0, 0, top, left, 0, 0, bottom, right], np.int64))
                 nodes.append(helper.make_node("Pad", [x, pads], ["caffe/" + op.name + "_padded"],
                                               name=op.name + "_pad",
                                               mode="edge" if op.method == "max" else "constant"))

@@ -87,7 +87,7 @@ class CaffeModule(torch.nn.Module):
 
     def _pool(self, i: int, op: Pool):
         cb, cr = op.crop
-        t, l, b, r = op.pad
+        top, left, bottom, right = op.pad
         scale = self._const(f"s{i}", op.scale)
         pool = F.max_pool2d if op.method == "max" else F.avg_pool2d
         mode = "replicate" if op.method == "max" else "constant"
@@ -95,8 +95,8 @@ class CaffeModule(torch.nn.Module):
         def run(x):
             if cb or cr:
                 x = x[:, :, :x.shape[2] - cb, :x.shape[3] - cr]
-            if t or l or b or r:
-                x = F.pad(x, (l, r, t, b), mode=mode)
+            if any(op.pad):
+                x = F.pad(x, (left, right, top, bottom), mode=mode)
             y = pool(x, op.kernel, op.stride)
             factor = scale()
             return y if factor is None else y * factor
