@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +24,7 @@ class LayerDef:
     type: str
     bottoms: tuple[str, ...]
     tops: tuple[str, ...]
-    param: object
+    param: Any  # caffe_pb.LayerParameter (protobuf messages carry no static types)
     blobs: tuple[np.ndarray, ...]
 
 
