@@ -250,7 +250,8 @@ def _short(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _describe(error: dict) -> str:
+def _describe(error) -> str:
+    """One line for pydantic's first error (an ErrorDetails: loc, type, input, ctx, msg)."""
     path = ".".join(str(p) for p in error["loc"]) or "(top level)"
     kind = error["type"]
     if kind == "extra_forbidden":

@@ -103,7 +103,8 @@ def identification_report(folder: Path, enroll: int, detector: FaceDetector, bac
     if not gallery_names:
         raise InputError(f"eval-faces: no person in {str(folder)!r} has more than --enroll {enroll} images; "
                          "expected some with enough to enrol and to test")
-    means, probes = [], []  # probes: (embedding, true name or None for a stranger)
+    means: list[np.ndarray] = []
+    probes: list[tuple[np.ndarray, str | None]] = []  # (embedding, true name or None for a stranger)
     for name in names:
         embeddings, found = embed_photos(people[name], detector, backend, chips)
         if name in gallery_names:

@@ -12,10 +12,11 @@ can be found in the recording. Consumers de-duplicate by `id`.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from tracker.tracking import TrackState
-from tracker.types import Box, Event
+from tracker.types import Box, Event, EventKind
 
 SCHEMA_VERSION = 1
 
@@ -51,7 +52,7 @@ class EventMaker:
     seen (bounded by the tracker's live tracks). Ids come from `new_id` (uuid4 hex by default).
     """
 
-    def __init__(self, new_id=lambda: uuid.uuid4().hex):
+    def __init__(self, new_id: Callable[[], str] = lambda: uuid.uuid4().hex) -> None:
         self._new_id = new_id
         self._announced: dict[int, str | None] = {}
         self._last_seen: dict[int, Box] = {}
@@ -59,8 +60,9 @@ class EventMaker:
     def _identity(self, track_id: int, votes) -> tuple[str, float]:
         """The track's voted identity; while the vote is too close to call, the one announced last
         (so a `left` says who the track was announced as)."""
-        if votes.ambiguous(track_id) and self._announced.get(track_id) is not None:
-            return self._announced[track_id], 0.0
+        announced = self._announced.get(track_id)
+        if votes.ambiguous(track_id) and announced is not None:
+            return announced, 0.0
         return votes.voted(track_id)
 
     def frame_events(self, views, votes, t_ns: int, wall_time: float, *, seq: int | None = None,
@@ -77,6 +79,7 @@ class EventMaker:
                 self._last_seen.pop(view.track_id, None)
             name, confidence = self._identity(view.track_id, votes)
             decided = votes.decided(view.track_id)
+            kind: EventKind
             if view.entered:
                 kind = "entered"
                 self._announced[view.track_id] = name if decided else None

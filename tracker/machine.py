@@ -72,7 +72,7 @@ def machine_key() -> dict:
 
 def blas_info() -> dict:
     """numpy's BLAS: name, version, CPU kernel set and thread count (threadpoolctl, then numpy's build config)."""
-    blas = {"name": None, "version": None, "architecture": None, "threads": None}
+    blas: dict[str, str | int | None] = {"name": None, "version": None, "architecture": None, "threads": None}
     try:
         from threadpoolctl import threadpool_info
 

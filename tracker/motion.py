@@ -84,8 +84,8 @@ class MotionGate:
         fraction = changed / mask.size
         if changed == 0 or fraction < self.min_area_fraction:
             return Motion(False, (), fraction)
-        mask = cv2.dilate(mask, self._kernel)  # join the fragments of one moving thing
-        count, _, stats, _ = cv2.connectedComponentsWithStats(mask, connectivity=8)
+        joined = cv2.dilate(mask, self._kernel)  # join the fragments of one moving thing
+        count, _, stats, _ = cv2.connectedComponentsWithStats(joined, connectivity=8)
         sx, sy = full_w / small.shape[1], full_h / small.shape[0]
         regions = tuple(
             Box(float(x * sx), float(y * sy), float(w * sx), float(h * sy))

@@ -165,6 +165,12 @@ class Guard:
 
     # -- the loop --------------------------------------------------------------------------------
 
+    @property
+    def _running(self) -> Capture:
+        """The capture thread, which exists only while `run()` runs the loop."""
+        assert self._capture is not None, "the capture is used only inside run()"
+        return self._capture
+
     def run(self) -> int:
         cfg = self.config
         state_dir = prepare_state_dir(cfg.resolved_state_dir())
@@ -226,11 +232,12 @@ class Guard:
             daemon.watchdog()  # every turn of the loop: a loop stuck anywhere stops the pings
             if not ready and self.frames_processed:
                 ready = True  # camera, backend and the first frame are up
-                daemon.ready(f"{self._capture.source.description}, backend {self.config.backend.name}")
+                daemon.ready(f"{self._running.source.description}, backend {self.config.backend.name}")
             deadline = self.batcher.deadline_ns()
             wait_s = 0.5 if deadline is None else max(0.0, (deadline - time.monotonic_ns()) / 1e9)
+            frame: Frame | None | bool  # False: no frame came within wait_s
             try:
-                frame = self._capture.get(timeout=wait_s)
+                frame = self._running.get(timeout=wait_s)
             except TimeoutError:
                 frame = False
             if frame is None:  # end of stream or stopped
@@ -240,7 +247,7 @@ class Guard:
             batch = self.batcher.due(time.monotonic_ns())
             if batch is not None:
                 self._process(batch)
-            if frame is not False:
+            if isinstance(frame, Frame):
                 work = self._detect(frame, previous, time.monotonic_ns())
                 previous = work.detections
                 crops = crop_batch(frame.image, work.detections) if work.has_crops else _NO_CROPS
@@ -299,12 +306,14 @@ class Guard:
 
     def _process(self, batch: Batch[_FrameWork]) -> None:
         infer_start = time.monotonic_ns()
-        embeddings = self._infer(batch.crops) if len(batch.crops) else np.empty((0, 0), np.float32)
+        inferred = self._infer(batch.crops) if len(batch.crops) else np.empty((0, 0), np.float32)
         infer_ms = _ms(infer_start, time.monotonic_ns())
-        lost = embeddings is None
-        if lost:
+        lost = inferred is None
+        if inferred is None:
             self.inference_lost += sum(1 for n in batch.counts if n)
             embeddings = np.full((len(batch.crops), 1), np.nan, np.float32)
+        else:
+            embeddings = inferred
         matches = self.gallery.match(embeddings) if len(embeddings) and not lost else []
         offset = 0
         for work, count, rows in zip(batch.items, batch.counts, batch.split(embeddings)):
@@ -344,7 +353,7 @@ class Guard:
         wall_time = (frame.t_ns + self._wall_offset_ns) / 1e9
         events = self.events.frame_events(views, self.votes, frame.t_ns, wall_time, seq=frame.seq,
                                           media_s=frame.media_s)
-        truth = getattr(self._capture.source, "ground_truth", None)  # the synthetic scene knows who is who
+        truth = getattr(self._running.source, "ground_truth", None)  # the synthetic scene knows who is who
         if truth is not None:
             self.identity_score.add(events, truth(frame.seq))
         publish_start = time.monotonic_ns()
@@ -363,7 +372,7 @@ class Guard:
             faces=len(work.detections), capture_ms=_ms(frame.t_ns, work.start_ns), motion_ms=work.motion_ms,
             detect_ms=work.detect_ms, infer_ms=infer_ms, track_ms=_ms(track_start, publish_start),
             publish_ms=_ms(publish_start, end), total_ms=_ms(frame.t_ns, end),
-            dropped=self._capture.dropped + self.inference_lost)
+            dropped=self._running.dropped + self.inference_lost)
         self.latency_log.write(record)
         self.stats.add(record)
 
@@ -427,8 +436,8 @@ class IdentityScore:
         """events: one frame's events; faces: that frame's ground truth (GroundTruth list)."""
         for event in events:
             if event.kind == "entered" and faces:
-                overlap = iou_matrix([[event.box.x, event.box.y, event.box.w, event.box.h]],
-                                     [[f.box.x, f.box.y, f.box.w, f.box.h] for f in faces])[0]
+                overlap = iou_matrix(np.array([[event.box.x, event.box.y, event.box.w, event.box.h]]),
+                                     np.array([[f.box.x, f.box.y, f.box.w, f.box.h] for f in faces]))[0]
                 if overlap.max() >= self.MIN_IOU:
                     self._tracks[event.track_id] = (faces[int(overlap.argmax())].identity, event.identity)
             elif event.track_id in self._tracks:

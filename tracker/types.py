@@ -58,7 +58,7 @@ class Detection:
 
     box: Box
     score: float = 1.0
-    landmarks: tuple[Point, Point, Point, Point, Point] | None = None
+    landmarks: tuple[Point, ...] | None = None  # five points, or None
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ import logging
 from collections import OrderedDict
 from pathlib import Path
 
-from tracker.backends.base import BackendBase
+from tracker.backends.base import Backend, BackendBase
 from tracker.errors import BackendUnavailable, InputError, TrackerError
 from tracker.model.spec import ModelSpec
 from tracker.types import Inference
@@ -123,7 +123,7 @@ class Auto(BackendBase):
             why = f"the calibration profile has no {precision} measurements"
         if why:
             log.warning("auto: %s; running %s for every batch size", why, DEFAULTS[precision])
-        self._live: OrderedDict[str, object] = OrderedDict()
+        self._live: OrderedDict[str, Backend] = OrderedDict()
         self._choice: dict[int, str] = {}  # batch size -> backend that serves it (bounded by max batch seen)
         self._broken: set[str] = set()
 
@@ -138,11 +138,11 @@ class Auto(BackendBase):
         """The backend `auto` runs for a batch of `n` (creating nothing)."""
         return self._choice.get(n) or self.candidates(n)[0]
 
-    def _backend(self, n: int):
-        name = self._choice.get(n)
-        if name in self._live:
-            self._live.move_to_end(name)
-            return self._live[name]
+    def _backend(self, n: int) -> Backend:
+        chosen = self._choice.get(n)
+        if chosen is not None and chosen in self._live:
+            self._live.move_to_end(chosen)
+            return self._live[chosen]
         from tracker.backends import create_backend
 
         for name in self.candidates(n):

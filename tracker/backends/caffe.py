@@ -77,9 +77,9 @@ class _CaffeEngine(BackendBase):
         return Inference(out[self.model.probs].reshape(n, -1), out[self.model.embedding].reshape(n, -1))
 
     def close(self) -> None:
-        if self._net is not None:
-            self._net.close()
-        self._net = None
+        net = self.__dict__.pop("_net", None)  # a closed backend is not used again
+        if net is not None:
+            net.close()
 
 
 class CaffeOpenBLAS(_CaffeEngine):

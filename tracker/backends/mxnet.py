@@ -66,7 +66,7 @@ def _tuple(values) -> str:
 class _SymbolWriter:
     """Builds the node list of an MXNet symbol JSON: variables ("null" ops) and operators."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.nodes: list[dict] = []
         self.arg_nodes: list[int] = []
 
@@ -76,7 +76,7 @@ class _SymbolWriter:
         return len(self.nodes) - 1
 
     def op(self, op: str, name: str, inputs: list[int], **attrs) -> int:
-        node = {"op": op, "name": name, "inputs": [[i, 0, 0] for i in inputs]}
+        node: dict[str, object] = {"op": op, "name": name, "inputs": [[i, 0, 0] for i in inputs]}
         if attrs:
             node["attrs"] = {k: str(v) for k, v in attrs.items()}
         self.nodes.append(node)
@@ -150,12 +150,12 @@ def caffe_to_mxnet(netdef, probs: str, embedding: str) -> tuple[str, dict[str, n
             p = layer.param.pooling_param
             if p.pool not in (_POOL_MAX, _POOL_AVE):
                 raise unsupported(layer, "STOCHASTIC pooling")
-            g = pool_geometry(layer, bottom_shape)
+            pg = pool_geometry(layer, bottom_shape)
             convention = "valid" if p.round_mode == _ROUND_FLOOR else "full"
-            node = w.op("Pooling", layer.name, [src], kernel=_tuple(g.kernel), stride=_tuple(g.stride), pad=_tuple(g.pad),
+            node = w.op("Pooling", layer.name, [src], kernel=_tuple(pg.kernel), stride=_tuple(pg.stride), pad=_tuple(pg.pad),
                         pool_type="max" if p.pool == _POOL_MAX else "avg", pooling_convention=convention,
                         count_include_pad=True)
-            for axis, size, k, s, pad, want in zip((2, 3), bottom_shape[2:], g.kernel, g.stride, g.pad, g.out):
+            for axis, size, k, s, pad, want in zip((2, 3), bottom_shape[2:], pg.kernel, pg.stride, pg.pad, pg.out):
                 span = size + 2 * pad - k
                 got = (span // s if convention == "valid" else -(-span // s)) + 1
                 if got != want:  # Caffe's clip of a window starting in the padding

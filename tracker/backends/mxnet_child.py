@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import os
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -60,7 +61,7 @@ class MXNetSymbol:
         with np.load(params) as stored:
             self._params = {key: mx.nd.array(stored[key], dtype="float32") for key in stored.files}
         self._input = input_name
-        self._base = None  # the first executor: it holds the weights the others share
+        self._base: Any = None  # the first executor (an mxnet Executor): it holds the weights the others share
         self._recent: collections.OrderedDict = collections.OrderedDict()
         self.runtime_versions = {"mxnet_mkldnn": "on" if mkldnn else "off"}
 

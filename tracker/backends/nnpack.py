@@ -78,4 +78,4 @@ class TorchNNPACK(BackendBase):
         return Inference(prob.numpy(), embedding.numpy())
 
     def close(self) -> None:
-        self._module = None
+        self.__dict__.pop("_module", None)  # drop the torch module: a closed backend is not used again

@@ -78,4 +78,4 @@ class OpenCVDNN(BackendBase):
         return Inference(np.array(prob.reshape(n, -1)), np.array(embedding.reshape(n, -1)))
 
     def close(self) -> None:
-        self._net = None
+        self.__dict__.pop("_net", None)  # drop the runtime's net: a closed backend is not used again

@@ -50,6 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tracker.backends.base import Backend
 from tracker.backends.worker_child import _LEN, region_offsets, write_frame
 from tracker.errors import (
     BackendFailure,
@@ -236,8 +237,16 @@ class WorkerBackend:
         self.load_s: float | None = None
         self.in_flight = 0
         self._proc: subprocess.Popen | None = None
+        self._req = self._rep = self._shm_fd = -1  # pipe and shared-memory descriptors; -1: closed
+        self._views: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # shared memory: inputs, probs, embeddings
         self._dead: str | None = None  # why the worker cannot serve (set on failure and close)
         self._start()
+
+    @property
+    def _child(self) -> subprocess.Popen:
+        """The child process; only used once `_start` made it."""
+        assert self._proc is not None, "worker child used before it was started"
+        return self._proc
 
     # ------------------------------------------------------------------ start-up
 
@@ -329,7 +338,7 @@ class WorkerBackend:
         timeout = self.call_timeout_s if self.call_timeout_s is not None else CALL_TIMEOUT_BASE_S + CALL_TIMEOUT_PER_IMAGE_S * n
         deadline = self._deadline(timeout)
         what = f"the infer of {n} input{'s' if n != 1 else ''}"
-        if self._shm is not None:
+        if self._views is not None:
             np.copyto(self._views[0][:n], x)
             self._send({"op": "infer", "n": n}, (), deadline, what, lost)
         else:
@@ -339,12 +348,12 @@ class WorkerBackend:
             self._raise_child_error(reply, lost)
         if reply["event"] != "result" or reply["n"] != n:
             self._fail(f"answered {reply!r} to {what}", lost)
-        if self._shm is not None:
+        if self._views is not None:
             return Inference(self._views[1][:n].copy(), self._views[2][:n].copy())
         probs = np.empty((n, self.probs_dim), np.float32)
         embedding = np.empty((n, self.embedding_dim), np.float32)
-        self._read_exact(memoryview(probs).cast("B"), deadline, what, lost)
-        self._read_exact(memoryview(embedding).cast("B"), deadline, what, lost)
+        self._read_exact(probs.data.cast("B"), deadline, what, lost)
+        self._read_exact(embedding.data.cast("B"), deadline, what, lost)
         return Inference(probs, embedding)
 
     # ------------------------------------------------------------------ framing with deadlines
@@ -365,7 +374,7 @@ class WorkerBackend:
                 if remaining <= 0:
                     self._fail(f"timeout after {self._wait_s:g} s during {what} (the child stopped reading)", lost)
                 select.select([], [self._req], [], min(remaining, _POLL_S))
-                if self._proc.poll() is not None:
+                if self._child.poll() is not None:
                     self._fail_dead(what, lost)
 
     def _fill(self, count: int, deadline: float, what: str, lost: int) -> None:
@@ -380,7 +389,7 @@ class WorkerBackend:
                 if not chunk:
                     self._fail_dead(what, lost)
                 self._rbuf += chunk
-            elif self._proc.poll() is not None:
+            elif self._child.poll() is not None:
                 self._fail_dead(what, lost)
 
     def _await(self, what: str, deadline: float, lost: int, before_hello: bool = False) -> dict:
@@ -416,7 +425,7 @@ class WorkerBackend:
                 if not got:
                     self._fail_dead(what, lost)
                 view = view[got:]
-            elif self._proc.poll() is not None:
+            elif self._child.poll() is not None:
                 self._fail_dead(what, lost)
 
     def _deadline(self, timeout_s: float) -> float:
@@ -440,7 +449,7 @@ class WorkerBackend:
     def _fail_dead(self, what: str, lost: int):
         """The child closed its pipe or exited: reap it and say how it ended."""
         self._reap(_EXIT_GRACE_S)
-        self._fail(f"{describe_exit(self._proc.returncode)} during {what}", lost)
+        self._fail(f"{describe_exit(self._child.returncode)} during {what}", lost)
 
     def _fail(self, cause: str, lost: int):
         """Kill and reap the child, mark the worker dead, raise WorkerFailure."""
@@ -457,10 +466,10 @@ class WorkerBackend:
 
     def _reap(self, grace: float) -> None:
         try:
-            self._proc.wait(timeout=grace)
+            self._child.wait(timeout=grace)
         except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+            self._child.kill()
+            self._child.wait()
 
     def _shutdown(self) -> None:
         """Kill (if still running) and reap the child; release pipes and shared memory."""
@@ -481,12 +490,12 @@ class WorkerBackend:
                 pass
             self._shm = None
         for fd in (self._req, self._rep, self._shm_fd):
-            if fd is not None and fd >= 0:
+            if fd >= 0:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self._req = self._rep = self._shm_fd = None
+        self._req = self._rep = self._shm_fd = -1
 
     def child_peak_rss_kb(self) -> int | None:
         """Peak resident memory (VmHWM, KiB) of the running child, None where /proc cannot say.
@@ -506,7 +515,7 @@ class WorkerBackend:
 
     def close(self) -> None:
         """Ask the child to exit (it closes its backend), then reap it; SIGKILL after a grace period."""
-        if self._proc is None or self._req is None:
+        if self._proc is None or self._req < 0:
             return
         if self._dead is None:
             try:
@@ -572,7 +581,7 @@ class RestartingBackend:
     last_cause. Not thread-safe (one inference thread).
     """
 
-    def __init__(self, factory: Callable[[], object], *, name: str | None = None, backoff_initial_s: float = 0.5,
+    def __init__(self, factory: Callable[[], Backend], *, name: str | None = None, backoff_initial_s: float = 0.5,
                  backoff_max_s: float = 30.0, backoff_factor: float = 2.0, max_consecutive_failures: int | None = None,
                  clock: Callable[[], float] = time.monotonic):
         if not (backoff_initial_s >= 0 and backoff_max_s >= backoff_initial_s and backoff_factor >= 1):
@@ -582,8 +591,9 @@ class RestartingBackend:
         self._clock = clock
         self.backoff_initial_s, self.backoff_max_s, self.backoff_factor = backoff_initial_s, backoff_max_s, backoff_factor
         self.max_consecutive_failures = max_consecutive_failures
-        self._backend = factory()
-        self.name = name or self._backend.name
+        first = factory()
+        self._backend: Backend | None = first  # None between a failure and the restart
+        self.name = name or first.name
         self.restarts = 0
         self.failures = 0
         self.consecutive_failures = 0

@@ -160,7 +160,7 @@ def serve(job: dict, req_fd: int, rep_fd: int, shm_fd: int) -> int:
                 x = views[0][:n]
             else:
                 x = inbuf[:n]
-                if not _read_into(req_fd, memoryview(x).cast("B")):
+                if not _read_into(req_fd, x.data.cast("B")):
                     break
             try:
                 out = backend.infer(x)

@@ -70,7 +70,7 @@ def _model(config) -> tuple[ModelSpec, dict]:
     if len(netdef.inputs) != 1:
         raise InputError(f"model {str(spec.prototxt)!r}: {len(netdef.inputs)} inputs; the benchmark expects exactly one (N, C, H, W) input")
     (shape,) = netdef.inputs.values()
-    info = {
+    info: dict = {
         "prototxt": str(spec.prototxt),
         "weights": str(spec.weights),
         "input_shape": list(shape[1:]),
@@ -119,13 +119,13 @@ def run_benchmark_command(config, args) -> int:
     profile = profile_path(state_dir)
 
     probes = probe_backends(_entries(names))
-    unavailable = {n: p.reason for n, p in probes.items() if not p.available}
+    unavailable = {n: p.reason or "unavailable" for n, p in probes.items() if not p.available}
     if not all_mode and unavailable:
         raise BackendUnavailable(next(iter(unavailable.values())))
     if all_mode and "auto" in names and probes["auto"].available and not profile.exists():
         # auto without a profile would only time its documented default; the run writes one
         probes["auto"] = Probe(False, f"no calibration profile at {profile} yet; run the benchmark once first", probes["auto"].precisions)
-        unavailable["auto"] = probes["auto"].reason
+        unavailable["auto"] = probes["auto"].reason or "unavailable"
     columns = _columns(names, probes, args.precision, not all_mode)
     if not columns:
         raise InputError(f"--backend {args.backend or config.backend.name}: no backend with precision {args.precision!r} can run here")
@@ -195,7 +195,10 @@ def run_benchmark_command(config, args) -> int:
                     "options": _backend_options(column.backend, state_dir, worker),
                 }
                 start = bar.n
-                outcome = run_cell(job, timeout_s, lambda done, start=start: bar.update(start + done - bar.n))
+                def progress(done: int, start: int = start) -> None:
+                    bar.update(start + done - bar.n)
+
+                outcome = run_cell(job, timeout_s, progress)
                 bar.update(start + passes + 1 - bar.n)
                 row = make_row(column, batch, passes, outcome, model_info["macs_per_image"], peak["gflops"])
                 results.add(row, outcome.versions)

@@ -119,7 +119,8 @@ def _run_scene(detector, width: int, height: int, mode: str, frames: int, crops:
     scene = SyntheticScene(width, height, 10.0, seed=0)
     gate = MotionGate()
     previous: list = []
-    times, stage = [], {"crop_ms": [], "infer_ms": [], "track_ms": []}
+    times: list[float] = []
+    stage: dict[str, list[float]] = {"crop_ms": [], "infer_ms": [], "track_ms": []}
     faces = found = false = searched = detections = 0
     for n in range(frames):
         image, truth = scene.render(n)
@@ -171,9 +172,11 @@ def _dlib(detector_name: str, config) -> dict:
     faces = found = false = 0
     for xml in ("testing.xml", "training.xml"):
         for image_node in ET.parse(DLIB_FACES / xml).getroot().iter("image"):
-            image = cv2.imread(str(DLIB_FACES / image_node.get("file")))
-            truth = [Box(float(b.get("left")), float(b.get("top")), float(b.get("width")), float(b.get("height")))
-                     for b in image_node.iter("box")]
+            path = DLIB_FACES / image_node.get("file", "")
+            image = cv2.imread(str(path))
+            if image is None:
+                return {"error": f"dlib photo {path} cannot be read"}
+            truth = [Box(*(float(b.get(k, "nan")) for k in ("left", "top", "width", "height"))) for b in image_node.iter("box")]
             width = image.shape[1] * (2 if detector_name == "haar" else 1)  # Haar: its README reference, x2
             overrides = {"detect_width": width}
             if detector_name == "haar":
@@ -207,9 +210,11 @@ def run_detector_benchmark(config: Config, names: list[str], out: Path, frames: 
         if name not in dlib:
             dlib[name] = _dlib(name, config)
     budget = _frame_budget(config, frames)
+    cpu = cpu_model()
+    machine = {"cpu": cpu, "load_average": {"start": load_start, "end": load_average()}}
     result = {
         "schema": 1,
-        "machine": {"cpu": cpu_model(), "load_average": {"start": load_start, "end": load_average()}},
+        "machine": machine,
         "settings": {"frames": frames, "scene": "synthetic, seed 0, 10 fps", "sizes": [f"{w}x{h}" for w, h in SIZES],
                      "modes": list(MODES), "detect_width": "the frame's width"},
         "rows": [r.summary() for r in rows],
@@ -224,7 +229,7 @@ def run_detector_benchmark(config: Config, names: list[str], out: Path, frames: 
     for r in rows:
         writer.writerow(r.summary())
     atomic_write(out / "detectors.csv", text.getvalue().encode())
-    _plots(rows, out, result["machine"]["cpu"])
+    _plots(rows, out, cpu)
     print(detector_table(result))
     return 0
 

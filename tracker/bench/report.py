@@ -155,7 +155,7 @@ class Results:
             fig.subplots_adjust(left=0.08, right=0.75)  # the legend goes right of the axes
             # one colour and marker per backend (tab20: up to 20 distinguishable), dashed for int8
             backend_names = list(dict.fromkeys(c.backend for c in self.columns))
-            palette = plt.get_cmap("tab20").colors
+            palette = plt.get_cmap("tab20").colors  # type: ignore[attr-defined]  # tab20 is a ListedColormap
             palette = palette[0::2] + palette[1::2]
             try:
                 for column in self.columns:

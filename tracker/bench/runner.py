@@ -134,8 +134,10 @@ class _Child:
             self.cap.close()
 
 
-def describe_exit(returncode: int) -> tuple[str, str]:
+def describe_exit(returncode: int | None) -> tuple[str, str]:
     """(cause, short reason) for a child that ended without reporting a result."""
+    if returncode is None:
+        return "did not exit", "did not exit"
     if returncode < 0:
         signum = -returncode
         if signum == signal.SIGKILL:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -33,6 +33,10 @@ from tracker.detect.haar import HaarDetector
 from tracker.detect.model_files import BLAZEFACE, YUNET
 from tracker.errors import BackendUnavailable
 from tracker.types import Box, Detection, Frame
+
+if TYPE_CHECKING:  # the detectors' modules are imported when one is made (they need their runtime)
+    from tracker.detect.blazeface import BlazeFaceDetector
+    from tracker.detect.yunet import YuNetDetector
 
 DETECTORS = ("auto", "yunet", "blazeface", "haar")
 log = logging.getLogger(__name__)
@@ -81,6 +85,7 @@ def create_detector(config, *, quiet: bool = False) -> FaceDetector:
     name = resolve_detector(config)
     if config.detector == "auto" and not quiet:
         log.info("detect: auto chose %s (yunet when its model file is found, then blazeface, then haar)", name)
+    chosen: type[YuNetDetector] | type[BlazeFaceDetector]
     if name == "yunet":
         from tracker.detect.yunet import YuNetDetector as chosen
     elif name == "blazeface":

@@ -26,7 +26,7 @@ HAAR_CASCADE = "haarcascade_frontalface_default.xml"
 
 def default_cascade_path() -> Path:
     """The frontal-face cascade shipped inside the opencv wheel."""
-    return Path(cv2.data.haarcascades) / HAAR_CASCADE
+    return Path(cv2.data.haarcascades) / HAAR_CASCADE  # type: ignore[attr-defined]  # cv2's stubs lack cv2.data
 
 
 class HaarDetector:

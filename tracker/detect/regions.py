@@ -32,15 +32,15 @@ def search_windows(regions: Sequence[Box], width: int, height: int, *, min_side:
     the same pixels, each inside the image and at least `min_side` on both sides where the image
     allows; [(0, 0, width, height)] when they cover more than `max_fraction` of the image; [] for
     no regions. Regions wholly outside the image are ignored."""
-    boxes = []
+    spans: list[tuple[float, float, float, float]] = []  # (x0, x1, y0, y1)
     for r in regions:
         x0, y0, x1, y1 = r.x, r.y, r.x + r.w, r.y + r.h
         if not all(np.isfinite((x0, y0, x1, y1))) or x1 <= 0 or y1 <= 0 or x0 >= width or y0 >= height:
             continue
         grow = growth * max(x1 - x0, y1 - y0)
         x0, y0, x1, y1 = x0 - grow, y0 - grow, x1 + grow, y1 + grow
-        boxes.append(_at_least(x0, x1, min_side, width) + _at_least(y0, y1, min_side, height))
-    boxes = [[b[0], b[2], b[1], b[3]] for b in boxes]  # (x0, x1, y0, y1) -> (x0, y0, x1, y1)
+        spans.append(_at_least(x0, x1, min_side, width) + _at_least(y0, y1, min_side, height))
+    boxes = [[b[0], b[2], b[1], b[3]] for b in spans]  # (x0, x1, y0, y1) -> (x0, y0, x1, y1)
     merged = True
     while merged:  # merge until no two windows overlap
         merged = False

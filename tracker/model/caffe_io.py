@@ -264,7 +264,8 @@ def downgrade_to_v1(net):
 def _legacy_dims(shape: tuple[int, ...], where: str) -> tuple[int, int, int, int]:
     if len(shape) > 4:
         raise ModelError(f"{where}: shape {shape} has more than 4 axes; V1 cannot store it")
-    return (1,) * (4 - len(shape)) + tuple(int(d) for d in shape)
+    n, c, h, w = (1,) * (4 - len(shape)) + tuple(int(d) for d in shape)
+    return n, c, h, w
 
 
 def array_to_blob(array: np.ndarray, blob=None):
@@ -491,7 +492,7 @@ def load_net(prototxt: Path, weights: Path | None) -> NetDef:
                              + (f" of shapes {', '.join(map(str, expected))}" if expected else ""))
         blobs = tuple(
             blob_to_array(blob, shape, f"caffemodel {weights}: layer {layer.name!r} blob {i}")
-            for i, (blob, shape) in enumerate(zip(found.blobs, expected))) if expected else ()
+            for i, (blob, shape) in enumerate(zip(found.blobs, expected))) if expected and found is not None else ()
         layers.append(LayerDef(layer.name, layer.type, layer.bottoms, layer.tops, layer.param,
                                blobs))
     return NetDef(structure.name, structure.inputs, layers)

@@ -341,7 +341,7 @@ class Net:
 
     # "caffe" ----------------------------------------------------------------------------------
 
-    def _forward_caffe(self, x, names):
+    def _forward_caffe(self, x: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:
         wanted = set(names)
         results: dict[str, np.ndarray] = {}
         blobs = {self.input_name: np.array(x, dtype=self.dtype, copy=True)}  # Caffe copies in
@@ -399,7 +399,7 @@ class Net:
             n_scratch = len(step.op.scratch_sizes(step.op.shapes.bottoms))
             step.scratch_slots = list(range(len(intervals), len(intervals) + n_scratch))
             intervals.extend([idx, idx] for _ in range(n_scratch))
-        return [tuple(iv) for iv in intervals], input_slot
+        return [(first, last) for first, last in intervals], input_slot
 
     def _plan(self, chunk: int) -> tuple[list[_Slot], int]:
         """Workspace slots (with offsets) for chunks of up to `chunk` images, and total bytes."""
@@ -471,6 +471,7 @@ class Net:
         if cached is not None:
             return cached
         slots, total = self._plan(chunk)
+        assert self._workspace is not None  # _reserve made it
         ws = self._workspace[worker * total : (worker + 1) * total]
 
         def region(slot_idx: int, count: int) -> np.ndarray:

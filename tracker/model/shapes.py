@@ -110,7 +110,7 @@ def conv_geometry(layer: LayerDef, num_spatial: int) -> ConvGeometry:
             raise _err(layer, "kernel_h and kernel_w must be given together, for 2-D only")
         if len(p.kernel_size):
             raise _err(layer, "give either kernel_size or kernel_h/kernel_w, not both")
-        kernel = (p.kernel_h, p.kernel_w)
+        kernel: tuple[int, ...] = (p.kernel_h, p.kernel_w)
     else:
         if not len(p.kernel_size):
             raise _err(layer, "convolution_param has no kernel_size (nor kernel_h/kernel_w)")
@@ -120,13 +120,13 @@ def conv_geometry(layer: LayerDef, num_spatial: int) -> ConvGeometry:
                                                       and p.HasField("stride_w")):
             raise _err(layer, "stride_h and stride_w must be given together, for 2-D only, "
                               "and exclude stride")
-        stride = (p.stride_h, p.stride_w)
+        stride: tuple[int, ...] = (p.stride_h, p.stride_w)
     else:
         stride = _per_axis(layer, p.stride, num_spatial, 1, "stride")
     if p.HasField("pad_h") or p.HasField("pad_w"):
         if num_spatial != 2 or len(p.pad):
             raise _err(layer, "pad_h/pad_w are for 2-D only and exclude pad")
-        pad = (p.pad_h, p.pad_w)
+        pad: tuple[int, ...] = (p.pad_h, p.pad_w)
     else:
         pad = _per_axis(layer, p.pad, num_spatial, 0, "pad")
     dilation = _per_axis(layer, p.dilation, num_spatial, 1, "dilation")
@@ -176,7 +176,7 @@ def pool_geometry(layer: LayerDef, bottom: Shape) -> PoolGeometry:
         if o <= 0:
             raise _err(layer, f"kernel {kernel} with pad {pad} does not fit the {h}x{w} input")
         out.append(o)
-    return PoolGeometry(tuple(kernel), tuple(stride), tuple(pad), (out[0], out[1]))
+    return PoolGeometry((kernel[0], kernel[1]), (stride[0], stride[1]), (pad[0], pad[1]), (out[0], out[1]))
 
 
 def _prod(values: Sequence[int]) -> int:

@@ -27,8 +27,8 @@ from statistics import median
 
 
 class ThreadTuner:
-    """Per key (a batch-size class), which of `arms` (hashable settings, in order of
-    preference while sampling) to use next; `record` feeds back seconds per image."""
+    """Per key (a batch-size class), which of `arms` (core counts, in order of preference while
+    sampling) to use next; `record` feeds back seconds per image."""
 
     SAMPLES = 5
     WINDOW = 8
@@ -36,13 +36,13 @@ class ThreadTuner:
     RETRY_FIRST = 64
     RETRY_MAX = 4096
 
-    def __init__(self, arms: Sequence[Hashable]):
+    def __init__(self, arms: Sequence[int]):
         if not arms:
             raise ValueError("ThreadTuner needs at least one arm")
         self.arms = tuple(dict.fromkeys(arms))
         self._state: dict[Hashable, _KeyState] = {}
 
-    def choose(self, key: Hashable) -> Hashable:
+    def choose(self, key: Hashable) -> int:
         if len(self.arms) == 1:
             return self.arms[0]
         st = self._state.setdefault(key, _KeyState(self.arms, self.WINDOW, self.RETRY_FIRST))
@@ -60,7 +60,7 @@ class ThreadTuner:
             return next(arm for arm in self.arms if arm != best)
         return best
 
-    def record(self, key: Hashable, arm: Hashable, seconds_per_image: float) -> None:
+    def record(self, key: Hashable, arm: int, seconds_per_image: float) -> None:
         if len(self.arms) == 1:
             return
         st = self._state[key]
@@ -75,7 +75,7 @@ class ThreadTuner:
                 st.retry_at = st.calls + st.retry_gap
         st.samples[arm].append(seconds_per_image)
 
-    def best(self, key: Hashable) -> Hashable:
+    def best(self, key: Hashable) -> int:
         """The arm with the lowest median so far (the first arm when nothing is known)."""
         st = self._state.get(key)
         if st is None:
@@ -85,8 +85,8 @@ class ThreadTuner:
 
 
 class _KeyState:
-    def __init__(self, arms, window: int, retry_first: int):
-        self.samples = {arm: deque(maxlen=window) for arm in arms}
+    def __init__(self, arms: Sequence[int], window: int, retry_first: int):
+        self.samples: dict[int, deque[float]] = {arm: deque(maxlen=window) for arm in arms}
         self.rejected = {arm: False for arm in arms}
         self.calls = 0
         self.retry_gap = retry_first

@@ -221,7 +221,7 @@ class MqttSink:
         self._control: set[int] = set()  # mids of QoS 1 availability/discovery publishes in flight
 
         if self._v5:
-            self._state_props = Properties(PacketTypes.PUBLISH)
+            self._state_props: Properties | None = Properties(PacketTypes.PUBLISH)
             self._state_props.MessageExpiryInterval = int(max(3 * config.state_interval_s, 60))
             client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=mqtt.MQTTv5)
         else:
@@ -591,7 +591,7 @@ class MqttSink:
             if not self._snapshot_due:
                 return
             self._snapshot_due, jpeg = False, self._snapshot
-        if self._fits("snapshot", self.topics["snapshot"], len(jpeg), qos=0):
+        if jpeg is not None and self._fits("snapshot", self.topics["snapshot"], len(jpeg), qos=0):
             self._client.publish(self.topics["snapshot"], jpeg, qos=0, retain=True)
 
     def _send_discovery(self) -> None:

@@ -48,7 +48,7 @@ class OpenCVSource(SourceBase):
         self.request = (width, height, fps)
         self.description = {"camera": "camera", "stream": "stream", "file": "video file"}[self.kind] + f" {uri!r}"
         self._cap = None
-        self._first: np.ndarray | None = None  # decoded at open(), returned by the first read()
+        self._first: tuple[np.ndarray, float | None] | None = None  # (image, media_s) decoded at open(), returned by the first read()
 
     def open(self) -> None:
         import cv2

@@ -213,7 +213,9 @@ class SyntheticScene:
         # B: right to left, nearer (larger, drawn over A) and crossing A mid-frame.
         name, chip, sb, vb = pick(1, (0.24, 0.29))
         tb_mid = a_mid + rng.uniform(-0.3, 0.3)
-        yb = float(a.centre(a_mid)[1]) + rng.uniform(-0.3, 0.3) * s
+        a_centre = a.centre(a_mid)
+        assert a_centre is not None  # a_mid lies on A's walk by construction
+        yb = float(a_centre[1]) + rng.uniform(-0.3, 0.3) * s
         tb = tb_mid - (W / 2 + sb / 2) / vb
         b = _Actor(3 * c + 2, name, chip, sb, PILLAR_Z + 2,
                    ((tb, W + sb / 2, yb), (tb + (W + sb) / vb, -sb / 2, yb)))

@@ -173,6 +173,7 @@ def eval_mot_command(argv: list[str]) -> int:
     if gt is not None and not len(gt):
         raise InputError(f"gt file {str(args.gt)!r}: no boxes to score against; expected at least one row with conf != 0")
     if args.tracks is not None:
+        assert gt is not None  # --tracks without --gt was refused above
         tracks = read_mot(args.tracks, "tracks")
         print(format_table(_sequence_name(args.gt), evaluate(gt, tracks)))
         return 0

@@ -131,7 +131,8 @@ def evaluate(gt: MotTable, hyp: MotTable, match_iou: float = MATCH_IOU) -> MotMe
         free_o = np.ones(len(o_ids), bool)
         free_h = np.ones(len(h_ids), bool)
         for i, o in enumerate(o_ids):
-            j = col_of.get(prev_pair.get(int(o)))
+            previous = prev_pair.get(int(o))
+            j = None if previous is None else col_of.get(previous)
             if j is not None and free_h[j] and allowed[i, j]:
                 pairs.append((i, j))
                 free_o[i] = free_h[j] = False

@@ -375,13 +375,18 @@ class Tracker:
             track.state = TrackState.ENDED
         elif track.misses <= self.max_age:
             track.state = TrackState.LOST
-        elif self._can_come_back(track) and t_s - track.seen_s <= self.reid_window_s:
+        elif self._can_come_back(track) and self._within_window(track, t_s):
             track.state, track.dormant = TrackState.LOST, True
         else:
             track.state = TrackState.ENDED
 
     def _can_come_back(self, track: _Track) -> bool:
         return self.reid_threshold is not None and track.ever_confirmed and track.embedding is not None
+
+    def _within_window(self, track: _Track, t_s: float | None) -> bool:
+        """The track was last seen at most reid_window_s before t_s (times are given whenever
+        re-identification is on: `update` checks)."""
+        return t_s is not None and track.seen_s is not None and t_s - track.seen_s <= self.reid_window_s
 
     def _confirm(self, just_confirmed: set[int], assigned: dict[int, int]) -> dict[int, int]:
         """Confirm the tracks in `just_confirmed`, except those recognised by face as a LOST track
@@ -391,32 +396,38 @@ class Tracker:
         rejoined: dict[int, int] = {}
         for new_id in sorted(just_confirmed):
             new = by_id[new_id]
-            old = self._recognise(new)
-            if old is None:
+            match = self._recognise(new)
+            if match is None:
                 new.state, new.ever_confirmed = TrackState.CONFIRMED, True
                 continue
+            old, embedding = match
             old.kf, old.observed, old.at_observed, old.seen_s = new.kf, new.observed, new.at_observed, new.seen_s
             old.state, old.dormant, old.misses = TrackState.CONFIRMED, False, 0
             old.hits += new.hits
             old.hit_streak = new.hit_streak
-            old.embedding = _unit(old.embedding + new.embedding)
+            old.embedding = embedding
             new.state = TrackState.ENDED
             assigned[old.track_id] = assigned.pop(new_id)
             just_confirmed.discard(new_id)
             rejoined[old.track_id] = new_id
         return rejoined
 
-    def _recognise(self, new: _Track) -> _Track | None:
-        """The LOST track most similar to `new` by embedding, if at least reid_threshold."""
+    def _recognise(self, new: _Track) -> tuple[_Track, np.ndarray] | None:
+        """The LOST track most similar to `new` by embedding, if at least reid_threshold, and the
+        embedding the two share from now on (the unit mean of both)."""
         if self.reid_threshold is None or new.embedding is None:
             return None
-        lost = [t for t in self._tracks if t.state is TrackState.LOST and self._can_come_back(t)
-                and t.embedding.shape == new.embedding.shape]
+        mine = new.embedding
+        lost = [(t, t.embedding) for t in self._tracks if t.state is TrackState.LOST and t.ever_confirmed
+                and t.embedding is not None and t.embedding.shape == mine.shape]
         if not lost:
             return None
-        similarity = 1.0 - cosine_distance(new.embedding[None, :], np.stack([t.embedding for t in lost]))[0]
+        similarity = 1.0 - cosine_distance(mine[None, :], np.stack([e for _, e in lost]))[0]
         best = int(np.argmax(similarity))
-        return lost[best] if similarity[best] >= self.reid_threshold else None
+        if similarity[best] < self.reid_threshold:
+            return None
+        old, theirs = lost[best]
+        return old, _unit(theirs + mine)
 
     def _absorb_embedding(self, track: _Track, embeddings: np.ndarray | None, di: int) -> None:
         """Fold detection di's embedding into the track's smoothed unit embedding."""

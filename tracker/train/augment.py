@@ -26,7 +26,7 @@ def _one(crop: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     image = crop[:, ::-1] if rng.random() < 0.5 else crop
     angle = rng.uniform(-ROTATE_DEG, ROTATE_DEG)
     scale = 1.0 + rng.uniform(-SCALE, SCALE)
-    m = cv2.getRotationMatrix2D((CROP_SIZE / 2.0, CROP_SIZE / 2.0), angle, scale)
+    m = np.asarray(cv2.getRotationMatrix2D((CROP_SIZE / 2.0, CROP_SIZE / 2.0), angle, scale), np.float64)
     m[:, 2] += rng.uniform(-SHIFT_PX, SHIFT_PX, size=2)
     image = cv2.warpAffine(np.ascontiguousarray(image), m, (CROP_SIZE, CROP_SIZE), flags=cv2.INTER_LINEAR,
                            borderMode=cv2.BORDER_REPLICATE)
@@ -34,8 +34,9 @@ def _one(crop: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         image = cv2.GaussianBlur(image, (0, 0), rng.uniform(0.5, 1.3))
     if rng.random() < P_JPEG:
         ok, encoded = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, int(rng.integers(30, 80))])
-        if ok:
-            image = cv2.imdecode(encoded, cv2.IMREAD_GRAYSCALE)
+        decoded = cv2.imdecode(encoded, cv2.IMREAD_GRAYSCALE) if ok else None
+        if decoded is not None:
+            image = decoded
     out = image.astype(np.float32) * np.float32(1.0 / 255.0)
     contrast, brightness = rng.uniform(0.7, 1.3), rng.uniform(-0.15, 0.15)
     out = (out - out.mean()) * contrast + out.mean() + brightness

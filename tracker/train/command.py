@@ -239,22 +239,23 @@ def train_command(argv: list[str]) -> int:
     cache = CropCache(args.work, definition_key(detector, config.detect))
     sets = [(root, list_samples(root)[:args.limit] if args.limit else list_samples(root)) for root in args.data]
     total = sum(len(s) for _, s in sets)
-    crops, samples, roots, left_out = [], [], [], 0
+    parts: list[np.ndarray] = []
+    samples, roots, left_out = [], [], 0
     with tqdm(total=total, desc="crops", unit="photo", file=sys.stderr, disable=None, dynamic_ncols=True) as bar:
         for root, set_samples in sets:
             c, kept, missed = load_crops(set_samples, detector, cache, progress=bar.update)
-            crops.append(c)
+            parts.append(c)
             samples += kept
             roots += [root if root.is_dir() else root.parent] * len(kept)
             left_out += missed
-    crops = np.concatenate(crops)
+    crops = np.concatenate(parts)
     print(f"train: {len(samples)} photos with a central face ({crop_name} crops), {left_out} left out "
           f"(not an image or no face found); cache {cache.path}", file=sys.stderr)
 
     # 2. classes, 3. targets
     structure = load_net(prototxt, None)
     net = TrainableNet(lower(he_weights(structure), config.model.probs, config.model.embedding))
-    net = net.to(memory_format=torch.channels_last)  # oneDNN's convolutions: 0.74 s a step, not 1.07
+    net = net.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stubs omit it; oneDNN's convolutions: 0.74 s a step, not 1.07
     n_classes = net.layers[net.outputs[0]].out_features
     width = net.layers[[n for n, layer in net.layers.items() if isinstance(layer, torch.nn.Linear)][0]].out_features
     classes = choose_classes([s.identity for s in samples], n_classes)

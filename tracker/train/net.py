@@ -17,6 +17,9 @@ The exported net has the prototxt's layers only and runs on every backend as bef
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import cast
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -38,12 +41,14 @@ class TrainableNet(torch.nn.Module):
         self.input_name = graph.input
         self.layers = torch.nn.ModuleDict()
         self.norms = torch.nn.ModuleDict()
-        self._steps: list[tuple[str, str, object]] = []
+        self._steps: list[tuple[str, str, Callable[[torch.Tensor], torch.Tensor]]] = []
         for op in graph.ops:
             self._steps.append((op.src, op.dst, self._step(op, graph)))
 
-    def _step(self, op, graph: Graph):
+    def _step(self, op, graph: Graph) -> Callable[[torch.Tensor], torch.Tensor]:
         feeds_relu = any(isinstance(c, Activation) and c.fn == "relu" for c in graph.consumers.get(op.dst, ()))
+        layer: torch.nn.Conv2d | torch.nn.Linear
+        norm: torch.nn.BatchNorm2d | torch.nn.BatchNorm1d | None
         if isinstance(op, Conv):
             o, i, kh, kw = op.weight.shape
             if op.group != 1:
@@ -79,13 +84,13 @@ class TrainableNet(torch.nn.Module):
             raise ModelError(f"train: layer {op.name!r} ({type(op).__name__}) is not supported for training")
         with torch.no_grad():
             layer.weight.copy_(torch.from_numpy(np.asarray(op.weight, np.float32)))
-            if op.bias is not None:
+            if op.bias is not None and layer.bias is not None:
                 layer.bias.copy_(torch.from_numpy(np.asarray(op.bias, np.float32)))
         self.layers[op.name] = layer
         if norm is None:
             return layer
         self.norms[op.name] = norm
-        return lambda x: norm(layer(x))
+        return lambda x: norm(layer(x))  # type: ignore[misc]  # mypy loses the narrowing of norm in the lambda
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         tensors = {self.input_name: x}
@@ -98,14 +103,16 @@ def folded_weights(net: TrainableNet) -> dict[str, tuple[np.ndarray, np.ndarray]
     """Layer name -> (weight, bias) float32 in Caffe's layouts with every BatchNorm folded in
     (see the module docstring); uses the running statistics, as eval mode does."""
     result = {}
-    for name, layer in net.layers.items():
+    for name, module in net.layers.items():
+        layer = cast("torch.nn.Conv2d | torch.nn.Linear", module)  # what _step puts there
         weight = layer.weight.detach().double()
         bias = layer.bias.detach().double() if layer.bias is not None else torch.zeros(weight.shape[0], dtype=torch.float64)
         if name in net.norms:
-            norm = net.norms[name]
-            scale = norm.weight.detach().double() / torch.sqrt(norm.running_var.double() + norm.eps)
+            norm = cast("torch.nn.BatchNorm2d | torch.nn.BatchNorm1d", net.norms[name])
+            mean, var = cast(torch.Tensor, norm.running_mean), cast(torch.Tensor, norm.running_var)  # tracked: BN's default
+            scale = norm.weight.detach().double() / torch.sqrt(var.double() + norm.eps)
             weight = weight * scale.reshape(-1, *([1] * (weight.dim() - 1)))
-            bias = (bias - norm.running_mean.double()) * scale + norm.bias.detach().double()
+            bias = (bias - mean.double()) * scale + norm.bias.detach().double()
         result[name] = (weight.float().numpy(), bias.float().numpy())
     return result
 

@@ -77,10 +77,10 @@ def sample_set(source: Path | np.ndarray | None = None, count: int = CALIBRATION
         return SampleSet(f"array-{digest}", given)
     files = image_files(source) if source is not None else sorted(
         path for paths in scene_chips().values() for path in paths)
-    digest = hashlib.sha256()
+    hashed = hashlib.sha256()
     for path in files:
-        digest.update(path.read_bytes())
-    set_id = f"faces-{_RECIPE}-{digest.hexdigest()[:16]}-n{count}-s{seed}"
+        hashed.update(path.read_bytes())
+    set_id = f"faces-{_RECIPE}-{hashed.hexdigest()[:16]}-n{count}-s{seed}"
     return SampleSet(set_id, lambda shape: _face_samples(files, shape, count, seed))
 
 

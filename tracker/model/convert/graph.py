@@ -210,8 +210,8 @@ def lower(netdef, probs: str, embedding: str) -> Graph:
                                  f"2-D convolution on (N, C, H, W); found input {bottom}, axis {p.axis}")
             g = conv_geometry(layer, 2)
             ops.append(Conv(layer.name, src, dst, layer.blobs[0],
-                            layer.blobs[1] if p.bias_term else None, tuple(g.stride),
-                            tuple(g.pad), tuple(g.dilation), int(p.group)))
+                            layer.blobs[1] if p.bias_term else None, (g.stride[0], g.stride[1]),
+                            (g.pad[0], g.pad[1]), (g.dilation[0], g.dilation[1]), int(p.group)))
         elif layer.type == "Pooling":
             ops.append(_lower_pool(layer, src, dst, bottom))
         elif layer.type == "ReLU":

@@ -15,6 +15,7 @@ after this module is imported.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import keras
 import numpy as np
@@ -63,7 +64,7 @@ class ConstantScale(keras.layers.Layer):
         return {**super().get_config(), "shape": list(self.map_shape)}
 
 
-def _namer():
+def _namer() -> Callable[..., str]:
     used: set[str] = set()
 
     def name(caffe_name: str, suffix: str = "") -> str:

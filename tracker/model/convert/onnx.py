@@ -30,7 +30,7 @@ def build_onnx(graph: Graph) -> onnx.ModelProto:
     env = {graph.input: "data"}
     # An output tensor is named after its role where it is made: an Identity node to rename it
     # would copy it on every run. Only a tensor serving two roles needs one.
-    role_of = {}
+    role_of: dict[str, str] = {}
     for role, tensor in graph.outputs.items():
         role_of.setdefault(tensor, role)
     for op in graph.ops:
