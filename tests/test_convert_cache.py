@@ -27,7 +27,7 @@ def model(tmp_path):
 
 def test_entry_is_keyed_by_caffemodel_sha256(tmp_path, model, caplog):
     cache = tmp_path / "cache"
-    with caplog.at_level(logging.INFO, logger="tracker.convert"):
+    with caplog.at_level(logging.INFO, logger="tracker.model.convert.cache"):
         path = convert(model, "onnx", cache_dir=cache)
     sha = hashlib.sha256(model.weights.read_bytes()).hexdigest()
     assert path == cache / sha / "onnx-fp32.onnx" and path.is_file()
@@ -38,7 +38,7 @@ def test_entry_is_keyed_by_caffemodel_sha256(tmp_path, model, caplog):
     # a hit: nothing rebuilt, nothing logged, the same bytes
     before = path.stat().st_mtime_ns
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="tracker.convert"):
+    with caplog.at_level(logging.INFO, logger="tracker.model.convert.cache"):
         assert convert(model, "onnx", cache_dir=cache) == path
     assert path.stat().st_mtime_ns == before and caplog.text == ""
     assert not [p for p in path.parent.iterdir() if ".tmp" in p.name]
@@ -61,7 +61,7 @@ def test_corrupt_entry_is_rebuilt_with_a_log_line(tmp_path, model, caplog):
     path = convert(model, "onnx", cache_dir=cache)
     good = path.read_bytes()
     path.write_bytes(good[: len(good) // 2])  # a truncated model
-    with caplog.at_level(logging.WARNING, logger="tracker.convert"):
+    with caplog.at_level(logging.WARNING, logger="tracker.model.convert.cache"):
         again = convert(model, "onnx", cache_dir=cache, load=_onnx_session)
     assert "is corrupt (checksum mismatch); rebuilding it" in caplog.text and str(path) in caplog.text
     assert again is not None and path.read_bytes() == good
@@ -77,7 +77,7 @@ def test_entry_that_does_not_load_is_rebuilt(tmp_path, model, caplog):
     meta = json.loads(meta_path.read_text())
     meta["artifact_sha256"] = hashlib.sha256(b"not an onnx model").hexdigest()
     meta_path.write_text(json.dumps(meta))
-    with caplog.at_level(logging.WARNING, logger="tracker.convert"):
+    with caplog.at_level(logging.WARNING, logger="tracker.model.convert.cache"):
         convert(model, "onnx", cache_dir=cache, load=_onnx_session)
     assert "is corrupt (it does not load" in caplog.text
     assert path.read_bytes() == good
@@ -87,7 +87,7 @@ def test_stale_entry_is_rebuilt_with_a_log_line(tmp_path, model, caplog):
     """Same caffemodel, another model description (here: another embedding blob): stale."""
     cache = tmp_path / "cache"
     path = convert(model, "onnx", cache_dir=cache)
-    with caplog.at_level(logging.WARNING, logger="tracker.convert"):
+    with caplog.at_level(logging.WARNING, logger="tracker.model.convert.cache"):
         again = convert(type(model)(model.prototxt, model.weights, "prob", "fc2"), "onnx", cache_dir=cache)
     assert again == path
     assert "is stale (built for a different embedding); rebuilding it" in caplog.text
@@ -97,7 +97,7 @@ def test_missing_record_is_corrupt(tmp_path, model, caplog):
     cache = tmp_path / "cache"
     path = convert(model, "onnx", cache_dir=cache)
     path.with_name(path.name + ".json").unlink()
-    with caplog.at_level(logging.WARNING, logger="tracker.convert"):
+    with caplog.at_level(logging.WARNING, logger="tracker.model.convert.cache"):
         convert(model, "onnx", cache_dir=cache)
     assert "is corrupt (its record onnx-fp32.onnx.json is unreadable" in caplog.text
 

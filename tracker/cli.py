@@ -21,6 +21,7 @@ only an unexpected failure prints a traceback (exit 1). Only this module knows `
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import traceback
@@ -46,6 +47,8 @@ def _positive_int_list(text: str) -> list[int]:
 def _main_parser() -> ArgumentParser:
     p = ArgumentParser(prog="tracker", description="Home-surveillance guard and its backend benchmark.")
     p.add_argument("--config", type=Path, help="YAML config (default: config/tracker.yaml)")
+    p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS,
+                   help="log lines from this level up (default: INFO for the guard, WARNING for the rest)")
     p.add_argument("--backend", help="backend name; with --benchmark a comma list or 'all'")
     p.add_argument("--precision", choices=("fp32", "int8"), help="model precision (default from config)")
     p.add_argument("--source", help="override source: 'synthetic', a device index or /dev/videoN, a URL, a video file or an image folder")
@@ -75,6 +78,8 @@ def _load_config(args):
 
 def _run_main(argv: list[str]) -> int:
     args = _main_parser().parse_args(argv)
+    guard = not (args.check_config or args.list_backends or args.benchmark)
+    configure_logging(args.log_level or ("INFO" if guard else "WARNING"))
     config = _load_config(args)
     if args.check_config:
         from tracker.config import DEFAULT_CONFIG
@@ -148,10 +153,21 @@ def _run_subcommand(name: str, argv: list[str]) -> int:
     return eval_mot_command(argv)
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def configure_logging(level: str) -> None:
+    """The one logging set-up: lines with time, level and module on stderr from `level` up. Does
+    nothing when the process already has handlers (an embedding application, or pytest)."""
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] in SUBCOMMANDS:
+            # `convert` says what it converts (and any cache rebuild); the others only warn
+            configure_logging("INFO" if argv[0] == "convert" else "WARNING")
             return _run_subcommand(argv[0], argv[1:])
         return _run_main(argv)
     except TrackerError as err:

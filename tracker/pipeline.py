@@ -50,7 +50,7 @@ from tracker.tracking import Tracker, TrackState
 from tracker.tracking.assign import iou_matrix
 from tracker.types import Detection, Frame
 
-log = logging.getLogger("tracker")
+log = logging.getLogger(__name__)
 
 DEMO_FRAMES = 400  # 40 s of the synthetic scene at its default 10 fps: two people cross, one waits
 
@@ -467,7 +467,6 @@ def run_guard(config: Config, args) -> int:
     SIGTERM/SIGINT arrives; returns the exit code."""
     config = effective_config(config, args)
     check_runnable(config)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     guard = Guard(config, source_spec=args.source, realtime=config.source.realtime,
                   enroll_scene_people=args.demo)
     stop = lambda signum, _frame: guard.stop()  # noqa: E731

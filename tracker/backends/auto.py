@@ -35,7 +35,7 @@ from tracker.errors import BackendUnavailable, InputError, TrackerError
 from tracker.model.spec import ModelSpec
 from tracker.types import Inference
 
-log = logging.getLogger("tracker.backends.auto")
+log = logging.getLogger(__name__)
 
 DEFAULTS = {"fp32": "caffe-openblas-dl", "int8": "tf-neon-vfpv4"}
 PROFILE_NAME = "profile.json"

@@ -21,7 +21,7 @@ from tracker.model.convert import convert
 from tracker.model.spec import ModelSpec
 from tracker.types import Inference
 
-log = logging.getLogger("tracker.backends")
+log = logging.getLogger(__name__)
 
 
 def import_tensorflow():

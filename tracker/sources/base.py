@@ -36,7 +36,7 @@ import numpy as np
 from tracker.errors import InputError
 from tracker.types import Frame
 
-log = logging.getLogger("tracker.sources")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

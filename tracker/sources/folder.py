@@ -18,7 +18,7 @@ from tracker.errors import InputError
 from tracker.sources.base import SourceBase
 from tracker.types import Frame
 
-log = logging.getLogger("tracker.sources")
+log = logging.getLogger(__name__)
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".pgm", ".ppm", ".pnm")
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import logging
 import os
 import shutil
 import warnings
@@ -205,9 +204,6 @@ def convert_command(argv: list[str]) -> int:
         raise InputError("--calibration: only int8 conversions are calibrated; add --precision int8")
     base = default_model()
     model = ModelSpec(args.prototxt or base.prototxt, args.weights or base.weights, args.probs, args.embedding)
-    if not logging.getLogger().handlers:  # say what is converted (and any cache rebuild)
-        logging.basicConfig(level=logging.WARNING, format="tracker: %(message)s")
-        logging.getLogger("tracker").setLevel(logging.INFO)
     path = convert(model, args.to, args.precision, calibration=args.calibration, cache_dir=args.cache_dir)
     if args.out is not None:
         try:

@@ -26,7 +26,7 @@ from typing import TypeVar
 from tracker.errors import ModelError
 from tracker.files import atomic_write
 
-log = logging.getLogger("tracker.convert")
+log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 3  # bump when the converters emit different models for the same inputs
 T = TypeVar("T")
