@@ -77,6 +77,8 @@ class EventMaker:
             box = self._last_seen.get(view.track_id, view.box)
             if view.state is TrackState.ENDED:
                 self._last_seen.pop(view.track_id, None)
+            if not (view.entered or view.left) and (view.detection_index is None or view.track_id not in self._announced):
+                continue  # no new face, so no new vote: its identity cannot have changed (nor for a lost or dormant track)
             name, confidence = self._identity(view.track_id, votes)
             decided = votes.decided(view.track_id)
             kind: EventKind
@@ -86,8 +88,7 @@ class EventMaker:
             elif view.left:
                 kind = "left"
                 self._announced.pop(view.track_id, None)
-            elif (view.track_id in self._announced and decided and not votes.ambiguous(view.track_id)
-                  and name != self._announced[view.track_id]):
+            elif decided and not votes.ambiguous(view.track_id) and name != self._announced[view.track_id]:
                 # also `unknown`, once clear: "a stranger is at the door"; while the vote is too close
                 # to call, the last announcement stands (no flapping between a name and unknown)
                 kind = "identified"

@@ -130,7 +130,7 @@ class _Track:
     __slots__ = ("track_id", "kf", "state", "hits", "hit_streak", "misses", "age", "ever_confirmed", "embedding",
                  "observed", "at_observed", "seen_s", "dormant")
 
-    def __init__(self, track_id: int, box: Box, noise: KalmanNoise, t_s: float | None):
+    def __init__(self, track_id: int, box: Box, noise: KalmanNoise, t_s: float | None, keep_filter: bool):
         self.track_id = track_id
         self.kf = BoxKalman(box, noise)
         self.state = TrackState.TENTATIVE
@@ -141,7 +141,8 @@ class _Track:
         self.ever_confirmed = False
         self.embedding: np.ndarray | None = None
         self.observed = box  # the last detection's box
-        self.at_observed = self.kf.copy()  # the filter right after that detection
+        # the filter right after that detection, kept only for the observation-centric re-update
+        self.at_observed: BoxKalman | None = self.kf.copy() if keep_filter else None
         self.seen_s = t_s  # the time of that detection (None: the caller gives no times)
         self.dormant = False
 
@@ -298,7 +299,7 @@ class Tracker:
         for di in range(n_det):
             if di in taken or not self._is_high(detections[di]):
                 continue
-            track = _Track(self._next_id, detections[di].box, self.noise, t_s)
+            track = _Track(self._next_id, detections[di].box, self.noise, t_s, self.observation_centric)
             self._next_id += 1
             self._absorb_embedding(track, embeddings, di)
             if self.min_hits <= 1:
@@ -353,7 +354,7 @@ class Tracker:
     def _observe(self, track: _Track, box: Box, t_s: float | None) -> None:
         """Correct `track` with a detection's box (after its prediction this frame)."""
         gap = track.misses
-        if self.observation_centric and gap > 0:
+        if gap > 0 and track.at_observed is not None:
             # Re-update: back to the last observation, then along the straight path to this one.
             kf = track.at_observed
             for k in range(1, gap + 1):
@@ -362,7 +363,8 @@ class Tracker:
             kf.predict()
             track.kf = kf
         track.kf.update(box)
-        track.observed, track.at_observed, track.seen_s = box, track.kf.copy(), t_s
+        track.observed, track.seen_s = box, t_s
+        track.at_observed = track.kf.copy() if self.observation_centric else None
         track.hits += 1
         track.hit_streak += 1
         track.misses = 0
