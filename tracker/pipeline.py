@@ -47,7 +47,7 @@ from tracker.sinks.jsonl import JsonlSink
 from tracker.snapshots import SnapshotStore
 from tracker.sources import Capture, make_source
 from tracker.tracking import Tracker, TrackState
-from tracker.tracking.assign import iou_matrix
+from tracker.tracking.assign import box_rows, iou_matrix
 from tracker.types import Detection, Frame
 
 log = logging.getLogger(__name__)
@@ -436,8 +436,7 @@ class IdentityScore:
         """events: one frame's events; faces: that frame's ground truth (GroundTruth list)."""
         for event in events:
             if event.kind == "entered" and faces:
-                overlap = iou_matrix(np.array([[event.box.x, event.box.y, event.box.w, event.box.h]]),
-                                     np.array([[f.box.x, f.box.y, f.box.w, f.box.h] for f in faces]))[0]
+                overlap = iou_matrix(box_rows([event.box]), box_rows([f.box for f in faces]))[0]
                 if overlap.max() >= self.MIN_IOU:
                     self._tracks[event.track_id] = (faces[int(overlap.argmax())].identity, event.identity)
             elif event.track_id in self._tracks:

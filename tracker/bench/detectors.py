@@ -45,7 +45,7 @@ from tracker.files import atomic_write
 from tracker.machine import cpu_model, load_average
 from tracker.motion import MotionGate
 from tracker.sources.synthetic import DEFAULT_FACES_DIR
-from tracker.tracking.assign import iou_matrix
+from tracker.tracking.assign import box_rows, iou_matrix
 from tracker.types import Box
 
 FRAMES = 200
@@ -89,15 +89,11 @@ def parse_detector_names(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _xywh(boxes: list[Box]) -> np.ndarray:
-    return np.array([[b.x, b.y, b.w, b.h] for b in boxes], np.float64).reshape(-1, 4)
-
-
 def _matches(truth: list[Box], found: list[Box], threshold: float) -> int:
     """Faces of `truth` matched one-to-one by `found` at IoU >= threshold."""
     if not truth or not found:
         return 0
-    ok = (iou_matrix(_xywh(truth), _xywh(found)) >= threshold).astype(float)
+    ok = (iou_matrix(box_rows(truth), box_rows(found)) >= threshold).astype(float)
     rows, cols = linear_sum_assignment(-ok)
     return int(ok[rows, cols].sum())
 
@@ -108,7 +104,7 @@ def _false_positives(found: list[Box], truth: list[Box]) -> int:
         return 0
     if not truth:
         return len(found)
-    return int((iou_matrix(_xywh(found), _xywh(truth)).max(axis=1) < 0.3).sum())
+    return int((iou_matrix(box_rows(found), box_rows(truth)).max(axis=1) < 0.3).sum())
 
 
 def _run_scene(detector, width: int, height: int, mode: str, frames: int, crops: bool = False,

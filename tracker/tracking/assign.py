@@ -14,10 +14,13 @@ pairs as possible are matched and, among those, the total cost is least.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
+
+from tracker.types import Box
 
 # Cost given to forbidden pairs so the solver uses them only when nothing else remains; they are
 # removed from the result afterwards. Larger than any sum of allowed costs (each <= 3).
@@ -26,6 +29,11 @@ _FORBIDDEN = 1e6
 # Cosine distance used for a pair where one side has no embedding: the middle of the [0, 1] range,
 # so such a pair is neither favoured nor penalised against pairs that have both embeddings.
 NEUTRAL_COSINE_DISTANCE = 0.5
+
+
+def box_rows(boxes: Sequence[Box]) -> np.ndarray:
+    """Boxes as the (N, 4) float64 [x, y, w, h] array this module's functions take."""
+    return np.array([[b.x, b.y, b.w, b.h] for b in boxes], dtype=np.float64).reshape(-1, 4)
 
 
 def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:

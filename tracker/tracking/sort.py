@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tracker.tracking.assign import associate, cosine_distance
+from tracker.tracking.assign import associate, box_rows, cosine_distance
 from tracker.tracking.kalman import DEFAULT_NOISE, BoxKalman, KalmanNoise
 from tracker.types import Box, Detection
 
@@ -154,10 +154,6 @@ def _unit(v: np.ndarray) -> np.ndarray:
 
 def _lerp(a: Box, b: Box, f: float) -> Box:
     return Box(a.x + f * (b.x - a.x), a.y + f * (b.y - a.y), a.w + f * (b.w - a.w), a.h + f * (b.h - a.h))
-
-
-def _xywh_rows(boxes: Sequence[Box]) -> np.ndarray:
-    return np.array([[b.x, b.y, b.w, b.h] for b in boxes], dtype=np.float64).reshape(-1, 4)
 
 
 class Tracker:
@@ -321,7 +317,7 @@ class Tracker:
         """The three association stages of the module docstring: (track, detection index) pairs."""
         high = [i for i, d in enumerate(detections) if self._is_high(d)]
         low = [i for i, d in enumerate(detections) if not self._is_high(d)]
-        boxes = _xywh_rows([d.box for d in detections])
+        boxes = box_rows([d.box for d in detections])
         active = [t for t in self._tracks if not t.dormant]
         pairs: list[tuple[_Track, int]] = []
 
@@ -340,15 +336,15 @@ class Tracker:
             pairs.extend((tracks[ti], dets[di]) for ti, di in result.matches)
             return [tracks[ti] for ti in result.unmatched_tracks], [dets[di] for di in result.unmatched_detections]
 
-        predicted = _xywh_rows([t.kf.box for t in active])
+        predicted = box_rows([t.kf.box for t in active])
         rest, high = stage(active, high, predicted, self.iou_threshold, True)
         if low:
             confirmed = [t for t in rest if t.state is TrackState.CONFIRMED]
-            stage(confirmed, low, _xywh_rows([t.kf.box for t in confirmed]), self.low_iou_threshold, False)
+            stage(confirmed, low, box_rows([t.kf.box for t in confirmed]), self.low_iou_threshold, False)
             paired = {id(t) for t, _ in pairs}
             rest = [t for t in rest if id(t) not in paired]
         if self.observation_centric and rest and high:
-            stage(rest, high, _xywh_rows([t.observed for t in rest]), self.iou_threshold, True)
+            stage(rest, high, box_rows([t.observed for t in rest]), self.iou_threshold, True)
         return pairs
 
     def _observe(self, track: _Track, box: Box, t_s: float | None) -> None:
