@@ -31,6 +31,9 @@ from tracker.arguments import ArgumentParser, positive_int
 from tracker.errors import EXIT_UNEXPECTED, InputError, TrackerError
 
 SUBCOMMANDS = ("convert", "enroll", "eval-mot", "train", "eval-faces", "identify")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# What `tracker --benchmark` needs beyond the guard (pyproject's `bench` extra).
+BENCH_MODULES = ("matplotlib", "tqdm", "psutil")
 
 
 def _positive_int_list(text: str) -> list[int]:
@@ -112,10 +115,6 @@ def _run_main(argv: list[str]) -> int:
     return run_guard(config, args)
 
 
-# What `tracker --benchmark` needs beyond the guard (pyproject's `bench` extra).
-BENCH_MODULES = ("matplotlib", "tqdm", "psutil")
-
-
 def _require_bench_extra() -> None:
     """InputError (exit 2) naming the extra when the benchmark's own modules are not installed: the
     guard runs without them (a 1 GB Pi that only guards need not carry matplotlib)."""
@@ -151,9 +150,6 @@ def _run_subcommand(name: str, argv: list[str]) -> int:
     from tracker.tracking.evaluate import eval_mot_command
 
     return eval_mot_command(argv)
-
-
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def configure_logging(level: str) -> None:

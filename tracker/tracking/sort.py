@@ -390,6 +390,8 @@ class Tracker:
         """Confirm the tracks in `just_confirmed`, except those recognised by face as a LOST track
         back: those are merged into it (and removed from `just_confirmed` and `assigned`).
         Returns {old track id: new track id} of the merges."""
+        if not just_confirmed:  # most frames: nothing to confirm
+            return {}
         by_id = {t.track_id: t for t in self._tracks}
         rejoined: dict[int, int] = {}
         for new_id in sorted(just_confirmed):
