@@ -13,7 +13,7 @@ import pytest
 from google.protobuf import text_format
 
 from tracker.errors import EXIT_BAD_INPUT, ModelError
-from tracker.model import caffe_io, caffe_pb, shapes
+from tracker.model import caffe_io, caffe_pb, ops, shapes
 from tracker.model.caffe_io import (
     SUPPORTED_LAYER_TYPES,
     NetDef,
@@ -23,6 +23,7 @@ from tracker.model.caffe_io import (
     write_caffemodel,
     write_prototxt,
 )
+from tracker.model.convert import graph
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -325,7 +326,11 @@ def test_infer_shapes_matches_opencv_on_every_supported_layer(tmp_path):
     proto.write_text(_SHAPE_NET)
     structure = load_net(proto, None)
     assert {layer.type for layer in structure.layers} | {"Input"} == SUPPORTED_LAYER_TYPES
-    assert shapes.RULE_TYPES | {"Input"} == SUPPORTED_LAYER_TYPES
+    # One table of layer types (shapes.LAYER_TYPES): load_net reads exactly those and Input, the
+    # engine has an operator for each and none besides, the converters lower some of them.
+    assert set(shapes.LAYER_TYPES) | {"Input"} == SUPPORTED_LAYER_TYPES
+    assert set(ops.OPS) == set(shapes.LAYER_TYPES) and set(ops.OPS.values()) == set(ops.Op.__subclasses__())
+    assert set(graph.SUPPORTED) < set(shapes.LAYER_TYPES)
     # Random weights in exactly the shapes we infer; OpenCV must accept them and agree.
     rng = np.random.default_rng(1)
     layers = []

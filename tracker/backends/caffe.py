@@ -10,7 +10,7 @@ caffe-openblas-dl  The same files and results executed for deep-learning shapes 
                    its output already in the next layer's layout, bias and ReLU fused in place,
                    single-threaded BLAS with the cores used by worker threads (images split
                    between them; one image split by rows/outputs per layer); threads=None as
-                   above. See tracker/model/engine.py for the details.
+                   above. See tracker/model/engine/ for the details.
 
 Both read the prototxt and caffemodel of a `ModelSpec` and return the blobs it names.
 Options: `workspace_mb` (caffe-openblas-dl only): the workspace cap in MiB (default 64);

@@ -27,14 +27,11 @@ from tracker.errors import ModelError
 from tracker.files import atomic_write
 from tracker.model import caffe_pb
 from tracker.model.netdef import LayerDef, NetDef
-from tracker.model.shapes import infer_layer_shapes, infer_shapes, layer_costs  # noqa: F401
+from tracker.model.shapes import LAYER_TYPES, infer_layer_shapes, infer_shapes, layer_costs  # noqa: F401
 
-# The layer types the engine runs: the one place the engine, the converters and load_net agree.
-# "Input" layers become NetDef.inputs and never appear in NetDef.layers.
-SUPPORTED_LAYER_TYPES = frozenset({
-    "Input", "Convolution", "Pooling", "ReLU", "Sigmoid", "TanH", "InnerProduct", "Softmax",
-    "LRN", "Dropout", "Flatten", "Concat", "Eltwise", "BatchNorm", "Scale",
-})
+# The layer types a prototxt may use: the table of the types the project runs, and "Input",
+# whose layers become NetDef.inputs and never appear in NetDef.layers.
+SUPPORTED_LAYER_TYPES = frozenset(LAYER_TYPES) | {"Input"}
 
 # V1LayerParameter.LayerType name -> current type string (Caffe's UpgradeV1LayerType).
 V1_TYPE_NAMES = {

@@ -1,8 +1,8 @@
 """The engine's operators: one per Caffe layer, parsed once from its LayerDef and ready to run.
 
 An operator holds its parameters in the engine's dtype (weights cast once, in the layout its
-GEMM wants) and runs on NCHW-shaped arrays of any strides. The engine (`engine.py`) decides
-where every top lives: it passes `outs` (preallocated arrays, or None to allocate) and
+GEMM wants) and runs on NCHW-shaped arrays of any strides. The engine (`tracker.model.engine`)
+decides where every top lives: it passes `outs` (preallocated arrays, or None to allocate) and
 `scratch` (temporaries carved from its workspace, or None). Shapes and geometry come from
 `tracker.model.shapes`, which restates Caffe's own rules, so the engine and the caffemodel
 checks agree by construction.
@@ -15,6 +15,9 @@ Two execution modes exist for the layers whose algorithm differs:
   (C*kh*kw, n*OH*OW) buffer and one GEMM whose (O, n*OH*OW) result IS the output blob in
   (C, N, H, W) memory (handed on as its NCHW-shaped transposed view, so no transpose is ever
   copied), with the bias and a following in-place ReLU applied in place on the GEMM output.
+
+Each type of the one table of layer types (`shapes.LAYER_TYPES`) has its `Op` subclass here, named
+after the type; `OPS` is built from the table, so a type without its operator fails at import.
 """
 
 from __future__ import annotations
@@ -100,7 +103,8 @@ class Convolution(Op):
         self.weight = weight.reshape(self.group, o_g, self.k_g)  # per-group GEMM left operands
         self.bias = self.blob(1).reshape(-1, 1) if p.bias_term else None
         self.is_1x1 = self.kernel == (1, 1) and self.stride == (1, 1) and self.pad == (0, 0)
-        self.fuse_relu = False  # set by the "dl" planner when an in-place ReLU follows
+        # True only on the copy `engine.schedule.with_relu` makes ("dl": an in-place ReLU follows)
+        self.fuse_relu = False
 
     def _padded_hw(self) -> tuple[int, int]:
         return self.in_hw[0] + 2 * self.pad[0], self.in_hw[1] + 2 * self.pad[1]
@@ -280,6 +284,7 @@ class InnerProduct(Op):
         self.transpose = bool(p.transpose)
         self.weight = self.blob(0)  # (N, K), or (K, N) with transpose
         self.bias = self.blob(1) if p.bias_term else None
+        # True only on the copy `engine.schedule.with_relu` makes ("dl": an in-place ReLU follows)
         self.fuse_relu = False
 
     def scratch_sizes(self, in_shapes):
@@ -427,19 +432,14 @@ class Eltwise(Op):
         return [L.eltwise(ins, self.op, self.coeffs, out=outs[0])]
 
 
-OPS: dict[str, type[Op]] = {
-    "Convolution": Convolution,
-    "Pooling": Pooling,
-    "ReLU": ReLU,
-    "Sigmoid": Sigmoid,
-    "TanH": TanH,
-    "Dropout": Dropout,
-    "InnerProduct": InnerProduct,
-    "Softmax": Softmax,
-    "LRN": LRN,
-    "BatchNorm": BatchNorm,
-    "Scale": Scale,
-    "Flatten": Flatten,
-    "Concat": Concat,
-    "Eltwise": Eltwise,
-}
+def _operator(layer_type: str) -> type[Op]:
+    """The Op subclass of this module named `layer_type`; ImportError if there is none."""
+    found = globals().get(layer_type)
+    if not (isinstance(found, type) and issubclass(found, Op)):
+        raise ImportError(f"tracker.model.ops has no operator for layer type {layer_type!r}, which shapes.LAYER_TYPES lists; "
+                          f"add an Op subclass named {layer_type}")
+    return found
+
+
+# Layer type -> its operator, for every type of the one table (`shapes.LAYER_TYPES`).
+OPS: dict[str, type[Op]] = {layer_type: _operator(layer_type) for layer_type in S.LAYER_TYPES}

@@ -14,6 +14,9 @@ the converters and the benchmark share one answer:
 - Flatten, Concat, Eltwise, Softmax, LRN, BatchNorm (blobs (C,), (C,), (1,)), Scale, and the
   element-wise layers (ReLU, Sigmoid, TanH, Dropout) as Caffe does them.
 
+`LAYER_TYPES` maps every layer type the project runs to its rule: it is the one list of supported
+layer types; the Caffe reader and the engine take theirs from it, the converters a subset.
+
 Shapes are tuples of ints in Caffe's axis order (N, C, H, W for images). A rule that cannot hold
 (kernel larger than the padded input, channels not divisible by group, ...) raises ModelError
 naming the layer, what was found and what was expected.
@@ -322,8 +325,14 @@ def _scale(layer, bottoms):
     return (b,), ((factor, factor) if p.bias_term else (factor,))
 
 
-# Every layer type the engine runs except "Input", which load_net turns into NetDef.inputs.
-_RULES: dict[str, Callable] = {
+ShapeRule = Callable[[LayerDef, tuple[Shape, ...]], tuple[tuple[Shape, ...], tuple[Shape, ...]]]
+
+# The one table of the layer types the project runs, each with its shape rule: (layer, bottom
+# shapes) -> (top shapes, parameter-blob shapes). "Input" is not a layer here: load_net turns it
+# into NetDef.inputs. Everything else derives from this table: `caffe_io.load_net` accepts these
+# types (and Input); the engine runs each with the `ops.Op` subclass of the same name (`ops.OPS`,
+# built from this table); the converters lower a subset (`convert.graph.SUPPORTED`).
+LAYER_TYPES: dict[str, ShapeRule] = {
     "Convolution": _convolution,
     "Pooling": _pooling,
     "ReLU": _same,
@@ -340,15 +349,13 @@ _RULES: dict[str, Callable] = {
     "Scale": _scale,
 }
 
-RULE_TYPES = frozenset(_RULES)
-
 
 def layer_shapes(layer: LayerDef, bottoms: Sequence[Shape]) -> LayerShapes:
     """Top shapes and parameter-blob shapes of `layer` given its bottom shapes."""
-    rule = _RULES.get(layer.type)
+    rule = LAYER_TYPES.get(layer.type)
     if rule is None:
         raise _err(layer, f"no shape rule for layer type {layer.type!r} "
-                          f"(known: {', '.join(sorted(_RULES))})")
+                          f"(known: {', '.join(sorted(LAYER_TYPES))})")
     bottoms = tuple(tuple(int(d) for d in s) for s in bottoms)
     tops, params = rule(layer, bottoms)
     if len(layer.tops) != 1:

@@ -34,6 +34,9 @@ import numpy as np
 from tracker.errors import ModelError
 from tracker.model.shapes import conv_geometry, infer_layer_shapes, pool_geometry
 
+# The layer types the converters lower: a subset of the one table (`shapes.LAYER_TYPES`), those
+# `lower` below has an op for; LRN, Concat, Eltwise, BatchNorm and Scale run on the Caffe engine
+# only (the face CNN has none of them).
 SUPPORTED = ("Convolution", "Pooling", "ReLU", "Sigmoid", "TanH", "InnerProduct", "Softmax",
              "Dropout", "Flatten")
 

@@ -1,0 +1,228 @@
+"""`Net`: a Caffe net ready to run forward in one of the engine's two modes (see the package
+docstring): the checks, the choice of cores per batch, and the two forward paths."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from tracker.errors import InputError, ModelError
+from tracker.machine import cores
+from tracker.model import ops as O
+from tracker.model import shapes as S
+from tracker.model.engine.parallel import HelperThreads, Parallel, blas_threads, thread_plan
+from tracker.model.engine.schedule import describe, mixes_images, schedule
+from tracker.model.engine.workspace import DEFAULT_WORKSPACE_BYTES, Workspace
+from tracker.model.netdef import NetDef
+from tracker.model.tuning import ThreadTuner, batch_class
+
+MODES = ("caffe", "dl")
+
+
+class Net:
+    """A Caffe net ready to run forward (see the package docstring for the two modes).
+
+    netdef: from `caffe_io.load_net` (weights included). dtype: float32 (the product) or float64
+    (the reference: `Net(netdef, np.float64, "caffe")`). mode: "caffe" or "dl".
+    workspace_bytes: the "dl" workspace cap, shared by the worker threads (a chunk holds at least
+    one image even if one image needs more). threads: cores to use (None: 1 or all the cores this
+    process may use, chosen per batch-size class by timing the Net's own passes): OpenBLAS
+    threads in "caffe" mode, worker threads in "dl" mode. Not thread-safe: one forward at a time
+    per Net; `close()` stops the "dl" worker threads.
+    """
+
+    def __init__(self, netdef: NetDef, dtype=np.float32, mode: str = "caffe", *,
+                 workspace_bytes: int = DEFAULT_WORKSPACE_BYTES, threads: int | None = None):
+        self.dtype = _check_settings(mode, dtype, threads, workspace_bytes)
+        self.mode = mode
+        self.threads = threads  # None: tuned per batch-size class between 1 core and all cores
+        self._tuner = ThreadTuner((threads,) if threads else (1, cores()))
+        self.workspace_bytes = int(workspace_bytes)
+        self.name = netdef.name
+        self.input_name, self.input_shape = _single_input(netdef)
+        self._netdef = netdef
+        self.ops = _operators(netdef, self.dtype, mode)
+        self.blob_names: tuple[str, ...] = tuple(dict.fromkeys([self.input_name] + [t for op in self.ops for t in op.tops]))
+        self._shape_cache: dict[int, dict[str, tuple[int, ...]]] = {}
+        self._steps, self._input_final = schedule(self.ops, self.input_name, mode)
+        self._mixes_images = mixes_images(self.ops, self.blob_shapes(1), self.blob_shapes(2))
+        self._columns: np.ndarray | None = None  # "caffe": the one column buffer every convolution shares
+        # "dl" only: in "caffe" mode the workspace has no slots and never allocates.
+        self._workspace = Workspace(netdef, self._steps if mode == "dl" else (), self.input_name, self.dtype, self.workspace_bytes)
+        self._helpers = HelperThreads(self.name)  # "dl": the worker threads besides the caller
+
+    # ---------------------------------------------------------------- introspection
+
+    def blob_shapes(self, batch: int) -> dict[str, tuple[int, ...]]:
+        """Shape of every blob for a batch of `batch` images (final shapes of in-place blobs)."""
+        if batch not in self._shape_cache:
+            if len(self._shape_cache) > 16:
+                self._shape_cache.clear()
+            self._shape_cache[batch] = S.infer_shapes(self._netdef, batch)
+        return self._shape_cache[batch]
+
+    def describe(self) -> list[str]:
+        """The executed schedule, one line per step (fusions and layouts shown)."""
+        return describe(self._steps)
+
+    def chunk_size(self, n: int, cores: int | None = None) -> int:
+        """"dl": images per chunk for a batch of n on `cores` cores (default: the most this Net
+        uses): what one worker's share of the workspace holds, and with several workers small
+        enough that each gets about two chunks (chunks are claimed dynamically, so finer chunks
+        balance the load). A net that mixes images runs its batch as one chunk."""
+        workers = thread_plan(n, cores or max(self._tuner.arms), self._mixes_images)[0]
+        chunk = n if self._mixes_images else self._workspace.images_per_chunk(n, workers)
+        return chunk if workers == 1 else max(1, min(chunk, -(-n // (2 * workers))))
+
+    @property
+    def workspace_nbytes(self) -> int:
+        """"dl": bytes of workspace allocated so far (all workers); bounded by workspace_bytes
+        unless a single image needs more."""
+        return self._workspace.nbytes
+
+    def close(self) -> None:
+        """Stop the "dl" worker threads (the Net stays usable; they restart on demand)."""
+        self._helpers.close()
+
+    # ---------------------------------------------------------------- forward
+
+    def forward(self, x: np.ndarray, outputs: Sequence[str]) -> dict[str, np.ndarray]:
+        """Run the net on x (N, *input_shape[1:]), N >= 1; return {name: blob copy} for `outputs`.
+
+        Raises InputError for an input of the wrong shape or dtype, or an unknown blob name.
+        """
+        x = self._check_input(x)
+        names = list(dict.fromkeys(outputs))
+        unknown = [n for n in names if n not in self.blob_names]
+        if unknown:
+            raise InputError(f"net {self.name!r}: no blob named {unknown[0]!r}; blobs are {', '.join(self.blob_names)}")
+        key = batch_class(x.shape[0])
+        cores = self._tuner.choose(key)
+        start = time.perf_counter()
+        if self.mode == "caffe":
+            with blas_threads(cores):
+                out = self._forward_caffe(x, names)
+        else:
+            out = self._forward_dl(x, names, cores)
+        self._tuner.record(key, cores, (time.perf_counter() - start) / x.shape[0])
+        return out
+
+    def _check_input(self, x) -> np.ndarray:
+        want = ("N",) + self.input_shape[1:]
+        if not isinstance(x, np.ndarray):
+            raise InputError(f"input {self.input_name!r}: expected a numpy array of shape {want}; found {type(x).__name__}")
+        if x.ndim != len(self.input_shape) or x.shape[1:] != self.input_shape[1:] or x.shape[0] < 1:
+            raise InputError(f"input {self.input_name!r}: expected shape {want} with N >= 1; found {x.shape}")
+        if x.dtype not in (np.float32, np.float64):
+            raise InputError(f"input {self.input_name!r}: expected dtype float32; found {x.dtype}")
+        return x
+
+    # "caffe" ----------------------------------------------------------------------------------
+
+    def _forward_caffe(self, x: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:
+        """Whole-batch blobs, one layer after the other; a blob is dropped after its last use."""
+        wanted = set(names)
+        results: dict[str, np.ndarray] = {}
+        blobs = {self.input_name: np.array(x, dtype=self.dtype, copy=True)}  # Caffe copies in
+        if self._input_final and self.input_name in wanted:
+            results[self.input_name] = blobs[self.input_name].copy()
+        for step in self._steps:
+            op = step.op
+            ins = [blobs[b] for b in op.bottoms]
+            outs = [ins[0] if step.in_place else None]
+            blobs[op.tops[0]] = op.run(ins, outs, self._caffe_scratch(op, ins))[0]
+            for name in step.finals:
+                if name in wanted:
+                    results[name] = np.array(blobs[name], copy=True, order="C")
+            for name in step.released:
+                del blobs[name]  # Caffe keeps every blob; dropping dead ones bounds memory
+        return {n: results[n] for n in names}
+
+    def _caffe_scratch(self, op: O.Op, ins: list[np.ndarray]) -> list[np.ndarray]:
+        """op's temporaries, carved from the one column buffer (grown when an op needs more)."""
+        sizes = op.scratch_sizes([a.shape for a in ins])
+        total = sum(sizes)
+        if total == 0:
+            return [np.empty(0, self.dtype) for _ in sizes]
+        if self._columns is None or self._columns.size < total:
+            self._columns = np.empty(total, self.dtype)
+        out, start = [], 0
+        for size in sizes:
+            out.append(self._columns[start : start + size])
+            start += size
+        return out
+
+    # "dl" -------------------------------------------------------------------------------------
+
+    def _forward_dl(self, x: np.ndarray, names: list[str], cores: int) -> dict[str, np.ndarray]:
+        """Chunks of the batch, each run through the whole net in one worker's workspace share."""
+        n = x.shape[0]
+        workers, layer_workers, blas = thread_plan(n, cores, self._mixes_images)
+        results = {name: np.empty(self.blob_shapes(n)[name], dtype=self.dtype) for name in names}
+        chunk = self.chunk_size(n, cores)
+        chunks = [(s, min(n, s + chunk)) for s in range(0, n, chunk)]
+        self._workspace.prepare(workers, chunk, {e - s for s, e in chunks})
+        with blas_threads(blas):
+            if workers > 1:  # chunks claimed by whichever worker is free, each on its own workspace
+                self._helpers.sharing(workers).run(lambda i, w: self._run_dl_chunk(w, chunk, x, *chunks[i], results, None), len(chunks))
+            else:
+                par = self._helpers.sharing(layer_workers) if layer_workers > 1 else None
+                for s, e in chunks:
+                    self._run_dl_chunk(0, chunk, x, s, e, results, par)
+        return results
+
+    def _run_dl_chunk(self, worker: int, chunk: int, x: np.ndarray, s: int, e: int, results: dict, par: Parallel | None) -> None:
+        """Run images [s, e) of x on worker `worker`'s workspace; copy the wanted blobs out."""
+        xs, m = x[s:e], e - s
+        arrays = self._workspace.arrays(worker, chunk, m)
+        if arrays.input is not None:
+            np.copyto(arrays.input, xs)
+            xs = arrays.input
+        elif xs.dtype != self.dtype:
+            xs = xs.astype(self.dtype)
+        blobs = {self.input_name: xs}
+        if self._input_final and self.input_name in results:
+            np.copyto(results[self.input_name][s : s + m], xs)
+        tops, scratch = arrays.tops, arrays.scratch
+        for idx, step in enumerate(self._steps):
+            op = step.op
+            ins = [blobs[b] for b in op.bottoms]
+            out = ins[0] if step.in_place else tops[idx]
+            blobs[op.tops[0]] = op.run(ins, [out], scratch[idx], par)[0]
+            for name in step.finals:
+                if name in results:
+                    np.copyto(results[name][s : s + m], blobs[name])
+
+
+def _check_settings(mode: str, dtype, threads: int | None, workspace_bytes: int) -> np.dtype:
+    """The engine dtype, after checking the Net's settings (InputError naming the bad one)."""
+    if mode not in MODES:
+        raise InputError(f"engine mode: unknown {mode!r}; expected one of {', '.join(MODES)}")
+    dtype = np.dtype(dtype)
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise InputError(f"engine dtype: {dtype} is not supported; expected float32 or float64")
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise InputError(f"threads: {threads!r} is not a positive integer")
+    if workspace_bytes < 1:
+        raise InputError(f"workspace_bytes: {workspace_bytes!r} must be positive")
+    return dtype
+
+
+def _single_input(netdef: NetDef) -> tuple[str, tuple[int, ...]]:
+    """The net's one input: its name and declared shape (ModelError if it has several or none)."""
+    if len(netdef.inputs) != 1:
+        raise ModelError(f"net {netdef.name!r}: the engine runs nets with exactly one input; "
+                         f"found {len(netdef.inputs)} ({', '.join(netdef.inputs)})")
+    (name, declared), = netdef.inputs.items()
+    return name, tuple(int(d) for d in declared)
+
+
+def _operators(netdef: NetDef, dtype: np.dtype, mode: str) -> list[O.Op]:
+    """One op per layer, in order (ModelError for a layer type the engine does not run)."""
+    for layer in netdef.layers:
+        if layer.type not in O.OPS:
+            raise ModelError(f"layer {layer.name!r}: unknown layer type {layer.type!r}; the engine runs {', '.join(sorted(O.OPS))}")
+    layer_shapes = S.infer_layer_shapes(netdef, batch=1)
+    return [O.OPS[layer.type](layer, dtype, mode, sh) for layer, sh in zip(netdef.layers, layer_shapes)]

@@ -1,0 +1,124 @@
+"""The engine's threads: the BLAS thread limit, the helper threads that share a forward pass, and
+how a batch is split between them.
+
+Why "dl" mode never relies on OpenBLAS's own threads: on the 2-core EPYC shared with other work,
+a 2-thread sgemm that follows non-BLAS work (im2col, pooling) waited tens of ms for its spinning
+helper thread to be scheduled again (0.6 ms back to back, ~35 ms median after a 1 ms pause).
+Worker threads that claim work from a shared counter (`Parallel`) do not wait for a late helper;
+see `thread_plan` for how a batch is cut between them.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+_controller = None
+_controller_lock = threading.Lock()
+
+
+def _blas_controller():
+    """threadpoolctl's controller, built once (it scans the loaded libraries)."""
+    global _controller
+    with _controller_lock:
+        if _controller is None:
+            from threadpoolctl import ThreadpoolController
+
+            _controller = ThreadpoolController()
+        return _controller
+
+
+@contextmanager
+def blas_threads(n: int):
+    """Run the block with every loaded BLAS limited to `n` threads, then restore (the limit is
+    process-wide)."""
+    with _blas_controller().limit(limits=n, user_api="blas"):
+        yield
+
+
+def thread_plan(n: int, cores: int, mixes_images: bool) -> tuple[int, int, int]:
+    """(image workers, layer workers, BLAS threads) for a "dl" batch of n images on `cores` cores.
+
+    - n >= 2: chunks of images, one worker per core, each running the whole net on its chunk
+      with single-threaded BLAS, so im2col, pooling and the element-wise passes run in
+      parallel too;
+    - n == 1: bands of output rows of every Convolution (each its own im2col columns and
+      GEMM) and slices of the outputs of every InnerProduct;
+    - a net that mixes images (`mixes_images`: batch statistics, axis-0 layers) runs as one chunk
+      on the calling thread with `cores` BLAS threads.
+    """
+    if mixes_images:
+        return 1, 1, cores
+    if n == 1:
+        return 1, cores, 1
+    return min(cores, n), 1, 1
+
+
+class Parallel:
+    """Shares `parts` independent pieces of work between the calling thread and `workers - 1`
+    helper threads of a pool, each with single-threaded BLAS.
+
+    Pieces are claimed one by one from a shared counter, so a helper that the OS does not
+    schedule in time (a busy machine) simply claims nothing and the calling thread does the
+    rest: the worst case is the single-threaded time, never a wait for an idle helper to wake.
+    The caller waits only for pieces a helper has already started.
+    """
+
+    def __init__(self, pool: ThreadPoolExecutor, workers: int):
+        self.pool, self.workers = pool, workers
+
+    def run(self, fn, parts: int) -> None:
+        """Call fn(part, worker) for part in range(parts); worker is 0 for the calling thread and
+        1..workers-1 for helpers (at most one piece at a time per worker)."""
+        lock = threading.Lock()
+        done = threading.Event()
+        state = {"next": 0, "finished": 0}
+        errors: list[BaseException] = []
+
+        def work(worker: int) -> None:
+            while True:
+                with lock:
+                    part = state["next"]
+                    if part >= parts:
+                        return
+                    state["next"] = part + 1
+                try:
+                    fn(part, worker)
+                except BaseException as err:  # noqa: BLE001 - re-raised on the calling thread
+                    errors.append(err)
+                with lock:
+                    state["finished"] += 1
+                    if state["finished"] == parts:
+                        done.set()
+
+        for worker in range(1, min(self.workers, parts)):
+            self.pool.submit(work, worker)
+        work(0)
+        done.wait()
+        if errors:
+            raise errors[0]
+
+
+class HelperThreads:
+    """The helper threads of one Net, kept across forward passes: started on first use, replaced
+    by a larger pool when more are needed, stopped by `close` (and started again on demand)."""
+
+    def __init__(self, name: str):
+        self.name = name  # the threads are named engine-<name>-...
+        self._executor: ThreadPoolExecutor | None = None
+        self._size = 0
+
+    def sharing(self, workers: int) -> Parallel:
+        """A sharer for `workers` workers: the calling thread plus `workers - 1` helpers."""
+        if self._executor is None or self._size < workers - 1:
+            self.close()
+            self._executor = ThreadPoolExecutor(max_workers=workers - 1, thread_name_prefix=f"engine-{self.name}")
+            self._size = workers - 1
+        return Parallel(self._executor, workers)
+
+    def close(self) -> None:
+        """Stop the helper threads, waiting for them to finish."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None

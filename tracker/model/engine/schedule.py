@@ -1,0 +1,125 @@
+"""The order a net's ops run in, where each top lives, and the one fusion.
+
+`schedule(ops, input_name, mode)` turns the ops of a net's layers (one per layer, in prototxt
+order) into `Step`s, decided once per Net:
+
+- in place: an op whose top is its first bottom and that may overwrite it (`Op.in_place_safe`)
+  writes into that bottom's array, as Caffe's in-place layers do; other ops get a fresh top and
+  the blob name is rebound;
+- memory order ("dl"): a Convolution's top is its GEMM output, (C, N, H, W) in memory and handed
+  on as the NCHW-shaped transposed view; ops that keep the layout (`Op.keeps_layout`: pooling,
+  element-wise) pass that order on, every other top is NCHW in memory;
+- fusion ("dl"): a Convolution or InnerProduct followed by a plain ReLU (negative slope 0) that
+  writes back onto its top becomes one new op (`with_relu`) that applies the ReLU to each band of
+  its GEMM output while it is in cache; the ReLU's own step is dropped;
+- finals and releases: after which step a blob holds its final value (what `forward` copies out)
+  and after which step no later step reads it (what the "caffe" forward drops).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from tracker.model import ops as O
+
+
+@dataclass(frozen=True)
+class Step:
+    """One op as scheduled."""
+
+    op: O.Op
+    in_place: bool  # the top is written into the first bottom's array
+    top_layout: str  # "nchw" or "cnhw": memory order of a 4-D top ("nchw" for any other)
+    finals: tuple[str, ...]  # blobs whose value is final after this step
+    released: tuple[str, ...]  # blobs no later step reads or writes
+
+
+class Schedule(NamedTuple):
+    """What `schedule` returns."""
+
+    steps: tuple[Step, ...]
+    input_final: bool  # no step writes the input blob: the caller's array holds its final value
+
+
+def schedule(ops: Sequence[O.Op], input_name: str, mode: str) -> Schedule:
+    """The steps that run `ops` (each layer's op, in order) in `mode` ("caffe" or "dl")."""
+    placed: list[tuple[O.Op, bool, str]] = []  # (op, in place, top layout)
+    layout = {input_name: "nchw"}
+    i = 0
+    while i < len(ops):
+        op = ops[i]
+        in_place = op.tops[0] == op.bottoms[0] and op.in_place_safe
+        if mode == "dl" and isinstance(op, (O.Convolution, O.InnerProduct)) and i + 1 < len(ops) and _plain_relu_on_top(op, ops[i + 1]):
+            op = with_relu(op)
+            i += 1  # the ReLU is done in place on the GEMM output
+        layout[op.tops[0]] = _top_layout(op, mode, in_place, layout)
+        placed.append((op, in_place, layout[op.tops[0]]))
+        i += 1
+    last_writer = {op.tops[0]: idx for idx, (op, _, _) in enumerate(placed)}
+    last_use: dict[str, int] = {}
+    for idx, (op, _, _) in enumerate(placed):
+        for name in (*op.bottoms, *op.tops):
+            last_use[name] = idx
+    steps = tuple(
+        Step(op, in_place, top_layout,
+             finals=(op.tops[0],) if last_writer[op.tops[0]] == idx else (),
+             released=tuple(name for name in dict.fromkeys((*op.bottoms, *op.tops)) if last_use[name] == idx))
+        for idx, (op, in_place, top_layout) in enumerate(placed)
+    )
+    return Schedule(steps, input_final=input_name not in last_writer)
+
+
+def _plain_relu_on_top(op: O.Op, nxt: O.Op) -> bool:
+    """True if `nxt` is a ReLU of slope 0 rewriting the top of `op` in place, and `op` writes
+    that top as a new blob (so its output array is op's own)."""
+    top = op.tops[0]
+    return (top not in op.bottoms and isinstance(nxt, O.ReLU) and nxt.negative_slope == 0.0
+            and nxt.bottoms == (top,) and nxt.tops == (top,))
+
+
+def with_relu(op: O.Convolution | O.InnerProduct) -> O.Convolution | O.InnerProduct:
+    """A new op: `op` followed by a ReLU of slope 0, applied in place to each band of its output
+    right after its GEMM and bias. It shares op's weights; op itself is left as it is."""
+    fused = copy.copy(op)
+    fused.fuse_relu = True
+    return fused
+
+
+def _top_layout(op: O.Op, mode: str, in_place: bool, layout: dict[str, str]) -> str:
+    """Memory order of op's top, given the memory order of every blob so far."""
+    if in_place:
+        return layout[op.bottoms[0]]
+    if isinstance(op, O.Convolution) and mode == "dl":
+        return "cnhw"
+    if op.keeps_layout and len(op.shapes.tops[0]) == 4 and layout.get(op.bottoms[0]) == "cnhw":
+        return "cnhw"
+    return "nchw"
+
+
+def mixes_images(ops: Sequence[O.Op], shapes_of_one: dict[str, tuple[int, ...]], shapes_of_two: dict[str, tuple[int, ...]]) -> bool:
+    """True if some layer mixes the images of a batch: a blob whose first axis is not the batch
+    (`shapes_of_one`/`shapes_of_two`: every blob's shape for batches of 1 and 2), an axis-0
+    Softmax or Concat, a BatchNorm on the batch's own statistics. Such a net is never cut into
+    chunks."""
+    if any(shapes_of_one[b][:1] != (1,) or shapes_of_two[b][:1] != (2,) for b in shapes_of_one):
+        return True
+    for op in ops:
+        if isinstance(op, (O.Softmax, O.Concat)) and op.axis == 0:
+            return True
+        if isinstance(op, O.BatchNorm) and not op.use_global_stats:
+            return True
+    return False
+
+
+def describe(steps: Sequence[Step]) -> list[str]:
+    """The executed schedule, one line per step (fusions and layouts shown)."""
+    lines = []
+    for step in steps:
+        op = step.op
+        extra = " +ReLU" if getattr(op, "fuse_relu", False) else ""
+        where = "in place" if step.in_place else step.top_layout
+        lines.append(f"{op.name:<12} {op.type}{extra} -> {op.tops[0]} ({where})")
+    return lines
