@@ -4,7 +4,7 @@ and, through the CLI, a corrupt video file and folders with non-images (exit 2 a
 nothing usable is left, a warning per skipped file otherwise).
 
 The in-process tests run the real Guard (real detector, backend, tracker, sinks, latency log) and
-swap only the source it builds (`tracker.pipeline.make_source`); the capture thread, its back-off
+swap only the source it builds (`tracker.stages.make_source`); the capture thread, its back-off
 and the reopen logic are the real ones.
 """
 
@@ -22,6 +22,7 @@ import pytest
 from test_pipeline_e2e import isolated_env, tracker_command, write_config
 
 import tracker.pipeline as pipeline
+import tracker.stages as stages
 from tracker.config import parse_config
 from tracker.sources import SourceUnavailable
 from tracker.sources.base import SourceBase
@@ -50,8 +51,8 @@ def guard_config(tmp_path: Path, frames: int):
 def run_guard_with(source, config, monkeypatch, watchdog_s: float = 120.0) -> pipeline.Guard:
     """Run the guard on `source` until the source's frame budget ends; a watchdog stops a guard
     that would otherwise hang the test (and the test then fails on the missing frames)."""
-    monkeypatch.setattr(pipeline, "make_source", lambda *args, **kwargs: source)
-    guard = pipeline.Guard(config)
+    monkeypatch.setattr(stages, "make_source", lambda *args, **kwargs: source)
+    guard = pipeline.Guard(config, stages.build_stages(config))
     watchdog = threading.Timer(watchdog_s, guard.stop)
     watchdog.start()
     try:

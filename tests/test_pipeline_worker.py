@@ -12,6 +12,7 @@ import time
 
 from tracker.config import parse_config
 from tracker.pipeline import Guard
+from tracker.stages import build_stages
 
 
 def test_killed_worker_is_restarted_and_in_flight_frames_count_as_dropped(tmp_path):
@@ -23,19 +24,19 @@ def test_killed_worker_is_restarted_and_in_flight_frames_count_as_dropped(tmp_pa
         "batcher": {"max_batch": 1},
         "sinks": {"console": False},
     })
-    guard = Guard(config, realtime=False)
+    guard = Guard(config, build_stages(config, realtime=False))
     result = {}
     runner = threading.Thread(target=lambda: result.update(code=guard.run()))
     runner.start()
     deadline = time.monotonic() + 120
     while guard.frames_processed < 40 and runner.is_alive() and time.monotonic() < deadline:
         time.sleep(0.05)
-    first_pid = guard.backend.backend.pid
+    first_pid = guard.stages.backend.backend.pid
     os.kill(first_pid, signal.SIGKILL)
     runner.join(300)
     assert not runner.is_alive() and result["code"] == 0
 
-    stats = guard.backend.stats()
+    stats = guard.stages.backend.stats()
     assert stats["failures"] >= 1 and stats["restarts"] >= 1 and "signal 9" in stats["last_cause"]
 
     rows = [json.loads(line) for line in (tmp_path / "state" / "latency.jsonl").read_text().splitlines()]

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import tracker.pipeline as pipeline
+import tracker.stages as stages
 from tracker.config import parse_config
 from tracker.sources.synthetic import SyntheticScene
 from tracker.tracking.assign import iou_matrix
@@ -32,7 +33,7 @@ def run(tmp_path: Path, source: dict, tracking: dict) -> list[dict]:
     `source`; its events, in order."""
     config = parse_config({"state_dir": str(tmp_path), "tracking": tracking, "source": source,
                            "sinks": {"console": False}})
-    assert pipeline.Guard(config, realtime=False).run() == 0
+    assert pipeline.Guard(config, stages.build_stages(config, realtime=False)).run() == 0
     return [json.loads(line) for line in (tmp_path / "events.jsonl").read_text(encoding="utf-8").splitlines()]
 
 
@@ -103,11 +104,11 @@ def test_a_video_file_that_ends_leaves_every_announced_track(tmp_path):
 
 def test_reidentification_threshold_comes_from_the_card_and_is_off_without_one(caplog):
     config = parse_config({})
-    assert pipeline.reid_threshold(config, {"reid_threshold": 0.79}) == 0.79
-    assert pipeline.reid_threshold(parse_config({"tracking": {"reid_threshold": 0.9}}), {"reid_threshold": 0.79}) == 0.9
-    assert pipeline.reid_threshold(parse_config({"tracking": {"reid": False}}), {"reid_threshold": 0.79}) is None
+    assert stages.reid_threshold(config, {"reid_threshold": 0.79}) == 0.79
+    assert stages.reid_threshold(parse_config({"tracking": {"reid_threshold": 0.9}}), {"reid_threshold": 0.79}) == 0.9
+    assert stages.reid_threshold(parse_config({"tracking": {"reid": False}}), {"reid_threshold": 0.79}) is None
     # Untrained weights (no card, or a card without the threshold): off, and the log says so.
     for card in (None, {"identity_threshold": 0.7}):
         caplog.clear()
-        assert pipeline.reid_threshold(config, card) is None
+        assert stages.reid_threshold(config, card) is None
         assert "re-identification by face is off" in caplog.text and "tracking.reid_threshold" in caplog.text

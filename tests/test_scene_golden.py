@@ -40,6 +40,7 @@ import numpy as np
 import pytest
 
 import tracker.pipeline as pipeline
+import tracker.stages as stages
 from tracker.config import TrackingConfig, parse_config
 from tracker.identity import UNKNOWN
 from tracker.sources.synthetic import SyntheticScene
@@ -85,13 +86,13 @@ def run_guard_on_scene(state_dir: Path, frames: int = GOLDEN_FRAMES, detect: dic
 
 def run_recorded(config) -> pipeline.Guard:
     """The guard run to the end of its source, unpaced, its tracker a RecordingTracker."""
-    original = pipeline.Tracker
-    pipeline.Tracker = RecordingTracker
+    original = stages.Tracker
+    stages.Tracker = RecordingTracker
     try:
-        guard = pipeline.Guard(config, realtime=False)
+        guard = pipeline.Guard(config, stages.build_stages(config, realtime=False))
         assert guard.run() == 0
     finally:
-        pipeline.Tracker = original
+        stages.Tracker = original
     return guard
 
 
@@ -152,7 +153,7 @@ def score(gt_rows: list[tuple], ignored: dict[int, np.ndarray], hyp_rows: list[t
 
 def measure(state_dir: Path, detect: dict | None = None) -> tuple[pipeline.Guard, dict[str, MotMetrics]]:
     guard = run_guard_on_scene(state_dir, detect=detect)
-    calls = guard.tracker.calls
+    calls = guard.stages.tracker.calls
     gt_rows, ignored = ground_truth(len(calls))
     replay = Tracker()  # TrackingConfig's defaults, no embeddings
     replayed = [replay.update(detections) for detections, _, _ in calls]
@@ -215,7 +216,7 @@ def test_golden_file_matches_this_test():
 
 def test_every_frame_went_through_the_guard_in_order(measured):
     guard, _ = measured
-    calls = guard.tracker.calls
+    calls = guard.stages.tracker.calls
     assert guard.frames_processed == len(calls) == GOLDEN_FRAMES  # unpaced: nothing dropped
     assert guard.state()["frames_dropped"] == 0
     lines = (guard.config.resolved_state_dir() / "latency.jsonl").read_text().splitlines()
@@ -255,15 +256,15 @@ def test_no_per_track_state_outlives_its_track(measured):
     than the re-identification window ago); no ended track keeps identity votes or a best face (a
     tentative track that died used to keep both for the rest of the run)."""
     guard, _ = measured
-    live = {v.track_id for v in guard.tracker.calls[-1][2] if v.state is not TrackState.ENDED}
-    assert all(v.dormant for v in guard.tracker.calls[-1][2] if v.track_id in live)
-    assert guard.tracker.live_count == len(live) <= 1
-    ids = {v.track_id for _, _, views in guard.tracker.calls for v in views}
-    ended = {v.track_id for _, _, views in guard.tracker.calls for v in views if v.state is TrackState.ENDED}
+    live = {v.track_id for v in guard.stages.tracker.calls[-1][2] if v.state is not TrackState.ENDED}
+    assert all(v.dormant for v in guard.stages.tracker.calls[-1][2] if v.track_id in live)
+    assert guard.stages.tracker.live_count == len(live) <= 1
+    ids = {v.track_id for _, _, views in guard.stages.tracker.calls for v in views}
+    ended = {v.track_id for _, _, views in guard.stages.tracker.calls for v in views if v.state is TrackState.ENDED}
     assert ids == ended | live and len(ended) >= 8
     for track_id in ended:
-        assert guard.votes.voted(track_id) == (UNKNOWN, 0.0)
-        assert guard.snapshots.save(track_id, "leak-check") == (None, None)
+        assert guard.stages.votes.voted(track_id) == (UNKNOWN, 0.0)
+        assert guard.stages.snapshots.save(track_id, "leak-check") == (None, None)
 
 
 if __name__ == "__main__":

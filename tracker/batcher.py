@@ -24,7 +24,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Batch(Generic[T]):
-    """Consecutive frames' items and their crops stacked: crops (N, 1, 88, 88) float32 (N >= 0),
+    """Consecutive frames' items and their crops stacked: crops (N, C, H, W) float32 (N >= 0),
     counts[i] = how many of those rows belong to items[i], in order."""
 
     items: tuple[T, ...]
@@ -56,8 +56,9 @@ class Batcher(Generic[T]):
         return sum(self._counts)
 
     def add(self, item: T, crops: np.ndarray, t_ns: int) -> Batch[T] | None:
-        """Append one frame's `item` with its crops (k, 1, H, W) float32, k >= 0, captured at
-        `t_ns`; returns the released batch, if this frame completed one."""
+        """Append one frame's `item` with its crops (k, C, H, W) float32, k >= 0 (every frame's
+        crops of one (C, H, W), also when k is 0), captured at `t_ns`; returns the released batch,
+        if this frame completed one."""
         self._items.append(item)
         self._crops.append(crops)
         self._counts.append(len(crops))
@@ -84,8 +85,7 @@ class Batcher(Generic[T]):
         """Release everything pending (None if nothing is)."""
         if not self._items:
             return None
-        nonempty = [c for c in self._crops if len(c)]
-        crops = np.ascontiguousarray(np.concatenate(nonempty)) if nonempty else np.empty((0, 1, 88, 88), np.float32)
+        crops = np.ascontiguousarray(np.concatenate(self._crops))  # (0, C, H, W) when no frame had a face
         batch = Batch(tuple(self._items), crops, tuple(self._counts))
         self._items, self._crops, self._counts, self._first_crop_ns = [], [], [], None
         return batch

@@ -26,14 +26,19 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tracker.arguments import ArgumentParser, positive_int
 from tracker.errors import EXIT_UNEXPECTED, InputError, TrackerError
+
+if TYPE_CHECKING:
+    from tracker.config import Config
 
 SUBCOMMANDS = ("convert", "enroll", "eval-mot", "train", "eval-faces", "identify")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 # What `tracker --benchmark` needs beyond the guard (pyproject's `bench` extra).
 BENCH_MODULES = ("matplotlib", "tqdm", "psutil")
+DEMO_FRAMES = 400  # 40 s of the synthetic scene at its default 10 fps: two people cross, one waits
 
 
 def _positive_int_list(text: str) -> list[int]:
@@ -79,6 +84,26 @@ def _load_config(args):
     return load_config(args.config)
 
 
+def effective_config(config: Config, args: argparse.Namespace) -> Config:
+    """The config with the command line's overrides (--backend, --precision, --frames, --demo)
+    applied and validated like the file. --demo: the synthetic scene paced at its fps, DEMO_FRAMES
+    long unless --frames says otherwise, state in `<state_dir>/demo` so that the demo's enrolments
+    never mix with real ones. (--source is parsed by `make_source`.)"""
+    from tracker.config import parse_config
+
+    data = config.model_dump()
+    if args.backend:
+        data["backend"]["name"] = args.backend
+    if args.precision:
+        data["backend"]["precision"] = args.precision
+    if args.demo:
+        data["source"].update(kind="synthetic", uri="", frames=args.frames or DEMO_FRAMES)
+        data["state_dir"] = config.resolved_state_dir() / "demo"
+    elif args.frames:
+        data["source"]["frames"] = args.frames
+    return parse_config(data, "command line")
+
+
 def _run_main(argv: list[str]) -> int:
     args = _main_parser().parse_args(argv)
     guard = not (args.check_config or args.list_backends or args.benchmark)
@@ -86,7 +111,6 @@ def _run_main(argv: list[str]) -> int:
     config = _load_config(args)
     if args.check_config:
         from tracker.config import DEFAULT_CONFIG
-        from tracker.pipeline import effective_config
         from tracker.preflight import check_runnable
 
         # --backend/--precision/--demo change what the run would refuse: check the config the run uses
@@ -112,7 +136,7 @@ def _run_main(argv: list[str]) -> int:
         return run_benchmark_command(config, args)
     from tracker.pipeline import run_guard
 
-    return run_guard(config, args)
+    return run_guard(effective_config(config, args), source_spec=args.source, enroll_scene_people=args.demo)
 
 
 def _require_bench_extra() -> None:

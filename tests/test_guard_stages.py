@@ -1,0 +1,155 @@
+"""The guard's loop on stages of the test's own (`tracker.pipeline.Guard` takes any `Stages`): a
+fake source, detector and backend around the real batcher, gallery, votes, tracker, events,
+snapshots and latency log. What the loop itself does is checked here without a model or a camera:
+every face's embedding reaches the gallery and the tracker with its own detection, one latency
+record per frame, a failed backend call costs identities but never frames, and the stages are
+closed when the run ends. The real stages run end to end in test_pipeline_e2e.py and
+test_scene_golden.py."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from tracker.batcher import Batcher
+from tracker.config import parse_config
+from tracker.errors import BackendFailure
+from tracker.events import EventMaker
+from tracker.identity import UNKNOWN, Gallery, IdentityVotes
+from tracker.latency import LatencyLog
+from tracker.motion import MotionGate
+from tracker.pipeline import Guard
+from tracker.snapshots import SnapshotStore
+from tracker.sources.base import SourceBase
+from tracker.stages import Stages
+from tracker.tracking import Tracker
+from tracker.types import Box, Detection, Inference
+
+FRAMES = 30
+ALICE, BOB = np.eye(4, dtype=np.float32)[0], np.eye(4, dtype=np.float32)[1]
+
+
+class StillFrames(SourceBase):
+    """FRAMES grey frames, as fast as the guard takes them."""
+
+    description = "still frames"
+
+    def read(self):
+        if self._seq >= FRAMES:
+            return None
+        return self._frame(np.full((240, 320, 3), 128, np.uint8))
+
+
+class TwoFaces:
+    """Alice on the left and Bob on the right in every frame, in that order."""
+
+    name, gives_landmarks = "two-faces", False
+
+    def detect(self, frame, regions=None):
+        return [Detection(Box(20, 40, 100, 120), 0.9), Detection(Box(200, 40, 280, 120), 0.9)]
+
+
+class ByPosition:
+    """A backend whose embedding says whose crop it is: the crops are all alike, so it answers
+    Alice, Bob, Alice, Bob ... in input order, which the detector's order makes right. `fail`:
+    raise BackendFailure on every call instead (a worker that keeps dying)."""
+
+    name = "by-position"
+
+    def __init__(self, fail: bool = False):
+        self.fail, self.calls, self.closed = fail, 0, False
+
+    def infer(self, x):
+        self.calls += 1
+        if self.fail:
+            raise BackendFailure("worker died")
+        embedding = np.stack([ALICE if i % 2 == 0 else BOB for i in range(len(x))])
+        return Inference(np.full((len(x), 2), 0.5, np.float32), embedding)
+
+    def close(self):
+        self.closed = True
+
+
+class Collect:
+    def __init__(self):
+        self.events, self.states, self.closed = [], [], False
+
+    def publish_event(self, event, snapshot_jpeg):
+        self.events.append(event)
+
+    def publish_state(self, state):
+        self.states.append(state)
+
+    def close(self):
+        self.closed = True
+
+
+def fake_stages(tmp_path, backend, max_batch):
+    config = parse_config({"state_dir": str(tmp_path), "source": {"frames": FRAMES},
+                           "batcher": {"max_batch": max_batch}, "sinks": {"console": False}})
+    sink = Collect()
+    stages = Stages(
+        state_dir=tmp_path, source=StillFrames(), gate=MotionGate(enabled=False), detector=TwoFaces(),
+        batcher=Batcher(max_batch, 50.0), backend=backend,
+        gallery=Gallery(("alice", "bob"), np.stack([ALICE, BOB]), 0.9),
+        votes=IdentityVotes(min_faces=3, margin=0.3), tracker=Tracker(min_hits=3, max_age=5),
+        events=EventMaker(), snapshots=SnapshotStore(tmp_path / "snapshots"), sinks=[sink],
+        latency_log=LatencyLog(tmp_path / "latency.jsonl"))
+    stages.opened.callback(backend.close)
+    stages.opened.callback(sink.close)
+    stages.opened.callback(stages.latency_log.close)
+    return config, stages, sink
+
+
+def identities(events) -> dict[int, set[str]]:
+    """track id -> every identity its `entered` and `identified` events announced."""
+    found: dict[int, set[str]] = {}
+    for e in events:
+        if e.kind in ("entered", "identified"):
+            found.setdefault(e.track_id, set()).add(e.identity)
+    return found
+
+
+def test_every_face_keeps_its_own_embedding_across_batches_of_several_frames(tmp_path):
+    backend = ByPosition()
+    config, stages, sink = fake_stages(tmp_path, backend, max_batch=4)  # two frames per batch
+    guard = Guard(config, stages)
+    assert guard.run() == 0
+
+    assert guard.frames_processed == FRAMES and guard.inference_lost == 0
+    assert backend.calls == FRAMES // 2
+    entered = [e for e in sink.events if e.kind == "entered"]
+    assert len(entered) == 2
+    by_side = {e.track_id: ("alice" if e.box.x < 160 else "bob") for e in entered}
+    assert {tid: {who} for tid, who in by_side.items()} == identities(sink.events)
+    assert sorted(e.track_id for e in sink.events if e.kind == "left") == sorted(by_side)
+    rows = [json.loads(line) for line in (tmp_path / "latency.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [r["seq"] for r in rows] == list(range(FRAMES))
+    assert {r["faces"] for r in rows} == {2} and {r["batch"] for r in rows} == {4}
+    assert backend.closed and sink.closed
+
+
+def test_a_failing_backend_costs_identities_not_frames(tmp_path):
+    backend = ByPosition(fail=True)
+    config, stages, sink = fake_stages(tmp_path, backend, max_batch=2)
+    guard = Guard(config, stages)
+    assert guard.run() == 0
+
+    assert guard.frames_processed == FRAMES and guard.inference_lost == FRAMES
+    assert len([e for e in sink.events if e.kind == "entered"]) == 2
+    assert all(who <= {UNKNOWN} for who in identities(sink.events).values())
+    assert len([e for e in sink.events if e.kind == "left"]) == 2
+    rows = [json.loads(line) for line in (tmp_path / "latency.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == FRAMES and rows[-1]["dropped"] == FRAMES
+    assert backend.closed and sink.closed
+
+
+def test_stopped_before_it_starts_the_guard_closes_its_stages_and_reads_nothing(tmp_path):
+    backend = ByPosition()
+    config, stages, sink = fake_stages(tmp_path, backend, max_batch=2)
+    guard = Guard(config, stages)
+    guard.stop()
+    assert guard.run() == 0
+    assert guard.frames_processed == 0 and backend.calls == 0
+    assert backend.closed and sink.closed

@@ -1,0 +1,178 @@
+"""The guard's stages, built once from a config: `build_stages(config, ...)` -> `Stages`.
+
+Every stage of docs/ARCHITECTURE.md, section 3, except the loop that drives them
+(`tracker.pipeline.Guard`, which takes a `Stages` and closes it when its run ends). Building them
+here, apart from the loop, means a run is set up in one place, in one order, with everything it
+opened closed again if a later stage fails; and a test can hand the guard stages of its own.
+
+Order matters: the backend and the detector come before the gallery, because people enrolled
+under other weights are recomputed with them (`tracker.enroll.refresh`) before the gallery loads.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tracker.backends import create_backend
+from tracker.backends.worker import RestartingBackend, model_input_shape
+from tracker.batcher import Batcher
+from tracker.config import Config
+from tracker.crops import CROP_SIZE, crop_definition
+from tracker.detect import FaceDetector, create_detector
+from tracker.enroll import enroll, refresh
+from tracker.errors import ModelError
+from tracker.events import EventMaker
+from tracker.identity import Gallery, IdentityVotes, file_sha256, identity_threshold, weights_card
+from tracker.latency import LatencyLog
+from tracker.model.spec import ModelSpec
+from tracker.motion import MotionGate
+from tracker.preflight import prepare_state_dir
+from tracker.sinks import Sink
+from tracker.sinks.console import ConsoleSink
+from tracker.sinks.jsonl import JsonlSink
+from tracker.snapshots import SnapshotStore
+from tracker.sources import Source, make_source
+from tracker.tracking import Tracker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Stages:
+    """One run's stages (see the module docstring). `close()` runs `opened`'s callbacks, which
+    release, in reverse order of opening, what the stages hold open: the backend (a worker child),
+    the sinks (MQTT connection, files) and the latency log; it is idempotent."""
+
+    state_dir: Path
+    source: Source  # opened by the guard's capture thread, which also closes it
+    gate: MotionGate
+    detector: FaceDetector
+    batcher: Batcher
+    backend: RestartingBackend
+    gallery: Gallery
+    votes: IdentityVotes
+    tracker: Tracker
+    events: EventMaker
+    snapshots: SnapshotStore
+    sinks: list[Sink]
+    latency_log: LatencyLog
+    opened: ExitStack = field(default_factory=ExitStack, repr=False)
+
+    def close(self) -> None:
+        self.opened.close()
+
+
+def reid_threshold(config: Config, card: dict | None) -> float | None:
+    """The face similarity at which the tracker takes a new track for a lost one back (None: off):
+    `tracking.reid_threshold` if set, else the one the weights' card was calibrated with (0.1%
+    false accepts between different people: a false merge would swallow a stranger's `entered`).
+    Weights without one (untrained, e.g. the seeded random ones of tests) give embeddings on
+    which any two faces look alike, so re-identification stays off for them, and the log says so."""
+    if not config.tracking.reid:
+        return None
+    if config.tracking.reid_threshold is not None:
+        return float(config.tracking.reid_threshold)
+    if card is None or card.get("reid_threshold") is None:
+        log.warning("tracking: re-identification by face is off: weights %s have no card with a calibrated "
+                    "threshold (untrained?); set tracking.reid_threshold to force it", config.model.weights)
+        return None
+    return float(card["reid_threshold"])
+
+
+def build_stages(config: Config, *, source_spec: str | None = None, realtime: bool = True,
+                 enroll_scene_people: bool = False) -> Stages:
+    """Every stage of a run of `config` (already checked by `tracker.preflight.check_runnable`).
+
+    source_spec: the command line's --source, parsed by `make_source` (None: the config's);
+    realtime: pace a file or a synthetic scene at its own rate; enroll_scene_people: enrol the
+    synthetic scene's people first (the demo). Raises what the stages raise (ModelError for a model
+    whose input is not the guard's crop, BackendUnavailable, InputError ...), after closing
+    whatever it had opened."""
+    state_dir = prepare_state_dir(config.resolved_state_dir())
+    with ExitStack() as opened:
+        backend = _open_backend(config)
+        opened.callback(backend.close)
+        sinks = _open_sinks(config, state_dir)
+        for sink in sinks:
+            opened.callback(sink.close)
+        latency_log = LatencyLog(config.latency.path or state_dir / "latency.jsonl", config.latency.max_bytes,
+                                 config.latency.backups)
+        opened.callback(latency_log.close)
+        detector = create_detector(config.detect)
+        if enroll_scene_people:
+            _enroll_scene_people(config, backend, detector)
+        refresh(config, detector, backend, report=log.info)  # new weights: recompute the people
+        card = weights_card(config)
+        crop = crop_definition(detector.gives_landmarks)
+        trained_on = (card or {}).get("crop")
+        if trained_on not in (None, crop):
+            log.warning("identity: the weights were trained on %s crops but detector %s gives %s crops: "
+                        "identities will be less reliable (use a detector with landmarks)", trained_on,
+                        detector.name, crop)
+        stages = Stages(
+            state_dir=state_dir,
+            source=make_source(config.source, spec=source_spec, realtime=realtime,
+                               luma_width=config.detect.detect_width),
+            gate=MotionGate.from_config(config.motion),
+            detector=detector,
+            batcher=Batcher(config.batcher.max_batch, config.batcher.max_wait_ms),
+            backend=backend,
+            gallery=Gallery.load(state_dir, file_sha256(config.model.weights), identity_threshold(config, card),
+                                 crop),
+            votes=IdentityVotes(config.identity.min_faces, config.identity.margin),
+            tracker=Tracker.from_config(config.tracking, reid_threshold=reid_threshold(config, card)),
+            events=EventMaker(),
+            snapshots=SnapshotStore(state_dir / "snapshots"),
+            sinks=sinks,
+            latency_log=latency_log,
+        )
+        stages.opened = opened.pop_all()
+    return stages
+
+
+def _model(config: Config) -> ModelSpec:
+    """The configured model, checked to take the guard's crops: (1, CROP_SIZE, CROP_SIZE), the
+    one input shape `tracker.crops` makes (the prototxt is the authority on what the net takes)."""
+    model = ModelSpec(config.model.prototxt, config.model.weights, config.model.probs, config.model.embedding)
+    shape = model_input_shape(model)
+    if shape != (1, CROP_SIZE, CROP_SIZE):
+        raise ModelError(f"model.prototxt {str(model.prototxt)!r}: input (C, H, W) {shape}; the guard's face crops "
+                         f"are (1, {CROP_SIZE}, {CROP_SIZE}) grey")
+    return model
+
+
+def _open_backend(config: Config) -> RestartingBackend:
+    """The configured backend, restarted with back-off whenever it fails (a worker that died)."""
+    model = _model(config)
+    backend_config = config.backend
+
+    def create():
+        return create_backend(backend_config.name, model, precision=backend_config.precision,
+                              threads=backend_config.threads, worker=backend_config.worker)
+
+    return RestartingBackend(create)
+
+
+def _open_sinks(config: Config, state_dir: Path) -> list[Sink]:
+    sinks: list[Sink] = []
+    if config.sinks.console:
+        sinks.append(ConsoleSink())
+    sinks.append(JsonlSink(config.sinks.jsonl or state_dir / "events.jsonl"))
+    if config.mqtt.enabled:
+        from tracker.sinks.mqtt import MqttSink
+
+        sinks.append(MqttSink(config.mqtt, config.device, state_dir))
+    return sinks
+
+
+def _enroll_scene_people(config: Config, backend, detector: FaceDetector) -> None:
+    """The demo knows the synthetic scene's people: enroll each from face chips the scene does
+    not show (tracker.sources.synthetic.enrolment_chips)."""
+    from tracker.sources.synthetic import enrolment_chips
+
+    for name, files in enrolment_chips(config.source.faces_dir).items():
+        enroll(name, files, config, aligned=True, backend=backend, detector=detector, report=log.warning)
+
