@@ -12,7 +12,7 @@ import pytest
 from backend_parity import assert_parity, face_inputs
 
 from tracker.backends import create_backend
-from tracker.backends.auto import DEFAULTS, describe_picks
+from tracker.backends.auto import DEFAULTS, TIE_MARGIN, describe_picks
 from tracker.errors import TrackerError
 from tracker.machine import machine_key
 from tracker.model.spec import default_model
@@ -116,3 +116,14 @@ def test_auto_needs_a_batch():
     with create_backend("auto", default_model(), state_dir="/nonexistent") as auto:
         with pytest.raises(TrackerError, match="N >= 1"):
             auto.infer(np.zeros((0, 1, 88, 88), np.float32))
+
+
+@pytest.mark.parametrize("onnx_ms", [0.99, 1.0, 1.02])
+def test_backends_within_the_tie_margin_are_ranked_by_the_registry_so_noise_cannot_swap_the_pick(tmp_path, onnx_ms):
+    # onnxruntime a little faster, as fast, or a little slower than opencv-dnn: the same pick, by
+    # the registry's order (onnxruntime before opencv-dnn); beyond the margin the faster one wins.
+    results = [("opencv-dnn", "fp32", 1, 1.0), ("onnxruntime", "fp32", 1, onnx_ms),
+               ("opencv-dnn", "fp32", 2, 1.0), ("onnxruntime", "fp32", 2, 1.0 + TIE_MARGIN + 0.01)]
+    write_profile(tmp_path, results=results)
+    picks = {batch: backend for batch, backend, _ in describe_picks(tmp_path)}
+    assert picks == {1: "onnxruntime", 2: "opencv-dnn"}

@@ -26,6 +26,7 @@ import pytest
 from tracker import backends
 from tracker.backends.base import BackendBase
 from tracker.cli import main
+from tracker.machine import machine_key
 from tracker.types import Inference
 
 TESTS = Path(__file__).resolve().parent
@@ -58,6 +59,18 @@ def test_backends(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))
 
 
+@pytest.fixture
+def load(monkeypatch):
+    """Sets the 1-minute load average the benchmark sees at its start (tracker.machine's reading):
+    whether a run may write auto's profile depends on it, and a test machine's own load varies."""
+    import tracker.machine
+
+    def set_load(one_minute: float) -> None:
+        monkeypatch.setattr(tracker.machine, "load_average", lambda: [one_minute, one_minute, one_minute])
+
+    return set_load
+
+
 def run_cli(capsys, *argv) -> tuple[int, str, str]:
     code = main([str(a) for a in argv])
     captured = capsys.readouterr()
@@ -82,7 +95,8 @@ def rows_of(doc: dict, label: str) -> list[dict]:
 # ---- the benchmark -------------------------------------------------------------------------
 
 
-def test_benchmark_writes_table_json_csv_plots_and_profile(capsys, config_file, state_dir, tmp_path):
+def test_benchmark_writes_table_json_csv_plots_and_profile(capsys, config_file, state_dir, tmp_path, load):
+    load(0.5)
     out = tmp_path / "out"
     code, stdout, stderr = bench(capsys, config_file, out, "--backend", ",".join(REAL), "--batches", "2,1", "--passes", "3")
     assert code == 0, stderr
@@ -95,6 +109,10 @@ def test_benchmark_writes_table_json_csv_plots_and_profile(capsys, config_file, 
         cells = lines[header + offset].split()
         assert cells[0] == str(batch) and len(cells) == 3
         assert all(float(c) > 0 for c in cells[1:])
+    # ... then the same table of medians
+    medians = next(i for i, line in enumerate(lines) if line.startswith("Per-image forward time (ms), median"))
+    assert lines[medians + 1].split() == ["batch", *REAL]
+    assert [lines[medians + 1 + k].split()[0] for k in (1, 2)] == ["1", "2"]
 
     doc = json.loads((out / "results.json").read_text())
     assert doc["schema"] == 1 and doc["complete"] is True
@@ -120,6 +138,7 @@ def test_benchmark_writes_table_json_csv_plots_and_profile(capsys, config_file, 
         assert len(row["pass_ms"]) == 3 and all(t > 0 for t in row["pass_ms"])
         mean_ms = sum(row["pass_ms"]) / 3
         assert row["ms_per_image"] == pytest.approx(mean_ms / row["batch"], rel=1e-6)
+        assert row["median_ms_per_image"] == pytest.approx(np.median(row["pass_ms"]) / row["batch"], rel=1e-5)
         assert row["images_per_s"] == pytest.approx(1000 * row["batch"] / mean_ms, rel=1e-6)
         assert min(row["pass_ms"]) <= row["p50_ms"] <= row["p95_ms"] <= max(row["pass_ms"])
         gflops = 2 * FACE_CNN_MACS * row["batch"] / (mean_ms / 1e3) / 1e9
@@ -148,7 +167,7 @@ def test_benchmark_writes_table_json_csv_plots_and_profile(capsys, config_file, 
     assert {(e["backend"], e["precision"], e["batch"]) for e in profile["results"]} == {(b, "fp32", n) for b in REAL for n in (1, 2)}
     for entry in profile["results"]:
         (row,) = [r for r in doc["rows"] if (r["backend"], r["batch"]) == (entry["backend"], entry["batch"])]
-        assert entry["ms_per_image"] == row["ms_per_image"]
+        assert entry["ms_per_image"] == row["median_ms_per_image"]
 
 
 def test_peak_rss_behind_the_worker_counts_the_worker_process_too(capsys, config_file, tmp_path):
@@ -161,7 +180,9 @@ def test_peak_rss_behind_the_worker_counts_the_worker_process_too(capsys, config
     assert row["peak_rss_mb"] > 50
 
 
-def test_failed_cells_are_reported_with_their_cause_and_the_run_goes_on(capsys, config_file, state_dir, tmp_path, test_backends):
+def test_failed_cells_are_reported_with_their_cause_and_the_run_goes_on(capsys, config_file, state_dir, tmp_path, test_backends,
+                                                                        load):
+    load(0.5)
     out = tmp_path / "out"
     names = ["test-segfault", "test-sigkill"]
     code, stdout, stderr = bench(capsys, config_file, out, "--backend", ",".join(names), "--batches", "1,4", "--passes", "2")
@@ -185,6 +206,21 @@ def test_failed_cells_are_reported_with_their_cause_and_the_run_goes_on(capsys, 
     # A failed cell is no candidate for auto.
     profile = json.loads((state_dir / "profile.json").read_text())
     assert {(e["backend"], e["batch"]) for e in profile["results"]} == {(n, 1) for n in names}
+
+
+def test_a_busy_machine_writes_no_profile_unless_told_to(capsys, config_file, state_dir, tmp_path, load):
+    load(machine_key()["cores"] + 0.5)
+    argv = ("--backend", "caffe-openblas-dl", "--batches", "1", "--passes", "1")
+    code, stdout, stderr = bench(capsys, config_file, tmp_path / "out", *argv)
+    assert code == 0, stderr
+    assert f"not writing the calibration profile {state_dir / 'profile.json'}: the 1-minute load average was" in stderr
+    assert "--profile-when-busy" in stderr and "warning: the machine was busy" in stdout
+    assert not (state_dir / "profile.json").exists()
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["settings"]["profile"] is None
+
+    code, stdout, stderr = bench(capsys, config_file, tmp_path / "out", *argv, "--profile-when-busy")
+    assert code == 0, stderr
+    assert [e["backend"] for e in json.loads((state_dir / "profile.json").read_text())["results"]] == ["caffe-openblas-dl"]
 
 
 def test_memory_limit_too_small_for_batch_256_is_a_failed_cell_with_its_cause(capsys, tmp_path, monkeypatch):

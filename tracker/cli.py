@@ -73,6 +73,8 @@ def _main_parser() -> ArgumentParser:
                    help="benchmark: memory limit of each cell's processes (a memory cgroup; address space where none can be made), "
                         "e.g. to emulate a 1 GB device")
     p.add_argument("--detectors", help="benchmark: the face detectors to measure, a comma list or 'all' (with --backend too: both benchmarks)")
+    p.add_argument("--profile-when-busy", action="store_true",
+                   help="benchmark: write auto's calibration profile even if the machine's load average exceeds its cores")
     p.add_argument("--worker", action="store_true",
                    help="benchmark: run each backend behind the worker (a child process of the cell's process; also backend.worker in the config)")
     return p

@@ -5,7 +5,10 @@ The calibration profile is `<state_dir>/profile.json`, written by `tracker --ben
 "precision", "batch", "ms_per_image"}, ...]}. For a batch of N images at precision P, `auto` looks
 at the profile's entries of precision P, takes the smallest measured batch size >= N (the largest
 one measured if N is beyond them all: per-image time flattens out at large batches) and runs the
-backend with the lowest ms_per_image there. Measured sizes are normally 1, 2, 4, ..., 256, so a
+backend with the lowest ms_per_image there (a cell's median, see tracker.bench.profile); backends
+within TIE_MARGIN of the lowest count as tied and are ranked by the registry's order instead, so
+that noise between two benchmark runs cannot swap the pick between two engines that are equally
+fast here. Measured sizes are normally 1, 2, 4, ..., 256, so a
 batch of 3 is served by the winner at 4. Why up: the batcher hands over at most max_batch crops and
 usually fewer, a batch of 3 padded into a batch-4 engine pays about what 4 does, and rounding
 down would choose for batch 2 a backend whose per-call overhead was amortised over fewer images
@@ -31,6 +34,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from tracker.backends.base import Backend, BackendBase
+from tracker.backends.registry import REGISTRY
 from tracker.errors import BackendUnavailable, InputError, TrackerError
 from tracker.model.spec import ModelSpec
 from tracker.types import Inference
@@ -40,6 +44,9 @@ log = logging.getLogger(__name__)
 DEFAULTS = {"fp32": "caffe-openblas-dl", "int8": "tf-neon-vfpv4"}
 PROFILE_NAME = "profile.json"
 DEFAULT_MAX_LIVE = 3
+# Medians of the same cell moved by up to 2% between quiet runs on a 2-core VM; 3% keeps auto
+# within 1.03x of the fastest measured backend.
+TIE_MARGIN = 0.03
 
 
 def default_state_dir() -> Path:
@@ -76,11 +83,21 @@ def load_profile(state_dir: Path) -> tuple[dict[str, dict[int, list[tuple[float,
         if backend != "auto" and batch >= 1 and ms > 0:
             ranking.setdefault(precision, {}).setdefault(batch, []).append((ms, backend))
     for per_batch in ranking.values():
-        for candidates in per_batch.values():
-            candidates.sort()
+        for batch, candidates in per_batch.items():
+            per_batch[batch] = _ranked(candidates)
     if not ranking:
         return {}, f"calibration profile {path} has no measurements; ignoring it"
     return ranking, None
+
+
+def _ranked(candidates: list[tuple[float, str]]) -> list[tuple[float, str]]:
+    """(ms, backend) fastest first, except that those within TIE_MARGIN of the fastest come first
+    in the registry's order (see the module docstring)."""
+    order = list(REGISTRY)
+    ordered = sorted(candidates)
+    tied = [c for c in ordered if c[0] <= ordered[0][0] * (1 + TIE_MARGIN)]
+    tied.sort(key=lambda c: order.index(c[1]) if c[1] in order else len(order))
+    return tied + ordered[len(tied):]
 
 
 def measured_batch(batches, n: int) -> int:

@@ -1,7 +1,7 @@
 """`tracker --benchmark`: the study's benchmark, reproduced on the machine it runs on.
 
     tracker --benchmark --backend a,b|all [--batches 1,2,4,...,256] [--passes 100]
-            [--precision fp32|int8] [--out DIR] [--timeout S] [--memory-limit MB]
+            [--precision fp32|int8] [--out DIR] [--timeout S] [--memory-limit MB] [--profile-when-busy]
 
 For each backend x precision x batch size (a *cell*): load the backend, one warm-up forward pass,
 then `--passes` timed passes on the same seeded random batch (N, C, H, W) float32 (shape from the
@@ -17,6 +17,7 @@ how close the embeddings are (cosine), on a fixed held-out set of face crops.
 
 Metrics of a cell (pass times are wall-clock perf_counter_ns around `backend.infer(x)`):
     ms_per_image   mean pass time / batch (the study's number)
+    median_ms_per_image  median pass time / batch (what `auto`'s profile keeps: stalls move it less)
     p50_ms, p95_ms percentiles of the pass times (ms per pass, not per image)
     images_per_s   batch / mean pass time
     gflops         2 * multiply-adds per image (counted from the model) * batch / mean pass time
@@ -27,8 +28,9 @@ Metrics of a cell (pass times are wall-clock perf_counter_ns around `backend.inf
 
 Outputs in --out (default bench-out/), rewritten atomically after every cell:
     results.json, results.csv, per_image_ms_linear.png, per_image_ms_log.png
-and the calibration profile `<state_dir>/profile.json` read by `auto` (tracker.bench.profile;
-not written under --memory-limit, which emulates another device).
+and the calibration profile `<state_dir>/profile.json` read by `auto` (tracker.bench.profile: the
+cells' medians; not written under --memory-limit, which emulates another device, nor when the
+1-minute load average at the start exceeds the cores, unless --profile-when-busy).
 The terminal gets a progress bar (stderr, on a terminal only), one line per finished cell, then
 the table (batch sizes as rows, backends as columns, per-image ms; failed cells with a short
 reason) and every metric per backend. Exit 0 when the run completed (failed cells are results),
@@ -50,7 +52,7 @@ results.json (schema 1):
                        flops_per_image}, process: str, rss: str, profile: path|null}
     unavailable: {name: reason}     backends that cannot run here (with --backend all)
     rows: [{backend, precision, label ("name" or "name int8"), batch, status: "ok"|"failed"|
-            "unavailable", passes, pass_ms: [float] (every timed pass, ms), ms_per_image,
+            "unavailable", passes, pass_ms: [float] (every timed pass, ms), ms_per_image, median_ms_per_image,
             p50_ms, p95_ms, images_per_s, gflops, peak_fraction (null unless ok), peak_rss_mb,
             rss_method, rss_processes, load_s, reason (short, for the table), error (cause, one line),
             error_detail (cause + tail of the child's output)}]

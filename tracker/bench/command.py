@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tracker.backends import REGISTRY
 from tracker.bench.memory_cap import cap_method
-from tracker.bench.profile import profile_path, update_profile
+from tracker.bench.profile import profile_path, record_last_run, update_profile
 from tracker.bench.report import Column, Results, make_row, quality_line, summary_line
 from tracker.bench.runner import Probe, probe_backends, run_cell, run_quality
 from tracker.errors import BackendUnavailable, InputError, TrackerError
@@ -101,6 +101,14 @@ def _backend_options(name: str, state_dir: Path, worker: bool = False) -> dict:
     return {**options, "worker": True} if worker else options
 
 
+def _busy(load: list[float] | None, cores: int) -> str | None:
+    """Why the machine counts as busy for calibrating `auto` (its 1-minute load average above its
+    core count: more runnable threads than cores), or None."""
+    if load is not None and load[0] > cores:
+        return f"the 1-minute load average was {load[0]:g} on {cores} cores when the run started"
+    return None
+
+
 def _warn(message: str) -> None:
     print(f"tracker: warning: {message}", file=sys.stderr)
 
@@ -133,6 +141,13 @@ def run_benchmark_command(config, args) -> int:
     print("benchmark: measuring this machine's sgemm peak ...", file=sys.stderr)
     peak = sgemm_peak()
     machine = machine_info(peak)
+    # A run under --memory-limit emulates a smaller device: its failures say nothing about this one.
+    profile_ok = memory_limit is None
+    busy = _busy(machine["load_average"]["start"], machine["cores"])
+    if profile_ok and busy and not getattr(args, "profile_when_busy", False):
+        profile_ok = False
+        _warn(f"not writing the calibration profile {profile}: {busy}, so `auto` would learn the load, not the "
+              "engines; run again on a quiet machine, or add --profile-when-busy to write it anyway")
     settings = {
         "backends": names,
         "columns": [{"backend": c.backend, "precision": c.precision, "label": c.label} for c in columns],
@@ -150,13 +165,11 @@ def run_benchmark_command(config, args) -> int:
         "worker": worker,
         "rss": "peak RSS of the cell's process from after the backend loaded to the last pass (VmHWM reset after loading), "
                "plus the peaks of its descendants (a worker); for a failed cell, the child's ru_maxrss at exit",
-        "profile": None if memory_limit else str(profile),
+        "profile": str(profile) if profile_ok else None,
     }
     results = Results(machine, base_versions(), settings, columns, unavailable)
     measured: dict[tuple[str, str, int], float] = {}
     failed: set[tuple[str, str, int]] = set()
-    # A run under --memory-limit emulates a smaller device: its failures say nothing about this one.
-    profile_ok = memory_limit is None
 
     def record_profile() -> None:
         nonlocal profile_ok
@@ -204,7 +217,7 @@ def run_benchmark_command(config, args) -> int:
                 results.add(row, outcome.versions)
                 key = (column.backend, column.precision, batch)
                 if row["status"] == "ok":
-                    measured[key] = row["ms_per_image"]
+                    measured[key] = row["median_ms_per_image"]
                 else:
                     failed.add(key)
                 bar.write(summary_line(row), file=sys.stderr)
@@ -227,6 +240,10 @@ def run_benchmark_command(config, args) -> int:
         bar.close()
     results.write_data(out)
     plots = results.write_plots(out)
+    try:
+        record_last_run(state_dir, out)
+    except OSError as err:
+        _warn(f"cannot record this run in {state_dir} ({err.strerror or err}); the web page will not show it")
     print(results.table())
     print()
     print(results.details())

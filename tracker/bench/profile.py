@@ -6,6 +6,8 @@ Format (CONVENTIONS.md, schema 1):
      "machine": {"cpu": "AMD EPYC", "cores": 2, "arch": "x86_64"},
      "results": [{"backend": "caffe-openblas", "precision": "fp32", "batch": 1, "ms_per_image": 2.5}, ...]}
 
+`ms_per_image` is a cell's median pass time per image: a stall of the machine moves the mean of
+a hundred passes, not their median, and `auto` must not change its pick because one run had one.
 A profile belongs to one machine. The benchmark merges its cells into a profile of the same
 machine (a new measurement replaces the old one of the same backend, precision and batch; a cell
 that failed now removes the old entry, since it no longer runs here) and replaces a profile of
@@ -22,6 +24,7 @@ from tracker.files import atomic_write
 
 SCHEMA = 1
 FILENAME = "profile.json"
+LAST_RUN = "benchmark.json"
 
 
 def profile_path(state_dir: Path) -> Path:
@@ -55,7 +58,7 @@ def _existing_results(path: Path, machine: dict) -> tuple[list[dict], str | None
 def update_profile(path: Path, machine: dict, measured: dict[tuple[str, str, int], float], failed: set[tuple[str, str, int]]) -> str | None:
     """Merge this run's cells into the profile at `path` and write it atomically.
 
-    measured: (backend, precision, batch) -> mean ms per image; failed: keys that failed now.
+    measured: (backend, precision, batch) -> median ms per image; failed: keys that failed now.
     Returns a warning when an existing profile was replaced rather than merged, else None.
     """
     entries, warning = _existing_results(path, machine)
@@ -72,3 +75,15 @@ def update_profile(path: Path, machine: dict, measured: dict[tuple[str, str, int
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, (json.dumps(document, indent=1) + "\n").encode())
     return warning
+
+
+def last_run_path(state_dir: Path) -> Path:
+    """`<state_dir>/benchmark.json`: {"out": the absolute --out folder of the latest benchmark run},
+    so that the guard's web page finds its results.json and plots."""
+    return Path(state_dir) / LAST_RUN
+
+
+def record_last_run(state_dir: Path, out: Path) -> None:
+    path = last_run_path(state_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, (json.dumps({"schema": SCHEMA, "out": str(Path(out).resolve())}) + "\n").encode())

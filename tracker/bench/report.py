@@ -18,7 +18,7 @@ from tracker.bench.runner import CellOutcome
 from tracker.files import atomic_write
 
 CSV_FIELDS = (
-    "backend", "precision", "batch", "status", "ms_per_image", "p50_ms", "p95_ms", "images_per_s",
+    "backend", "precision", "batch", "status", "ms_per_image", "median_ms_per_image", "p50_ms", "p95_ms", "images_per_s",
     "gflops", "peak_fraction", "peak_rss_mb", "passes", "load_s", "reason", "error",
 )  # fmt: skip
 PLOT_FILES = {"linear": "per_image_ms_linear.png", "log": "per_image_ms_log.png"}
@@ -48,6 +48,7 @@ def make_row(column: Column, batch: int, passes: int, outcome: CellOutcome, macs
         "passes": passes,
         "pass_ms": [round(ns / 1e6, 6) for ns in outcome.pass_ns],
         "ms_per_image": None,
+        "median_ms_per_image": None,
         "p50_ms": None,
         "p95_ms": None,
         "images_per_s": None,
@@ -65,9 +66,11 @@ def make_row(column: Column, batch: int, passes: int, outcome: CellOutcome, macs
         ms = np.array(outcome.pass_ns, dtype=np.float64) / 1e6
         mean_ms = float(ms.mean())
         gflops = 2.0 * macs_per_image * batch / (mean_ms / 1e3) / 1e9
+        p50_ms = float(np.percentile(ms, 50))
         row.update(
             ms_per_image=mean_ms / batch,
-            p50_ms=float(np.percentile(ms, 50)),
+            median_ms_per_image=p50_ms / batch,
+            p50_ms=p50_ms,
             p95_ms=float(np.percentile(ms, 95)),
             images_per_s=batch * 1e3 / mean_ms,
             gflops=gflops,
@@ -191,35 +194,49 @@ class Results:
 
     # ---- terminal ------------------------------------------------------------------------
 
-    def table(self) -> str:
-        """Batch sizes as rows, columns as columns, per-image ms (the study's Table 1), then notes."""
-        batches = self.settings["batches"]
+    def _grid(self, key: str) -> tuple[list[str], list[str]]:
+        """The lines of one table of `key` (batch sizes as rows, columns as columns), and the
+        notes on its failed cells."""
         headers = ["batch"] + [c.label for c in self.columns] + list(self.unavailable)
         lines_cells = []
         notes = []
-        for batch in batches:
+        for batch in self.settings["batches"]:
             cells = [str(batch)]
             for column in self.columns:
                 row = self.cell(column, batch)
                 if row is None:
                     cells.append("-")
                 elif row["status"] == "ok":
-                    cells.append(f"{row['ms_per_image']:.3f}")
+                    cells.append(f"{row[key]:.3f}")
                 else:
                     cells.append(f"failed: {row['reason']}")
                     notes.append(f"  {column.label} at batch {batch}: {row['error_detail']}")
             cells += ["n/a"] * len(self.unavailable)
             lines_cells.append(cells)
         widths = [max(len(h), *(len(r[i]) for r in lines_cells)) for i, h in enumerate(headers)]
+        lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths))]
+        return lines + ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in lines_cells], notes
+
+    def table(self) -> str:
+        """Per-image ms, batch sizes as rows and columns as columns: the mean of the passes (the
+        study's Table 1), then the median (what a stall on a busy machine does not move, and what
+        `auto`'s profile keeps), then notes."""
         passes = self.settings["passes"]
         m = self.machine
+        means, notes = self._grid("ms_per_image")
+        medians, _ = self._grid("median_ms_per_image")
         out = [
             f"Per-image forward time (ms), mean of {passes} passes after a warm-up, on {m['cpu']} "
             f"({m['cores']} cores, {m['arch']}; sgemm peak {m['sgemm_peak_gflops']:.1f} GFLOP/s)",
-            "  ".join(h.rjust(w) for h, w in zip(headers, widths)),
+            *means,
+            "Per-image forward time (ms), median of the same passes",
+            *medians,
         ]
-        out += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in lines_cells]
         load = (m.get("load_average") or {}).get("start")
+        if load is not None:
+            end = (m.get("load_average") or {}).get("end")
+            out.append(f"load average (1, 5, 15 min) at the start {load}" + (f", at the end {end}" if end else "")
+                       + f"; {m['cores']} cores")
         if load and load[0] >= m["cores"]:
             out.append(
                 f"warning: the machine was busy when the run started (1-minute load average {load[0]:g} on "
@@ -239,7 +256,7 @@ class Results:
     def details(self) -> str:
         """Every metric of every cell, one block per column."""
         out = []
-        head = ("batch", "ms/image", "p50 ms", "p95 ms", "images/s", "GFLOP/s", "% peak", "RSS MB", "load s")
+        head = ("batch", "ms/image", "median/im", "p50 ms", "p95 ms", "images/s", "GFLOP/s", "% peak", "RSS MB", "load s")
         for column in self.columns:
             rows = [r for r in self.rows if r["label"] == column.label]
             if not rows:
@@ -251,8 +268,8 @@ class Results:
                 load = "" if r["load_s"] is None else f"{r['load_s']:.2f}"
                 if r["status"] == "ok":
                     values = (
-                        f"{r['ms_per_image']:.3f}", f"{r['p50_ms']:.2f}", f"{r['p95_ms']:.2f}", f"{r['images_per_s']:.1f}",
-                        f"{r['gflops']:.2f}", f"{100 * r['peak_fraction']:.1f}", rss, load,
+                        f"{r['ms_per_image']:.3f}", f"{r['median_ms_per_image']:.3f}", f"{r['p50_ms']:.2f}",
+                        f"{r['p95_ms']:.2f}", f"{r['images_per_s']:.1f}", f"{r['gflops']:.2f}", f"{100 * r['peak_fraction']:.1f}", rss, load,
                     )  # fmt: skip
                     out.append("  " + " ".join(f"{v:>9}" for v in (str(r["batch"]), *values)))
                 else:
@@ -264,7 +281,8 @@ def summary_line(row: dict) -> str:
     """One progress line per finished cell."""
     if row["status"] == "ok":
         return (
-            f"{row['label']} batch {row['batch']}: {row['ms_per_image']:.3f} ms/image, "
+            f"{row['label']} batch {row['batch']}: {row['ms_per_image']:.3f} ms/image "
+            f"(median {row['median_ms_per_image']:.3f}), "
             f"p95 pass {row['p95_ms']:.2f} ms, peak RSS {row['peak_rss_mb']:.0f} MB"
         )
     return f"{row['label']} batch {row['batch']}: {row['status']}: {row['error']}"
