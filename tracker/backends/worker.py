@@ -31,19 +31,17 @@ than `max_batch` (default 256, the largest batch the config and the benchmark al
 chunks of at most `max_batch`; the shared memory is max_batch x (C*H*W + P + D) float32 (8.9 MB for
 the face CNN at 256), and only the pages a batch touches are backed by RAM. The child's output
 (stdout and stderr) is kept as a bounded tail (the last 16 KiB) for error messages, never on disk.
+The child process itself (start, output tail, reaping) is `tracker.child_process.ChildProcess`, as
+the benchmark's cells are; `describe_exit` there puts its end in words.
 """
 
 from __future__ import annotations
 
-import collections
 import json
 import mmap
 import os
 import select
-import signal
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -52,6 +50,7 @@ import numpy as np
 
 from tracker.backends.base import Backend
 from tracker.backends.worker_child import _LEN, region_offsets, write_frame
+from tracker.child_process import POLL_S, ChildProcess, describe_exit
 from tracker.errors import (
     BackendFailure,
     BackendUnavailable,
@@ -68,8 +67,6 @@ DEFAULT_READY_TIMEOUT_S = 120.0  # importing a runtime and loading a model on a 
 CALL_TIMEOUT_BASE_S = 20.0
 CALL_TIMEOUT_PER_IMAGE_S = 2.0  # far above the slowest backend's per-image time on a Pi 3
 _EXIT_GRACE_S = 5.0  # a closed or dead child gets this long to be reaped before SIGKILL
-_POLL_S = 1.0  # liveness check while waiting (a grandchild could hold the reply pipe open)
-_TAIL_BYTES = 16384
 _BOOTSTRAP = (
     "import sys; sys.path.append(sys.argv[1]); "
     "from tracker.backends.worker_child import main; raise SystemExit(main(sys.argv[2:]))"
@@ -81,7 +78,8 @@ _ERRORS = {cls.__name__: cls for cls in (InputError, ConfigError, ModelError, Ba
 class WorkerFailure(BackendFailure):
     """The worker's child failed; the worker is dead until restarted.
 
-    cause: one line (e.g. "killed by signal 9 (SIGKILL: out of memory?)", "timeout after 30 s").
+    cause: one line (e.g. "killed by signal 9 (SIGKILL: out of memory, or killed by another process)",
+    "timeout after 30 s").
     lost_inputs: inputs of the call that failed (0 when it failed while starting or idle).
     output_tail: the last lines the child printed (may be empty). returncode: the child's exit
     code (negative: the signal), None if it could not be reaped.
@@ -93,59 +91,6 @@ class WorkerFailure(BackendFailure):
         self.lost_inputs = lost_inputs
         self.output_tail = output_tail
         self.returncode = returncode
-
-
-def describe_exit(returncode: int | None) -> str:
-    """The cause of a child's end in words."""
-    if returncode is None:
-        return "did not exit"
-    if returncode < 0:
-        signum = -returncode
-        try:
-            signame = signal.Signals(signum).name
-        except ValueError:
-            signame = "unknown signal"
-        if signum == signal.SIGKILL:
-            return f"killed by signal {signum} ({signame}: out of memory, or killed by another process)"
-        return f"killed by signal {signum} ({signame})"
-    return f"exited with code {returncode}"
-
-
-class _OutputTail:
-    """Reads the child's stdout+stderr pipe on a thread, keeping only the last _TAIL_BYTES."""
-
-    def __init__(self, fd: int):
-        self._fd = fd
-        self._chunks: collections.deque[bytes] = collections.deque()
-        self._size = 0
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="worker-output", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            while chunk := os.read(self._fd, 4096):
-                with self._lock:
-                    self._chunks.append(chunk)
-                    self._size += len(chunk)
-                    while self._size - len(self._chunks[0]) >= _TAIL_BYTES:
-                        self._size -= len(self._chunks.popleft())
-        except OSError:
-            pass
-        finally:
-            os.close(self._fd)
-
-    def text(self) -> str:
-        with self._lock:
-            return b"".join(self._chunks)[-_TAIL_BYTES:].decode("utf-8", "replace")
-
-    def tail(self, lines: int = 4, chars: int = 600) -> str:
-        """The last non-empty lines, joined on one line (for error messages)."""
-        kept = [line.strip() for line in self.text().splitlines() if line.strip()][-lines:]
-        return " | ".join(kept)[-chars:]
-
-    def join(self, timeout: float) -> None:
-        self._thread.join(timeout)
 
 
 def check_interpreter(python: str | os.PathLike) -> str:
@@ -236,14 +181,14 @@ class WorkerBackend:
         self.pid: int | None = None
         self.load_s: float | None = None
         self.in_flight = 0
-        self._proc: subprocess.Popen | None = None
+        self._proc: ChildProcess | None = None
         self._req = self._rep = self._shm_fd = -1  # pipe and shared-memory descriptors; -1: closed
         self._views: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # shared memory: inputs, probs, embeddings
         self._dead: str | None = None  # why the worker cannot serve (set on failure and close)
         self._start()
 
     @property
-    def _child(self) -> subprocess.Popen:
+    def _child(self) -> ChildProcess:
         """The child process; only used once `_start` made it."""
         assert self._proc is not None, "worker child used before it was started"
         return self._proc
@@ -254,28 +199,26 @@ class WorkerBackend:
         per_image = int(np.prod(self.input_shape[1:]))
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
-        out_r, out_w = os.pipe()
         shm_fd = os.memfd_create("tracker-worker", os.MFD_CLOEXEC) if self.transport == "shm" else -1
         child_fds = (req_r, rep_w) + ((shm_fd,) if shm_fd >= 0 else ())
         try:
-            self._proc = subprocess.Popen(
+            self._proc = ChildProcess(
                 [self.python, "-c", _BOOTSTRAP, str(ROOT), str(req_r), str(rep_w), str(shm_fd), json.dumps(self._job)],
-                stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, pass_fds=child_fds, env=self._env,
+                pass_fds=child_fds, env=self._env,
                 start_new_session=True,  # a Ctrl-C meant for the guard reaches the guard, which closes us
             )
         except OSError as err:
-            for fd in (req_r, req_w, rep_r, rep_w, out_r, out_w) + ((shm_fd,) if shm_fd >= 0 else ()):
+            for fd in (req_r, req_w, rep_r, rep_w) + ((shm_fd,) if shm_fd >= 0 else ()):
                 os.close(fd)
             raise InputError(f"worker python {self.python!r} cannot be started ({err.strerror or err}); "
                              f"expected a Python >= 3.9 interpreter") from None
         finally:
             if self._proc is not None:
-                for fd in (req_r, rep_w, out_w):
+                for fd in (req_r, rep_w):
                     os.close(fd)
         self.pid = self._proc.pid
         self._req, self._rep, self._shm_fd = req_w, rep_r, shm_fd
         os.set_blocking(self._req, False)
-        self._output = _OutputTail(out_r)
         self._rbuf = bytearray()
         self._shm = None
         deadline = self._deadline(self.ready_timeout_s)
@@ -373,7 +316,7 @@ class WorkerBackend:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     self._fail(f"timeout after {self._wait_s:g} s during {what} (the child stopped reading)", lost)
-                select.select([], [self._req], [], min(remaining, _POLL_S))
+                select.select([], [self._req], [], min(remaining, POLL_S))
                 if self._child.poll() is not None:
                     self._fail_dead(what, lost)
 
@@ -383,7 +326,7 @@ class WorkerBackend:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self._fail(f"timeout after {self._wait_s:g} s during {what}", lost)
-            ready, _, _ = select.select([self._rep], [], [], min(remaining, _POLL_S))
+            ready, _, _ = select.select([self._rep], [], [], min(remaining, POLL_S))
             if ready:
                 chunk = os.read(self._rep, max(65536, count - len(self._rbuf)))
                 if not chunk:
@@ -419,7 +362,7 @@ class WorkerBackend:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self._fail(f"timeout after {self._wait_s:g} s during {what}", lost)
-            ready, _, _ = select.select([self._rep], [], [], min(remaining, _POLL_S))
+            ready, _, _ = select.select([self._rep], [], [], min(remaining, POLL_S))
             if ready:
                 got = os.readv(self._rep, [view])
                 if not got:
@@ -448,14 +391,14 @@ class WorkerBackend:
 
     def _fail_dead(self, what: str, lost: int):
         """The child closed its pipe or exited: reap it and say how it ended."""
-        self._reap(_EXIT_GRACE_S)
+        self._child.reap(_EXIT_GRACE_S)
         self._fail(f"{describe_exit(self._child.returncode)} during {what}", lost)
 
     def _fail(self, cause: str, lost: int):
         """Kill and reap the child, mark the worker dead, raise WorkerFailure."""
         self._shutdown()
         returncode = self._proc.returncode if self._proc is not None else None
-        tail = self._output.tail()
+        tail = self._child.output_tail()
         self._dead = cause
         text = f"backend {self.name!r} worker (pid {self.pid}, {self.python}): {cause}"
         if lost:
@@ -464,21 +407,11 @@ class WorkerBackend:
             text += f"; child output: {tail}"
         raise WorkerFailure(text, cause=cause, lost_inputs=lost, output_tail=tail, returncode=returncode)
 
-    def _reap(self, grace: float) -> None:
-        try:
-            self._child.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            self._child.kill()
-            self._child.wait()
-
     def _shutdown(self) -> None:
         """Kill (if still running) and reap the child; release pipes and shared memory."""
         if self._proc is None:
             return
-        if self._proc.poll() is None:
-            self._proc.kill()
-        self._proc.wait()
-        self._output.join(_EXIT_GRACE_S)  # the pipe is at EOF once the child is gone
+        self._proc.close()
         self._release()
 
     def _release(self) -> None:
@@ -511,7 +444,7 @@ class WorkerBackend:
 
     def output_text(self) -> str:
         """The child's recent output (stdout and stderr, the last 16 KiB), for diagnostics."""
-        return self._output.text()
+        return self._child.output_text()
 
     def close(self) -> None:
         """Ask the child to exit (it closes its backend), then reap it; SIGKILL after a grace period."""
@@ -523,7 +456,7 @@ class WorkerBackend:
                 write_frame(self._req, {"op": "close"})
             except OSError:
                 pass
-            self._reap(_EXIT_GRACE_S)
+            self._child.reap(_EXIT_GRACE_S)
         self._shutdown()
         self._dead = self._dead or "closed"
 
@@ -536,9 +469,7 @@ class WorkerBackend:
     def __del__(self):
         # a worker dropped without close(): never leave its child (or its descriptors) behind
         if getattr(self, "_proc", None) is not None and getattr(self, "_req", None) is not None:
-            if self._proc.poll() is None:
-                self._proc.kill()
-                self._proc.wait()
+            self._proc.kill()
             self._release()
 
 

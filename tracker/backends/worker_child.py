@@ -9,9 +9,10 @@ where ROOT is appended to sys.path (after the interpreter's own site-packages, s
 wins), REQ_FD/REP_FD are the inherited request and reply pipes, SHM_FD is a memfd shared with the
 parent (-1 for the pipe transport) and JOB_JSON describes the backend (see `WorkerBackend._job`).
 
-What this module imports at the top is the standard library only: a "hello" goes to the parent
-before numpy or the backend is imported, so that the parent can tell "this is not a usable Python"
-(no hello) from "the backend failed to load" (hello, then an error).
+What this module imports at the top is the standard library only (`tracker.child_process`
+included: it imports nothing else): a "hello" goes to the parent before numpy or the backend is
+imported, so that the parent can tell "this is not a usable Python" (no hello) from "the backend
+failed to load" (hello, then an error).
 
 Messages are frames: a 4-byte little-endian length, a JSON header, then for the pipe transport
 the raw float32 bytes the header announces. Child -> parent:
@@ -43,10 +44,10 @@ import struct
 import sys
 import time
 
+from tracker.child_process import loaded_versions, one_line
+
 _LEN = struct.Struct("<I")
 ALIGN = 64
-# Modules whose versions the ready message reports when the backend loaded them.
-_RUNTIME_MODULES = ("numpy", "mxnet", "cv2", "tensorflow", "ai_edge_litert", "onnxruntime", "torch")
 
 
 def region_offsets(max_batch: int, per_image: int, probs_dim: int, embedding_dim: int) -> tuple[int, int, int]:
@@ -88,21 +89,6 @@ def read_frame(fd: int) -> dict | None:
     if not _read_into(fd, memoryview(data)):
         return None
     return json.loads(data)
-
-
-def _one_line(err: BaseException) -> str:
-    text = " | ".join(part.strip() for part in str(err).splitlines() if part.strip())
-    return text[:2000] or err.__class__.__name__
-
-
-def _versions(backend) -> dict:
-    versions = {"python": platform.python_version()}
-    for name in _RUNTIME_MODULES:
-        module = sys.modules.get(name)
-        if module is not None and getattr(module, "__version__", None):
-            versions[name] = str(module.__version__)
-    versions.update(getattr(backend, "runtime_versions", None) or {})
-    return versions
 
 
 def _load(job: dict):
@@ -148,7 +134,8 @@ def serve(job: dict, req_fd: int, rep_fd: int, shm_fd: int) -> int:
             )
         else:
             inbuf = np.empty((max_batch, *chw), np.float32)
-        write_frame(rep_fd, {"event": "ready", "versions": _versions(backend), "probs_dim": int(probs_dim),
+        versions = {"python": platform.python_version(), **loaded_versions(backend)}
+        write_frame(rep_fd, {"event": "ready", "versions": versions, "probs_dim": int(probs_dim),
                              "embedding_dim": int(embedding_dim), "load_s": time.perf_counter() - t0})
         stage = "infer"
         while True:
@@ -166,7 +153,7 @@ def serve(job: dict, req_fd: int, rep_fd: int, shm_fd: int) -> int:
                 out = backend.infer(x)
             except InputError as err:  # a bad input leaves the backend usable
                 write_frame(rep_fd, {"event": "error", "stage": stage, "type": err.__class__.__name__,
-                                     "message": _one_line(err), "recoverable": True})
+                                     "message": one_line(err), "recoverable": True})
                 continue
             probs = np.asarray(out.probs, np.float32).reshape(n, -1)
             embedding = np.asarray(out.embedding, np.float32).reshape(n, -1)
@@ -184,7 +171,7 @@ def serve(job: dict, req_fd: int, rep_fd: int, shm_fd: int) -> int:
     except BaseException as err:  # noqa: BLE001 - every failure goes to the parent with its type
         try:
             write_frame(rep_fd, {"event": "error", "stage": stage, "type": err.__class__.__name__,
-                                 "message": _one_line(err), "recoverable": False})
+                                 "message": one_line(err), "recoverable": False})
         except OSError:  # the parent is gone; nobody to tell
             pass
         return 1

@@ -32,8 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-# Runtimes whose versions a result records when the backend loaded them into this process.
-_RUNTIME_MODULES = ("numpy", "cv2", "tensorflow", "ai_edge_litert", "onnxruntime", "onnx", "torch", "mxnet")
+from tracker.child_process import loaded_versions, one_line
+
 _PROGRESS_EVERY_S = 0.2
 _QUALITY_CHUNK = 50  # crops per forward pass of the quality check: bounded memory at any set size
 
@@ -48,11 +48,6 @@ class _Channel:
         self._file.write(json.dumps(message) + "\n")
 
 
-def _one_line(err: BaseException) -> str:
-    text = " | ".join(part.strip() for part in str(err).splitlines() if part.strip())
-    return text or err.__class__.__name__
-
-
 def _register(name: str, entry: list) -> str:
     """Make `name` resolve to the parent's registry entry in this process; returns its target.
 
@@ -63,17 +58,6 @@ def _register(name: str, entry: list) -> str:
 
     backends.REGISTRY[name] = backends.Entry(*entry)
     return backends.REGISTRY[name].target
-
-
-def _loaded_versions(backend) -> dict:
-    versions = {}
-    for module_name in _RUNTIME_MODULES:
-        module = sys.modules.get(module_name)
-        if module is not None and getattr(module, "__version__", None):
-            versions[module_name] = str(module.__version__)
-    # a backend running elsewhere (a worker on another interpreter) may say what it runs there
-    versions.update(getattr(backend, "runtime_versions", None) or {})
-    return versions
 
 
 def _family() -> list[int]:
@@ -145,7 +129,7 @@ def run_cell(job: dict, channel: _Channel, stage: _Stage) -> None:
     batch, passes = job["batch"], job["passes"]
     # The same input for every backend and run: seeded, shape from the model's input blob.
     x = np.random.default_rng(job["seed"]).standard_normal((batch, *job["input_shape"]), dtype=np.float32)
-    channel.send(event="loaded", load_s=time.perf_counter() - t0, versions=_loaded_versions(backend))
+    channel.send(event="loaded", load_s=time.perf_counter() - t0, versions=loaded_versions(backend))
 
     # Peak RSS of the cell counts what loading left resident, not loading's transient peak.
     rss_method = "vmhwm-reset-after-load" if _reset_peak_rss() else "peak-since-start"
@@ -201,7 +185,7 @@ def run_probe(job: dict, channel: _Channel) -> int:
             precisions = list(backend_class(name).precisions)
             reason = availability(name)
         except Exception as err:  # a backend module that is missing or broken cannot run here
-            precisions, reason = [], f"backend {name!r}: cannot load {target} ({err.__class__.__name__}: {_one_line(err)})"
+            precisions, reason = [], f"backend {name!r}: cannot load {target} ({err.__class__.__name__}: {one_line(err)})"
         channel.send(event="probe", backend=name, available=reason is None, reason=reason, precisions=precisions)
     return 0
 
@@ -227,7 +211,7 @@ def main(argv: list[str]) -> int:
             event="error",
             stage=stage.text,
             type=err.__class__.__name__,
-            message=_one_line(err),
+            message=one_line(err),
             unavailable=isinstance(err, BackendUnavailable),
         )
         return 1

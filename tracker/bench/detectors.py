@@ -37,6 +37,7 @@ import cv2
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from tracker import shared_data
 from tracker.config import Config
 from tracker.crops import crop_batch
 from tracker.detect import DETECTORS, create_detector, resolve_detector
@@ -44,14 +45,13 @@ from tracker.errors import BackendUnavailable, InputError, ModelError
 from tracker.files import atomic_write
 from tracker.machine import cpu_model, load_average
 from tracker.motion import MotionGate
-from tracker.sources.synthetic import DEFAULT_FACES_DIR
 from tracker.tracking.assign import box_rows, iou_matrix
 from tracker.types import Box
 
 FRAMES = 200
 SIZES = ((320, 240), (640, 480))
 MODES = ("whole", "regions")
-DLIB_FACES = DEFAULT_FACES_DIR.parent / "faces"  # the annotated photos beside the scene's face chips
+DLIB_FACES = "testdata/faces/dlib/faces"  # in the shared data: the annotated photos beside the scene's face chips
 CSV_FIELDS = ("detector", "size", "mode", "frames", "mean_ms", "p50_ms", "p95_ms", "faces", "found", "recall",
               "false_positives")
 
@@ -163,12 +163,14 @@ def detect_settings(config: Config, name: str, **updates):
 
 def _dlib(detector_name: str, config) -> dict:
     """Recall and false positives on dlib's annotated photos at the detector's defaults."""
-    if not DLIB_FACES.is_dir():
-        return {"error": f"dlib photos not found at {DLIB_FACES}"}
+    try:
+        folder = shared_data.locate(DLIB_FACES, "dlib photos")
+    except InputError as err:
+        return {"error": str(err)}
     faces = found = false = 0
     for xml in ("testing.xml", "training.xml"):
-        for image_node in ET.parse(DLIB_FACES / xml).getroot().iter("image"):
-            path = DLIB_FACES / image_node.get("file", "")
+        for image_node in ET.parse(folder / xml).getroot().iter("image"):
+            path = folder / image_node.get("file", "")
             image = cv2.imread(str(path))
             if image is None:
                 return {"error": f"dlib photo {path} cannot be read"}

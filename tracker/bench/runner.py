@@ -1,8 +1,9 @@
 """Run benchmark children (tracker.bench.child) and turn what happened to them into outcomes.
 
-A child is reaped with wait4 so that its peak RSS is known even when it was killed, and it is
-never left behind: on a timeout, on Ctrl-C or on any error of the parent it is killed (SIGKILL)
-and reaped before the parent goes on.
+A child is a `tracker.child_process.ChildProcess`, as the backend worker's is: reaped with wait4
+so that its peak RSS is known even when it was killed, its output kept as a bounded tail for the
+error detail, and never left behind: on a timeout, on Ctrl-C or on any error of the parent it is
+killed (SIGKILL) and reaped before the parent goes on.
 """
 
 from __future__ import annotations
@@ -10,18 +11,17 @@ from __future__ import annotations
 import json
 import os
 import select
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tracker.bench.memory_cap import MemoryCap
+from tracker.child_process import POLL_S, ChildProcess, describe_exit, short_exit
 
 # After the child closed its pipe it should exit promptly; runtimes with thread pools may need a moment.
 _EXIT_GRACE_S = 30.0
+_TAIL_LINES, _TAIL_CHARS = 3, 400  # the child's output in an error detail
 
 
 class _TimedOut(Exception):
@@ -37,21 +37,13 @@ class _Child:
         if self.cap is not None:
             job = {**job, "memory_cap": self.cap.method}
         read_fd, write_fd = os.pipe()
-        self._stderr = tempfile.TemporaryFile()
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tracker.bench.child", str(write_fd), json.dumps(job)],
-                stdin=subprocess.DEVNULL,
-                stdout=self._stderr,  # runtimes print on stdout too; keep both for the error tail
-                stderr=self._stderr,
-                pass_fds=(write_fd,),
-                env=env,
-            )
+            self.process = ChildProcess([sys.executable, "-m", "tracker.bench.child", str(write_fd), json.dumps(job)],
+                                        pass_fds=(write_fd,), env=env)
             if self.cap is not None:
-                self.cap.add(self.proc.pid)
+                self.cap.add(self.process.pid)
         except BaseException:
             os.close(read_fd)
-            self._stderr.close()
             if self.cap is not None:
                 self.cap.close()
             raise
@@ -59,29 +51,6 @@ class _Child:
             os.close(write_fd)
         self._read_fd = read_fd
         self._buffer = b""
-        self.returncode: int | None = None
-        self.maxrss_kb: int | None = None
-
-    def _try_reap(self, block: bool = False) -> bool:
-        """Reap the child if it exited (with its rusage); True once reaped."""
-        if self.returncode is not None:
-            return True
-        pid, status, usage = os.wait4(self.proc.pid, 0 if block else os.WNOHANG)
-        if pid == 0:
-            return False
-        self.returncode = os.waitstatus_to_exitcode(status)
-        self.proc.returncode = self.returncode  # so Popen never waits for it again
-        self.maxrss_kb = usage.ru_maxrss // 1024 if sys.platform == "darwin" else usage.ru_maxrss
-        return True
-
-    def kill(self) -> None:
-        """SIGKILL and reap (os.kill, not Popen.kill: that could reap it and lose the rusage)."""
-        if self.returncode is None:
-            try:
-                os.kill(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self._try_reap(block=True)
 
     def _dispatch(self, chunk: bytes, on_message: Callable[[dict], None]) -> None:
         self._buffer += chunk
@@ -98,56 +67,36 @@ class _Child:
         """
         last = time.monotonic()
         while True:
-            ready, _, _ = select.select([self._read_fd], [], [], 1.0)
+            ready, _, _ = select.select([self._read_fd], [], [], POLL_S)
             if ready:
                 chunk = os.read(self._read_fd, 1 << 16)
                 if not chunk:
                     break
                 last = time.monotonic()
                 self._dispatch(chunk, on_message)
-            elif self._try_reap():
+            elif self.process.poll() is not None:
                 break
             if time.monotonic() - last > timeout_s:
-                self.kill()
+                self.process.kill()
                 raise _TimedOut()
-        deadline = time.monotonic() + _EXIT_GRACE_S
-        while not self._try_reap():
-            if time.monotonic() > deadline:
-                self.kill()
-                break
-            time.sleep(0.02)
+        self.process.reap(_EXIT_GRACE_S)
 
-    def stderr_tail(self, lines: int = 3, chars: int = 400) -> str:
+    def ended(self) -> str:
+        """How the child ended, for a child that reported no result."""
+        returncode = self.process.returncode
+        # a cell's SIGKILL is most likely the OOM killer (at --memory-limit, or the machine's)
+        cause = describe_exit(returncode, sigkill="out of memory?")
+        return f"{cause} without a result" if returncode is not None and returncode >= 0 else cause
+
+    def output_tail(self) -> str:
         """The last lines the child printed, joined on one line (for error details)."""
-        self._stderr.seek(0, os.SEEK_END)
-        size = self._stderr.tell()
-        self._stderr.seek(max(0, size - 8192))
-        text = self._stderr.read().decode("utf-8", "replace")
-        tail = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
-        return " | ".join(tail)[-chars:]
+        return self.process.output_tail(_TAIL_LINES, _TAIL_CHARS)
 
     def close(self) -> None:
-        self.kill()
+        self.process.close()
         os.close(self._read_fd)
-        self._stderr.close()
         if self.cap is not None:
             self.cap.close()
-
-
-def describe_exit(returncode: int | None) -> tuple[str, str]:
-    """(cause, short reason) for a child that ended without reporting a result."""
-    if returncode is None:
-        return "did not exit", "did not exit"
-    if returncode < 0:
-        signum = -returncode
-        if signum == signal.SIGKILL:
-            return f"killed by signal {signum} (out of memory?)", f"signal {signum} (OOM?)"
-        try:
-            name = signal.Signals(signum).name
-        except ValueError:
-            name = "unknown signal"
-        return f"killed by signal {signum} ({name})", f"signal {signum} ({name})"
-    return f"exited with code {returncode} without a result", f"exit {returncode}"
 
 
 @dataclass
@@ -216,15 +165,14 @@ def run_cell(job: dict, timeout_s: float, on_progress: Callable[[int], None], en
                 outcome.status = "unavailable"
             cause = (f"{error['type']}: {error['message']} during {error['stage']}", error["type"])
         elif cause is None:
-            exit_cause, short = describe_exit(child.returncode)
-            cause = (f"{exit_cause} during {stage()}", short)
+            cause = (f"{child.ended()} during {stage()}", short_exit(child.process.returncode))
         if child.cap is not None and child.cap.oom_kills():
             cause = (f"{cause[0]} (out of memory: the OOM killer ended a process of this cell at its "
                      f"{child.cap.method} limit of {child.cap.limit_mb} MB)", cause[1])
         outcome.error, outcome.reason = cause
-        tail = child.stderr_tail()
+        tail = child.output_tail()
         outcome.error_detail = f"{outcome.error}; output: {tail}" if tail else outcome.error
-        outcome.peak_rss_kb = child.maxrss_kb  # what the child reached before it failed
+        outcome.peak_rss_kb = child.process.maxrss_kb  # what the child reached before it failed
         outcome.rss_method = "maxrss-at-exit"
         return outcome
     finally:
@@ -246,11 +194,11 @@ def run_quality(job: dict, timeout_s: float, env: dict | None = None) -> dict:
             child.communicate(timeout_s, on_message)
         except _TimedOut:
             return {"error": f"timeout after {timeout_s:g} s without progress"}
-        if got.get("event") == "quality" and child.returncode == 0:
+        if got.get("event") == "quality" and child.process.returncode == 0:
             return {k: v for k, v in got.items() if k != "event"}
         if got.get("event") == "error":
             return {"error": f"{got['type']}: {got['message']} during {got['stage']}"}
-        return {"error": describe_exit(child.returncode)[0]}
+        return {"error": child.ended()}
     finally:
         child.close()
 
@@ -280,7 +228,7 @@ def probe_backends(entries: list[tuple[str, list]], timeout_s: float = 300.0, en
         try:
             try:
                 child.communicate(timeout_s, on_message)
-                cause = None if child.returncode == 0 else describe_exit(child.returncode)[0]
+                cause = None if child.process.returncode == 0 else child.ended()
             except _TimedOut:
                 cause = f"timeout after {timeout_s:g} s"
             remaining = [e for e in pending if e[0] not in probes]
@@ -288,7 +236,7 @@ def probe_backends(entries: list[tuple[str, list]], timeout_s: float = 300.0, en
                 cause = "the probe ended early"
             if remaining:
                 name = remaining[0][0]
-                tail = child.stderr_tail()
+                tail = child.output_tail()
                 probes[name] = Probe(False, f"backend {name!r}: checking its runtime failed: {cause}" + (f" ({tail})" if tail else ""), ())
             pending = [e for e in pending if e[0] not in probes]
         finally:

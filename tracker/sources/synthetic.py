@@ -31,16 +31,18 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from tracker import shared_data
 from tracker.errors import InputError
 from tracker.sources.base import SourceBase
 from tracker.types import Box, Frame
 
 # The default faces: twelve public-domain face chips (dlib's examples/johns, 150 x 150, aligned),
-# three each of four people, read in place from the project's shared test data; they are frontal
-# and evenly lit, so the Haar cascade finds them at the scene's face sizes (80-140 px). John_Salley
-# is left out because the cascade misses several of his chips. `source.faces_dir` names any other
-# folder of `<person>/<image>` files instead (all of its .jpg/.png images are used).
-DEFAULT_FACES_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "testdata" / "faces" / "dlib" / "johns"
+# three each of four people, read in place from the shared data (tracker.shared_data); they are
+# frontal and evenly lit, so the Haar cascade finds them at the scene's face sizes (80-140 px).
+# John_Salley is left out because the cascade misses several of his chips. `source.faces_dir` names
+# any other folder of `<person>/<image>` files instead (all of its .jpg/.png images are used).
+DEFAULT_FACES = "testdata/faces/dlib/johns"
+_FACES_DIR_FIX = "set source.faces_dir to a folder of <person>/<face image> files"
 DEFAULT_CHIPS = (
     "John_Savage/000264_01099001.jpg", "John_Savage/000274_01099061.jpg", "John_Savage/000277_01099000.jpg",
     "John_Schneider/000288_00925786.jpg", "John_Schneider/000302_00925785.jpg", "John_Schneider/000307_00925823.jpg",
@@ -84,13 +86,19 @@ class _Actor:
         return keys[-1][1], keys[-1][2]
 
 
+def default_faces_dir() -> Path:
+    """The folder of DEFAULT_CHIPS: DEFAULT_FACES in the shared data; InputError (exit 2) naming
+    where it was looked for when it is not there."""
+    return shared_data.locate(DEFAULT_FACES, "synthetic scene", instead=_FACES_DIR_FIX)
+
+
 def scene_chips(faces_dir: Path | None = None) -> dict[str, list[Path]]:
     """The face images of the scene, per person: `<faces_dir>/<person>/*.jpg|png`, or, with
-    faces_dir None, DEFAULT_CHIPS in DEFAULT_FACES_DIR. InputError (exit 2) if they are missing or
-    name fewer people than a scene cycle needs."""
+    faces_dir None, DEFAULT_CHIPS in `default_faces_dir()`. InputError (exit 2) if they are missing
+    or name fewer people than a scene cycle needs."""
     if faces_dir is None:
-        files = [DEFAULT_FACES_DIR / name for name in DEFAULT_CHIPS]
-        where, fix = DEFAULT_FACES_DIR, "; set source.faces_dir to a folder of <person>/<face image> files"
+        where, fix = default_faces_dir(), f"; {_FACES_DIR_FIX}"
+        files = [where / name for name in DEFAULT_CHIPS]
         if not all(f.is_file() for f in files):
             raise InputError(f"synthetic scene: face chips not found in {str(where)!r} (the project's shared "
                              f"test data){fix}")
@@ -108,14 +116,15 @@ def scene_chips(faces_dir: Path | None = None) -> dict[str, list[Path]]:
 
 def enrolment_chips(faces_dir: Path | None = None) -> dict[str, list[Path]]:
     """Chips to enrol the scene's people from. For the default faces, each person's other chips of
-    DEFAULT_FACES_DIR (up to ENROL_CHIPS, by name), none of which the scene shows: the demo then
+    `default_faces_dir()` (up to ENROL_CHIPS, by name), none of which the scene shows: the demo then
     tells its people apart as the guard would, from faces it was not enrolled with. For a
     `faces_dir`, its own images (the scene shows the same ones)."""
     people = scene_chips(faces_dir)
     if faces_dir is not None:
         return people
-    shown = {DEFAULT_FACES_DIR / name for name in DEFAULT_CHIPS}
-    return {name: sorted(p for p in (DEFAULT_FACES_DIR / name).glob("*.jpg") if p not in shown)[:ENROL_CHIPS]
+    folder = default_faces_dir()
+    shown = {folder / name for name in DEFAULT_CHIPS}
+    return {name: sorted(p for p in (folder / name).glob("*.jpg") if p not in shown)[:ENROL_CHIPS]
             for name in people}
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tracker import shared_data
 from tracker.errors import InputError, ModelError
 from tracker.files import atomic_write
 from tracker.machine import cores
@@ -47,11 +48,11 @@ THRESHOLD_FAR = 0.01
 # `entered` of a different person, so it is set for ten times fewer false accepts.
 REID_FAR = 0.001
 PARITY_TOLERANCE = 1e-4  # exported caffemodel vs the torch net, max abs difference of unit embeddings
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "datasets"
-DEFAULT_DATA = (SHARED / "lfw-devtrain" / "images", SHARED / "celeba-10k" / "identity_CelebA_first10000.txt")
-DEFAULT_TEACHER = (SHARED / "lfw-devtrain" / "dlib_descriptors.npz",)
-DEFAULT_PAIRS = SHARED / "lfw-devtrain" / "pairsDevTrain.txt"
-DEFAULT_PAIRS_IMAGES = SHARED / "lfw-devtrain" / "images"
+# The defaults, in the shared data (tracker.shared_data): LFW's View 1 training people and CelebA 10k.
+DEFAULT_DATA = ("datasets/lfw-devtrain/images", "datasets/celeba-10k/identity_CelebA_first10000.txt")
+DEFAULT_TEACHER = ("datasets/lfw-devtrain/dlib_descriptors.npz",)
+DEFAULT_PAIRS = "datasets/lfw-devtrain/pairsDevTrain.txt"
+DEFAULT_PAIRS_IMAGES = "datasets/lfw-devtrain/images"
 
 
 def _parser():
@@ -60,7 +61,7 @@ def _parser():
     p = ArgumentParser(prog="tracker train", description="Train the face CNN on face photographs and write a caffemodel.")
     p.add_argument("--data", type=Path, action="append",
                    help="a data set: a folder of <person>/<image> or a list file of 'image identity' lines "
-                        "(repeatable; default: ../shared/datasets' LFW training people and CelebA 10k)")
+                        "(repeatable; default: the shared data's LFW training people and CelebA 10k)")
     p.add_argument("--teacher", type=Path, action="append",
                    help="an .npz of teacher descriptors ('paths' relative to a data set folder, 'descriptor') "
                         "to distil onto fc1 (repeatable; default: dlib's descriptors of the LFW set)")
@@ -213,21 +214,22 @@ def train_command(argv: list[str]) -> int:
     from tracker.train.teacher import read_teacher, split_pca_targets
 
     config = load_config(args.config)
-    args.data = args.data or list(DEFAULT_DATA)
-    args.teacher = args.teacher if args.teacher is not None else [p for p in DEFAULT_TEACHER if p.exists()]
+    args.data = args.data or [shared_data.locate(name, "train", instead="give --data") for name in DEFAULT_DATA]
+    if args.teacher is None:
+        args.teacher = [path for path in map(shared_data.find, DEFAULT_TEACHER) if path is not None]
     prototxt, out = config.model.prototxt, args.out
     for teacher_file in args.teacher:
         if not teacher_file.is_file():
             raise InputError(f"train: --teacher {str(teacher_file)!r} does not exist; expected an .npz of "
                              "'paths' and 'descriptor'")
-    pairs_file = args.pairs or DEFAULT_PAIRS
-    pairs_images = args.pairs_images or DEFAULT_PAIRS_IMAGES
-    if args.pairs is not None or pairs_file.exists():
+    pairs = None  # (pairs file, its image folder) to set the threshold on
+    pairs_file = args.pairs or shared_data.find(DEFAULT_PAIRS)
+    if pairs_file is not None:
         from tracker.verification import read_pairs
 
+        pairs_images = args.pairs_images or shared_data.locate(DEFAULT_PAIRS_IMAGES, "train", instead="give --pairs-images")
         read_pairs(pairs_file, pairs_images)  # a bad pairs file fails now, not after hours of training
-    else:
-        pairs_file = None
+        pairs = (pairs_file, pairs_images)
     threads = args.threads or cores()
     torch.set_num_threads(threads)
     rng = np.random.default_rng(args.seed)
@@ -384,8 +386,8 @@ def train_command(argv: list[str]) -> int:
         try:  # one engine for the parity check and the threshold
             worst = check_export(torch, net, backend, staged, plain(crops[used[:32]]))
             card = _card(staged, crop_name, classes, args, len(used), epoch, step, minutes, threads, losses)
-            if pairs_file is not None:
-                card.update(threshold_card(pairs_file, pairs_images, detector, backend))
+            if pairs is not None:
+                card.update(threshold_card(*pairs, detector, backend))
         finally:
             backend.close()
         staged.replace(out)

@@ -1,0 +1,207 @@
+"""Child processes, both sides: what the two supervisors share and what their children share.
+
+Two parts of the product run work in a child process so that a crash, a signal, an out-of-memory
+or a hang ends the child, not the caller: the backend worker (`tracker.backends.worker`, its child
+`tracker.backends.worker_child`) and the benchmark (`tracker.bench.runner`, its child
+`tracker.bench.child`). Each speaks its own protocol over its own pipe; this module is what they
+have in common (ARCHITECTURE.md, section 2).
+
+Parent side: `ChildProcess` starts a child with its output (stdout and stderr together) kept as a
+bounded tail (`OutputTail`, the last 16 KiB: never on disk, never unbounded), reaps it with wait4
+so that its peak RSS is known even when it was killed, and kills (SIGKILL) and reaps it on request,
+so that no child is left behind; `describe_exit` and `short_exit` say in words how a child ended.
+Child side: `one_line` (an error as one line for the parent), `RUNTIME_MODULES` and
+`loaded_versions` (which runtimes the child's backend loaded, at which versions).
+
+The standard library only, and Python >= 3.9: the worker's child imports this module on whatever
+interpreter runs it (the MXNet environment's, say), before it says hello and before numpy.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+POLL_S = 1.0  # liveness check while waiting on a child's pipe (a grandchild could hold the pipe open)
+_TAIL_BYTES = 16384
+_OUTPUT_GRACE_S = 5.0  # a reaped child's output reader gets this long to reach the end of its output
+# Runtimes whose versions a child reports when its backend loaded them into the child.
+RUNTIME_MODULES = ("numpy", "cv2", "tensorflow", "ai_edge_litert", "onnxruntime", "onnx", "torch", "mxnet")
+
+
+# ---------------------------------------------------------------------- parent side
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return "unknown signal"
+
+
+def describe_exit(returncode: int | None, *, sigkill: str = "SIGKILL: out of memory, or killed by another process") -> str:
+    """How a child ended, in words: "exited with code N", "killed by signal N (NAME)", or "did not
+    exit" (returncode None: not reaped). A SIGKILL is what the kernel's OOM killer sends, so its
+    parentheses say what it most likely means where the caller runs children: `sigkill`."""
+    if returncode is None:
+        return "did not exit"
+    if returncode < 0:
+        signum = -returncode
+        if signum == signal.SIGKILL:
+            return f"killed by signal {signum} ({sigkill})"
+        return f"killed by signal {signum} ({_signal_name(signum)})"
+    return f"exited with code {returncode}"
+
+
+def short_exit(returncode: int | None) -> str:
+    """The same, short enough for a table cell: "exit N", "signal N (NAME)", "signal 9 (OOM?)"."""
+    if returncode is None:
+        return "did not exit"
+    if returncode < 0:
+        signum = -returncode
+        return f"signal {signum} ({'OOM?' if signum == signal.SIGKILL else _signal_name(signum)})"
+    return f"exit {returncode}"
+
+
+class OutputTail:
+    """Reads a child's output pipe on a thread, keeping only the last 16 KiB; closes the pipe at
+    its end (once the child and every process that inherited the pipe closed it)."""
+
+    def __init__(self, fd: int):
+        self._fd = fd
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._size = 0
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="child-output", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while chunk := os.read(self._fd, 4096):
+                with self._lock:
+                    self._chunks.append(chunk)
+                    self._size += len(chunk)
+                    while self._size - len(self._chunks[0]) >= _TAIL_BYTES:
+                        self._size -= len(self._chunks.popleft())
+        except OSError:
+            pass
+        finally:
+            os.close(self._fd)
+
+    def text(self) -> str:
+        with self._lock:
+            return b"".join(self._chunks)[-_TAIL_BYTES:].decode("utf-8", "replace")
+
+    def tail(self, lines: int = 4, chars: int = 600) -> str:
+        """The last non-empty lines, joined on one line (for error messages)."""
+        kept = [line.strip() for line in self.text().splitlines() if line.strip()][-lines:]
+        return " | ".join(kept)[-chars:]
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+
+class ChildProcess:
+    """One child process, its output kept by an OutputTail, reaped with wait4.
+
+    argv, pass_fds, env, start_new_session: as for subprocess.Popen; stdin is /dev/null, stdout and
+    stderr go to the tail (runtimes print on both). Raises OSError when it cannot be started.
+    `pid`; once reaped (`poll`, `reap`, `kill`), `returncode` (as Popen's: -N for signal N) and
+    `maxrss_kb`, the child's peak RSS in KiB, known even when it was killed.
+    """
+
+    def __init__(self, argv: list[str], *, pass_fds: tuple[int, ...] = (), env: dict | None = None,
+                 start_new_session: bool = False):
+        out_r, out_w = os.pipe()
+        try:
+            self._popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
+                                           pass_fds=pass_fds, env=env, start_new_session=start_new_session)
+        except BaseException:
+            os.close(out_r)
+            raise
+        finally:
+            os.close(out_w)
+        self.pid = self._popen.pid
+        self.returncode: int | None = None
+        self.maxrss_kb: int | None = None
+        self._output = OutputTail(out_r)
+
+    def _wait4(self, block: bool) -> bool:
+        """Reap the child if it exited (with its rusage); True once reaped."""
+        if self.returncode is not None:
+            return True
+        pid, status, usage = os.wait4(self.pid, 0 if block else os.WNOHANG)
+        if pid == 0:
+            return False
+        self.returncode = os.waitstatus_to_exitcode(status)
+        self._popen.returncode = self.returncode  # so Popen never waits for it again
+        self.maxrss_kb = usage.ru_maxrss // 1024 if sys.platform == "darwin" else usage.ru_maxrss
+        return True
+
+    def poll(self) -> int | None:
+        """Reap the child if it exited: its returncode, None while it runs."""
+        self._wait4(block=False)
+        return self.returncode
+
+    def kill(self) -> None:
+        """SIGKILL and reap (os.kill, not Popen.kill: that could reap it and lose the rusage)."""
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._wait4(block=True)
+
+    def reap(self, grace_s: float) -> None:
+        """Give the child up to grace_s to exit, then kill it; it is reaped on return."""
+        deadline = time.monotonic() + grace_s
+        while not self._wait4(block=False):
+            if time.monotonic() > deadline:
+                self.kill()
+                break
+            time.sleep(0.02)
+
+    def output_text(self) -> str:
+        """The child's recent output (stdout and stderr, the last 16 KiB), for diagnostics."""
+        return self._output.text()
+
+    def output_tail(self, lines: int = 4, chars: int = 600) -> str:
+        """The last non-empty lines the child printed, joined on one line (for error messages).
+        Once the child is reaped, the reader first gets a moment to reach the end of the output,
+        so that a child's last words before it died are in."""
+        if self.returncode is not None:
+            self._output.join(_OUTPUT_GRACE_S)
+        return self._output.tail(lines, chars)
+
+    def close(self) -> None:
+        """Kill the child if it still runs, reap it, and let the reader finish its output."""
+        self.kill()
+        self._output.join(_OUTPUT_GRACE_S)
+
+
+# ---------------------------------------------------------------------- child side
+
+
+def one_line(err: BaseException) -> str:
+    """The error for the parent: its message's lines joined by " | ", at most 2000 characters (a
+    message is bounded like everything else), or its class name when it has no message."""
+    text = " | ".join(part.strip() for part in str(err).splitlines() if part.strip())
+    return text[:2000] or err.__class__.__name__
+
+
+def loaded_versions(backend: Any) -> dict:
+    """{module: version} of the RUNTIME_MODULES this process has loaded, then what the backend says
+    it runs (its `runtime_versions`: a backend behind a worker runs on another interpreter)."""
+    versions = {}
+    for name in RUNTIME_MODULES:
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "__version__", None):
+            versions[name] = str(module.__version__)
+    versions.update(getattr(backend, "runtime_versions", None) or {})
+    return versions
