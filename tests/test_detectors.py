@@ -269,7 +269,7 @@ def test_a_person_standing_still_keeps_their_track_under_region_search(tmp_path,
         cv2.imwrite(str(frames / f"{n:04d}.png"), image)
     config = parse_config({"state_dir": str(tmp_path / "state"), "sinks": {"console": False},
                            "source": {"kind": "folder", "uri": str(frames), "width": 320, "height": 240}})
-    calls = run_recorded(config).tracker.calls
+    calls = run_recorded(config).stages.tracker.calls
     assert len(calls) == 120
     on_face = [[d for d in detections if iou(d.box, Box(180, 70, 90, 90)) > 0.3] for detections, _, _ in calls]
     assert all(len(found) == 1 for found in on_face)

@@ -205,6 +205,32 @@ class MQTTConfig(Section):
         return self
 
 
+def _listen_address(value: str) -> str:
+    """host:port, [IPv6]:port; the port 1..65535 (0 would pick a random one nobody could find)."""
+    host, sep, port = value.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535 or any(c in host for c in "/ []"):
+        raise ValueError(f"bad value {_short(value)}; expected host:port, e.g. 127.0.0.1:8080, 0.0.0.0:8080 or [::1]:8080")
+    return value
+
+
+class WebConfig(Section):
+    enabled: bool = True
+    listen: Annotated[str, AfterValidator(_listen_address)] = "127.0.0.1:8080"
+    password_file: ExistingFile | None = None  # default: $CREDENTIALS_DIRECTORY/web-password if it exists
+    session_hours: float = Field(12.0, gt=0, le=24 * 31)
+    max_viewers: int = Field(3, ge=1, le=16)
+    stream_fps: float = Field(5.0, gt=0, le=30)
+    stream_width: int = Field(640, ge=160, le=1920)
+    max_upload_mb: float = Field(8.0, gt=0, le=64)
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]"), int(port)
+
+
 class Config(Section):
     device: DeviceConfig = DeviceConfig()
     state_dir: FilePath | None = None  # default: $STATE_DIRECTORY (systemd) or ~/.local/state/tracker
@@ -219,6 +245,7 @@ class Config(Section):
     latency: LatencyConfig = LatencyConfig()
     sinks: SinksConfig = SinksConfig()
     mqtt: MQTTConfig = MQTTConfig()
+    web: WebConfig = WebConfig()
 
     @model_validator(mode="after")
     def _frame_fits_the_detector(self):

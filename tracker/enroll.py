@@ -25,13 +25,14 @@ from tracker.config import Config, load_config
 from tracker.crops import CROP_MARGIN, crop_batch, crop_definition
 from tracker.detect import FaceDetector, create_detector
 from tracker.errors import InputError
-from tracker.identity import file_sha256, refresh_people, save_person, validate_name
+from tracker.identity import file_sha256, kept_crops, refresh_people, save_person, validate_name
 from tracker.model.spec import ModelSpec
 from tracker.preflight import prepare_state_dir
 from tracker.types import Box, Detection
 
 # --aligned chips are padded by this fraction of their side on every side before detection.
 CHIP_PAD = 0.4
+MAX_KEPT = 64  # faces a person's enrolment keeps when faces are added to it (7.7 kB each)
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 
@@ -85,10 +86,12 @@ def central_face(photo: np.ndarray, detector: FaceDetector) -> Detection | None:
     return best if best is not None and offset(best) <= 0.25 else None
 
 
-def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = False, report=print,
+def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = False, add: bool = False, report=print,
            backend=None, detector: FaceDetector | None = None) -> tuple[Path, int, int]:
     """Enroll `name` from the images in `inputs` (tight face chips if `aligned`); returns
     (file written, images used, images skipped). Raises InputError when no image gave one face.
+    `add`: keep the faces `name` was enrolled from (the latest MAX_KEPT in all) and add these,
+    rather than replace them (the web page's "this was alice" on an event's snapshot).
     `backend`, `detector`: open ones to use (default: made from `config` for this call)."""
     validate_name(name)
     files = image_files(inputs)
@@ -114,7 +117,9 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
     if not crops:
         raise InputError(f"enroll: no usable face for {name!r} in {len(files)} image(s); "
                          "expected images showing exactly one face each")
-    batch = np.ascontiguousarray(np.concatenate(crops))
+    crop = crop_definition(detector.gives_landmarks)
+    kept = kept_crops(config.resolved_state_dir(), name, crop) if add else None
+    batch = np.ascontiguousarray(np.concatenate(([kept] if kept is not None else []) + crops)[-MAX_KEPT:])
     own_backend = backend is None
     if own_backend:
         backend = open_backend(config)
@@ -123,8 +128,7 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
     finally:
         if own_backend:
             backend.close()
-    path = save_person(config.resolved_state_dir(), name, embeddings, file_sha256(config.model.weights),
-                       crop_definition(detector.gives_landmarks), batch)
+    path = save_person(config.resolved_state_dir(), name, embeddings, file_sha256(config.model.weights), crop, batch)
     return path, len(crops), len(files) - len(crops)
 
 

@@ -99,12 +99,55 @@ def save_person(state_dir: Path, name: str, embeddings: np.ndarray, model_sha256
     return path
 
 
+def people_files(state_dir: Path) -> list[Path]:
+    """The enrolled people's files, `<state_dir>/people/NAME.npz`, sorted by name."""
+    return sorted((Path(state_dir) / "people").glob("*.npz"))
+
+
+def _as_crops(chips: np.ndarray) -> np.ndarray:
+    """Kept chips (k, 88, 88) uint8 -> the network inputs they were, (k, 1, 88, 88) float32 in [0, 1]."""
+    return np.ascontiguousarray((chips.astype(np.float32) * np.float32(1.0 / 255.0))[:, None])
+
+
+def kept_crops(state_dir: Path, name: str, crop: str) -> np.ndarray | None:
+    """The network inputs person `name` was enrolled from, (k, 1, 88, 88) float32 in [0, 1], if
+    kept and made by crop definition `crop`; else None."""
+    try:
+        with np.load(Path(state_dir) / "people" / f"{validate_name(name)}.npz") as data:
+            made_with = str(data["crop"]) if "crop" in data.files else CROP_BOX
+            if "chips" not in data.files or made_with != crop:
+                return None
+            return _as_crops(data["chips"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def person_chip(state_dir: Path, name: str) -> np.ndarray | None:
+    """The first face chip person `name` was enrolled from, (88, 88) grey uint8, or None (not
+    enrolled, unreadable, or enrolled without kept crops)."""
+    try:
+        with np.load(Path(state_dir) / "people" / f"{validate_name(name)}.npz") as data:
+            return data["chips"][0] if "chips" in data.files and len(data["chips"]) else None
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def remove_person(state_dir: Path, name: str) -> bool:
+    """Forget person `name` (their file and kept crops); False if nobody of that name is enrolled."""
+    path = Path(state_dir) / "people" / f"{validate_name(name)}.npz"
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def refresh_people(state_dir: Path, backend, model_sha256: str, crop: str) -> tuple[list[str], list[str]]:
     """Recompute, with `backend` (the weights of `model_sha256`), the mean embedding of every person
     enrolled with other weights from kept crops of definition `crop`. Returns (names refreshed,
     names that cannot be: enrolled without kept crops or from another crop definition)."""
     refreshed, stale = [], []
-    for path in sorted((Path(state_dir) / "people").glob("*.npz")):
+    for path in people_files(state_dir):
         try:
             with np.load(path) as data:
                 model = str(data["model"])
@@ -117,8 +160,8 @@ def refresh_people(state_dir: Path, backend, model_sha256: str, crop: str) -> tu
         if chips is None or made_with != crop:
             stale.append(path.stem)
             continue
-        crops = (chips.astype(np.float32) * np.float32(1.0 / 255.0))[:, None]
-        embeddings = backend.infer(np.ascontiguousarray(crops)).embedding
+        crops = _as_crops(chips)
+        embeddings = backend.infer(crops).embedding
         save_person(state_dir, path.stem, embeddings, model_sha256, made_with, crops)
         refreshed.append(path.stem)
     return refreshed, stale
@@ -136,7 +179,7 @@ class Gallery:
     def load(cls, state_dir: Path, model_sha256: str, threshold: float, crop: str) -> Gallery:
         """The people of `state_dir` enrolled with these weights and crop definition."""
         names, means = [], []
-        for path in sorted((Path(state_dir) / "people").glob("*.npz")):
+        for path in people_files(state_dir):
             try:
                 with np.load(path) as data:
                     mean, model = data["mean"].astype(np.float32), str(data["model"])

@@ -42,6 +42,7 @@ from tracker.stages import Stages, build_stages
 from tracker.tracking import TrackState
 from tracker.tracking.assign import box_rows, iou_matrix
 from tracker.types import Detection, Frame
+from tracker.web.live import TrackMark
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +156,9 @@ class Guard:
             if now >= next_state:  # sinks rate-limit what they send; MQTT also reacts to presence at once
                 next_state = now + _STATE_EVERY_NS
                 self._publish_state()
+            web = self.stages.web
+            if web is not None and web.jobs.run_pending(self.stages.detector, self.stages.backend):
+                self.stages.reload_people()  # the page enrolled or forgot someone: from the next frame on
         daemon.stopping()
         batch = batcher.flush()
         if batch is not None:
@@ -248,6 +252,8 @@ class Guard:
                 stages.votes.add(view.track_id, match[0])
             if work.has_crops:
                 stages.snapshots.offer(view.track_id, frame.image, faces[i].detection.box)
+        if stages.web is not None and stages.web.live.wants_frame(frame.t_ns):
+            stages.web.live.offer(frame.image, self._marks(views), frame.t_ns)
         wall_time = (frame.t_ns + self._wall_offset_ns) / 1e9
         events = stages.events.frame_events(views, stages.votes, frame.t_ns, wall_time, seq=frame.seq,
                                             media_s=frame.media_s)
@@ -273,6 +279,12 @@ class Guard:
             dropped=self._capture.dropped + self.inference_lost)
         stages.latency_log.write(record)
         self.stats.add(record)
+
+    def _marks(self, views) -> tuple[TrackMark, ...]:
+        """The tracks the live view draws: those in view (tentative or confirmed), with the identity
+        voted so far."""
+        return tuple(TrackMark(v.track_id, v.box, *self.stages.votes.voted(v.track_id), v.state is TrackState.CONFIRMED)
+                     for v in views if v.state in (TrackState.TENTATIVE, TrackState.CONFIRMED))
 
     # -- reporting -------------------------------------------------------------------------------
 

@@ -105,6 +105,10 @@ def check_runnable(config) -> str:
         check_file("mqtt.outbox.path", config.mqtt.outbox.path or state_dir / "outbox.sqlite3")
         read_password(config.mqtt)  # the password file and the TLS files, as the sink reads them
         tls_context(config.mqtt)
+    if config.web.enabled:
+        from tracker.passwords import web_password
+
+        web_password(config.web)  # a page beyond loopback without a password is refused now
     return detector
 
 

@@ -15,6 +15,7 @@ import logging
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tracker.backends import create_backend
 from tracker.backends.worker import RestartingBackend, model_input_shape
@@ -36,6 +37,9 @@ from tracker.sinks.jsonl import JsonlSink
 from tracker.snapshots import SnapshotStore
 from tracker.sources import Source, make_source
 from tracker.tracking import Tracker
+
+if TYPE_CHECKING:
+    from tracker.web.server import WebServer
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +63,18 @@ class Stages:
     snapshots: SnapshotStore
     sinks: list[Sink]
     latency_log: LatencyLog
+    weights_sha256: str = ""  # of the model's weights: the gallery holds the people enrolled with them
+    web: WebServer | None = None  # the web page, also one of `sinks`; None when off or not listening
     opened: ExitStack = field(default_factory=ExitStack, repr=False)
 
     def close(self) -> None:
         self.opened.close()
+
+    def reload_people(self) -> None:
+        """Take the people enrolled or forgotten while running (the web page's changes) into the
+        gallery, under the same threshold and crop definition."""
+        self.gallery = Gallery.load(self.state_dir, self.weights_sha256, self.gallery.threshold,
+                                    crop_definition(self.detector.gives_landmarks))
 
 
 def reid_threshold(config: Config, card: dict | None) -> float | None:
@@ -98,6 +110,10 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
         sinks = _open_sinks(config, state_dir)
         for sink in sinks:
             opened.callback(sink.close)
+        web = _open_web(config, state_dir)
+        if web is not None:
+            opened.callback(web.close)
+            sinks.append(web)
         latency_log = LatencyLog(config.latency.path or state_dir / "latency.jsonl", config.latency.max_bytes,
                                  config.latency.backups)
         opened.callback(latency_log.close)
@@ -112,6 +128,7 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
             log.warning("identity: the weights were trained on %s crops but detector %s gives %s crops: "
                         "identities will be less reliable (use a detector with landmarks)", trained_on,
                         detector.name, crop)
+        weights_sha256 = file_sha256(config.model.weights)
         stages = Stages(
             state_dir=state_dir,
             source=make_source(config.source, spec=source_spec, realtime=realtime,
@@ -120,14 +137,15 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
             detector=detector,
             batcher=Batcher(config.batcher.max_batch, config.batcher.max_wait_ms),
             backend=backend,
-            gallery=Gallery.load(state_dir, file_sha256(config.model.weights), identity_threshold(config, card),
-                                 crop),
+            gallery=Gallery.load(state_dir, weights_sha256, identity_threshold(config, card), crop),
             votes=IdentityVotes(config.identity.min_faces, config.identity.margin),
             tracker=Tracker.from_config(config.tracking, reid_threshold=reid_threshold(config, card)),
             events=EventMaker(),
             snapshots=SnapshotStore(state_dir / "snapshots"),
             sinks=sinks,
             latency_log=latency_log,
+            weights_sha256=weights_sha256,
+            web=web,
         )
         stages.opened = opened.pop_all()
     return stages
@@ -166,6 +184,21 @@ def _open_sinks(config: Config, state_dir: Path) -> list[Sink]:
 
         sinks.append(MqttSink(config.mqtt, config.device, state_dir))
     return sinks
+
+
+def _open_web(config: Config, state_dir: Path) -> WebServer | None:
+    """The web page's server, listening (None when `web.enabled` is off, or when it cannot listen:
+    the guard guards on without its page, and the log says why)."""
+    if not config.web.enabled:
+        return None
+    from tracker.passwords import web_password
+    from tracker.web.server import WebServer
+
+    server = WebServer(config, state_dir, config.sinks.jsonl or state_dir / "events.jsonl", web_password(config.web))
+    if server.start():
+        return server
+    server.close()
+    return None
 
 
 def _enroll_scene_people(config: Config, backend, detector: FaceDetector) -> None:

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import ssl
 import sys
 import threading
@@ -56,6 +55,7 @@ from pathlib import Path
 from tracker.config import DeviceConfig, MQTTConfig
 from tracker.errors import BackendUnavailable, ConfigError
 from tracker.events import SCHEMA_VERSION, event_payload
+from tracker.passwords import read_secret
 from tracker.sinks.homeassistant import discovery_payload, discovery_topic
 from tracker.sinks.outbox import Outbox
 from tracker.types import Event
@@ -99,38 +99,19 @@ def publish_packet_size(topic: str, payload: int, qos: int, properties: int = 0,
 
 
 def read_password(config: MQTTConfig) -> str | None:
-    """The broker password: `mqtt.password_file`, else `$CREDENTIALS_DIRECTORY/mqtt-password`, else None.
-
-    Warns when a password file (not a systemd credential, which systemd keeps private) can be read by
-    its group or by others. The file's content minus the trailing newline is the password."""
-    path, managed = config.password_file, False
-    if path is None and os.environ.get("CREDENTIALS_DIRECTORY"):
-        candidate = Path(os.environ["CREDENTIALS_DIRECTORY"]) / CREDENTIAL_NAME
-        if candidate.is_file():
-            path, managed = candidate, True
-    if path is None:
+    """The broker password: `mqtt.password_file`, else `$CREDENTIALS_DIRECTORY/mqtt-password`, else
+    None (tracker.passwords.read_secret); a password needs `mqtt.username` to go with it."""
+    secret = read_secret(config.password_file, CREDENTIAL_NAME, "mqtt password file")
+    if secret is None:
         return None
-    try:
-        mode = path.stat().st_mode
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        reason = getattr(err, "strerror", None) or str(err)
-        raise ConfigError(f"mqtt password file {str(path)!r}: cannot read ({reason}); "
-                          "expected a UTF-8 file readable by the guard's user") from None
-    if not managed and mode & 0o077:
-        log.warning("mqtt password file %s is readable by group or others (mode %03o); "
-                    "run: chmod 600 %s", path, mode & 0o777, path)
-    password = text.rstrip("\r\n")
-    if not password:
-        raise ConfigError(f"mqtt password file {str(path)!r} is empty; expected the broker password")
     if config.username is None:
-        if managed:
+        if secret.managed:
             log.warning("a systemd credential %s exists but mqtt.username is not set; connecting without "
                         "user name and password", CREDENTIAL_NAME)
             return None
-        raise ConfigError(f"mqtt.password_file is {str(path)!r} but mqtt.username is null; "
+        raise ConfigError(f"mqtt.password_file is {str(secret.path)!r} but mqtt.username is null; "
                           "expected a user name to go with the password")
-    return password
+    return secret.value
 
 
 def tls_context(config: MQTTConfig) -> ssl.SSLContext | None:

@@ -1,0 +1,416 @@
+"""The web page served by a real running guard (the synthetic scene at its own pace, the shipped
+weights, YuNet), spoken to over HTTP: what it serves, and every bad input of issue 14 -- a photo
+that is not an image, is huge or has no or several faces, a name with path tricks, a wrong password
+(rate-limited), a snapshot outside the snapshot folder, a viewer that goes away mid-stream, ten
+viewers at once, a request without the CSRF token, from another site or by another host name --
+each answered with a 4xx and one line while the guard keeps processing frames."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import secrets
+import socket
+import threading
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from tracker.cli import main
+from tracker.config import parse_config
+from tracker.pipeline import Guard
+from tracker.stages import build_stages
+from tracker.web import auth
+
+FACES = Path(__file__).resolve().parents[2].parent / "shared" / "testdata" / "faces"
+ASTRONAUT = FACES / "skimage" / "astronaut.png"  # one face
+CROWD = FACES / "dlib" / "faces" / "bald_guys.jpg"  # many faces
+MAX_VIEWERS = 3
+
+
+def no_face_png() -> bytes:
+    """A photo of a grey wall: no face in it."""
+    ok, png = cv2.imencode(".png", np.full((300, 400, 3), 128, np.uint8))
+    return png.tobytes()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Client:
+    """HTTP/1.1 to the page with its session cookie and CSRF token, as the page's script sends them."""
+
+    def __init__(self, port: int):
+        self.port, self.cookie, self.csrf = port, None, None
+
+    def request(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None,
+                csrf: bool = True) -> tuple[int, dict, bytes]:
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        sent = dict(headers or {})
+        if self.cookie:
+            sent["Cookie"] = f"{auth.COOKIE}={self.cookie}"
+        if csrf and self.csrf and method != "GET":
+            sent.setdefault(auth.CSRF_HEADER, self.csrf)
+        connection.request(method, path, body=body, headers=sent)
+        response = connection.getresponse()
+        data = response.read()
+        for name, value in response.getheaders():
+            if name.lower() == "set-cookie" and value.startswith(auth.COOKIE + "="):
+                self.cookie = value.split(";")[0].split("=", 1)[1] or None
+        connection.close()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+
+    def json(self, method: str, path: str, payload=None, headers: dict | None = None, csrf: bool = True) -> tuple[int, dict]:
+        body = None if payload is None else json.dumps(payload).encode()
+        sent = {**({"Content-Type": "application/json"} if body else {}), **(headers or {})}
+        status, _, data = self.request(method, path, body, sent, csrf=csrf)
+        return status, json.loads(data) if data else {}
+
+    def open_session(self) -> None:
+        status, session = self.json("GET", "/api/session")
+        assert status == 200 and session["logged_in"]
+        self.csrf = session["csrf"]
+
+    def upload(self, name: str, files: list[tuple[str, bytes]]) -> tuple[int, dict]:
+        boundary = secrets.token_hex(8)
+        parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="name"\r\n\r\n{name}\r\n'.encode()]
+        for filename, data in files:
+            parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="photos"; filename="{filename}"\r\n'
+                         f"Content-Type: application/octet-stream\r\n\r\n".encode() + data + b"\r\n")
+        body = b"".join(parts) + f"--{boundary}--\r\n".encode()
+        status, _, data = self.request("POST", "/api/people", body, {"Content-Type": f"multipart/form-data; boundary={boundary}"})
+        return status, json.loads(data)
+
+
+def start_guard(state_dir: Path, web: dict) -> tuple[Guard, threading.Thread]:
+    config = parse_config({
+        "state_dir": str(state_dir),
+        "source": {"kind": "synthetic"},  # paced at 10 fps like a camera, until stopped
+        "sinks": {"console": False},
+        "web": {"max_viewers": MAX_VIEWERS, "max_upload_mb": 2.0, **web},
+    })
+    guard = Guard(config, build_stages(config))
+    assert guard.stages.web is not None, "the page did not start"
+    thread = threading.Thread(target=guard.run, daemon=True)
+    thread.start()
+    return guard, thread
+
+
+def wait_for(condition, what: str, timeout_s: float = 60.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    """A guard with its page on a free loopback port, no password."""
+    port = free_port()
+    guard, thread = start_guard(tmp_path_factory.mktemp("state"), {"listen": f"127.0.0.1:{port}"})
+    yield guard, port
+    guard.stop()
+    thread.join(30)
+    assert not thread.is_alive()
+
+
+@pytest.fixture
+def client(page):
+    guard, port = page
+    c = Client(port)
+    c.open_session()
+    return c
+
+
+def frames_go_on(guard: Guard) -> None:
+    """The guard keeps processing: 10 more frames (1 s of the scene) within the wait."""
+    start = guard.frames_processed
+    wait_for(lambda: guard.frames_processed >= start + 10, "the guard to process frames")
+
+
+# ---- the page ------------------------------------------------------------------------------
+
+
+def test_the_page_and_its_files_come_with_security_headers(client):
+    status, headers, body = client.request("GET", "/")
+    assert status == 200 and b'id="live-view"' in body and headers["content-type"].startswith("text/html")
+    assert "default-src 'self'" in headers["content-security-policy"] and headers["x-frame-options"] == "DENY"
+    assert client.request("GET", "/static/app.js")[0] == 200
+    status, _, body = client.request("GET", "/static/..%2F..%2Fconfig.py")
+    assert status == 404 and json.loads(body)["error"].startswith("no static file")
+
+
+def test_another_host_name_is_refused(client):
+    """A site that rebinds its own name to 127.0.0.1 cannot read a loopback page."""
+    status, _, body = client.request("GET", "/api/state", headers={"Host": f"evil.example:{client.port}"})
+    assert status == 421 and "is not this page's" in json.loads(body)["error"]
+
+
+def test_without_a_session_nothing_but_the_page_answers(page):
+    guard, port = page
+    anonymous = Client(port)
+    assert anonymous.json("GET", "/api/state") == (401, {"error": "not logged in; open the page and log in"})
+    assert anonymous.request("GET", "/live.mjpg")[0] == 401
+
+
+def test_changes_need_the_csrf_token_and_the_pages_origin(client):
+    status, answer = client.json("DELETE", "/api/people/alice", csrf=False)
+    assert status == 403 and answer["error"] == f"missing or wrong {auth.CSRF_HEADER}; reload the page"
+    status, answer = client.json("DELETE", "/api/people/alice", headers={auth.CSRF_HEADER: "forged"})
+    assert status == 403
+    status, answer = client.json("DELETE", "/api/people/alice", headers={"Origin": "http://evil.example"})
+    assert status == 403 and answer["error"] == "request from 'http://evil.example'; expected it from this page"
+
+
+def test_state_shows_the_guards_speed(client, page):
+    guard, _ = page
+    frames_go_on(guard)
+    status, answer = wait_for(lambda: (r := client.json("GET", "/api/state"))[1]["state"].get("fps") and r,
+                              "a state with the frame rate")
+    state = answer["state"]
+    assert status == 200 and state["fps"] > 0 and state["frames"] > 0
+    assert {"detect_ms", "infer_ms", "total_ms"} <= set(state["latency_ms"])
+    assert all(v["p50"] <= v["p95"] for v in state["latency_ms"].values())
+
+
+# ---- live ----------------------------------------------------------------------------------
+
+
+def open_stream(port: int, cookie: str) -> tuple[socket.socket, bytes]:
+    """A live-view connection and the first bytes of its answer (the status line, headers and, when
+    it streams, the start of a frame)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(f"GET /live.mjpg HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: {auth.COOKIE}={cookie}\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head or (head.startswith(b"HTTP/1.1 200") and b"image/jpeg" not in head):
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        head += chunk
+    return sock, head
+
+
+def test_the_live_view_streams_jpegs_to_a_bounded_number_of_viewers_and_drops_none_of_the_guards_frames(client, page):
+    guard, port = page
+    answers = []
+    lock = threading.Lock()
+
+    def viewer() -> None:
+        sock, head = open_stream(port, client.cookie)
+        with lock:
+            answers.append((sock, head))
+
+    ten = [threading.Thread(target=viewer) for _ in range(10)]
+    for t in ten:
+        t.start()
+    for t in ten:
+        t.join(60)
+    streaming = [(s, h) for s, h in answers if h.startswith(b"HTTP/1.1 200")]
+    refused = [(s, h) for s, h in answers if h.startswith(b"HTTP/1.1 503")]
+    assert len(streaming) == MAX_VIEWERS and len(refused) == 10 - MAX_VIEWERS
+    assert all(b"multipart/x-mixed-replace; boundary=frame" in h and b"Content-Type: image/jpeg" in h for _, h in streaming)
+    assert b"viewers already watch (web.max_viewers)" in refused[0][1]
+    frames_go_on(guard)
+    for sock, _ in answers:  # every viewer goes away mid-stream, without a word
+        sock.close()
+    wait_for(lambda: client.json("GET", "/api/state")[1]["viewers"] == 0, "the viewers to be counted out")
+    frames_go_on(guard)
+    sock, head = open_stream(port, client.cookie)  # room again
+    sock.close()
+    assert head.startswith(b"HTTP/1.1 200")
+
+
+# ---- events --------------------------------------------------------------------------------
+
+
+def test_events_come_in_pages_newest_first_with_their_snapshots(client):
+    events = wait_for(lambda: len(e := client.json("GET", "/api/events?limit=100")[1]["events"]) >= 2 and e, "two events")
+    status, first = client.json("GET", "/api/events?limit=1")
+    assert status == 200 and len(first["events"]) == 1 and first["next"] is not None
+    status, second = client.json("GET", f"/api/events?limit=1&before={first['next']}")
+    assert second["events"][0]["id"] != first["events"][0]["id"]
+    assert [first["events"][0]["id"], second["events"][0]["id"]] == [e["id"] for e in events[:2]]
+    with_snapshot = next(e for e in events if e["snapshot"])
+    status, headers, jpeg = client.request("GET", with_snapshot["snapshot"])
+    assert status == 200 and headers["content-type"] == "image/jpeg" and jpeg[:3] == b"\xff\xd8\xff"
+    name = events[0]["identity"]
+    status, only = client.json("GET", f"/api/events?identity={name}")
+    assert only["events"] and {e["identity"] for e in only["events"]} == {name}
+
+
+@pytest.mark.parametrize("query", ["limit=0", "limit=1000", "before=-5", "limit=x", "identity=../x"])
+def test_bad_event_queries_are_400(client, query):
+    status, answer = client.json("GET", f"/api/events?{query}")
+    assert status == 400 and answer["error"]
+
+
+@pytest.mark.parametrize("path", ["/snapshots/..%2F..%2Fpeople%2Falice.npz", "/snapshots/../events.jsonl",
+                                  "/snapshots/0123456789abcdef0123456789abcdef.jpg", "/snapshots/latency.jsonl",
+                                  "/snapshots/%2Fetc%2Fpasswd"])
+def test_no_file_outside_the_snapshots_and_no_missing_one(client, path):
+    status, _, body = client.request("GET", path)
+    assert status == 404 and b"root:" not in body
+
+
+# ---- people --------------------------------------------------------------------------------
+
+
+def test_enrolling_by_upload_reports_each_photo_and_takes_effect_in_the_running_guard(client, page):
+    guard, _ = page
+    status, answer = client.upload("astronaut", [
+        ("astronaut.png", ASTRONAUT.read_bytes()),
+        ("wall.png", no_face_png()),
+        ("crowd.jpg", CROWD.read_bytes()),
+        ("notes.txt", b"not a photo at all"),
+    ])
+    assert status == 200, answer
+    assert (answer["name"], answer["used"], answer["skipped"]) == ("astronaut", 1, 2)
+    lines = answer["messages"]
+    assert "notes.txt: not a JPEG or PNG image; expected a photo; skipped" in lines
+    assert any(line.startswith("enroll: 02-wall.png: 0 faces found; expected exactly one") for line in lines)
+    assert any(line.startswith("enroll: 03-crowd.jpg:") and "faces found; expected exactly one" in line for line in lines)
+    wait_for(lambda: "astronaut" in guard.stages.gallery.names, "the guard to know the astronaut")
+    status, people = client.json("GET", "/api/people")
+    assert {"name": "astronaut", "face": "/api/people/astronaut/face.png"} in people["people"]
+    status, headers, png = client.request("GET", "/api/people/astronaut/face.png")
+    assert status == 200 and png[:8] == b"\x89PNG\r\n\x1a\n"
+
+    status, answer = client.json("DELETE", "/api/people/astronaut")
+    assert status == 200 and answer["removed"]
+    wait_for(lambda: "astronaut" not in guard.stages.gallery.names, "the guard to forget the astronaut")
+    assert client.json("DELETE", "/api/people/astronaut") == (404, {"error": "nobody called 'astronaut' is enrolled",
+                                                                     "messages": []})
+    frames_go_on(guard)
+
+
+@pytest.mark.parametrize("name", ["../etc", "a/b", "unknown", ".hidden", "", "x" * 65, "bob\n"])
+def test_a_name_with_path_tricks_is_refused(client, name):
+    status, answer = client.upload(name, [("astronaut.png", ASTRONAUT.read_bytes())])
+    assert status == 400 and answer["error"].startswith("enroll: bad name")
+
+
+def test_uploads_without_one_face_are_refused_with_each_photos_reason(client):
+    status, answer = client.upload("nobody", [("wall.png", no_face_png()), ("crowd.jpg", CROWD.read_bytes())])
+    assert status == 400 and answer["error"].startswith("enroll: no usable face for 'nobody' in 2 image(s)")
+    assert len(answer["messages"]) == 2
+    status, answer = client.upload("nobody", [("fake.png", b"\x89PNG\r\n\x1a\n" + b"\0" * 30)])
+    assert status == 400 and answer["error"].startswith("no photo to enrol 'nobody' from")
+    assert answer["messages"] == ["fake.png: a damaged PNG (no header); expected a JPEG or PNG photo; skipped"]
+
+
+def test_a_huge_upload_is_refused_before_it_is_read(client, page):
+    guard, _ = page
+    status, answer = client.upload("big", [("big.png", b"\x89PNG" + b"\0" * 3_000_000)])  # max_upload_mb 2
+    assert status == 413 and "larger than web.max_upload_mb (2 MB)" in answer["error"]
+    # A Content-Length far beyond the cap is refused on the header: the body is never waited for.
+    status, _, body = client.request("POST", "/api/people", b"x" * 10,
+                                     {"Content-Type": "multipart/form-data; boundary=x", "Content-Length": "50000000"})
+    assert status == 413
+    for content_type, data in (("multipart/form-data; boundary=x", b"x" * 10), ("application/json", b"{}")):
+        status, _, body = client.request("POST", "/api/people", data, {"Content-Type": content_type})
+        assert status == 400 and json.loads(body)["error"].startswith("expected a multipart form with a name and photos")
+    frames_go_on(guard)
+
+
+def test_an_events_snapshot_teaches_the_guard_a_face(client, page):
+    guard, _ = page
+    events = wait_for(lambda: [e for e in client.json("GET", "/api/events?limit=100")[1]["events"] if e["snapshot"]],
+                      "an event with a snapshot")
+    status, answer = client.json("POST", "/api/people/visitor/from-event", {"event_id": events[0]["id"]})
+    assert status == 200 and answer["used"] == 1, answer
+    wait_for(lambda: "visitor" in guard.stages.gallery.names, "the guard to know the visitor")
+    status, answer = client.json("POST", "/api/people/visitor/from-event", {"event_id": events[-1]["id"]})
+    assert status == 200  # added to the faces kept for the visitor
+    assert client.json("POST", "/api/people/visitor/from-event", {"event_id": "../../people/x"})[0] == 404
+    assert client.json("DELETE", "/api/people/visitor")[0] == 200
+
+
+# ---- speed ---------------------------------------------------------------------------------
+
+
+def test_speed_shows_the_last_benchmark_on_this_device_and_autos_picks(client, page, tmp_path, monkeypatch):
+    guard, _ = page
+    status, answer = client.json("GET", "/api/speed")
+    assert status == 200 and answer["benchmark"] is None and answer["why"].startswith("no benchmark has run")
+    assert client.request("GET", "/speed/linear.png")[0] == 404
+    config = tmp_path / "tracker.yaml"
+    config.write_text(f"state_dir: {guard.stages.state_dir}\n")
+    import tracker.machine
+
+    monkeypatch.setattr(tracker.machine, "load_average", lambda: [0.1, 0.1, 0.1])  # a quiet machine: write the profile
+    assert main(["--config", str(config), "--benchmark", "--backend", "caffe-openblas-dl", "--batches", "1,2",
+                 "--passes", "2", "--out", str(tmp_path / "out")]) == 0
+    status, answer = client.json("GET", "/api/speed")
+    run = answer["benchmark"]
+    assert run["columns"] == ["caffe-openblas-dl"] and run["batches"] == [1, 2] and run["complete"]
+    assert set(run["mean"]["caffe-openblas-dl"]) == set(run["median"]["caffe-openblas-dl"]) == {"1", "2"}
+    assert answer["auto"]["picks"] == [{"batch": 1, "backend": "caffe-openblas-dl", "precision": "fp32"},
+                                       {"batch": 2, "backend": "caffe-openblas-dl", "precision": "fp32"}]
+    status, headers, png = client.request("GET", "/speed/log.png")
+    assert status == 200 and png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert client.request("GET", "/speed/../results.png")[0] == 404
+
+
+# ---- a page with a password ----------------------------------------------------------------
+
+
+def test_a_password_is_needed_and_wrong_ones_are_rate_limited(tmp_path):
+    secret = tmp_path / "web-password"
+    secret.write_text("correct horse\n")
+    secret.chmod(0o600)
+    port = free_port()
+    guard, thread = start_guard(tmp_path / "state", {"listen": f"127.0.0.1:{port}", "password_file": str(secret)})
+    try:
+        c = Client(port)
+        status, session = c.json("GET", "/api/session")
+        assert session == {"password_required": True, "logged_in": False, "csrf": None} and c.cookie is None
+        assert c.json("GET", "/api/state")[0] == 401
+        status, answer = c.json("POST", "/api/login", {"password": "correct horse"})
+        assert status == 200 and c.cookie
+        c.csrf = answer["csrf"]
+        assert c.json("GET", "/api/state")[0] == 200
+        assert c.json("POST", "/api/logout")[0] == 200
+        assert c.json("GET", "/api/state")[0] == 401  # the session ended
+        for _ in range(auth.FAILURES_ALLOWED):
+            assert c.json("POST", "/api/login", {"password": "guess"}) == (401, {"error": "wrong password"})
+        status, headers, body = c.request("POST", "/api/login", json.dumps({"password": "correct horse"}).encode(),
+                                          {"Content-Type": "application/json"})
+        assert status == 429 and int(headers["retry-after"]) > 0
+        assert json.loads(body)["error"].startswith("too many wrong passwords; try again in")
+        frames_go_on(guard)
+    finally:
+        guard.stop()
+        thread.join(30)
+
+
+def test_a_page_beyond_loopback_without_a_password_is_refused_at_start(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)
+    config = tmp_path / "tracker.yaml"
+    config.write_text(f"state_dir: {tmp_path / 'state'}\nweb:\n  listen: 0.0.0.0:8080\n")
+    assert main(["--config", str(config), "--check-config"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tracker: error: config: key 'web.listen': '0.0.0.0:8080' serves the page beyond this "
+                          "machine without a password") and "\n" not in err
+
+
+def test_a_taken_port_leaves_the_guard_guarding_without_its_page(tmp_path, caplog):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = parse_config({"state_dir": str(tmp_path), "source": {"kind": "synthetic", "frames": 30, "realtime": False},
+                               "sinks": {"console": False}, "web": {"listen": f"127.0.0.1:{port}"}})
+        stages = build_stages(config)
+        assert stages.web is None
+        guard = Guard(config, stages)
+        assert guard.run() == 0 and guard.frames_processed == 30
+    assert f"web: cannot listen on 127.0.0.1:{port}" in caplog.text

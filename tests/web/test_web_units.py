@@ -1,0 +1,240 @@
+"""The web page's parts one by one: sessions, CSRF and login limits (auth.py), pages of the event
+log (event_log.py), photo checks (uploads.py), the live view's frames (live.py) and the guard's
+job queue (jobs.py). The page served by a running guard is tested in test_web_http.py and, in a
+real browser, in test_web_browser.py."""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from tracker.config import parse_config
+from tracker.errors import ConfigError, InputError
+from tracker.passwords import web_password
+from tracker.types import Box
+from tracker.web import auth, event_log
+from tracker.web.jobs import MAX_PENDING, Busy, GuardJobs
+from tracker.web.live import LiveFeed, TrackMark, render
+from tracker.web.uploads import MAX_PIXELS, check_image, safe_filename
+
+FACES = Path(__file__).resolve().parents[2].parent / "shared" / "testdata" / "faces"
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+# ---- auth ----------------------------------------------------------------------------------
+
+
+def test_sessions_expire_and_are_bounded():
+    clock = Clock()
+    sessions = auth.Sessions(lifetime_s=60, clock=clock)
+    first = sessions.create()
+    assert sessions.get(first.token) == first and sessions.get("forged") is None and sessions.get(None) is None
+    clock.now += 59.9
+    assert sessions.get(first.token) == first
+    clock.now += 0.1
+    assert sessions.get(first.token) is None  # expired, and dropped
+    made = [sessions.create() for _ in range(auth.MAX_SESSIONS + 5)]
+    assert sessions.get(made[0].token) is None and sessions.get(made[-1].token) == made[-1]
+    sessions.drop(made[-1].token)
+    assert sessions.get(made[-1].token) is None
+
+
+def test_csrf_and_password_checks():
+    session = auth.Sessions(60).create()
+    assert auth.csrf_ok(session, session.csrf)
+    assert not auth.csrf_ok(session, None) and not auth.csrf_ok(session, session.csrf + "x")
+    assert auth.password_ok("s3cret", "s3cret") and not auth.password_ok("s3cret", "s3cret ")
+
+
+def test_login_limiter_refuses_after_five_failures_until_the_window_passes():
+    clock = Clock()
+    limiter = auth.LoginLimiter(clock)
+    for _ in range(auth.FAILURES_ALLOWED):
+        assert limiter.retry_after("10.0.0.2") is None
+        limiter.failed("10.0.0.2")
+        clock.now += 1
+    wait = limiter.retry_after("10.0.0.2")
+    assert wait == pytest.approx(auth.WINDOW_S - auth.FAILURES_ALLOWED)
+    assert limiter.retry_after("10.0.0.3") is None  # per address
+    clock.now += wait
+    assert limiter.retry_after("10.0.0.2") is None  # the oldest failure left the window
+    limiter.failed("10.0.0.2")
+    limiter.succeeded("10.0.0.2")
+    assert limiter.retry_after("10.0.0.2") is None
+
+
+def test_a_page_beyond_loopback_needs_a_password(tmp_path, monkeypatch):
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)
+    assert web_password(parse_config({"web": {"listen": "127.0.0.1:8080"}}).web) is None
+    assert web_password(parse_config({"web": {"listen": "[::1]:8080"}}).web) is None
+    with pytest.raises(ConfigError, match=r"'web.listen': '0.0.0.0:8080' serves the page beyond this machine"):
+        web_password(parse_config({"web": {"listen": "0.0.0.0:8080"}}).web)
+    secret = tmp_path / "web-password"
+    secret.write_text("hunter22\n")
+    secret.chmod(0o600)
+    config = parse_config({"web": {"listen": "0.0.0.0:8080", "password_file": str(secret)}})
+    assert web_password(config.web) == "hunter22"
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))  # systemd's LoadCredential=web-password
+    assert web_password(parse_config({"web": {"listen": "192.168.1.5:80"}}).web) == "hunter22"
+
+
+@pytest.mark.parametrize("listen", ["8080", "localhost", ":8080", "host:0", "host:70000", "a b:80", "[::1:80"])
+def test_bad_listen_addresses_are_config_errors(listen):
+    with pytest.raises(ConfigError, match=r"key 'web.listen': bad value .* expected host:port"):
+        parse_config({"web": {"listen": listen}})
+
+
+# ---- the event log -------------------------------------------------------------------------
+
+
+def write_log(path: Path, events: int, torn_tail: bool = False) -> list[dict]:
+    rows = [{"id": f"{i:032x}", "kind": "entered", "track_id": i, "identity": "alice" if i % 3 == 0 else "unknown"}
+            for i in range(events)]
+    with open(path, "w", encoding="utf-8") as f:
+        for i, row in enumerate(rows):
+            f.write(json.dumps(row) + "\n")
+            if i == 5:
+                f.write("x" * (event_log.MAX_LINE * 3) + "\n")  # a garbage line longer than any event
+                f.write("not json\n")
+        if torn_tail:
+            f.write('{"id": "half a line')
+    return rows
+
+
+def test_pages_newest_first_cover_the_log_once(tmp_path):
+    path = tmp_path / "events.jsonl"
+    rows = write_log(path, 500, torn_tail=True)
+    seen, before = [], None
+    while True:
+        page, before = event_log.read_page(path, before=before, limit=37)
+        seen += page
+        assert len(page) <= 37
+        if before is None:
+            break
+    assert [e["track_id"] for e in seen] == [r["track_id"] for r in reversed(rows)]
+
+
+def test_a_filter_pages_by_identity_and_a_scan_limit_returns_where_to_go_on(tmp_path):
+    path = tmp_path / "events.jsonl"
+    rows = write_log(path, 300)
+    alice = [r["track_id"] for r in reversed(rows) if r["identity"] == "alice"]
+    found, before, pages = [], None, 0
+    while True:
+        page, before = event_log.read_page(path, before=before, limit=20, identity="alice", max_scan=4096)
+        found += [e["track_id"] for e in page]
+        pages += 1
+        assert pages < 1000, "no progress"
+        if before is None:
+            break
+    assert found == alice and pages > len(alice) // 20  # short pages: each scanned at most 4 kB
+
+
+def test_a_missing_log_is_an_empty_page(tmp_path):
+    assert event_log.read_page(tmp_path / "none.jsonl") == ([], None)
+
+
+# ---- uploads -------------------------------------------------------------------------------
+
+
+def png_header(width: int, height: int) -> bytes:
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+
+
+def test_real_photos_pass_with_their_size():
+    astronaut = (FACES / "skimage" / "astronaut.png").read_bytes()
+    assert check_image(astronaut, "astronaut.png") == ("png", 512, 512)
+    jpeg = (FACES / "dlib" / "faces" / "dogs.jpg").read_bytes()
+    image = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
+    assert check_image(jpeg, "dogs.jpg") == ("jpeg", image.shape[1], image.shape[0])
+
+
+def test_a_decompression_bomb_is_refused_before_decoding():
+    with pytest.raises(InputError, match=r"bomb.png: 100000x100000 pixels is too large; expected at most 40 megapixels"):
+        check_image(png_header(100_000, 100_000), "bomb.png")
+    assert MAX_PIXELS == 40_000_000
+    jpeg_bomb = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00" \
+                b"\xff\xc0\x00\x11\x08\xff\xff\xff\xff\x03\x01\x22\x00\x02\x11\x01\x03\x11\x01"
+    with pytest.raises(InputError, match=r"65535x65535 pixels is too large"):
+        check_image(jpeg_bomb, "bomb.jpg")
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"GIF89a....", "not a JPEG or PNG image"),
+    (b"#!/bin/sh\nrm -rf /\n", "not a JPEG or PNG image"),
+    (b"\x89PNG\r\n\x1a\n\x00", "a damaged PNG"),
+    (b"\xff\xd8\xff\xe0\x00\x10JFIF", "a damaged JPEG"),
+    (b"", "not a JPEG or PNG image"),
+])
+def test_non_images_and_damaged_images_are_refused(data, message):
+    with pytest.raises(InputError, match=f"^upload.bin: {message}"):
+        check_image(data, "upload.bin")
+
+
+def test_upload_file_names_cannot_leave_their_folder():
+    assert safe_filename("../../etc/passwd", 1) == "01-passwd"
+    assert safe_filename("..\\..\\boot.ini", 2) == "02-boot.ini"
+    assert safe_filename("my photo (1).JPG", 3) == "03-my_photo_1_.JPG"
+    assert safe_filename("...", 4) == "04-photo"
+
+
+# ---- live ----------------------------------------------------------------------------------
+
+
+def test_the_feed_hands_over_frames_only_while_watched_and_at_its_rate():
+    feed = LiveFeed(fps=5, width=320, max_viewers=2)
+    image = np.full((480, 640, 3), 90, np.uint8)
+    assert not feed.wants_frame(0) and feed.jpeg() is None
+    assert feed.join() and feed.join() and not feed.join()  # max_viewers
+    assert feed.wants_frame(0)
+    feed.offer(image, (), 0)
+    assert not feed.wants_frame(100_000_000) and feed.wants_frame(200_000_000)  # 1/5 s
+    seq, jpeg = feed.jpeg()
+    assert seq == 1 and feed.jpeg() == (seq, jpeg)  # encoded once per frame
+    decoded = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
+    assert decoded.shape == (240, 320, 3)  # scaled to the stream's width
+    feed.leave()
+    feed.leave()
+    assert not feed.wants_frame(10**12) and feed.jpeg() is None  # unwatched: no frame held
+
+
+def test_render_draws_each_track_with_its_label():
+    image = np.full((240, 320, 3), 90, np.uint8)
+    plain = cv2.imdecode(np.frombuffer(render(image, (), 320), np.uint8), cv2.IMREAD_COLOR)
+    marks = (TrackMark(7, Box(40, 60, 80, 100), "alice", 0.93, True), TrackMark(8, Box(200, 60, 60, 80), "unknown", 0.0, False))
+    drawn = cv2.imdecode(np.frombuffer(render(image, marks, 320), np.uint8), cv2.IMREAD_COLOR)
+    changed = np.abs(drawn.astype(int) - plain.astype(int)).max(axis=2) > 40
+    assert changed[60:160, 40].any() and changed[60:140, 200].any()  # both boxes' left edges
+    assert not changed[200:, :30].any()  # nothing drawn where no track is
+    assert np.array_equal(image, np.full((240, 320, 3), 90, np.uint8))  # the guard's frame is untouched
+
+
+# ---- jobs ----------------------------------------------------------------------------------
+
+
+def test_jobs_run_on_the_guards_thread_bounded_and_cancelled_when_it_stops():
+    jobs = GuardJobs()
+    done = jobs.submit(lambda detector, backend: (detector, backend))
+    failing = jobs.submit(lambda detector, backend: (_ for _ in ()).throw(InputError("no face")))
+    assert jobs.run_pending("det", "net") == 2 and jobs.run_pending("det", "net") == 0
+    assert done.result() == ("det", "net")
+    with pytest.raises(InputError, match="no face"):
+        failing.result()
+    waiting = [jobs.submit(lambda d, b: None) for _ in range(MAX_PENDING)]
+    with pytest.raises(Busy):
+        jobs.submit(lambda d, b: None)
+    jobs.cancel_all()
+    assert all(f.cancelled() for f in waiting) and jobs.run_pending("det", "net") == 0

@@ -1,0 +1,110 @@
+"""Who may use the web page, and proof that a state-changing request comes from the page itself.
+
+Sessions: a random 256-bit token in an HttpOnly, SameSite=Strict cookie, kept in memory (at most
+MAX_SESSIONS: the oldest is dropped first) and ending `lifetime_s` after it was made. With a password
+a session is made by logging in; without one (the page listens on loopback only) by opening the page.
+Either way a session is needed: it carries the CSRF token.
+
+CSRF: each session has its own random token, which the page reads from /api/session (a same-origin
+read: another site's script cannot read it). Every state-changing request must carry it in the
+X-CSRF-Token header: a cross-site form cannot set a header, and a cross-site fetch with one needs a
+CORS grant the server never gives. (SameSite=Strict keeps the cookie off cross-site requests too.)
+
+Logins are rate-limited per client address: after FAILURES_ALLOWED wrong passwords within WINDOW_S,
+that address is refused until the oldest of them is WINDOW_S old. Bounded: at most MAX_CLIENTS
+addresses are remembered (the longest-quiet is forgotten first).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+MAX_SESSIONS = 64
+FAILURES_ALLOWED = 5
+WINDOW_S = 60.0
+MAX_CLIENTS = 256
+COOKIE = "tracker_session"
+CSRF_HEADER = "X-CSRF-Token"
+
+
+@dataclass(frozen=True)
+class Session:
+    token: str
+    csrf: str
+    expires: float  # on the Sessions' clock (monotonic seconds)
+
+
+class Sessions:
+    """The live sessions (see the module docstring). `clock`: monotonic seconds (tests pass their own)."""
+
+    def __init__(self, lifetime_s: float, clock: Callable[[], float] = time.monotonic):
+        self.lifetime_s = lifetime_s
+        self._clock = clock
+        self._sessions: OrderedDict[str, Session] = OrderedDict()
+
+    def create(self) -> Session:
+        session = Session(secrets.token_urlsafe(32), secrets.token_urlsafe(32), self._clock() + self.lifetime_s)
+        self._sessions[session.token] = session
+        while len(self._sessions) > MAX_SESSIONS:
+            self._sessions.popitem(last=False)
+        return session
+
+    def get(self, token: str | None) -> Session | None:
+        """The live session of `token`, or None (unknown or expired: an expired one is dropped)."""
+        session = self._sessions.get(token or "")
+        if session is None:
+            return None
+        if self._clock() >= session.expires:
+            del self._sessions[session.token]
+            return None
+        return session
+
+    def drop(self, token: str | None) -> None:
+        self._sessions.pop(token or "", None)
+
+
+def csrf_ok(session: Session, header: str | None) -> bool:
+    return header is not None and hmac.compare_digest(session.csrf.encode(), header.encode())
+
+
+def password_ok(expected: str, given: str) -> bool:
+    """Constant-time comparison (of digests, so that the length of the password leaks nothing either)."""
+    return hmac.compare_digest(hashlib.sha256(expected.encode()).digest(), hashlib.sha256(given.encode()).digest())
+
+
+class LoginLimiter:
+    """Wrong-password counts per client address (see the module docstring)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self._clock = clock
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def retry_after(self, client: str) -> float | None:
+        """Seconds until `client` may try again, or None if it may now."""
+        recent = self._recent(client)
+        if len(recent) < FAILURES_ALLOWED:
+            return None
+        return max(0.1, recent[0] + WINDOW_S - self._clock())
+
+    def failed(self, client: str) -> None:
+        recent = self._recent(client)
+        recent.append(self._clock())
+        self._failures[client] = recent
+        self._failures.move_to_end(client)
+        while len(self._failures) > MAX_CLIENTS:
+            self._failures.popitem(last=False)
+
+    def succeeded(self, client: str) -> None:
+        self._failures.pop(client, None)
+
+    def _recent(self, client: str) -> deque[float]:
+        recent = self._failures.get(client, deque(maxlen=FAILURES_ALLOWED))
+        while recent and recent[0] <= self._clock() - WINDOW_S:
+            recent.popleft()
+        return recent

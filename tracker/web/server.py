@@ -1,0 +1,512 @@
+"""The guard's web page, served by the guard itself: live view, recent events, the people it knows,
+its speed (README, "Web page").
+
+aiohttp on a thread of its own with its own event loop. Nothing here waits on the guard, and the
+guard's loop never waits on this: frames are handed over by reference (`live.py`), the guard's
+state arrives as a sink's `publish_state`, and changes to the people go through `jobs.py` and are
+run by the guard between two frames. Reading the event log, drawing and encoding frames and
+decoding photos run on a small thread pool (WORKERS), never on the event loop.
+
+Routes (JSON errors are {"error": one line} with a 4xx/5xx status):
+    GET  /  /static/{app.js,style.css}          the page
+    GET  /api/session                           {password_required, logged_in, csrf}
+    POST /api/login {password}  /api/logout
+    GET  /api/state                             the guard's fps, per-stage latency p50/p95, tracks
+    GET  /live.mjpg                             the live view (multipart JPEG, stream_fps at most)
+    GET  /api/events?before=&limit=&identity=   a page of the event log, newest first
+    GET  /snapshots/{event id}.jpg              an event's snapshot
+    GET  /api/people   GET /api/people/{name}/face.png
+    POST /api/people (multipart: name, photos)  enrol, as `tracker enroll` does
+    POST /api/people/{name}/from-event {event_id}   add an event's snapshot to a person
+    DELETE /api/people/{name}
+    GET  /api/speed   GET /speed/{linear,log}.png   the last benchmark on this device, auto's picks
+
+Security (auth.py for sessions, CSRF and login limits; uploads.py for photos): a password is
+required unless the page listens on a loopback address only; then requests must also name the
+page by a loopback host (a web site that rebinds its own name to 127.0.0.1 cannot read the page).
+Every response forbids framing and sniffing and allows only the page's own scripts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import shutil
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from importlib.resources import files
+from pathlib import Path
+
+import cv2
+from aiohttp import BodyPartReader, web
+
+from tracker.config import Config
+from tracker.enroll import enroll
+from tracker.errors import BackendFailure, InputError
+from tracker.identity import UNKNOWN, people_files, person_chip, remove_person, validate_name
+from tracker.passwords import loopback
+from tracker.types import Event
+from tracker.web import auth, event_log
+from tracker.web.jobs import Busy, GuardJobs
+from tracker.web.live import LiveFeed
+from tracker.web.speed import speed_plot, speed_summary
+from tracker.web.uploads import check_image, safe_filename
+
+log = logging.getLogger(__name__)
+
+WORKERS = 2
+MAX_FILES = 20
+_FORM_OVERHEAD = 64 * 1024  # multipart headers and boundaries around the photos
+JOB_TIMEOUT_S = 120.0  # enrolling 20 photos on a Pi 3 takes a few seconds; the guard may be restarting a backend
+_STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
+_PUBLIC = {"/", "/api/session", "/api/login"}
+_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; "
+                               "form-action 'self'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+def _error(status: int, message: str, **extra) -> web.Response:
+    return web.json_response({"error": message, **extra}, status=status)
+
+
+class WebServer:
+    """The page's server (see the module docstring). A sink of the guard's (`publish_state`),
+    with `live` (frames in) and `jobs` (people changes out) for the guard's loop."""
+
+    def __init__(self, config: Config, state_dir: Path, events_path: Path, password: str | None):
+        self.config = config
+        self.state_dir = state_dir
+        self.events_path = events_path
+        self.snapshots_dir = state_dir / "snapshots"
+        self.password = password
+        self.host, self.port = config.web.host_port
+        self.live = LiveFeed(config.web.stream_fps, config.web.stream_width, config.web.max_viewers)
+        self.jobs = GuardJobs()
+        self.sessions = auth.Sessions(config.web.session_hours * 3600)
+        self.logins = auth.LoginLimiter()
+        self._state: dict = {}
+        self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="web")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self.address: tuple[str, int] | None = None  # where it listens, once started
+
+    # -- the guard's side ------------------------------------------------------------------------
+
+    def start(self) -> bool:
+        """Serve from a thread of its own; False (and an error in the log) if it cannot listen.
+        The guard guards on without its page rather than stopping for it."""
+        self._thread = threading.Thread(target=self._serve, name="web", daemon=True)
+        self._thread.start()
+        self._started.wait()
+        return self.address is not None
+
+    def publish_event(self, event: Event, snapshot_jpeg: bytes | None) -> None:
+        """Events reach the page through the event log (event_log.py)."""
+
+    def publish_state(self, state: dict) -> None:
+        self._state = state  # one reference swapped: the server's threads read a whole dict
+
+    def close(self) -> None:
+        if self._loop is not None and self._thread is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+        self.jobs.cancel_all()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- the server's thread ---------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        loop = self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=1.0)
+        loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+        try:
+            loop.run_until_complete(site.start())
+        except OSError as err:
+            log.error("web: cannot listen on %s (%s); the guard runs on without its page", self.config.web.listen,
+                      err.strerror or err)
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+            self._started.set()
+            return
+        self.address = runner.addresses[0][:2]
+        log.info("web: the page is at http://%s:%d/%s", *self.address,
+                 "" if self.password is None else " (password required)")
+        self._started.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+
+    def _app(self) -> web.Application:
+        # JSON bodies (login, from-event) are tiny: aiohttp refuses a bigger body with 413. Uploads
+        # are streamed and capped by _enrol itself.
+        app = web.Application(middlewares=[self._guard_request], client_max_size=64 * 1024)
+        app.add_routes([
+            web.get("/", self._index),
+            web.get("/static/{name}", self._static),
+            web.get("/api/session", self._session),
+            web.post("/api/login", self._login),
+            web.post("/api/logout", self._logout),
+            web.get("/api/state", self._get_state),
+            web.get("/live.mjpg", self._live),
+            web.get("/api/events", self._events),
+            web.get("/snapshots/{name}", self._snapshot),
+            web.get("/api/people", self._people),
+            web.get("/api/people/{name}/face.png", self._face),
+            web.post("/api/people", self._enrol),
+            web.post("/api/people/{name}/from-event", self._enrol_from_event),
+            web.delete("/api/people/{name}", self._forget),
+            web.get("/api/speed", self._speed),
+            web.get("/speed/{scale}.png", self._speed_plot),
+        ])
+        return app
+
+    async def _run(self, fn, *args):
+        """fn(*args) on the server's pool: never block the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    # -- every request ---------------------------------------------------------------------------
+
+    @web.middleware
+    async def _guard_request(self, request: web.Request, handler) -> web.StreamResponse:
+        if self.password is None and not _loopback_host(request.host):
+            return _error(421, f"host {request.host!r} is not this page's; open it as http://127.0.0.1:{self.port}/")
+        session = self.sessions.get(request.cookies.get(auth.COOKIE))
+        request["session"] = session
+        public = request.path in _PUBLIC or request.path.startswith("/static/")
+        if not public and session is None:
+            return _error(401, "not logged in; open the page and log in")
+        if request.method not in ("GET", "HEAD"):
+            origin = request.headers.get("Origin")
+            if origin is not None and origin.split("://", 1)[-1] != request.host:
+                return _error(403, f"request from {origin!r}; expected it from this page")
+            if request.path != "/api/login" and (session is None or not auth.csrf_ok(
+                    session, request.headers.get(auth.CSRF_HEADER))):
+                return _error(403, f"missing or wrong {auth.CSRF_HEADER}; reload the page")
+        response = await handler(request)
+        response.headers.update(_HEADERS)
+        return response
+
+    # -- the page and its session ----------------------------------------------------------------
+
+    async def _index(self, request: web.Request) -> web.Response:
+        return web.Response(body=_read_static("index.html"), content_type="text/html", charset="utf-8")
+
+    async def _static(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name not in _STATIC:
+            return _error(404, f"no static file {name!r}")
+        return web.Response(body=_read_static(name), content_type=_STATIC[name], charset="utf-8")
+
+    async def _session(self, request: web.Request) -> web.Response:
+        session = request["session"]
+        response = web.json_response({})
+        if session is None and self.password is None:
+            session = self._new_session(response)
+        response.text = json.dumps({"password_required": self.password is not None, "logged_in": session is not None,
+                                    "csrf": session.csrf if session else None})
+        return response
+
+    async def _login(self, request: web.Request) -> web.Response:
+        client = request.remote or "?"
+        wait = self.logins.retry_after(client)
+        if wait is not None:
+            return web.json_response({"error": f"too many wrong passwords; try again in {wait:.0f} s"}, status=429,
+                                     headers={"Retry-After": str(max(1, round(wait)))})
+        body = await _json_body(request)
+        given = body.get("password") if isinstance(body, dict) else None
+        if self.password is None:
+            return _error(400, "this page has no password; just open it")
+        if not isinstance(given, str) or not auth.password_ok(self.password, given):
+            self.logins.failed(client)
+            return _error(401, "wrong password")
+        self.logins.succeeded(client)
+        self.sessions.drop(request.cookies.get(auth.COOKIE))
+        response = web.json_response({})
+        session = self._new_session(response)
+        response.text = json.dumps({"csrf": session.csrf})
+        return response
+
+    async def _logout(self, request: web.Request) -> web.Response:
+        self.sessions.drop(request.cookies.get(auth.COOKIE))
+        response = web.json_response({"logged_in": False})
+        response.del_cookie(auth.COOKIE, path="/")
+        return response
+
+    def _new_session(self, response: web.Response) -> auth.Session:
+        session = self.sessions.create()
+        response.set_cookie(auth.COOKIE, session.token, max_age=int(self.sessions.lifetime_s), path="/",
+                            httponly=True, samesite="Strict")
+        return session
+
+    # -- live ------------------------------------------------------------------------------------
+
+    async def _get_state(self, request: web.Request) -> web.Response:
+        return web.json_response({"state": self._state, "viewers": self.live.viewers})
+
+    async def _live(self, request: web.Request) -> web.StreamResponse:
+        if not self.live.join():
+            return _error(503, f"{self.live.max_viewers} viewers already watch (web.max_viewers); try again later")
+        try:
+            response = web.StreamResponse(headers={"Content-Type": "multipart/x-mixed-replace; boundary=frame",
+                                                   **_HEADERS})
+            await response.prepare(request)
+            sent = 0
+            poll_s = min(0.1, self.live.interval_ns / 2e9)
+            while True:
+                frame = await self._run(self.live.jpeg) if self.live.seq != sent else None
+                if frame is None:
+                    await asyncio.sleep(poll_s)
+                    continue
+                sent, jpeg = frame
+                await response.write(b"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: "
+                                     + str(len(jpeg)).encode() + b"\r\n\r\n" + jpeg + b"\r\n")
+        except (ConnectionError, asyncio.CancelledError):
+            return response  # the viewer went away, or the server is closing
+        finally:
+            self.live.leave()
+
+    # -- events ----------------------------------------------------------------------------------
+
+    async def _events(self, request: web.Request) -> web.Response:
+        query = request.query
+        try:
+            before = int(query["before"]) if query.get("before") else None
+            limit = int(query.get("limit", "20"))
+            if (before is not None and before < 0) or not 1 <= limit <= event_log.MAX_LIMIT:
+                raise ValueError
+        except ValueError:
+            return _error(400, f"bad before/limit {dict(query)!r}; expected before >= 0 and limit 1..{event_log.MAX_LIMIT}")
+        identity = query.get("identity") or None
+        if identity is not None and identity != UNKNOWN:
+            try:
+                validate_name(identity)
+            except InputError as err:
+                return _error(400, str(err))
+        events, next_before = await self._run(
+            lambda: event_log.read_page(self.events_path, before=before, limit=limit, identity=identity))
+        for event in events:
+            event["snapshot"] = self._snapshot_url(event.get("id"))
+        return web.json_response({"events": events, "next": next_before})
+
+    def _snapshot_file(self, event_id) -> Path | None:
+        """The snapshot of event `event_id` (a uuid4 hex, as tracker.events makes), if kept."""
+        if not isinstance(event_id, str) or len(event_id) != 32 or any(c not in "0123456789abcdef" for c in event_id):
+            return None
+        path = self.snapshots_dir / f"{event_id}.jpg"
+        return path if path.is_file() else None
+
+    def _snapshot_url(self, event_id) -> str | None:
+        return f"/snapshots/{event_id}.jpg" if self._snapshot_file(event_id) else None
+
+    async def _snapshot(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        path = self._snapshot_file(name[:-4]) if name.endswith(".jpg") else None
+        if path is None:
+            return _error(404, f"no snapshot {name!r} (snapshots are named <event id>.jpg; the oldest are removed)")
+        return web.Response(body=await self._run(path.read_bytes), content_type="image/jpeg")
+
+    # -- people ----------------------------------------------------------------------------------
+
+    async def _people(self, request: web.Request) -> web.Response:
+        names = [p.stem for p in people_files(self.state_dir)]
+        return web.json_response({"people": [{"name": n, "face": f"/api/people/{n}/face.png"} for n in names]})
+
+    async def _face(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        try:
+            chip = await self._run(person_chip, self.state_dir, name)
+        except InputError as err:
+            return _error(400, str(err))
+        if chip is None:
+            return _error(404, f"no face kept for {name!r}")
+        ok, png = cv2.imencode(".png", chip)
+        return web.Response(body=png.tobytes(), content_type="image/png")
+
+    async def _enrol(self, request: web.Request) -> web.Response:
+        """Multipart: `name`, then up to MAX_FILES `photos`, within web.max_upload_mb together (413
+        otherwise: by its Content-Length before anything is read, or as soon as the bytes read pass
+        it). Each photo is checked (uploads.py) before anything decodes it; the ones refused are
+        reported beside enroll's own per-photo lines."""
+        budget = int(self.config.web.max_upload_mb * 1e6)
+        too_large = _error(413, f"upload larger than web.max_upload_mb ({self.config.web.max_upload_mb:g} MB); "
+                                "expected fewer or smaller photos")
+        if request.content_length is not None and request.content_length > budget + _FORM_OVERHEAD:
+            return too_large
+        try:
+            form = await _read_enrol_form(await request.multipart(), budget)
+        except (AssertionError, ValueError) as err:  # not multipart (aiohttp asserts it), broken, or nested
+            return _error(400, f"expected a multipart form with a name and photos ({err})")
+        if form is None:
+            return too_large
+        name, photos, messages = form
+        try:
+            validate_name(name)
+        except InputError as err:
+            return _error(400, str(err))
+        if not photos:
+            return _error(400, f"no photo to enrol {name!r} from; expected JPEG or PNG photos showing one face each",
+                          messages=messages)
+        folder = self.state_dir / "uploads" / secrets.token_hex(8)
+        try:
+            paths = await self._run(_write_uploads, folder, photos)
+            return await self._people_change(
+                lambda detector, backend: _enrol_job(self.config, name, paths, messages, folder, detector, backend),
+                messages)
+        finally:
+            await self._run(shutil.rmtree, folder, True)
+
+    async def _enrol_from_event(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        body = await _json_body(request)
+        event_id = body.get("event_id") if isinstance(body, dict) else None
+        try:
+            validate_name(name)
+        except InputError as err:
+            return _error(400, str(err))
+        path = self._snapshot_file(event_id)
+        if path is None:
+            return _error(404, f"no snapshot for event {event_id!r} (the oldest snapshots are removed)")
+        messages: list[str] = []
+        return await self._people_change(
+            lambda detector, backend: _enrol_job(self.config, name, [path], messages, None, detector, backend,
+                                                 snapshot=True), messages)
+
+    async def _forget(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        try:
+            validate_name(name)
+        except InputError as err:
+            return _error(400, str(err))
+        return await self._people_change(lambda detector, backend: _forget_job(self.state_dir, name), [])
+
+    async def _people_change(self, job, messages: list[str]) -> web.Response:
+        """Run `job` on the guard's thread (jobs.py) and answer with its result or its error."""
+        try:
+            future: Future = self.jobs.submit(job)
+        except Busy as err:
+            return _error(503, f"{err}; try again in a moment")
+        try:
+            result = await asyncio.wait_for(asyncio.wrap_future(future), JOB_TIMEOUT_S)
+        except TimeoutError:
+            return _error(503, f"the guard did not get to the change within {JOB_TIMEOUT_S:.0f} s; try again")
+        except InputError as err:
+            status = 404 if isinstance(err, _NotEnrolled) else 400
+            return _error(status, str(err), messages=messages)
+        except BackendFailure as err:
+            return _error(503, f"the backend failed ({err}); try again", messages=messages)
+        return web.json_response({**result, "messages": messages})
+
+    # -- speed -----------------------------------------------------------------------------------
+
+    async def _speed(self, request: web.Request) -> web.Response:
+        return web.json_response(await self._run(speed_summary, self.state_dir))
+
+    async def _speed_plot(self, request: web.Request) -> web.Response:
+        png = await self._run(speed_plot, self.state_dir, request.match_info["scale"])
+        if png is None:
+            return _error(404, "no benchmark plot here; run tracker --benchmark --backend all on this device")
+        return web.Response(body=png, content_type="image/png")
+
+
+class _NotEnrolled(InputError):
+    """Nobody of that name to forget (404, not 400)."""
+
+
+def _enrol_job(config: Config, name: str, paths: list[Path], messages: list[str], folder: Path | None,
+               detector, backend, snapshot: bool = False) -> dict:
+    """Enrol `name` from `paths` (the guard's thread): photos of one face each, as `tracker enroll`
+    does; or (`snapshot`) an event's snapshot, a face with some context, added to the person's kept
+    faces. Messages name each photo without the upload folder."""
+
+    def report(line: str) -> None:
+        messages.append(line.replace(f"{folder}/", "") if folder is not None else line)
+
+    path, used, skipped = enroll(name, list(paths), config, aligned=snapshot, add=snapshot, report=report,
+                                 backend=backend, detector=detector)
+    return {"name": name, "used": used, "skipped": skipped}
+
+
+def _forget_job(state_dir: Path, name: str) -> dict:
+    if not remove_person(state_dir, name):
+        raise _NotEnrolled(f"nobody called {name!r} is enrolled")
+    return {"name": name, "removed": True}
+
+
+def _write_uploads(folder: Path, photos: list[tuple[str, bytes]]) -> list[Path]:
+    """The checked photos as files in a private folder of their own, for enroll (which reads files)."""
+    folder.mkdir(mode=0o700, parents=True)
+    paths = []
+    for i, (label, data) in enumerate(photos, start=1):
+        path = folder / safe_filename(label, i)
+        path.write_bytes(data)
+        paths.append(path)
+    return paths
+
+
+def _loopback_host(host: str) -> bool:
+    """The request's Host header names this machine (auth.loopback), with or without a port."""
+    name = host.rsplit(":", 1)[0] if host.count(":") == 1 or host.startswith("[") else host
+    return loopback(name.strip("[]"))
+
+
+async def _read_enrol_form(reader, budget: int) -> tuple[str, list[tuple[str, bytes]], list[str]] | None:
+    """(name, [(file name, bytes)] of the photos that pass uploads.check_image, a line for each that
+    does not) from the enrol form; None once more than `budget` bytes came. ValueError for a form
+    that is not one: broken, nested, or with more than MAX_FILES photos."""
+    name = ""
+    photos: list[tuple[str, bytes]] = []
+    messages: list[str] = []
+    async for part in reader:
+        if not isinstance(part, BodyPartReader):
+            raise ValueError("a nested multipart part")
+        data = await _read_part(part, budget)
+        if data is None:
+            return None
+        budget -= len(data)
+        if part.name == "name":
+            name = data.decode("utf-8", "replace")
+        elif part.name == "photos":
+            if len(photos) >= MAX_FILES:
+                raise ValueError(f"more than {MAX_FILES} photos at a time")
+            label = part.filename or f"photo {len(photos) + 1}"
+            try:
+                check_image(data, label)
+            except InputError as err:
+                messages.append(f"{err}; skipped")
+                continue
+            photos.append((label, data))
+    return name, photos, messages
+
+
+async def _read_part(part: BodyPartReader, budget: int) -> bytes | None:
+    """The part's bytes, or None as soon as they exceed `budget` (never holding more than that)."""
+    chunks, size = [], 0
+    while chunk := await part.read_chunk(64 * 1024):
+        size += len(chunk)
+        if size > budget:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _json_body(request: web.Request):
+    try:
+        return await request.json()
+    except ValueError:
+        return None
+
+
+def _read_static(name: str) -> bytes:
+    return (files("tracker.web") / "static" / name).read_bytes()

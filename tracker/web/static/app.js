@@ -1,0 +1,285 @@
+// The guard's page: four tabs over the JSON API of tracker/web/server.py. No framework, no build.
+"use strict";
+
+let csrf = null;          // this session's token, sent with every change (X-CSRF-Token)
+let eventsNext = null;    // byte offset of the next (older) page of events, or null
+let statsTimer = null;
+
+const $ = (id) => document.getElementById(id);
+
+async function api(path, options = {}) {
+  const headers = Object.assign({}, options.headers || {});
+  if (options.method && options.method !== "GET") headers["X-CSRF-Token"] = csrf || "";
+  const response = await fetch(path, Object.assign({}, options, { headers, credentials: "same-origin" }));
+  let body = null;
+  try { body = await response.json(); } catch (e) { body = null; }
+  if (response.status === 401 && path !== "/api/login") { showLogin(); }
+  if (!response.ok) {
+    const error = new Error((body && body.error) || `${response.status} ${response.statusText}`);
+    error.body = body;
+    throw error;
+  }
+  return body;
+}
+
+function element(tag, attributes = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attributes)) {
+    if (key === "text") node.textContent = value; else node.setAttribute(key, value);
+  }
+  for (const child of children) node.append(child);
+  return node;
+}
+
+// ---- session -------------------------------------------------------------------------------
+
+async function start() {
+  const session = await api("/api/session");
+  if (session.logged_in) {
+    csrf = session.csrf;
+    $("logout").hidden = !session.password_required;
+    showTabs();
+  } else {
+    showLogin();
+  }
+}
+
+function showLogin() {
+  stopLive();
+  document.querySelectorAll(".tab").forEach((tab) => { tab.hidden = true; });
+  $("tabs").hidden = true;
+  $("logout").hidden = true;
+  $("login").hidden = false;
+  $("password").focus();
+}
+
+async function login(event) {
+  event.preventDefault();
+  $("login-error").textContent = "";
+  try {
+    const answer = await api("/api/login", {
+      method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ password: $("password").value }),
+    });
+    csrf = answer.csrf;
+    $("password").value = "";
+    $("login").hidden = true;
+    $("logout").hidden = false;
+    showTabs();
+  } catch (error) {
+    $("login-error").textContent = error.message;
+  }
+}
+
+async function logout() {
+  try { await api("/api/logout", { method: "POST" }); } catch (e) { /* the session is gone either way */ }
+  csrf = null;
+  showLogin();
+}
+
+// ---- tabs ----------------------------------------------------------------------------------
+
+function showTabs() {
+  $("tabs").hidden = false;
+  openTab("live");
+}
+
+function openTab(name) {
+  document.querySelectorAll("#tabs button").forEach((b) => b.classList.toggle("active", b.dataset.tab === name));
+  document.querySelectorAll(".tab").forEach((tab) => { tab.hidden = tab.id !== name; });
+  if (name === "live") startLive(); else stopLive();   // frames are encoded only while someone watches
+  if (name === "events") loadFilter().then(() => loadEvents(true));
+  if (name === "people") loadPeople();
+  if (name === "speed") loadSpeed();
+}
+
+// ---- live ----------------------------------------------------------------------------------
+
+function startLive() {
+  $("live-error").textContent = "";
+  $("live-view").src = `/live.mjpg?t=${Date.now()}`;
+  loadStats();
+  statsTimer = setInterval(loadStats, 1000);
+}
+
+function stopLive() {
+  $("live-view").removeAttribute("src");   // closes the stream: the server stops encoding for us
+  if (statsTimer !== null) clearInterval(statsTimer);
+  statsTimer = null;
+}
+
+async function loadStats() {
+  try {
+    const { state } = await api("/api/state");
+    $("fps").textContent = state.fps === undefined ? "-" : state.fps.toFixed(1);
+    $("tracks").textContent = state.tracks === undefined ? "-" : state.tracks;
+    $("backend").textContent = state.backend ? `${state.backend} (${state.precision})` : "-";
+    const rows = Object.entries(state.latency_ms || {}).map(([stage, p]) =>
+      element("tr", {}, element("td", { text: stage.replace(/_ms$/, "") }),
+        element("td", { text: p.p50.toFixed(1) }), element("td", { text: p.p95.toFixed(1) })));
+    $("latency").tBodies[0].replaceChildren(...rows);
+  } catch (error) {
+    $("live-error").textContent = error.message;
+  }
+}
+
+// ---- events --------------------------------------------------------------------------------
+
+async function loadFilter() {
+  const { people } = await api("/api/people");
+  const filter = $("event-filter");
+  const chosen = filter.value;
+  const options = [element("option", { value: "", text: "everyone" }), element("option", { value: "unknown", text: "unknown" })];
+  for (const person of people) options.push(element("option", { value: person.name, text: person.name }));
+  filter.replaceChildren(...options);
+  filter.value = chosen;
+}
+
+async function loadEvents(fresh) {
+  $("events-error").textContent = "";
+  const list = $("event-list");
+  if (fresh) { list.replaceChildren(); eventsNext = null; }
+  const query = new URLSearchParams({ limit: "20" });
+  if ($("event-filter").value) query.set("identity", $("event-filter").value);
+  if (!fresh && eventsNext !== null) query.set("before", eventsNext);
+  try {
+    const page = await api(`/api/events?${query}`);
+    for (const event of page.events) list.append(eventItem(event));
+    eventsNext = page.next;
+    $("events-more").hidden = page.next === null;
+  } catch (error) {
+    $("events-error").textContent = error.message;
+  }
+}
+
+function eventItem(event) {
+  const when = new Date(event.ts).toLocaleString() +
+    (event.media_time_s === null ? "" : ` (${formatMedia(event.media_time_s)} into the video)`);
+  const picture = event.snapshot ? element("img", { src: event.snapshot, alt: `snapshot of track ${event.track_id}` })
+                                 : element("span", { class: "no-snapshot", text: "no snapshot" });
+  const text = element("div", {},
+    element("strong", { class: `kind-${event.kind}`, text: event.kind }),
+    ` track ${event.track_id}: ${event.identity}` +
+      (event.identity === "unknown" ? "" : ` (${event.confidence.toFixed(2)})`),
+    element("br"), element("small", { text: when }));
+  const item = element("li", { class: "event", "data-id": event.id }, picture, text);
+  if (event.snapshot) {
+    const name = element("input", { placeholder: "name", "aria-label": "who this was", class: "this-was-name" });
+    const button = element("button", { class: "this-was", text: "This was..." });
+    const message = element("small", { class: "this-was-message" });
+    button.addEventListener("click", async () => {
+      message.textContent = "";
+      try {
+        const answer = await api(`/api/people/${encodeURIComponent(name.value)}/from-event`, {
+          method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ event_id: event.id }),
+        });
+        message.textContent = `added to ${answer.name}`;
+      } catch (error) {
+        message.textContent = error.message;
+      }
+    });
+    item.append(element("div", {}, name, button, message));
+  }
+  return item;
+}
+
+function formatMedia(seconds) {
+  const whole = Math.floor(seconds);
+  return `${Math.floor(whole / 60)}:${String(whole % 60).padStart(2, "0")}`;
+}
+
+// ---- people --------------------------------------------------------------------------------
+
+async function loadPeople() {
+  $("people-error").textContent = "";
+  try {
+    const { people } = await api("/api/people");
+    $("people-list").replaceChildren(...people.map(personItem));
+  } catch (error) {
+    $("people-error").textContent = error.message;
+  }
+}
+
+function personItem(person) {
+  const remove = element("button", { class: "forget", text: "Delete" });
+  remove.addEventListener("click", async () => {
+    if (!window.confirm(`Forget ${person.name}?`)) return;
+    try {
+      await api(`/api/people/${encodeURIComponent(person.name)}`, { method: "DELETE" });
+      loadPeople();
+    } catch (error) {
+      $("people-error").textContent = error.message;
+    }
+  });
+  return element("li", { class: "person", "data-name": person.name },
+    element("img", { src: `${person.face}?t=${Date.now()}`, alt: `${person.name}'s face` }),
+    element("span", { class: "name", text: person.name }), remove);
+}
+
+async function enrol(event) {
+  event.preventDefault();
+  const messages = $("enrol-messages");
+  messages.replaceChildren();
+  $("people-error").textContent = "";
+  const form = new FormData();
+  form.append("name", $("enrol-name").value);
+  for (const file of $("enrol-photos").files) form.append("photos", file, file.name);
+  $("enrol-button").disabled = true;
+  try {
+    const answer = await api("/api/people", { method: "POST", body: form });
+    for (const line of answer.messages) messages.append(element("li", { text: line }));
+    messages.append(element("li", { text: `enrolled ${answer.name} from ${answer.used} photo(s), ${answer.skipped} skipped` }));
+    $("enrol-form").reset();
+    loadPeople();
+  } catch (error) {
+    for (const line of (error.body && error.body.messages) || []) messages.append(element("li", { text: line }));
+    $("people-error").textContent = error.message;
+  } finally {
+    $("enrol-button").disabled = false;
+  }
+}
+
+// ---- speed ---------------------------------------------------------------------------------
+
+async function loadSpeed() {
+  const summary = await api("/api/speed");
+  const run = summary.benchmark;
+  $("speed-why").textContent = summary.why || (run ? `${run.machine.cpu}, ${run.machine.cores} cores, ${run.machine.arch}` +
+    (run.complete ? "" : " (interrupted run)") : "");
+  const tables = [];
+  if (run) {
+    for (const [key, title] of [["mean", "mean ms per image"], ["median", "median ms per image"]]) {
+      const head = element("tr", {}, element("th", { text: "batch" }), ...run.columns.map((c) => element("th", { text: c })));
+      const body = run.batches.map((batch) => element("tr", {}, element("td", { text: String(batch) }),
+        ...run.columns.map((c) => {
+          const ms = (run[key][c] || {})[String(batch)];
+          return element("td", { text: ms === undefined ? "-" : ms.toFixed(3) });
+        })));
+      tables.push(element("h3", { text: title }), element("table", { class: `speed-${key}` },
+        element("thead", {}, head), element("tbody", {}, ...body)));
+    }
+    $("speed-plots").replaceChildren(...Object.entries(run.plots).map(([scale, url]) =>
+      element("img", { src: url, alt: `per-image time, ${scale} scale` })));
+  } else {
+    $("speed-plots").replaceChildren();
+  }
+  $("speed-tables").replaceChildren(...tables);
+  $("auto-why").textContent = summary.auto.why || "";
+  $("auto-picks").tBodies[0].replaceChildren(...summary.auto.picks.map((p) => element("tr", {},
+    element("td", { text: String(p.batch) }), element("td", { text: p.backend }), element("td", { text: p.precision }))));
+}
+
+// ---- wiring --------------------------------------------------------------------------------
+
+document.addEventListener("DOMContentLoaded", () => {
+  document.querySelectorAll("#tabs button").forEach((b) => b.addEventListener("click", () => openTab(b.dataset.tab)));
+  $("login-form").addEventListener("submit", login);
+  $("logout").addEventListener("click", logout);
+  $("enrol-form").addEventListener("submit", enrol);
+  $("event-filter").addEventListener("change", () => loadEvents(true));
+  $("events-more").addEventListener("click", () => loadEvents(false));
+  $("live-view").addEventListener("error", () => {
+    if ($("live-view").getAttribute("src")) $("live-error").textContent = "the live view is not available (too many viewers?)";
+  });
+  start().catch((error) => { $("login-error").textContent = error.message; });
+});
