@@ -3,6 +3,7 @@
 
 let csrf = null;          // this session's token, sent with every change (X-CSRF-Token)
 let eventsNext = null;    // byte offset of the next (older) page of events, or null
+let eventsLoad = 0;       // the latest load of the event list: an answer to an older one is dropped
 let statsTimer = null;
 
 const $ = (id) => document.getElementById(id);
@@ -136,19 +137,23 @@ async function loadFilter() {
 }
 
 async function loadEvents(fresh) {
+  // The list is replaced (or extended) only once its page has arrived, and only by the latest load:
+  // reopening the tab, changing the filter or clicking "Older events" while a load is on its way must
+  // neither list events twice nor mix two filters' events.
+  const load = ++eventsLoad;
   $("events-error").textContent = "";
-  const list = $("event-list");
-  if (fresh) { list.replaceChildren(); eventsNext = null; }
   const query = new URLSearchParams({ limit: "20" });
   if ($("event-filter").value) query.set("identity", $("event-filter").value);
   if (!fresh && eventsNext !== null) query.set("before", eventsNext);
   try {
     const page = await api(`/api/events?${query}`);
-    for (const event of page.events) list.append(eventItem(event));
+    if (load !== eventsLoad) return;
+    const items = page.events.map(eventItem);
+    if (fresh) $("event-list").replaceChildren(...items); else $("event-list").append(...items);
     eventsNext = page.next;
     $("events-more").hidden = page.next === null;
   } catch (error) {
-    $("events-error").textContent = error.message;
+    if (load === eventsLoad) $("events-error").textContent = error.message;
   }
 }
 
@@ -265,6 +270,7 @@ async function loadSpeed() {
   }
   $("speed-tables").replaceChildren(...tables);
   $("auto-why").textContent = summary.auto.why || "";
+  $("auto-picks").hidden = summary.auto.picks.length === 0;   // no profile: the line above says why
   $("auto-picks").tBodies[0].replaceChildren(...summary.auto.picks.map((p) => element("tr", {},
     element("td", { text: String(p.batch) }), element("td", { text: p.backend }), element("td", { text: p.precision }))));
 }
