@@ -2,7 +2,7 @@
 """Soak test of the guard's memory: run `tracker --demo` for a while and watch its RSS.
 
     .venv/bin/python scripts/soak_demo.py [--duration 600] [--interval 5] [--warmup 180]
-                                          [--backend caffe-openblas-dl] [--out soak.json]
+                                          [--backend caffe-openblas-dl] [--viewer] [--out soak.json]
 
 Starts `tracker --demo` (the synthetic scene paced at 10 fps, the scene's people enrolled, the
 chosen backend) in a child process with its state in a temporary directory (nothing touches
@@ -24,17 +24,23 @@ cycles, 40 s), so growth is judged from 180 s on.
 The issue's target: peak under 250 MB and no growth after warm-up. "No growth" is judged as
 final - after-warm-up under 2 MB and a slope under 5 MB/hour (allocator noise is a few hundred kB);
 the verdict is printed, the exit status is 0 unless the guard itself failed.
+
+The guard serves its web page on a free loopback port; `--viewer` keeps one viewer on its live view
+for the whole run (a client reading /live.mjpg as a browser does), and reports the frames it got.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -78,6 +84,41 @@ def slope_per_hour(samples: list[tuple[float, float]]) -> float:
     return sum((t - t_mean) * (m - m_mean) for t, m in zip(ts, ms)) / var * 3600.0
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def watch(port: int, stop: threading.Event, seen: dict) -> None:
+    """One viewer of the page's live view until `stop`: a session, then /live.mjpg read as it
+    comes; counts the JPEG parts in seen["frames"]."""
+    cookie = None
+    while cookie is None and not stop.wait(1.0):
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            connection.request("GET", "/api/session")
+            cookie = connection.getresponse().getheader("Set-Cookie", "").split(";")[0] or None
+            connection.close()
+        except OSError:
+            continue  # the guard is still starting
+    if cookie is None:
+        return
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(f"GET /live.mjpg HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: {cookie}\r\n\r\n".encode())
+        tail = b""
+        while not stop.is_set():
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                continue
+            if not chunk:
+                return
+            data = tail + chunk
+            seen["frames"] += data.count(b"--frame\r\n")
+            tail = data[-16:]
+
+
 def latency_summary(path: Path) -> dict:
     frames, dropped = 0, 0
     if path.exists():
@@ -98,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval", type=float, default=5.0, help="seconds between RSS samples (default 5)")
     ap.add_argument("--warmup", type=float, default=180.0, help="seconds before growth is judged (default 180)")
     ap.add_argument("--backend", default="caffe-openblas-dl")
+    ap.add_argument("--viewer", action="store_true", help="keep one viewer on the web page's live view")
     ap.add_argument("--out", type=Path, help="also write the result as JSON here")
     ap.add_argument("--keep", action="store_true", help="keep the state directory (logs, events)")
     args = ap.parse_args(argv)
@@ -107,14 +149,19 @@ def main(argv: list[str] | None = None) -> int:
     state = Path(tempfile.mkdtemp(prefix="tracker-soak-"))
     config = state / "tracker.yaml"
     # No console lines: a long run would fill the pipe; the guard's own log goes to a file.
+    port = free_port()
     config.write_text(f"state_dir: {json.dumps(str(state))}\nsinks:\n  console: false\n"
-                      "latency:\n  report_every_s: 60\n", encoding="utf-8")
+                      f"latency:\n  report_every_s: 60\nweb:\n  listen: 127.0.0.1:{port}\n", encoding="utf-8")
     frames = int(args.duration * 10 * 2)  # the demo's 10 fps, with room: SIGTERM ends the run
     command = [str(TRACKER), "--demo", "--backend", args.backend, "--config", str(config), "--frames", str(frames)]
     print("running:", " ".join(command), flush=True)
     with open(state / "guard.log", "w", encoding="utf-8") as log_file:
         child = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO)
         proc = psutil.Process(child.pid)
+        stop, seen = threading.Event(), {"frames": 0}
+        viewer = threading.Thread(target=watch, args=(port, stop, seen), daemon=True)
+        if args.viewer:
+            viewer.start()
         start = time.monotonic()
         samples: list[tuple[float, float]] = []
         try:
@@ -125,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{t:7.1f} s  RSS {rss:7.1f} MB", flush=True)
                 time.sleep(max(0.0, args.interval - (time.monotonic() - start - t)))
         finally:
+            stop.set()
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
             try:
@@ -141,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     last_min = [m for t, m in after if t >= samples[-1][0] - 60.0]
     result = {
         "backend": args.backend,
+        "viewer_frames": seen["frames"] if args.viewer else None,
         "duration_s": round(samples[-1][0], 1),
         "samples": len(samples),
         "peak_rss_mb": round(max(m for _, m in samples), 1),
@@ -154,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     ok_peak = result["peak_rss_mb"] < TARGET_PEAK_MB
     ok_growth = growth < GROWTH_MB and result["slope_after_warmup_mb_per_h"] < SLOPE_MB_PER_H
     print(f"\n{args.backend}, {result['duration_s']:.0f} s, {result['frames']} frames "
-          f"({result['dropped']} dropped by the capture queue)")
+          f"({result['dropped']} dropped by the capture queue)"
+          + (f"; one viewer of the live view got {seen['frames']} frames" if args.viewer else ""))
     print(f"peak RSS            {result['peak_rss_mb']:7.1f} MB   (target < {TARGET_PEAK_MB:.0f}: "
           f"{'ok' if ok_peak else 'OVER'})")
     print(f"RSS after warm-up   {result['rss_after_warmup_mb']:7.1f} MB   (median of the minute after {args.warmup:.0f} s)")

@@ -55,6 +55,8 @@ class LiveFeed:
     def offer(self, image: np.ndarray, tracks: tuple[TrackMark, ...], t_ns: int) -> None:
         """image: the frame, BGR (H, W, 3) uint8, not written to afterwards; tracks: in its pixels."""
         with self._lock:
+            if not self._viewers:  # the last viewer left since wants_frame: hold nothing
+                return
             self._frame = (image, tracks)
             self._last_ns = t_ns
             self.seq += 1

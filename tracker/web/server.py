@@ -146,6 +146,12 @@ class WebServer:
             loop.run_forever()
         finally:
             loop.run_until_complete(runner.cleanup())
+            # Handlers still running (a live stream waiting for its next frame) end here, so that the
+            # loop closes with nothing pending.
+            pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.close()
 
     def _app(self) -> web.Application:
