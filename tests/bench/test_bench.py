@@ -30,7 +30,7 @@ from tracker.machine import machine_key
 from tracker.types import Inference
 
 TESTS = Path(__file__).resolve().parent
-REPO = TESTS.parent
+REPO = TESTS.parents[1]
 FACE_CNN_MACS = 49_371_200  # DESIGN.md section 1
 REAL = ["caffe-openblas", "caffe-openblas-dl"]
 

@@ -24,7 +24,7 @@ from tracker.backends.worker import InputsLost, RestartingBackend, WorkerBackend
 from tracker.errors import BackendFailure, BackendUnavailable, InputError
 from tracker.model.spec import default_model
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/, which holds worker_faults.py
 pytestmark = pytest.mark.timeout(120)
 
 

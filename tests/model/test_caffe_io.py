@@ -25,7 +25,7 @@ from tracker.model.caffe_io import (
 )
 from tracker.model.convert import graph
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 from mosquitto import Broker, Subscriber
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EVENT_KEYS = {"schema", "id", "kind", "track_id", "identity", "confidence", "box", "ts", "seq", "media_time_s"}
 
 

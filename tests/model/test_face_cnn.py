@@ -17,7 +17,7 @@ from tracker.model.caffe_io import infer_shapes, load_net
 from tracker.model.shapes import count_macs, count_params, layer_costs
 from tracker.model.spec import default_model
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PROTOTXT = REPO / "models" / "face_cnn.prototxt"
 CAFFEMODEL = REPO / "models" / "face_cnn.caffemodel"
 

@@ -22,7 +22,7 @@ from tracker.errors import ConfigError
 from tracker.events import event_payload
 from tracker.sinks.mqtt import MqttSink, read_password
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EVENT_KEYS = {"schema", "id", "kind", "track_id", "identity", "confidence", "box", "ts", "seq", "media_time_s"}
 
 

@@ -27,7 +27,7 @@ torch = pytest.importorskip("torch", reason="tracker train needs PyTorch (the tr
 
 from tracker.train.net import TrainableNet, export_netdef  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LFW = REPO.parent / "shared" / "datasets" / "lfw-devtrain"
 PHOTOS = 80  # more than the teacher target needs (64 principal axes)
 
