@@ -43,22 +43,27 @@ layer { name: "prob" type: "Softmax" bottom: "fc2" top: "prob" }
 """
 
 
-def write_quirky(folder: Path, seed: int = 0) -> ModelSpec:
-    """QUIRKY_PROTOTXT plus a caffemodel of random weights (written with caffe_io's writer)."""
+def write_net(folder: Path, name: str, text: str, probs: str, embedding: str, seed: int = 0) -> ModelSpec:
+    """A prototxt and a caffemodel of random weights (N(0, 0.5^2)), written by caffe_io."""
     from tracker.model.caffe_io import load_net, write_caffemodel
     from tracker.model.netdef import LayerDef, NetDef
     from tracker.model.shapes import infer_layer_shapes
 
     folder.mkdir(parents=True, exist_ok=True)
-    prototxt, weights = folder / "quirky.prototxt", folder / "quirky.caffemodel"
-    prototxt.write_text(QUIRKY_PROTOTXT)
+    prototxt, weights = folder / f"{name}.prototxt", folder / f"{name}.caffemodel"
+    prototxt.write_text(text)
     structure = load_net(prototxt, None)
     rng = np.random.default_rng(seed)
     layers = [LayerDef(layer.name, layer.type, layer.bottoms, layer.tops, layer.param,
                        tuple(rng.standard_normal(s).astype(np.float32) * 0.5 for s in shapes.params))
               for layer, shapes in zip(structure.layers, infer_layer_shapes(structure))]
     write_caffemodel(weights, NetDef(structure.name, structure.inputs, layers))
-    return ModelSpec(prototxt, weights, "prob", "fc1")
+    return ModelSpec(prototxt, weights, probs, embedding)
+
+
+def write_quirky(folder: Path, seed: int = 0) -> ModelSpec:
+    """QUIRKY_PROTOTXT plus a caffemodel of random weights (written with caffe_io's writer)."""
+    return write_net(folder, "quirky", QUIRKY_PROTOTXT, "prob", "fc1", seed)
 
 
 def lenet(testdata: Path) -> ModelSpec:

@@ -30,19 +30,46 @@ def johns(testdata) -> dict[str, list[Path]]:
     return people
 
 
+@pytest.fixture(scope="session")
+def backend_caches(tmp_path_factory):
+    """backend name -> its converted-model cache folder, one per backend for the whole session:
+    a backend's tests in tests/backends/ (its own file's and test_parity.py's) convert once."""
+    made: dict[str, Path] = {}
+
+    def cache(name: str) -> Path:
+        if name not in made:
+            made[name] = tmp_path_factory.mktemp(f"cache-{name}")
+        return made[name]
+
+    return cache
+
+
 # What scripts/test-aarch64 runs under emulation, and why: scripts/aarch64/suite.txt (README: "aarch64").
 AARCH64_SUITE = REPO / "scripts" / "aarch64" / "suite.txt"
 
 
 def _matches(nodeid: str, prefix: str) -> bool:
+    if "::" not in prefix and prefix.endswith("]"):  # FILE[ID]: the tests of FILE parametrised with id ID
+        path, _, param = prefix[:-1].partition("[")
+        return nodeid.startswith(path + "::") and nodeid.endswith(f"[{param}]")
     return nodeid == prefix or nodeid.startswith((prefix + "::", prefix + "["))
+
+
+def _backend_of(item) -> str | None:
+    """The backend a test is about: its module's NAME, or its `backend` parameter (tests/backends/test_parity.py)."""
+    name = getattr(getattr(item, "module", None), "NAME", None)
+    if name is None and hasattr(item, "callspec"):
+        name = item.callspec.params.get("backend")
+    return name if isinstance(name, str) else None
 
 
 def pytest_collection_modifyitems(config, items):
     """Marks `native_only` every test AARCH64_SUITE does not select ("+ prefix  why") or excludes
-    ("- prefix  why"): the emulated aarch64 run deselects them. A prefix is a node id or a start of
-    one ending at "::" or "[". On aarch64, the tests of a backend the Pi install leaves out are
-    skipped with that backend's own one-line reason (tests of the missing-runtime error still run)."""
+    ("- prefix  why"): the emulated aarch64 run deselects them. A prefix is a node id, a start of
+    one ending at "::" or "[", or FILE[ID]: the tests of FILE parametrised with id ID. On aarch64,
+    the tests of a backend the Pi install leaves out (their module's NAME or their `backend`
+    parameter) are skipped with that backend's own one-line reason (tests of the missing-runtime
+    error still run)."""
     import platform
 
     selected, excluded = [], []
@@ -60,8 +87,8 @@ def pytest_collection_modifyitems(config, items):
             why_not = "not in scripts/aarch64/suite.txt: no platform-dependent part"
         if why_not is not None:
             item.add_marker(pytest.mark.native_only(reason=why_not))
-        name = getattr(getattr(item, "module", None), "NAME", None) if on_arm else None
-        if isinstance(name, str) and not item.name.startswith("test_missing_runtime"):
+        name = _backend_of(item) if on_arm else None
+        if name is not None and not item.name.startswith("test_missing_runtime"):
             from tracker.backends import REGISTRY, availability
 
             if name in REGISTRY:

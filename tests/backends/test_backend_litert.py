@@ -1,23 +1,16 @@
-"""`tf-neon-vfpv4` (LiteRT + XNNPACK): parity with the float64 Caffe engine (fp32), int8 quality, threads, errors."""
+"""`tf-neon-vfpv4` (LiteRT + XNNPACK): the int8 model's layout, XNNPACK applied, one interpreter per batch size
+(bounded), a cached model run without TensorFlow. Parity, int8 quality and the missing runtime: test_parity.py."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from backend_parity import (
-    CREATE_AND_EXIT,
-    assert_int8_quality,
-    assert_parity,
     face_inputs,
-    lenet,
-    mnist,
-    real_face_crops,
     run_without,
-    write_quirky,
 )
 
 from tracker.backends import create_backend
-from tracker.bench.quality import int8_quality
 from tracker.errors import InputError
 from tracker.model.spec import default_model
 
@@ -25,30 +18,8 @@ NAME = "tf-neon-vfpv4"
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
-
-
-def test_fp32_face_cnn(cache):
-    with create_backend(NAME, default_model(), cache_dir=cache) as backend:
-        assert_parity(backend, default_model(), face_inputs())
-        assert_parity(backend, default_model(), face_inputs()[:1])  # batch 1 after a larger batch
-
-
-def test_fp32_lenet(testdata, cache):
-    with create_backend(NAME, lenet(testdata), cache_dir=cache) as backend:
-        assert_parity(backend, lenet(testdata), mnist(testdata))
-
-
-def test_fp32_quirky_net(tmp_path, cache):
-    model = write_quirky(tmp_path)
-    x = np.random.default_rng(2).standard_normal((3, 2, 23, 17)).astype(np.float32)
-    with create_backend(NAME, model, cache_dir=cache) as backend:
-        assert_parity(backend, model, x)
-
-
-def test_int8_face_cnn_quality(cache):
-    assert_int8_quality(int8_quality(NAME, cache_dir=cache))
+def cache(backend_caches):
+    return backend_caches(NAME)  # shared with this backend's tests in test_parity.py
 
 
 def test_int8_model_layout(cache):
@@ -61,16 +32,6 @@ def test_int8_model_layout(cache):
     ops = [op["op_name"] for op in interpreter._get_ops_details()]
     assert ops[:4] == ["CONV_2D", "MAX_POOL_2D", "QUANTIZE", "CONV_2D"]
     assert "SOFTMAX" not in ops
-
-
-def test_int8_on_real_faces(testdata, cache):
-    assert_int8_quality(int8_quality(NAME, crops=real_face_crops(testdata), cache_dir=cache))
-
-
-def test_int8_lenet_on_mnist(testdata, cache):
-    """Calibrated on 32 digits; every one of the 64 keeps its fp32 class."""
-    x = mnist(testdata)
-    assert_int8_quality(int8_quality(NAME, lenet(testdata), crops=x, cache_dir=cache, calibration=x[:32]), all_crops=True)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
@@ -111,9 +72,3 @@ np.testing.assert_array_equal(got, np.load({str(cache / "want.npy")!r}))
 print("ok")
 """)
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr
-
-
-def test_missing_runtime_exits_3():
-    done = run_without("ai_edge_litert", CREATE_AND_EXIT.format(name=NAME))
-    assert done.returncode == 3, done.stderr
-    assert "pip install -e '.[litert]'" in done.stderr and "Traceback" not in done.stderr

@@ -24,9 +24,7 @@ from tracker.backends import availability, create_backend
 from tracker.backends.mxnet import caffe_to_mxnet, convert
 from tracker.backends.worker import InputsLost, RestartingBackend
 from tracker.errors import BackendUnavailable, ModelError
-from tracker.model.caffe_io import load_net, write_caffemodel
-from tracker.model.netdef import LayerDef, NetDef
-from tracker.model.shapes import infer_layer_shapes
+from tracker.model.caffe_io import load_net
 from tracker.model.spec import ModelSpec, default_model
 
 CONFIGS = ["mxnet-openblas", "mxnet-openblas-dl"]
@@ -55,23 +53,9 @@ layer { name: "prob" type: "Softmax" bottom: "fc2" top: "prob" }
 """
 
 
-def write_net(folder: Path, name: str, text: str, probs: str, embedding: str, seed: int = 0) -> ModelSpec:
-    """A prototxt and a caffemodel of random weights (N(0, 0.5^2)), written by caffe_io."""
-    folder.mkdir(parents=True, exist_ok=True)
-    prototxt, weights = folder / f"{name}.prototxt", folder / f"{name}.caffemodel"
-    prototxt.write_text(text)
-    structure = load_net(prototxt, None)
-    rng = np.random.default_rng(seed)
-    layers = [LayerDef(layer.name, layer.type, layer.bottoms, layer.tops, layer.param,
-                       tuple(rng.standard_normal(s).astype(np.float32) * 0.5 for s in shapes.params))
-              for layer, shapes in zip(structure.layers, infer_layer_shapes(structure))]
-    write_caffemodel(weights, NetDef(structure.name, structure.inputs, layers))
-    return ModelSpec(prototxt, weights, probs, embedding)
-
-
 @pytest.fixture(scope="module")
 def edges(tmp_path_factory) -> ModelSpec:
-    return write_net(tmp_path_factory.mktemp("edges"), "edges", EDGES_PROTOTXT, "prob", "fc1")
+    return bp.write_net(tmp_path_factory.mktemp("edges"), "edges", EDGES_PROTOTXT, "prob", "fc1")
 
 
 @pytest.fixture(scope="module")
