@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 class Stages:
     """One run's stages (see the module docstring). `close()` runs `opened`'s callbacks, which
     release, in reverse order of opening, what the stages hold open: the backend (a worker child),
-    the sinks (MQTT connection, files) and the latency log; it is idempotent."""
+    the sinks (MQTT connection, files, the web page's server) and the latency log; it is idempotent."""
 
     state_dir: Path
     source: Source  # opened by the guard's capture thread, which also closes it
