@@ -12,8 +12,11 @@ workspace would (source.faces_dir, TRACKER_MODEL_DIR).
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -21,7 +24,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE_DATA = ("tracker/data/config/tracker.yaml", "tracker/data/models/face_cnn.prototxt",
-                "tracker/data/models/face_cnn.caffemodel", "tracker/data/models/face_cnn.caffemodel.json")
+                "tracker/data/models/face_cnn.caffemodel", "tracker/data/models/face_cnn.caffemodel.json",
+                "tracker/web/static/index.html", "tracker/web/static/app.js", "tracker/web/static/style.css")
 
 
 def run(command: list, cwd: Path, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -46,6 +50,28 @@ def installed(tmp_path_factory) -> tuple[Path, Path]:
     work = tmp / "work"
     work.mkdir()
     return bin_dir, work
+
+
+NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # the page is on loopback, whatever *_proxy says
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fetch(url: str, guard: subprocess.Popen, timeout_s: float = 120.0) -> bytes:
+    """GET `url` from the running `guard` once its page is up (it fails if the guard exits first)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with NO_PROXY.open(url, timeout=10) as response:
+                return response.read()
+        except OSError:
+            assert guard.poll() is None, f"the guard exited ({guard.returncode}) before serving {url}"
+            assert time.monotonic() < deadline, f"no answer from {url} within {timeout_s:.0f} s"
+            time.sleep(0.2)
 
 
 def clean_env(work: Path, **extra: str) -> dict:
@@ -78,6 +104,18 @@ def test_the_demo_runs_from_the_wheel(installed, testdata):
     assert "detector yunet" in proc.stderr
     lines = (work / "state" / "demo" / "latency.jsonl").read_text().splitlines()
     assert len(lines) == 20
+    # The web page's files come from the wheel too: served while a demo runs.
+    port = free_port()
+    (work / "web.yaml").write_text(config.read_text() + f"web: {{listen: '127.0.0.1:{port}'}}\n")
+    guard = subprocess.Popen([bin_dir / "tracker", "--demo", "--frames", "600", "--config", work / "web.yaml"], cwd=work,
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        page = fetch(f"http://127.0.0.1:{port}/", guard)
+        script = fetch(f"http://127.0.0.1:{port}/static/app.js", guard)
+    finally:
+        guard.terminate()
+        guard.communicate(timeout=60)
+    assert b'id="live-view"' in page and b"X-CSRF-Token" in script
     # Without the benchmark's extra, --benchmark says which extra it needs (one line, exit 2).
     bench = subprocess.run([bin_dir / "tracker", "--benchmark", "--backend", "caffe-openblas"], cwd=work,
                            env=clean_env(work), capture_output=True, text=True, timeout=300)
