@@ -189,7 +189,6 @@ class WebServer:
         if self.password is None and not _loopback_host(request.host):
             return _error(421, f"host {request.host!r} is not this page's; open it as http://127.0.0.1:{self.port}/")
         session = self.sessions.get(request.cookies.get(auth.COOKIE))
-        request["session"] = session
         public = request.path in _PUBLIC or request.path.startswith("/static/")
         if not public and session is None:
             return _error(401, "not logged in; open the page and log in")
@@ -216,7 +215,7 @@ class WebServer:
         return web.Response(body=_read_static(name), content_type=_STATIC[name], charset="utf-8")
 
     async def _session(self, request: web.Request) -> web.Response:
-        session = request["session"]
+        session = self.sessions.get(request.cookies.get(auth.COOKIE))
         response = web.json_response({})
         if session is None and self.password is None:
             session = self._new_session(response)
