@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import zipfile
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,7 +119,7 @@ def kept_crops(state_dir: Path, name: str, crop: str) -> np.ndarray | None:
             if "chips" not in data.files or made_with != crop:
                 return None
             return _as_crops(data["chips"])
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
         return None
 
 
@@ -128,7 +129,7 @@ def person_chip(state_dir: Path, name: str) -> np.ndarray | None:
     try:
         with np.load(Path(state_dir) / "people" / f"{validate_name(name)}.npz") as data:
             return data["chips"][0] if "chips" in data.files and len(data["chips"]) else None
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
         return None
 
 
@@ -153,7 +154,7 @@ def refresh_people(state_dir: Path, backend, model_sha256: str, crop: str) -> tu
                 model = str(data["model"])
                 made_with = str(data["crop"]) if "crop" in data.files else CROP_BOX
                 chips = data["chips"] if "chips" in data.files else None
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile):
             continue  # unreadable: Gallery.load says so
         if model == model_sha256:
             continue
@@ -184,7 +185,7 @@ class Gallery:
                 with np.load(path) as data:
                     mean, model = data["mean"].astype(np.float32), str(data["model"])
                     made_with = str(data["crop"]) if "crop" in data.files else CROP_BOX
-            except (OSError, ValueError, KeyError) as err:
+            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
                 log.warning("identity: skipping %s: unreadable (%s)", path, err)
                 continue
             if model != model_sha256:

@@ -4,8 +4,9 @@
 `read_secret(path, credential, what)`: the file `path` if the config names one, else systemd's
 credential `$CREDENTIALS_DIRECTORY/<credential>` (LoadCredential=, which systemd keeps private) if
 it exists, else None. The file's content minus its trailing newline is the secret; an unreadable or
-empty file is a ConfigError (exit 2) naming `what` and the file. A file of the user's own that its
-group or others can read is warned about, with the chmod that fixes it.
+empty file is a ConfigError (exit 2) naming `what` and the file. A file the config names (not a
+systemd credential) that its group or others may read or write is warned about, with the chmod
+that fixes it.
 """
 
 from __future__ import annotations

@@ -157,7 +157,7 @@ class Guard:
                 next_state = now + _STATE_EVERY_NS
                 self._publish_state()
             web = self.stages.web
-            if web is not None and web.jobs.run_pending(self.stages.detector, self.stages.backend):
+            if web is not None and web.jobs.run_next(self.stages.detector, self.stages.backend):
                 self.stages.reload_people()  # the page enrolled or forgot someone: from the next frame on
         daemon.stopping()
         batch = batcher.flush()

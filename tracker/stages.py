@@ -110,7 +110,9 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
         sinks = _open_sinks(config, state_dir)
         for sink in sinks:
             opened.callback(sink.close)
-        web = _open_web(config, state_dir)
+        # The demo keeps its state in <state_dir>/demo (tracker.cli.effective_config); the benchmark
+        # records its runs in <state_dir> itself, which is what the demo's page should show.
+        web = _open_web(config, state_dir, state_dir.parent if enroll_scene_people else state_dir)
         if web is not None:
             opened.callback(web.close)
             sinks.append(web)
@@ -186,7 +188,7 @@ def _open_sinks(config: Config, state_dir: Path) -> list[Sink]:
     return sinks
 
 
-def _open_web(config: Config, state_dir: Path) -> WebServer | None:
+def _open_web(config: Config, state_dir: Path, benchmark_dir: Path) -> WebServer | None:
     """The web page's server, listening (None when `web.enabled` is off, or when it cannot listen:
     the guard guards on without its page, and the log says why)."""
     if not config.web.enabled:
@@ -194,7 +196,8 @@ def _open_web(config: Config, state_dir: Path) -> WebServer | None:
     from tracker.passwords import web_password
     from tracker.web.server import WebServer
 
-    server = WebServer(config, state_dir, config.sinks.jsonl or state_dir / "events.jsonl", web_password(config.web))
+    server = WebServer(config, state_dir, config.sinks.jsonl or state_dir / "events.jsonl", web_password(config.web),
+                       benchmark_dir)
     if server.start():
         return server
     server.close()

@@ -155,6 +155,12 @@ def test_another_host_name_is_refused(client):
     assert status == 421 and "is not this page's" in json.loads(body)["error"]
 
 
+@pytest.mark.parametrize("header", ["X-Forwarded-For", "Forwarded", "X-Real-IP"])
+def test_a_page_without_a_password_does_not_answer_through_a_proxy(client, header):
+    status, _, body = client.request("GET", "/api/state", headers={header: "192.168.1.20"})
+    assert status == 403 and "not through a proxy; set web.password_file" in json.loads(body)["error"]
+
+
 def test_without_a_session_nothing_but_the_page_answers(page):
     guard, port = page
     anonymous = Client(port)
@@ -315,8 +321,8 @@ def test_a_huge_upload_is_refused_before_it_is_read(client, page):
     status, _, body = client.request("POST", "/api/people", b"x" * 10,
                                      {"Content-Type": "multipart/form-data; boundary=x", "Content-Length": "50000000"})
     assert status == 413
-    for content_type, data in (("multipart/form-data; boundary=x", b"x" * 10), ("application/json", b"{}")):
-        status, _, body = client.request("POST", "/api/people", data, {"Content-Type": content_type})
+    for content_type, data in (("multipart/form-data; boundary=x", b"x" * 10), ("application/json", b"{}"), (None, b"x")):
+        status, _, body = client.request("POST", "/api/people", data, {"Content-Type": content_type} if content_type else {})
         assert status == 400 and json.loads(body)["error"].startswith("expected a multipart form with a name and photos")
     frames_go_on(guard)
 

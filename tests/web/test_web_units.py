@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import struct
+import threading
 import zlib
 from pathlib import Path
 
@@ -163,9 +164,11 @@ def test_real_photos_pass_with_their_size():
 
 
 def test_a_decompression_bomb_is_refused_before_decoding():
-    with pytest.raises(InputError, match=r"bomb.png: 100000x100000 pixels is too large; expected at most 40 megapixels"):
+    with pytest.raises(InputError, match=r"bomb.png: 100000x100000 pixels is too large; expected at most 24 megapixels"):
         check_image(png_header(100_000, 100_000), "bomb.png")
-    assert MAX_PIXELS == 40_000_000
+    assert check_image(png_header(6000, 4000), "24mp.png") == ("png", 6000, 4000) and MAX_PIXELS == 6000 * 4000
+    with pytest.raises(InputError, match=r"6001x4000 pixels is too large"):
+        check_image(png_header(6001, 4000), "more.png")
     jpeg_bomb = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00" \
                 b"\xff\xc0\x00\x11\x08\xff\xff\xff\xff\x03\x01\x22\x00\x02\x11\x01\x03\x11\x01"
     with pytest.raises(InputError, match=r"65535x65535 pixels is too large"):
@@ -225,16 +228,21 @@ def test_render_draws_each_track_with_its_label():
 # ---- jobs ----------------------------------------------------------------------------------
 
 
-def test_jobs_run_on_the_guards_thread_bounded_and_cancelled_when_it_stops():
+def test_jobs_run_one_per_turn_on_the_thread_that_asks_bounded_and_cancelled_when_it_stops():
     jobs = GuardJobs()
-    done = jobs.submit(lambda detector, backend: (detector, backend))
+    done = jobs.submit(lambda detector, backend: (detector, backend, threading.current_thread().name))
+    dropped = jobs.submit(lambda detector, backend: pytest.fail("a cancelled job ran"))
     failing = jobs.submit(lambda detector, backend: (_ for _ in ()).throw(InputError("no face")))
-    assert jobs.run_pending("det", "net") == 2 and jobs.run_pending("det", "net") == 0
-    assert done.result() == ("det", "net")
+    assert dropped.cancel()
+    guard = threading.Thread(target=lambda: [jobs.run_next("det", "net") for _ in range(2)], name="guard")
+    guard.start()
+    guard.join()
+    assert done.result() == ("det", "net", "guard")  # run by the guard's thread, with its stages
     with pytest.raises(InputError, match="no face"):
         failing.result()
+    assert not jobs.run_next("det", "net")  # nothing left: the cancelled one was skipped
     waiting = [jobs.submit(lambda d, b: None) for _ in range(MAX_PENDING)]
     with pytest.raises(Busy):
         jobs.submit(lambda d, b: None)
     jobs.cancel_all()
-    assert all(f.cancelled() for f in waiting) and jobs.run_pending("det", "net") == 0
+    assert all(f.cancelled() for f in waiting) and not jobs.run_next("det", "net")

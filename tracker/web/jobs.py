@@ -2,8 +2,9 @@
 
 Enrolment runs the guard's detector and backend, which belong to its processing thread (neither is
 thread-safe, and a second copy would double the backend's memory on a 1 GB Pi). So the web server
-submits a job, the guard runs the pending jobs between two frames (`run_pending`, a few hundred ms
-for a handful of photos), and the server awaits the job's future. The guard then reloads its
+submits a job, the guard runs one job between two frames (`run_next`: well under a second per
+photo on a Pi 3, so at most a few seconds for an upload of server.MAX_FILES photos; one job per turn keeps the
+loop's watchdog pings coming), and the server awaits the job's future. The guard then reloads its
 gallery, so a change takes effect on the next frame. Bounded: at most MAX_PENDING jobs wait; a
 further one is refused at once (`Busy`).
 """
@@ -39,20 +40,21 @@ class GuardJobs:
             self._pending.append((job, future))
         return future
 
-    def run_pending(self, detector, backend) -> int:
-        """Run every queued job (the guard's thread, between frames); returns how many ran."""
-        ran = 0
+    def run_next(self, detector, backend) -> bool:
+        """Run the oldest queued job that is still wanted (the guard's thread, between frames);
+        True if one ran."""
         while True:
             with self._lock:
                 if not self._pending:
-                    return ran
+                    return False
                 job, future = self._pending.popleft()
             if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(job(detector, backend))
-                except Exception as err:  # noqa: BLE001 - the web request reports it; the guard goes on
-                    future.set_exception(err)
-            ran += 1
+                break  # (a cancelled one is dropped and the next is looked at)
+        try:
+            future.set_result(job(detector, backend))
+        except Exception as err:  # noqa: BLE001 - the web request reports it; the guard goes on
+            future.set_exception(err)
+        return True
 
     def cancel_all(self) -> None:
         """The guard has stopped: no queued job will run; their requests get an error at once."""

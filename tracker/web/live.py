@@ -4,7 +4,7 @@ The guard calls `wants_frame(t_ns)` every frame: False (one comparison) unless s
 1/fps has passed since the last frame it handed over; then `offer(image, tracks, t_ns)` stores a
 reference to the frame (sources make a new array per frame and nothing writes to it afterwards) and
 the tracks to draw. So the guard neither copies, draws nor encodes anything, and nothing at all
-while nobody watches. `jpeg(seq)` (the web server's threads) draws the boxes, ids, identities and
+while nobody watches. `jpeg()` (the web server's threads) draws the boxes, ids, identities and
 confidences on a copy scaled to at most `width` pixels and encodes it once per frame, whatever the
 number of viewers. Memory: one frame and one JPEG.
 """
@@ -41,6 +41,7 @@ class LiveFeed:
         self.width = width
         self.max_viewers = max_viewers
         self._lock = threading.Lock()
+        self._encoding = threading.Lock()  # one encoder at a time: a second viewer waits and reuses it
         self._viewers = 0
         self._last_ns: int | None = None
         self._frame: tuple[np.ndarray, tuple[TrackMark, ...]] | None = None
@@ -84,16 +85,17 @@ class LiveFeed:
     def jpeg(self) -> tuple[int, bytes] | None:
         """(seq, JPEG) of the latest frame, drawn and encoded at most once per frame; None before
         the first frame."""
-        with self._lock:
-            if self._frame is None:
-                return None
-            if self._encoded is not None and self._encoded[0] == self.seq:
-                return self._encoded
-            seq, (image, tracks) = self.seq, self._frame
-        jpeg = render(image, tracks, self.width)
-        with self._lock:
-            self._encoded = (seq, jpeg)
-        return seq, jpeg
+        with self._encoding:
+            with self._lock:
+                if self._frame is None:
+                    return None
+                if self._encoded is not None and self._encoded[0] == self.seq:
+                    return self._encoded
+                seq, (image, tracks) = self.seq, self._frame
+            jpeg = render(image, tracks, self.width)  # outside _lock: the guard's offer never waits on it
+            with self._lock:
+                self._encoded = (seq, jpeg)
+            return seq, jpeg
 
 
 def render(image: np.ndarray, tracks: tuple[TrackMark, ...], width: int) -> bytes:

@@ -1,5 +1,5 @@
 """The guard's web page, served by the guard itself: live view, recent events, the people it knows,
-its speed (README, "Web page").
+its speed (README, "The web page").
 
 aiohttp on a thread of its own with its own event loop. Nothing here waits on the guard, and the
 guard's loop never waits on this: frames are handed over by reference (`live.py`), the guard's
@@ -44,7 +44,7 @@ from aiohttp import BodyPartReader, web
 
 from tracker.config import Config
 from tracker.enroll import enroll
-from tracker.errors import BackendFailure, InputError
+from tracker.errors import BackendFailure, InputError, TrackerError
 from tracker.identity import UNKNOWN, people_files, person_chip, remove_person, validate_name
 from tracker.passwords import loopback
 from tracker.types import Event
@@ -62,6 +62,7 @@ _FORM_OVERHEAD = 64 * 1024  # multipart headers and boundaries around the photos
 JOB_TIMEOUT_S = 120.0  # enrolling 20 photos on a Pi 3 takes a few seconds; the guard may be restarting a backend
 _STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
 _PUBLIC = {"/", "/api/session", "/api/login"}
+_PROXY_HEADERS = ("Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Real-IP")
 _HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; "
                                "form-action 'self'",
@@ -80,9 +81,11 @@ class WebServer:
     """The page's server (see the module docstring). A sink of the guard's (`publish_state`),
     with `live` (frames in) and `jobs` (people changes out) for the guard's loop."""
 
-    def __init__(self, config: Config, state_dir: Path, events_path: Path, password: str | None):
+    def __init__(self, config: Config, state_dir: Path, events_path: Path, password: str | None,
+                 benchmark_dir: Path | None = None):
         self.config = config
         self.state_dir = state_dir
+        self.benchmark_dir = benchmark_dir or state_dir  # where `tracker --benchmark` records its runs
         self.events_path = events_path
         self.snapshots_dir = state_dir / "snapshots"
         self.password = password
@@ -127,21 +130,20 @@ class WebServer:
         loop = self._loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=1.0)
-        loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
         try:
-            loop.run_until_complete(site.start())
+            loop.run_until_complete(runner.setup())
+            loop.run_until_complete(web.TCPSite(runner, self.host, self.port, reuse_address=True).start())
+            self.address = runner.addresses[0][:2]
         except OSError as err:
             log.error("web: cannot listen on %s (%s); the guard runs on without its page", self.config.web.listen,
                       err.strerror or err)
             loop.run_until_complete(runner.cleanup())
             loop.close()
-            self._started.set()
             return
-        self.address = runner.addresses[0][:2]
+        finally:
+            self._started.set()  # start() waits for this, whatever happened (no address: not listening)
         log.info("web: the page is at http://%s:%d/%s", *self.address,
                  "" if self.password is None else " (password required)")
-        self._started.set()
         try:
             loop.run_forever()
         finally:
@@ -188,6 +190,10 @@ class WebServer:
     async def _guard_request(self, request: web.Request, handler) -> web.StreamResponse:
         if self.password is None and not _loopback_host(request.host):
             return _error(421, f"host {request.host!r} is not this page's; open it as http://127.0.0.1:{self.port}/")
+        if self.password is None and any(h in request.headers for h in _PROXY_HEADERS):
+            # A proxy on this machine would hand a page without a password to whoever reaches the proxy.
+            return _error(403, "this page has no password and answers this machine only, not through a proxy; "
+                               "set web.password_file to serve it through one")
         session = self.sessions.get(request.cookies.get(auth.COOKIE))
         public = request.path in _PUBLIC or request.path.startswith("/static/")
         if not public and session is None:
@@ -224,12 +230,13 @@ class WebServer:
         return response
 
     async def _login(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        # From here to the failure's record nothing awaits: parallel attempts cannot all pass the check.
         client = request.remote or "?"
         wait = self.logins.retry_after(client)
         if wait is not None:
             return web.json_response({"error": f"too many wrong passwords; try again in {wait:.0f} s"}, status=429,
                                      headers={"Retry-After": str(max(1, round(wait)))})
-        body = await _json_body(request)
         given = body.get("password") if isinstance(body, dict) else None
         if self.password is None:
             return _error(400, "this page has no password; just open it")
@@ -320,7 +327,11 @@ class WebServer:
         path = self._snapshot_file(name[:-4]) if name.endswith(".jpg") else None
         if path is None:
             return _error(404, f"no snapshot {name!r} (snapshots are named <event id>.jpg; the oldest are removed)")
-        return web.Response(body=await self._run(path.read_bytes), content_type="image/jpeg")
+        try:
+            jpeg = await self._run(path.read_bytes)
+        except FileNotFoundError:  # the snapshot store removed it just now
+            return _error(404, f"no snapshot {name!r} (the oldest are removed)")
+        return web.Response(body=jpeg, content_type="image/jpeg")
 
     # -- people ----------------------------------------------------------------------------------
 
@@ -351,7 +362,7 @@ class WebServer:
             return too_large
         try:
             form = await _read_enrol_form(await request.multipart(), budget)
-        except (AssertionError, ValueError) as err:  # not multipart (aiohttp asserts it), broken, or nested
+        except (AssertionError, KeyError, ValueError) as err:  # not multipart (no or another type), broken, nested
             return _error(400, f"expected a multipart form with a name and photos ({err})")
         if form is None:
             return too_large
@@ -366,11 +377,13 @@ class WebServer:
         folder = self.state_dir / "uploads" / secrets.token_hex(8)
         try:
             paths = await self._run(_write_uploads, folder, photos)
-            return await self._people_change(
-                lambda detector, backend: _enrol_job(self.config, name, paths, messages, folder, detector, backend),
-                messages)
-        finally:
+        except OSError as err:
             await self._run(shutil.rmtree, folder, True)
+            return _error(507, f"cannot store the photos in {folder.parent} ({err.strerror or err}); free some space")
+        # The job removes the folder when it has run; if it never runs, _people_change does.
+        return await self._people_change(
+            lambda detector, backend: _enrol_job(self.config, name, paths, messages, folder, detector, backend),
+            messages, lambda: shutil.rmtree(folder, True))
 
     async def _enrol_from_event(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
@@ -396,30 +409,40 @@ class WebServer:
             return _error(400, str(err))
         return await self._people_change(lambda detector, backend: _forget_job(self.state_dir, name), [])
 
-    async def _people_change(self, job, messages: list[str]) -> web.Response:
-        """Run `job` on the guard's thread (jobs.py) and answer with its result or its error."""
+    async def _people_change(self, job, messages: list[str], not_run=None) -> web.Response:
+        """Run `job` on the guard's thread (jobs.py) and answer with its result or its error, one
+        line each; `not_run()` is called when the job will never run (refused, or cancelled before
+        the guard got to it)."""
         try:
             future: Future = self.jobs.submit(job)
         except Busy as err:
+            if not_run is not None:
+                await self._run(not_run)
             return _error(503, f"{err}; try again in a moment")
         try:
-            result = await asyncio.wait_for(asyncio.wrap_future(future), JOB_TIMEOUT_S)
+            # shield: a timeout here must not cancel a job the guard is running; cancel() below
+            # takes back only one it has not started.
+            result = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), JOB_TIMEOUT_S)
         except TimeoutError:
+            if future.cancel() and not_run is not None:
+                await self._run(not_run)
             return _error(503, f"the guard did not get to the change within {JOB_TIMEOUT_S:.0f} s; try again")
         except InputError as err:
             status = 404 if isinstance(err, _NotEnrolled) else 400
             return _error(status, str(err), messages=messages)
         except BackendFailure as err:
             return _error(503, f"the backend failed ({err}); try again", messages=messages)
+        except (TrackerError, OSError) as err:
+            return _error(500, f"the change failed: {err}", messages=messages)
         return web.json_response({**result, "messages": messages})
 
     # -- speed -----------------------------------------------------------------------------------
 
     async def _speed(self, request: web.Request) -> web.Response:
-        return web.json_response(await self._run(speed_summary, self.state_dir))
+        return web.json_response(await self._run(speed_summary, self.benchmark_dir))
 
     async def _speed_plot(self, request: web.Request) -> web.Response:
-        png = await self._run(speed_plot, self.state_dir, request.match_info["scale"])
+        png = await self._run(speed_plot, self.benchmark_dir, request.match_info["scale"])
         if png is None:
             return _error(404, "no benchmark plot here; run tracker --benchmark --backend all on this device")
         return web.Response(body=png, content_type="image/png")
@@ -433,13 +456,17 @@ def _enrol_job(config: Config, name: str, paths: list[Path], messages: list[str]
                detector, backend, snapshot: bool = False) -> dict:
     """Enrol `name` from `paths` (the guard's thread): photos of one face each, as `tracker enroll`
     does; or (`snapshot`) an event's snapshot, a face with some context, added to the person's kept
-    faces. Messages name each photo without the upload folder."""
+    faces. Messages name each photo without the upload folder, which is removed afterwards."""
 
     def report(line: str) -> None:
         messages.append(line.replace(f"{folder}/", "") if folder is not None else line)
 
-    path, used, skipped = enroll(name, list(paths), config, aligned=snapshot, add=snapshot, report=report,
-                                 backend=backend, detector=detector)
+    try:
+        path, used, skipped = enroll(name, list(paths), config, aligned=snapshot, add=snapshot, report=report,
+                                     backend=backend, detector=detector)
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, True)  # the uploads, once enroll has read them
     return {"name": name, "used": used, "skipped": skipped}
 
 
@@ -451,7 +478,8 @@ def _forget_job(state_dir: Path, name: str) -> dict:
 
 def _write_uploads(folder: Path, photos: list[tuple[str, bytes]]) -> list[Path]:
     """The checked photos as files in a private folder of their own, for enroll (which reads files)."""
-    folder.mkdir(mode=0o700, parents=True)
+    folder.parent.mkdir(mode=0o700, exist_ok=True)
+    folder.mkdir(mode=0o700)
     paths = []
     for i, (label, data) in enumerate(photos, start=1):
         path = folder / safe_filename(label, i)
@@ -461,7 +489,7 @@ def _write_uploads(folder: Path, photos: list[tuple[str, bytes]]) -> list[Path]:
 
 
 def _loopback_host(host: str) -> bool:
-    """The request's Host header names this machine (auth.loopback), with or without a port."""
+    """The request's Host header names this machine (passwords.loopback), with or without a port."""
     name = host.rsplit(":", 1)[0] if host.count(":") == 1 or host.startswith("[") else host
     return loopback(name.strip("[]"))
 

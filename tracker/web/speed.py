@@ -12,10 +12,10 @@ from pathlib import Path
 
 from tracker.backends.auto import describe_picks
 from tracker.bench.profile import last_run_path
+from tracker.bench.report import PLOT_FILES as PLOTS
 from tracker.errors import TrackerError
 
 MAX_RESULTS_BYTES = 8 << 20
-PLOTS = {"linear": "per_image_ms_linear.png", "log": "per_image_ms_log.png"}
 NO_RUN = "no benchmark has run on this device yet: run tracker --benchmark --backend all"
 
 
