@@ -12,7 +12,6 @@ workspace would (source.faces_dir, TRACKER_MODEL_DIR).
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from mosquitto import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE_DATA = ("tracker/data/config/tracker.yaml", "tracker/data/models/face_cnn.prototxt",
@@ -53,12 +53,6 @@ def installed(tmp_path_factory) -> tuple[Path, Path]:
 
 
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # the page is on loopback, whatever *_proxy says
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def fetch(url: str, guard: subprocess.Popen, timeout_s: float = 120.0) -> bytes:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from mosquitto import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -55,12 +55,6 @@ pytestmark = pytest.mark.native_only(reason="a browser test: no browser on the P
 
 
 # ---- the guard -------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def tracker_command() -> list[str]:

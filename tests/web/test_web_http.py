@@ -18,6 +18,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from mosquitto import free_port
 
 from tracker.cli import main
 from tracker.config import parse_config
@@ -35,12 +36,6 @@ def no_face_png() -> bytes:
     """A photo of a grey wall: no face in it."""
     ok, png = cv2.imencode(".png", np.full((300, 400, 3), 128, np.uint8))
     return png.tobytes()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Client:
