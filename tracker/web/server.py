@@ -306,10 +306,13 @@ class WebServer:
                 validate_name(identity)
             except InputError as err:
                 return _error(400, str(err))
-        events, next_before = await self._run(
-            lambda: event_log.read_page(self.events_path, before=before, limit=limit, identity=identity))
-        for event in events:
-            event["snapshot"] = self._snapshot_url(event.get("id"))
+        def page() -> tuple[list[dict], int | None]:
+            events, next_before = event_log.read_page(self.events_path, before=before, limit=limit, identity=identity)
+            for event in events:
+                event["snapshot"] = self._snapshot_url(event.get("id"))  # a file check each: on the pool too
+            return events, next_before
+
+        events, next_before = await self._run(page)
         return web.json_response({"events": events, "next": next_before})
 
     def _snapshot_file(self, event_id) -> Path | None:
@@ -336,7 +339,7 @@ class WebServer:
     # -- people ----------------------------------------------------------------------------------
 
     async def _people(self, request: web.Request) -> web.Response:
-        names = [p.stem for p in people_files(self.state_dir)]
+        names = [p.stem for p in await self._run(people_files, self.state_dir)]
         return web.json_response({"people": [{"name": n, "face": f"/api/people/{n}/face.png"} for n in names]})
 
     async def _face(self, request: web.Request) -> web.Response:
