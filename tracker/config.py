@@ -18,7 +18,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from tracker.errors import ConfigError
-from tracker.model.spec import MODELS_DIR
+from tracker.model.spec import MODELS_DIR, ModelSpec
 
 # The default config: the package's data/config, a link to config/ in a checkout, a copy in a wheel.
 DEFAULT_CONFIG = Path(str(files("tracker") / "data" / "config" / "tracker.yaml")).resolve()
@@ -105,6 +105,10 @@ class ModelConfig(Section):
     weights: Path = MODELS_DIR / "face_cnn.caffemodel"
     probs: str = "prob"
     embedding: str = "fc1"
+
+    def spec(self) -> ModelSpec:
+        """The model these keys name, as the backends take it."""
+        return ModelSpec(self.prototxt, self.weights, self.probs, self.embedding)
 
 
 class BackendConfig(Section):

@@ -26,7 +26,6 @@ from tracker.crops import CROP_MARGIN, crop_batch, crop_definition
 from tracker.detect import FaceDetector, create_detector
 from tracker.errors import InputError
 from tracker.identity import file_sha256, kept_crops, refresh_people, save_person, validate_name
-from tracker.model.spec import ModelSpec
 from tracker.preflight import prepare_state_dir
 from tracker.types import Box, Detection
 
@@ -135,7 +134,7 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
 def open_backend(config: Config, name: str | None = None, precision: str | None = None):
     """The config's backend (or backend `name`, at `precision`) for its model files; the caller
     closes it."""
-    model = ModelSpec(config.model.prototxt, config.model.weights, config.model.probs, config.model.embedding)
+    model = config.model.spec()
     return create_backend(name or config.backend.name, model, precision=precision or config.backend.precision,
                           threads=config.backend.threads)
 

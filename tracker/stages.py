@@ -156,7 +156,7 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
 def _model(config: Config) -> ModelSpec:
     """The configured model, checked to take the guard's crops: (1, CROP_SIZE, CROP_SIZE), the
     one input shape `tracker.crops` makes (the prototxt is the authority on what the net takes)."""
-    model = ModelSpec(config.model.prototxt, config.model.weights, config.model.probs, config.model.embedding)
+    model = config.model.spec()
     shape = model_input_shape(model)
     if shape != (1, CROP_SIZE, CROP_SIZE):
         raise ModelError(f"model.prototxt {str(model.prototxt)!r}: input (C, H, W) {shape}; the guard's face crops "

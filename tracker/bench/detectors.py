@@ -235,12 +235,11 @@ def run_detector_benchmark(config: Config, names: list[str], out: Path, frames: 
 def _frame_budget(config: Config, frames: int) -> dict:
     """The configured guard's frame: detection (+ motion gate) + crops + CNN + tracker, in ms."""
     from tracker.backends import create_backend
-    from tracker.model.spec import ModelSpec
     from tracker.tracking import Tracker
 
     cfg = config
     detector = create_detector(cfg.detect, quiet=True)
-    model = ModelSpec(cfg.model.prototxt, cfg.model.weights, cfg.model.probs, cfg.model.embedding)
+    model = cfg.model.spec()
     backend = create_backend(cfg.backend.name, model, precision=cfg.backend.precision, threads=cfg.backend.threads)
     try:
         mode = "regions" if cfg.detect.regions else "whole"
