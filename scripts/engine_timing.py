@@ -1,30 +1,166 @@
-"""Per-image forward time of the Caffe engine's two modes on the face CNN (a quick check while
-tuning the engine; the official figures come from `tracker --benchmark`).
+"""Per-image forward time of the Caffe engine's two modes on the face CNN, layer by layer if asked
+(a tool for tuning the engine; the official figures come from `tracker --benchmark`).
 
     .venv/bin/python scripts/engine_timing.py [--batches 1,8,256] [--seconds 1.5] [--modes caffe,dl]
-                                              [--threads N] [--workspace-mb 64]
+                                              [--threads N] [--workspace-mb 64] [--layers] [--gemms]
 
 Prints, per mode and batch size, the median per-image milliseconds over repeated forward passes
 (at least 3 passes, at most 100, for about --seconds each) and the process's peak RSS so far
 (run one mode per process to read each mode's own peak). Without --threads the engine picks
 1 core or all cores per batch size by timing its own passes, as the backends do.
+
+--layers adds, per mode and batch size, each step's median milliseconds per image (a step is a
+layer, or a layer with its ReLU fused) and, for steps that run GEMMs, the time of those GEMMs
+alone: the same matrix products on arrays of the same shapes in the same orientation, one
+thread, so that the rest of the step (im2col, bias, ReLU, Python) is the difference. With
+several threads a step's time is summed over the workers that ran it.
+
+--gemms first times the GEMM of every convolution of the face CNN in both orientations
+(`tracker.model.ops`: channel-major (O, K) @ (K, P), pixel-major (P, K) @ (K, O)), one
+thread, at 1 and 8 images, and the face CNN's conv3 pixel-major GEMM before and after
+`warm_blas` (see tracker.model.engine.parallel: only meaningful as the process's first BLAS use,
+which it is here).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import resource
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tracker.model import ops as O  # noqa: E402
+from tracker.model import shapes as S  # noqa: E402
 from tracker.model.caffe_io import load_net  # noqa: E402
 from tracker.model.engine import Net  # noqa: E402
+from tracker.model.engine.parallel import blas_threads, warm_blas  # noqa: E402
 from tracker.model.spec import default_model  # noqa: E402
+
+
+def median_ms(fn, seconds: float) -> float:
+    """Median wall milliseconds of fn() over repeated calls (one untimed call first; at least 3
+    timed calls, at most 100, for about `seconds`)."""
+    fn()
+    times: list[float] = []
+    t_end = time.perf_counter() + seconds
+    while (time.perf_counter() < t_end or len(times) < 3) and len(times) < 100:
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return 1000 * float(np.median(times))
+
+
+def gemm_shapes(op: O.Op, shapes: S.LayerShapes, mode: str) -> list[tuple[tuple[int, int], tuple[int, int], str]]:
+    """The GEMMs one run of `op` makes for a batch of `shapes`: ((rows, inner), (inner, cols),
+    orientation) for each product, as ops.py makes them; [] for an op without GEMMs."""
+    n = shapes.bottoms[0][0]
+    if isinstance(op, O.Convolution):
+        o_g, pixels = op.out_c // op.group, math.prod(op.out_hw)
+        if mode == "dl" and op.pixel_major:
+            per_band = min(op._rows_per_band(None), op.out_hw[0])
+            bands = n * -(-op.out_hw[0] // per_band)
+            return [((per_band * op.out_hw[1], op.k_g), (op.k_g, op.out_c), "pixel-major")] * bands
+        per = n if mode == "dl" else 1
+        return [((o_g, op.k_g), (op.k_g, per * pixels), "channel-major")] * (op.group * (n // per))
+    if isinstance(op, O.InnerProduct):
+        k = math.prod(shapes.bottoms[0][op.axis:])
+        n_out = op.weight.shape[1 if op.transpose else 0]
+        return [((math.prod(shapes.bottoms[0][: op.axis]), k), (k, n_out), "x @ W" if op.transpose else "x @ W.T")]
+    return []
+
+
+def time_gemms(gemms, seconds: float) -> float:
+    """Milliseconds of running these products once each, single-threaded, on random float32."""
+    rng = np.random.default_rng(0)
+    operands = {}
+    for a_shape, b_shape, how in gemms:
+        if (a_shape, b_shape) not in operands:
+            a = rng.standard_normal(a_shape, dtype=np.float32)
+            # "x @ W.T": an InnerProduct's (N, K) weights read transposed, as ops.py reads them
+            b = rng.standard_normal(b_shape[::-1], dtype=np.float32).T if how == "x @ W.T" else rng.standard_normal(b_shape, dtype=np.float32)
+            operands[(a_shape, b_shape)] = (a, b, np.empty((a_shape[0], b_shape[1]), np.float32))
+
+    def run() -> None:
+        for a_shape, b_shape, _ in gemms:
+            a, b, out = operands[(a_shape, b_shape)]
+            np.matmul(a, b, out=out)
+
+    with blas_threads(1):
+        return median_ms(run, seconds)
+
+
+def layer_breakdown(net: Net, netdef, x: np.ndarray, seconds: float) -> list[str]:
+    """One line per step: its median ms per image in `net`, and its GEMMs' ms per image alone.
+
+    Times steps by wrapping each step's op.run (a private part of Net: this is a tuning tool).
+    """
+    spent: dict[str, list[float]] = defaultdict(list)
+    current: dict[str, float] = defaultdict(float)
+    originals = []
+    for step in net._steps:
+        op = step.op
+        originals.append((op, op.run))
+
+        def timed(ins, outs, scratch, par=None, _run=op.run, _name=op.name):
+            t = time.perf_counter()
+            try:
+                return _run(ins, outs, scratch, par)
+            finally:
+                current[_name] += time.perf_counter() - t
+
+        op.run = timed
+    try:
+        def forward() -> None:
+            current.clear()
+            net.forward(x, ["prob", "fc1"])
+            for name, s in current.items():
+                spent[name].append(s)
+
+        median_ms(forward, seconds)
+    finally:
+        for op, run in originals:
+            op.run = run
+    n = x.shape[0]
+    layer_shapes = dict(zip((layer.name for layer in netdef.layers), S.infer_layer_shapes(netdef, n)))
+    lines = []
+    for step in net._steps:
+        op = step.op
+        ms = 1000 * float(np.median(spent[op.name])) / n
+        gemms = gemm_shapes(op, layer_shapes[op.name], net.mode)
+        gemm = f"  gemm {time_gemms(gemms, seconds / 4) / n:7.3f} ({gemms[0][2]})" if gemms else ""
+        lines.append(f"    {op.name:<8} {op.type + (' +ReLU' if getattr(op, 'fuse_relu', False) else ''):<20} {ms:7.3f}{gemm}")
+    return lines
+
+
+def gemm_orientations(netdef, seconds: float) -> None:
+    """Each convolution's GEMM in both orientations, one thread, 1 and 8 images (see --gemms)."""
+    conv3 = next(op for op in (O.OPS[layer.type](layer, np.float32, "dl", ls) for layer, ls in
+                               zip(netdef.layers, S.infer_layer_shapes(netdef, 1)))
+                 if isinstance(op, O.Convolution) and op.name == "conv3")
+    pm = [((math.prod(conv3.out_hw), conv3.k_g), (conv3.k_g, conv3.out_c), "pixel-major")]
+    before = time_gemms(pm, seconds)
+    warm_blas()
+    after = time_gemms(pm, seconds)
+    print(f"conv3 pixel-major GEMM {pm[0][0]} @ {pm[0][1]}: {before:.3f} ms before warm_blas, {after:.3f} after")
+    for layer, ls in zip(netdef.layers, S.infer_layer_shapes(netdef, 1)):
+        if layer.type != "Convolution":
+            continue
+        op = O.Convolution(layer, np.float32, "dl", ls)
+        for n in (1, 8):
+            p = n * math.prod(op.out_hw)
+            flops = 2 * op.out_c * op.k_g * p
+            cells = []
+            for name, a, b in (("channel-major", (op.out_c, op.k_g), (op.k_g, p)), ("pixel-major", (p, op.k_g), (op.k_g, op.out_c))):
+                ms = time_gemms([(a, b, name)], seconds)
+                cells.append(f"{name} {ms / n:.3f} ms/image ({flops / ms / 1e6:.1f} GFLOP/s)")
+            print(f"{op.name} x{n}: " + ", ".join(cells), flush=True)
 
 
 def main() -> None:
@@ -34,26 +170,28 @@ def main() -> None:
     ap.add_argument("--modes", default="caffe,dl")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--workspace-mb", type=float, default=64)
+    ap.add_argument("--layers", action="store_true", help="also each step's time and its GEMMs' time")
+    ap.add_argument("--gemms", action="store_true", help="first, each convolution's GEMM in both orientations")
     a = ap.parse_args()
     spec = default_model()
     netdef = load_net(spec.prototxt, spec.weights)
+    if a.gemms:
+        gemm_orientations(netdef, a.seconds / 2)
     batches = [int(b) for b in a.batches.split(",")]
     x0 = np.random.default_rng(0).standard_normal((max(batches), 1, 88, 88)).astype(np.float32)
     for mode in a.modes.split(","):
         net = Net(netdef, np.float32, mode, threads=a.threads, workspace_bytes=int(a.workspace_mb * 2**20))
-        cells = []
+        cells, details = [], []
         for b in batches:
             x = np.ascontiguousarray(x0[:b])
-            net.forward(x, ["prob", "fc1"])
-            times = []
-            t_end = time.perf_counter() + a.seconds
-            while (time.perf_counter() < t_end or len(times) < 3) and len(times) < 100:
-                t = time.perf_counter()
-                net.forward(x, ["prob", "fc1"])
-                times.append(time.perf_counter() - t)
+            ms = median_ms(lambda net=net, x=x: net.forward(x, ["prob", "fc1"]), a.seconds)
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            cells.append(f"{b}:{1000 * float(np.median(times)) / b:.3f}ms(rss {rss:.0f}MB)")
+            cells.append(f"{b}:{ms / b:.3f}ms(rss {rss:.0f}MB)")
+            if a.layers:
+                details += [f"  {mode} batch {b}: ms per image, by step", *layer_breakdown(net, netdef, x, a.seconds)]
         print(f"{mode:6s} " + " ".join(cells), flush=True)
+        for line in details:
+            print(line)
 
 
 if __name__ == "__main__":

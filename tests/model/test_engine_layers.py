@@ -242,6 +242,34 @@ CASES = [
         pad=(0, 1),
         dilation=(1, 2),
     ),
+    # At least 16 floats per patch run (C * kw): "dl" runs these pixel-major (NHWC, one GEMM
+    # row per patch), in bands of output rows; the cases above run channel-major.
+    conv_case(
+        "conv-pixel-major-stride-pad-dilation",
+        "num_output: 5 kernel_size: 3 stride: 2 pad: 2 dilation: 2",
+        (2, 8, 11, 9),
+        stride=(2, 2),
+        pad=(2, 2),
+        dilation=(2, 2),
+    ),
+    conv_case("conv-pixel-major-1x1", "num_output: 7 kernel_size: 1", (3, 16, 5, 6)),
+    Case(
+        # pixel-major -> ReLU -> MAX pooling in (N, H, W, C) memory -> a pixel-major convolution
+        # reading that memory without a copy -> AVE pooling -> InnerProduct of NHWC memory
+        "pixel-major-chain",
+        'layer { name: "a" type: "Convolution" bottom: "data" top: "a" convolution_param { num_output: 16 kernel_size: 3 pad: 1 } }\n'
+        'layer { name: "ra" type: "ReLU" bottom: "a" top: "a" }\n'
+        'layer { name: "pa" type: "Pooling" bottom: "a" top: "pa" pooling_param { pool: MAX kernel_size: 2 stride: 2 } }\n'
+        'layer { name: "b" type: "Convolution" bottom: "pa" top: "b" convolution_param { num_output: 6 kernel_size: 2 } }\n'
+        'layer { name: "pb" type: "Pooling" bottom: "b" top: "pb" pooling_param { pool: AVE kernel_size: 3 stride: 2 pad: 1 } }\n'
+        'layer { name: "out" type: "InnerProduct" bottom: "pb" top: "out" inner_product_param { num_output: 5 } }',
+        (3, 8, 13, 10),
+        lambda x, nd: ref_ip(
+            ref_pool(ref_conv(ref_pool(relu(ref_conv(x, *weights(nd, "a"), pad=(1, 1))), "MAX", (2, 2), (2, 2)), *weights(nd, "b")),
+                     "AVE", (3, 3), (2, 2), (1, 1)),
+            *weights(nd, "out"),
+        ),
+    ),
     pool_case("pool-max-ceil", "kernel_size: 3 stride: 2", (2, 3, 10, 9), "MAX", (3, 3), (2, 2)),
     pool_case("pool-ave-ceil-pad", "kernel_size: 3 stride: 2 pad: 1", (2, 3, 10, 7), "AVE", (3, 3), (2, 2), (1, 1)),
     pool_case("pool-max-ceil-pad", "kernel_size: 3 stride: 2 pad: 1", (2, 3, 10, 7), "MAX", (3, 3), (2, 2), (1, 1)),
@@ -660,14 +688,16 @@ def test_blob_shapes(lenet):
     assert shapes["ip1"] == (5, 500) and shapes["prob"] == (5, 10)
 
 
-def test_dl_fuses_relu_and_keeps_channel_major_memory():
+def test_dl_fuses_relu_and_keeps_each_convolutions_memory_order():
     from tracker.model.spec import default_model
 
     spec = default_model()
     net = Net(load_net(spec.prototxt, spec.weights), np.float32, "dl")
     plan = "\n".join(net.describe())
-    assert "conv2        Convolution +ReLU -> conv2 (cnhw)" in plan
-    assert "pool2        Pooling -> pool2 (cnhw)" in plan
+    assert "conv1        Convolution +ReLU -> conv1 (cnhw)" in plan  # one input channel: channel-major
+    assert "pool1        Pooling -> pool1 (cnhw)" in plan
+    assert "conv2        Convolution +ReLU -> conv2 (nhwc)" in plan  # 16 channels x 6 columns: pixel-major
+    assert "pool2        Pooling -> pool2 (nhwc)" in plan
     assert "fc1          InnerProduct +ReLU -> fc1 (nchw)" in plan
     assert "relu" not in plan  # the separate ReLU layers are gone
 

@@ -11,10 +11,19 @@ Two execution modes exist for the layers whose algorithm differs:
 - "caffe": Caffe's algorithm. Convolution runs per image: im2col of one image into one reused
   column buffer, then one GEMM per group, (O/g, C/g*kh*kw) @ (C/g*kh*kw, OH*OW), then the bias.
   1x1 stride-1 unpadded convolutions skip im2col as Caffe does.
-- "dl": the same arithmetic over a whole chunk of images: one im2col of the chunk into a
-  (C*kh*kw, n*OH*OW) buffer and one GEMM whose (O, n*OH*OW) result IS the output blob in
-  (C, N, H, W) memory (handed on as its NCHW-shaped transposed view, so no transpose is ever
-  copied), with the bias and a following in-place ReLU applied in place on the GEMM output.
+- "dl": the same arithmetic with GEMMs whose results ARE the output blob (handed on as an
+  NCHW-shaped view of its memory, so no transpose is ever copied), with the bias and a following
+  in-place ReLU applied in place on the GEMM output. The GEMM is oriented one of two ways
+  (`Convolution.pixel_major`):
+  - channel-major: one im2col of the whole chunk and one (O, C*kh*kw) @ (C*kh*kw, n*OH*OW) GEMM,
+    the output in (C, N, H, W) memory. Each row of the column buffer is a run of OW input pixels,
+    which suits few input channels (conv1 of the face CNN reads one);
+  - pixel-major: per image, bands of output rows, each an im2col and a (rows*OW, kh*kw*C) @
+    (kh*kw*C, O) GEMM, the output in (N, H, W, C) memory, the input read through an NHWC copy
+    when it is not NHWC already. Each column-buffer row is one patch, copied in runs of kw*C
+    floats, and OpenBLAS runs this orientation faster when O is small: on the EPYC dev machine,
+    single-threaded, the face CNN's conv2 GEMM (O 48, K 576) ran at 32-36 GFLOP/s pixel-major
+    against 24-26 channel-major (`scripts/engine_timing.py --gemms`).
 
 Each type of the one table of layer types (`shapes.LAYER_TYPES`) has its `Op` subclass here, named
 after the type; `OPS` is built from the table, so a type without its operator fails at import.
@@ -33,6 +42,9 @@ from tracker.model import layers as L
 from tracker.model import shapes as S
 
 Shape = tuple[int, ...]
+
+PIXEL_MAJOR_MIN_RUN = 16  # floats: see Convolution.pixel_major
+BAND_BYTES = 1 << 20  # columns per band of a pixel-major convolution: about one core's L2
 
 
 class Op:
@@ -103,6 +115,13 @@ class Convolution(Op):
         self.weight = weight.reshape(self.group, o_g, self.k_g)  # per-group GEMM left operands
         self.bias = self.blob(1).reshape(-1, 1) if p.bias_term else None
         self.is_1x1 = self.kernel == (1, 1) and self.stride == (1, 1) and self.pad == (0, 0)
+        # "dl": pixel-major when each patch row is copied in runs of at least a cache line
+        # (16 floats); below that, numpy's per-run cost makes the im2col slower than the GEMM
+        # gains (conv1 of the face CNN, one input channel: 0.48 against 0.08 ms per image).
+        self.pixel_major = mode == "dl" and self.group == 1 and self.in_c * self.kernel[1] >= PIXEL_MAJOR_MIN_RUN
+        if self.pixel_major:  # (kh*kw*C, O): the GEMM's right operand, rows in patch order
+            self.weight_pm = np.ascontiguousarray(weight.transpose(2, 3, 1, 0).reshape(self.k_g, self.out_c))
+            self.bias_row = None if self.bias is None else self.bias.reshape(-1)  # broadcast over GEMM rows
         # True only on the copy `engine.schedule.with_relu` makes ("dl": an in-place ReLU follows)
         self.fuse_relu = False
 
@@ -110,11 +129,12 @@ class Convolution(Op):
         return self.in_hw[0] + 2 * self.pad[0], self.in_hw[1] + 2 * self.pad[1]
 
     def scratch_sizes(self, in_shapes):
-        n = in_shapes[0][0] if self.mode == "dl" else 1  # "caffe": one image at a time
-        if self.is_1x1:
+        """Both modes run one image at a time through the column buffer: its columns, and its
+        padded copy (pixel-major: its NHWC copy, padded or not)."""
+        if self.is_1x1 and not self.pixel_major:
             return [0, 0]
-        cols = self.in_c * self.kernel[0] * self.kernel[1] * n * self.out_hw[0] * self.out_hw[1]
-        padded = self.in_c * n * math.prod(self._padded_hw()) if any(self.pad) else 0
+        cols = self.in_c * self.kernel[0] * self.kernel[1] * self.out_hw[0] * self.out_hw[1]
+        padded = self.in_c * math.prod(self._padded_hw()) if any(self.pad) or self.pixel_major else 0
         return [cols, padded]
 
     def _im2col(self, img: np.ndarray, cols: np.ndarray, padded: np.ndarray | None) -> None:
@@ -150,47 +170,100 @@ class Convolution(Op):
         return out
 
     def _run_dl(self, x, out, scratch, par):
+        """Both "dl" orientations: per image, bands of output rows, each its own im2col, GEMM,
+        bias and ReLU while the band's columns are in cache (on the dev machine a chunk of 9
+        images ran its conv2 at 2.4-2.7 ms per image in one im2col and one GEMM, 2.0-2.3 in
+        bands). One image shared by workers (`par`): the workers claim its bands."""
         n = x.shape[0]
         oh, ow = self.out_hw
-        cols_n = n * oh * ow
+        if self.is_1x1 and not self.pixel_major:  # no im2col: the input is the column buffer
+            return self._run_1x1(x, out)
         if out is None:
-            out = np.empty((self.out_c, n, oh, ow), dtype=self.dtype).transpose(1, 0, 2, 3)
-        res = out.transpose(1, 0, 2, 3).reshape(self.out_c, cols_n)  # (O, n*OH*OW), a view
-        xc = x.transpose(1, 0, 2, 3)  # (C, n, H, W) view of whatever memory order x has
-        if self.is_1x1:
-            cols = np.ascontiguousarray(xc).reshape(self.in_c, cols_n)
-            src = None
+            shape = (n, oh, ow, self.out_c) if self.pixel_major else (self.out_c, n, oh, ow)
+            out = np.empty(shape, dtype=self.dtype).transpose((0, 3, 1, 2) if self.pixel_major else (1, 0, 2, 3))
+        if self.pixel_major:
+            res = _nhwc_rows(out).reshape(n, oh * ow, self.out_c)  # a view: image i's (OH*OW, O)
+            gather = any(self.pad) or _nhwc_rows(x, check=False) is None
+            copy_shape, copy_axes = (1, *self._padded_hw(), self.in_c), (0, 3, 1, 2)
         else:
-            cols = scratch[0][: self.k_g * self.group * cols_n].reshape(self.k_g * self.group, cols_n)
-            src = L.pad_into(xc, self.pad, self.pad, 0.0, out=scratch[1].reshape(self.in_c, n, *self._padded_hw())) if any(self.pad) else xc
+            res = out.transpose(1, 0, 2, 3).reshape(self.out_c, n, oh * ow)  # a view: image i's (O, OH*OW)
+            gather = any(self.pad)
+            copy_shape, copy_axes = (1, self.in_c, *self._padded_hw()), (0, 1, 2, 3)
+        copy = scratch[1][: math.prod(copy_shape)].reshape(copy_shape).transpose(copy_axes) if gather else None
+        cols = scratch[0]  # one image's columns; band k uses the rows (or columns) of its own rows
 
-        def rows(r0: int, r1: int) -> None:
-            """im2col + GEMM + bias (+ReLU) for output rows [r0, r1) (all rows of every image
-            when the chunk has several images)."""
-            band = slice(r0 * ow, r1 * ow) if n == 1 else slice(0, cols_n)
-            if src is not None:
-                win = L.windows(src, self.kernel, self.stride, self.dilation, self.out_hw)[..., r0:r1, :]
-                # (C, n, kh, kw, rows, OW) -> rows of cols (C, kh, kw), columns (n, rows, OW)
-                dst = cols.reshape(self.in_c, *self.kernel, n, oh, ow)[..., r0:r1, :]
-                np.copyto(dst, win.transpose(0, 2, 3, 1, 4, 5))
-            o_g = self.out_c // self.group
-            r = res[:, band]
-            for g in range(self.group):
-                np.matmul(self.weight[g], cols[g * self.k_g : (g + 1) * self.k_g, band], out=r[g * o_g : (g + 1) * o_g])
-            if self.bias is not None:
-                r += self.bias
+        def windows(i: int) -> np.ndarray:
+            """Image i's windows (C, kh, kw, OH, OW), read through its (padded, NHWC) copy if
+            it needs one."""
+            src = L.pad_into(x[i : i + 1], self.pad, self.pad, 0.0, out=copy) if gather else x[i : i + 1]
+            return L.windows(src, self.kernel, self.stride, self.dilation, self.out_hw)[0]
+
+        def band(win: np.ndarray, i: int, r0: int, r1: int, at: int) -> None:
+            """Output rows [r0, r1) of image i from its windows, columns at row `at` of the buffer."""
+            m, k_all = (r1 - r0) * ow, self.k_g * self.group
+            region = cols[at * ow * k_all : (at + r1 - r0) * ow * k_all]
+            if self.pixel_major:  # (rows, OW, kh, kw, C): one patch per GEMM row
+                np.copyto(region.reshape(r1 - r0, ow, *self.kernel, self.in_c), win[..., r0:r1, :].transpose(3, 4, 1, 2, 0))
+                r = res[i, r0 * ow : r1 * ow]
+                np.matmul(region.reshape(m, self.k_g), self.weight_pm, out=r)
+                if self.bias is not None:
+                    r += self.bias_row
+            else:  # (C, kh, kw, rows, OW): one pixel per GEMM column
+                np.copyto(region.reshape(self.in_c, *self.kernel, r1 - r0, ow), win[..., r0:r1, :])
+                band_cols = region.reshape(k_all, m)
+                r = res[:, i, r0 * ow : r1 * ow]
+                o_g = self.out_c // self.group
+                for g in range(self.group):
+                    np.matmul(self.weight[g], band_cols[g * self.k_g : (g + 1) * self.k_g], out=r[g * o_g : (g + 1) * o_g])
+                if self.bias is not None:
+                    r += self.bias
             if self.fuse_relu:
                 np.maximum(r, 0, out=r)
 
-        if par is not None and n == 1 and oh >= 2:
-            # One image: the workers claim bands of output rows (each band its own im2col columns
-            # and GEMM output columns), two bands per worker so a late worker costs little.
-            parts = min(2 * par.workers, oh)
-            bounds = [round(i * oh / parts) for i in range(parts + 1)]
-            par.run(lambda i, _worker: rows(bounds[i], bounds[i + 1]), parts)
+        rows = max(1, BAND_BYTES // (ow * self.k_g * self.group * self.dtype.itemsize))
+        if par is not None and n == 1:  # at least two bands per worker, so a late one costs little
+            rows = min(rows, max(1, oh // (2 * par.workers)))
+        bands = [(r0, min(oh, r0 + rows)) for r0 in range(0, oh, rows)]
+        if par is not None and n == 1 and len(bands) > 1:
+            win = windows(0)
+            par.run(lambda k, _worker: band(win, 0, *bands[k], at=bands[k][0]), len(bands))
         else:
-            rows(0, oh)
+            for i in range(n):
+                win = windows(i)
+                for r0, r1 in bands:
+                    band(win, i, r0, r1, at=0)
         return out
+
+    def _run_1x1(self, x, out):
+        """Channel-major 1x1 stride-1 unpadded convolution of a chunk: the (C, n*H*W) input
+        itself is the column buffer."""
+        n = x.shape[0]
+        p = self.out_hw[0] * self.out_hw[1]
+        if out is None:
+            out = np.empty((self.out_c, n, *self.out_hw), dtype=self.dtype).transpose(1, 0, 2, 3)
+        res = out.transpose(1, 0, 2, 3).reshape(self.out_c, n * p)
+        cols = np.ascontiguousarray(x.transpose(1, 0, 2, 3)).reshape(self.in_c, n * p)
+        o_g = self.out_c // self.group
+        for g in range(self.group):
+            np.matmul(self.weight[g], cols[g * self.k_g : (g + 1) * self.k_g], out=res[g * o_g : (g + 1) * o_g])
+        if self.bias is not None:
+            res += self.bias
+        if self.fuse_relu:
+            np.maximum(res, 0, out=res)
+        return out
+
+
+def _nhwc_rows(a: np.ndarray, check: bool = True) -> np.ndarray | None:
+    """The (N*H*W, C) view of an NCHW-shaped array whose memory is (N, H, W, C) C-contiguous;
+    None (or, with check, a ModelError: the schedule gave the op a top of another layout) if it
+    is not."""
+    n, c, h, w = a.shape
+    nhwc = a.transpose(0, 2, 3, 1)
+    if not nhwc.flags.c_contiguous:
+        if check:
+            raise ModelError(f"engine: a pixel-major convolution's top must be (N, H, W, C) in memory; found strides {a.strides}")
+        return None
+    return nhwc.reshape(n * h * w, c)
 
 
 # --------------------------------------------------------------------------------------------

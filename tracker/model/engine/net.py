@@ -12,7 +12,7 @@ from tracker.errors import InputError, ModelError
 from tracker.machine import cores
 from tracker.model import ops as O
 from tracker.model import shapes as S
-from tracker.model.engine.parallel import HelperThreads, Parallel, blas_threads, thread_plan
+from tracker.model.engine.parallel import HelperThreads, Parallel, blas_threads, thread_plan, warm_blas
 from tracker.model.engine.schedule import describe, mixes_images, schedule
 from tracker.model.engine.workspace import DEFAULT_WORKSPACE_BYTES, Workspace
 from tracker.model.netdef import NetDef
@@ -52,6 +52,8 @@ class Net:
         # "dl" only: in "caffe" mode the workspace has no slots and never allocates.
         self._workspace = Workspace(netdef, self._steps if mode == "dl" else (), self.input_name, self.dtype, self.workspace_bytes)
         self._helpers = HelperThreads(self.name)  # "dl": the worker threads besides the caller
+        if mode == "dl":
+            warm_blas()
 
     # ---------------------------------------------------------------- introspection
 

@@ -37,6 +37,31 @@ def blas_threads(n: int):
         yield
 
 
+_blas_warmed = False
+
+
+def warm_blas() -> None:
+    """Run one single-threaded (64, 512) @ (512, 512) float32 GEMM, once per process.
+
+    Why, measured on the EPYC dev machine with numpy's OpenBLAS 0.3.31 (Haswell kernels): in a
+    fresh process, a single-threaded sgemm whose output has fewer than 512 columns runs 2-3x slower
+    (the face CNN's conv3 as (64, 1200) @ (1200, 96): 0.95-1.05 ms) until one sgemm of at least
+    about 32 x 256 x 512 has run (then 0.35-0.45 ms), and the speed then holds for the process
+    and all its threads (scripts/engine_timing.py; README, "The project's Caffe engine"). Every
+    GEMM of a pixel-major convolution has O <= 512 output columns, so nothing in a forward pass
+    would warm it. The cause inside OpenBLAS is not known; the call costs about 1 ms here.
+    """
+    global _blas_warmed
+    with _controller_lock:
+        if _blas_warmed:
+            return
+        _blas_warmed = True
+    import numpy as np
+
+    with blas_threads(1):
+        np.matmul(np.ones((64, 512), np.float32), np.ones((512, 512), np.float32))
+
+
 def thread_plan(n: int, cores: int, mixes_images: bool) -> tuple[int, int, int]:
     """(image workers, layer workers, BLAS threads) for a "dl" batch of n images on `cores` cores.
 

@@ -6,9 +6,10 @@ order) into `Step`s, decided once per Net:
 - in place: an op whose top is its first bottom and that may overwrite it (`Op.in_place_safe`)
   writes into that bottom's array, as Caffe's in-place layers do; other ops get a fresh top and
   the blob name is rebound;
-- memory order ("dl"): a Convolution's top is its GEMM output, (C, N, H, W) in memory and handed
-  on as the NCHW-shaped transposed view; ops that keep the layout (`Op.keeps_layout`: pooling,
-  element-wise) pass that order on, every other top is NCHW in memory;
+- memory order ("dl"): a Convolution's top is its GEMM output, (C, N, H, W) in memory or, for a
+  pixel-major one, (N, H, W, C), handed on as the NCHW-shaped transposed view; ops that keep the
+  layout (`Op.keeps_layout`: pooling, element-wise) pass that order on, every other top is NCHW
+  in memory;
 - fusion ("dl"): a Convolution or InnerProduct followed by a plain ReLU (negative slope 0) that
   writes back onto its top becomes one new op (`with_relu`) that applies the ReLU to each band of
   its GEMM output while it is in cache; the ReLU's own step is dropped;
@@ -32,7 +33,7 @@ class Step:
 
     op: O.Op
     in_place: bool  # the top is written into the first bottom's array
-    top_layout: str  # "nchw" or "cnhw": memory order of a 4-D top ("nchw" for any other)
+    top_layout: str  # "nchw", "cnhw" or "nhwc": memory order of a 4-D top ("nchw" for any other)
     finals: tuple[str, ...]  # blobs whose value is final after this step
     released: tuple[str, ...]  # blobs no later step reads or writes
 
@@ -93,9 +94,9 @@ def _top_layout(op: O.Op, mode: str, in_place: bool, layout: dict[str, str]) -> 
     if in_place:
         return layout[op.bottoms[0]]
     if isinstance(op, O.Convolution) and mode == "dl":
-        return "cnhw"
-    if op.keeps_layout and len(op.shapes.tops[0]) == 4 and layout.get(op.bottoms[0]) == "cnhw":
-        return "cnhw"
+        return "nhwc" if op.pixel_major else "cnhw"
+    if op.keeps_layout and len(op.shapes.tops[0]) == 4 and layout.get(op.bottoms[0]) in ("cnhw", "nhwc"):
+        return layout[op.bottoms[0]]
     return "nchw"
 
 

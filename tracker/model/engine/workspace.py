@@ -158,6 +158,8 @@ class Workspace:
                 flat = region(top_slot, math.prod(shape))
                 if step.top_layout == "cnhw":
                     top = flat.reshape(shape[1], shape[0], *shape[2:]).transpose(1, 0, 2, 3)
+                elif step.top_layout == "nhwc":
+                    top = flat.reshape(shape[0], *shape[2:], shape[1]).transpose(0, 3, 1, 2)
                 else:
                     top = flat.reshape(shape)
             tops.append(top)
