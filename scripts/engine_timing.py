@@ -9,11 +9,12 @@ Prints, per mode and batch size, the median per-image milliseconds over repeated
 (run one mode per process to read each mode's own peak). Without --threads the engine picks
 1 core or all cores per batch size by timing its own passes, as the backends do.
 
---layers adds, per mode and batch size, each step's median milliseconds per image (a step is a
-layer, or a layer with its ReLU fused) and, for steps that run GEMMs, the time of those GEMMs
-alone: the same matrix products on arrays of the same shapes in the same orientation, one
-thread, so that the rest of the step (im2col, bias, ReLU, Python) is the difference. With
-several threads a step's time is summed over the workers that ran it.
+--layers (with --threads) adds, per mode and batch size, each step's median milliseconds per
+image (a step is a layer, or a layer with its ReLU fused) and, for steps that run GEMMs, the
+time of those GEMMs alone: the same matrix products on arrays of the same shapes in the same
+orientation, on as many BLAS threads as the engine gives them, so that the rest of the step
+(im2col, bias, ReLU, Python) is the difference. With several worker threads (several images)
+a step's time is summed over the workers that ran it.
 
 --gemms first times the GEMM of every convolution of the face CNN in both orientations
 (`tracker.model.ops`: channel-major (O, K) @ (K, P), pixel-major (P, K) @ (K, O)), one
@@ -40,7 +41,7 @@ from tracker.model import ops as O  # noqa: E402
 from tracker.model import shapes as S  # noqa: E402
 from tracker.model.caffe_io import load_net  # noqa: E402
 from tracker.model.engine import Net  # noqa: E402
-from tracker.model.engine.parallel import blas_threads, warm_blas  # noqa: E402
+from tracker.model.engine.parallel import blas_threads, thread_plan, warm_blas  # noqa: E402
 from tracker.model.spec import default_model  # noqa: E402
 
 
@@ -57,18 +58,22 @@ def median_ms(fn, seconds: float) -> float:
     return 1000 * float(np.median(times))
 
 
-def gemm_shapes(op: O.Op, shapes: S.LayerShapes, mode: str) -> list[tuple[tuple[int, int], tuple[int, int], str]]:
-    """The GEMMs one run of `op` makes for a batch of `shapes`: ((rows, inner), (inner, cols),
-    orientation) for each product, as ops.py makes them; [] for an op without GEMMs."""
+def gemm_shapes(op: O.Op, shapes: S.LayerShapes, mode: str, blas: int) -> list[tuple[tuple[int, int], tuple[int, int], str]]:
+    """The GEMMs one run of `op` makes for a batch of `shapes` with the BLAS on `blas` threads:
+    ((rows, inner), (inner, cols), orientation) for each product, as ops.py makes them; [] for
+    an op without GEMMs."""
     n = shapes.bottoms[0][0]
     if isinstance(op, O.Convolution):
         o_g, pixels = op.out_c // op.group, math.prod(op.out_hw)
-        if mode == "dl" and op.pixel_major:
-            per_band = min(op._rows_per_band(None), op.out_hw[0])
-            bands = n * -(-op.out_hw[0] // per_band)
-            return [((per_band * op.out_hw[1], op.k_g), (op.k_g, op.out_c), "pixel-major")] * bands
-        per = n if mode == "dl" else 1
-        return [((o_g, op.k_g), (op.k_g, per * pixels), "channel-major")] * (op.group * (n // per))
+        if mode == "caffe":
+            return [((o_g, op.k_g), (op.k_g, pixels), "channel-major")] * (op.group * n)
+        if op.is_1x1 and not op.pixel_major:
+            return [((o_g, op.k_g), (op.k_g, n * pixels), "channel-major")] * op.group
+        rows = op.rows_per_band(blas)
+        bands = n * -(-op.out_hw[0] // rows)
+        if op.pixel_major:
+            return [((rows * op.out_hw[1], op.k_g), (op.k_g, op.out_c), "pixel-major")] * bands
+        return [((o_g, op.k_g), (op.k_g, rows * op.out_hw[1]), "channel-major")] * (bands * op.group)
     if isinstance(op, O.InnerProduct):
         k = math.prod(shapes.bottoms[0][op.axis:])
         n_out = op.weight.shape[1 if op.transpose else 0]
@@ -76,8 +81,9 @@ def gemm_shapes(op: O.Op, shapes: S.LayerShapes, mode: str) -> list[tuple[tuple[
     return []
 
 
-def time_gemms(gemms, seconds: float) -> float:
-    """Milliseconds of running these products once each, single-threaded, on random float32."""
+def time_gemms(gemms, seconds: float, blas: int = 1) -> float:
+    """Milliseconds of running these products once each, the BLAS on `blas` threads, on random
+    float32."""
     rng = np.random.default_rng(0)
     operands = {}
     for a_shape, b_shape, how in gemms:
@@ -92,12 +98,13 @@ def time_gemms(gemms, seconds: float) -> float:
             a, b, out = operands[(a_shape, b_shape)]
             np.matmul(a, b, out=out)
 
-    with blas_threads(1):
+    with blas_threads(blas):
         return median_ms(run, seconds)
 
 
-def layer_breakdown(net: Net, netdef, x: np.ndarray, seconds: float) -> list[str]:
-    """One line per step: its median ms per image in `net`, and its GEMMs' ms per image alone.
+def layer_breakdown(net: Net, netdef, x: np.ndarray, seconds: float, cores: int) -> list[str]:
+    """One line per step: its median ms per image in `net` running on `cores` cores, and its
+    GEMMs' ms per image alone, on as many BLAS threads as the engine gives them.
 
     Times steps by wrapping each step's op.run (a private part of Net: this is a tuning tool).
     """
@@ -108,10 +115,10 @@ def layer_breakdown(net: Net, netdef, x: np.ndarray, seconds: float) -> list[str
         op = step.op
         originals.append((op, op.run))
 
-        def timed(ins, outs, scratch, par=None, _run=op.run, _name=op.name):
+        def timed(ins, outs, scratch, threads=1, _run=op.run, _name=op.name):
             t = time.perf_counter()
             try:
-                return _run(ins, outs, scratch, par)
+                return _run(ins, outs, scratch, threads)
             finally:
                 current[_name] += time.perf_counter() - t
 
@@ -133,8 +140,9 @@ def layer_breakdown(net: Net, netdef, x: np.ndarray, seconds: float) -> list[str
     for step in net._steps:
         op = step.op
         ms = 1000 * float(np.median(spent[op.name])) / n
-        gemms = gemm_shapes(op, layer_shapes[op.name], net.mode)
-        gemm = f"  gemm {time_gemms(gemms, seconds / 4) / n:7.3f} ({gemms[0][2]})" if gemms else ""
+        blas = cores if net.mode == "caffe" else thread_plan(n, cores, False)[1]
+        gemms = gemm_shapes(op, layer_shapes[op.name], net.mode, blas)
+        gemm = f"  gemm {time_gemms(gemms, seconds / 4, blas) / n:7.3f} ({gemms[0][2]})" if gemms else ""
         lines.append(f"    {op.name:<8} {op.type + (' +ReLU' if getattr(op, 'fuse_relu', False) else ''):<20} {ms:7.3f}{gemm}")
     return lines
 
@@ -170,9 +178,11 @@ def main() -> None:
     ap.add_argument("--modes", default="caffe,dl")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--workspace-mb", type=float, default=64)
-    ap.add_argument("--layers", action="store_true", help="also each step's time and its GEMMs' time")
+    ap.add_argument("--layers", action="store_true", help="also each step's time and its GEMMs' time (needs --threads)")
     ap.add_argument("--gemms", action="store_true", help="first, each convolution's GEMM in both orientations")
     a = ap.parse_args()
+    if a.layers and a.threads is None:
+        ap.error("--layers: needs --threads N (the GEMMs alone are timed on the threads the engine gives them)")
     spec = default_model()
     netdef = load_net(spec.prototxt, spec.weights)
     if a.gemms:
@@ -188,7 +198,7 @@ def main() -> None:
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             cells.append(f"{b}:{ms / b:.3f}ms(rss {rss:.0f}MB)")
             if a.layers:
-                details += [f"  {mode} batch {b}: ms per image, by step", *layer_breakdown(net, netdef, x, a.seconds)]
+                details += [f"  {mode} batch {b}: ms per image, by step", *layer_breakdown(net, netdef, x, a.seconds, a.threads)]
         print(f"{mode:6s} " + " ".join(cells), flush=True)
         for line in details:
             print(line)

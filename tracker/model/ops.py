@@ -44,7 +44,7 @@ from tracker.model import shapes as S
 Shape = tuple[int, ...]
 
 PIXEL_MAJOR_MIN_RUN = 16  # floats: see Convolution.pixel_major
-BAND_BYTES = 1 << 20  # columns per band of a pixel-major convolution: about one core's L2
+BAND_BYTES = 1 << 20  # columns per band of a "dl" convolution and BLAS thread: about one core's L2
 
 
 class Op:
@@ -88,7 +88,10 @@ class Op:
         """Element counts of the temporaries one run on bottoms of `in_shapes` needs."""
         return []
 
-    def run(self, ins: list[np.ndarray], outs: list[np.ndarray | None], scratch: list[np.ndarray], par=None) -> list[np.ndarray]:
+    def run(self, ins: list[np.ndarray], outs: list[np.ndarray | None], scratch: list[np.ndarray], threads: int = 1) -> list[np.ndarray]:
+        """The tops for bottoms `ins`, written into `outs` where given; `threads`: how many
+        threads the BLAS splits this run's GEMMs between (the ops that cut work to fit caches
+        cut it less for more threads)."""
         raise NotImplementedError
 
 
@@ -129,8 +132,9 @@ class Convolution(Op):
         return self.in_hw[0] + 2 * self.pad[0], self.in_hw[1] + 2 * self.pad[1]
 
     def scratch_sizes(self, in_shapes):
-        """Both modes run one image at a time through the column buffer: its columns, and its
-        padded copy (pixel-major: its NHWC copy, padded or not)."""
+        """Both modes run one image at a time through the column buffer: its columns ("dl": at
+        most one band's, but a band may be the whole image), and its padded copy (pixel-major:
+        its NHWC copy, padded or not)."""
         if self.is_1x1 and not self.pixel_major:
             return [0, 0]
         cols = self.in_c * self.kernel[0] * self.kernel[1] * self.out_hw[0] * self.out_hw[1]
@@ -143,10 +147,10 @@ class Convolution(Op):
         win = L.windows(src, self.kernel, self.stride, self.dilation, self.out_hw)  # (C, kh, kw, OH, OW)
         np.copyto(cols.reshape(win.shape), win)
 
-    def run(self, ins, outs, scratch, par=None):
+    def run(self, ins, outs, scratch, threads: int = 1):
         if self.mode == "caffe":
             return [self._run_caffe(ins[0], outs[0], scratch)]
-        return [self._run_dl(ins[0], outs[0], scratch, par)]
+        return [self._run_dl(ins[0], outs[0], scratch, threads)]
 
     def _run_caffe(self, x, out, scratch):
         n = x.shape[0]
@@ -169,11 +173,11 @@ class Convolution(Op):
                 out3[i] += self.bias
         return out
 
-    def _run_dl(self, x, out, scratch, par):
+    def _run_dl(self, x, out, scratch, threads):
         """Both "dl" orientations: per image, bands of output rows, each its own im2col, GEMM,
         bias and ReLU while the band's columns are in cache (on the dev machine a chunk of 9
         images ran its conv2 at 2.4-2.7 ms per image in one im2col and one GEMM, 2.0-2.3 in
-        bands). One image shared by workers (`par`): the workers claim its bands."""
+        bands). `threads`: the BLAS threads each GEMM is split between."""
         n = x.shape[0]
         oh, ow = self.out_hw
         if self.is_1x1 and not self.pixel_major:  # no im2col: the input is the column buffer
@@ -190,7 +194,7 @@ class Convolution(Op):
             gather = any(self.pad)
             copy_shape, copy_axes = (1, self.in_c, *self._padded_hw()), (0, 1, 2, 3)
         copy = scratch[1][: math.prod(copy_shape)].reshape(copy_shape).transpose(copy_axes) if gather else None
-        cols = scratch[0]  # one image's columns; band k uses the rows (or columns) of its own rows
+        cols = scratch[0]  # every band's columns in turn
 
         def windows(i: int) -> np.ndarray:
             """Image i's windows (C, kh, kw, OH, OW), read through its (padded, NHWC) copy if
@@ -198,10 +202,10 @@ class Convolution(Op):
             src = L.pad_into(x[i : i + 1], self.pad, self.pad, 0.0, out=copy) if gather else x[i : i + 1]
             return L.windows(src, self.kernel, self.stride, self.dilation, self.out_hw)[0]
 
-        def band(win: np.ndarray, i: int, r0: int, r1: int, at: int) -> None:
-            """Output rows [r0, r1) of image i from its windows, columns at row `at` of the buffer."""
+        def band(win: np.ndarray, i: int, r0: int, r1: int) -> None:
+            """Output rows [r0, r1) of image i from its windows."""
             m, k_all = (r1 - r0) * ow, self.k_g * self.group
-            region = cols[at * ow * k_all : (at + r1 - r0) * ow * k_all]
+            region = cols[: m * k_all]
             if self.pixel_major:  # (rows, OW, kh, kw, C): one patch per GEMM row
                 np.copyto(region.reshape(r1 - r0, ow, *self.kernel, self.in_c), win[..., r0:r1, :].transpose(3, 4, 1, 2, 0))
                 r = res[i, r0 * ow : r1 * ow]
@@ -220,19 +224,19 @@ class Convolution(Op):
             if self.fuse_relu:
                 np.maximum(r, 0, out=r)
 
-        rows = max(1, BAND_BYTES // (ow * self.k_g * self.group * self.dtype.itemsize))
-        if par is not None and n == 1:  # at least two bands per worker, so a late one costs little
-            rows = min(rows, max(1, oh // (2 * par.workers)))
-        bands = [(r0, min(oh, r0 + rows)) for r0 in range(0, oh, rows)]
-        if par is not None and n == 1 and len(bands) > 1:
-            win = windows(0)
-            par.run(lambda k, _worker: band(win, 0, *bands[k], at=bands[k][0]), len(bands))
-        else:
-            for i in range(n):
-                win = windows(i)
-                for r0, r1 in bands:
-                    band(win, i, r0, r1, at=0)
+        rows = self.rows_per_band(threads)
+        for i in range(n):
+            win = windows(i)
+            for r0 in range(0, oh, rows):
+                band(win, i, r0, min(oh, r0 + rows))
         return out
+
+    def rows_per_band(self, threads: int = 1) -> int:
+        """Output rows per "dl" band: at most BAND_BYTES of columns per BLAS thread (a GEMM the
+        BLAS splits between threads gains from being cut less: on the dev machine one image's
+        forward pass took 3.38-3.41 ms with 2 MB bands on 2 threads, 3.87-3.98 with 1 MB)."""
+        rows = max(1, threads * BAND_BYTES // (self.out_hw[1] * self.k_g * self.group * self.dtype.itemsize))
+        return min(rows, self.out_hw[0])
 
     def _run_1x1(self, x, out):
         """Channel-major 1x1 stride-1 unpadded convolution of a chunk: the (C, n*H*W) input
@@ -290,7 +294,7 @@ class Pooling(Op):
         pads = any(self.pad) or need_h > h + self.pad[0] or need_w > w + self.pad[1]
         return [n * c * need_h * need_w if pads and self.mode == "dl" else 0]
 
-    def run(self, ins, outs, scratch, par=None):
+    def run(self, ins, outs, scratch, threads: int = 1):
         sc = scratch[0] if scratch and scratch[0].size else None
         return [L.pool2d(ins[0], self.method, self.kernel, self.stride, self.pad, self.out_hw, out=outs[0], scratch=sc)]
 
@@ -308,7 +312,7 @@ class ReLU(Op):
         super().__init__(layer, dtype, mode, shapes)
         self.negative_slope = float(layer.param.relu_param.negative_slope)
 
-    def run(self, ins, outs, scratch, par=None):
+    def run(self, ins, outs, scratch, threads: int = 1):
         return [L.relu(ins[0], self.negative_slope, out=outs[0])]
 
 
@@ -316,7 +320,7 @@ class Sigmoid(Op):
     in_place_safe = True
     keeps_layout = True
 
-    def run(self, ins, outs, scratch, par=None):
+    def run(self, ins, outs, scratch, threads: int = 1):
         return [L.sigmoid(ins[0], out=outs[0])]
 
 
@@ -324,7 +328,7 @@ class TanH(Op):
     in_place_safe = True
     keeps_layout = True
 
-    def run(self, ins, outs, scratch, par=None):
+    def run(self, ins, outs, scratch, threads: int = 1):
         return [L.tanh(ins[0], out=outs[0])]
 
 
@@ -334,7 +338,7 @@ class Dropout(Op):
     in_place_safe = True
     keeps_layout = True
 
-    def run(self, ins, outs, scratch, par=None):
+    def run(self, ins, outs, scratch, threads: int = 1):
         x, out = ins[0], outs[0]
         if out is x:
             return [x]
@@ -364,31 +368,13 @@ class InnerProduct(Op):
         # "dl": a bottom in (C, N, H, W) memory is gathered into NCHW order for the (M, K) GEMM.
         return [math.prod(in_shapes[0]) if self.mode == "dl" else 0]
 
-    def run(self, ins, outs, scratch, par=None):
+    def run(self, ins, outs, scratch, threads: int = 1):
         x = ins[0]
         if not x.flags.c_contiguous and scratch and scratch[0].size:
             gathered = scratch[0][: x.size].reshape(x.shape)
             np.copyto(gathered, x)
             x = gathered
         out = outs[0]
-        n_out = self.weight.shape[1 if self.transpose else 0]
-        if par is not None and out is not None and x.shape[0] < par.workers and self.axis == 1 and n_out >= 2 * par.workers:
-            # Fewer images than workers: the product is a matrix-vector one, bound by reading the
-            # weights, so each worker reads the weights of its own share of the outputs.
-            x2, res = x.reshape(x.shape[0], -1), out.reshape(x.shape[0], n_out)
-            w = self.weight if self.transpose else self.weight.T  # (K, N) view
-            bounds = [round(i * n_out / par.workers) for i in range(par.workers + 1)]
-
-            def part(i: int, _worker: int) -> None:
-                cols = slice(bounds[i], bounds[i + 1])
-                np.matmul(x2, w[:, cols], out=res[:, cols])
-                if self.bias is not None:
-                    res[:, cols] += self.bias[cols]
-                if self.fuse_relu:
-                    np.maximum(res[:, cols], 0, out=res[:, cols])
-
-            par.run(part, par.workers)
-            return [out]
         res = L.inner_product(x, self.weight, self.bias, self.axis, self.transpose, out=out)
         if self.fuse_relu:
             np.maximum(res, 0, out=res)
@@ -402,7 +388,7 @@ class Softmax(Op):
         super().__init__(layer, dtype, mode, shapes)
         self.axis = S.canonical_axis(layer, layer.param.softmax_param.axis, len(shapes.bottoms[0]))
 
-    def run(self, ins, outs, scratch, par=None):
+    def run(self, ins, outs, scratch, threads: int = 1):
         return [L.softmax(ins[0], self.axis, out=outs[0])]
 
 
@@ -421,7 +407,7 @@ class LRN(Op):
         self.size, self.alpha, self.beta, self.k = int(p.local_size), float(p.alpha), float(p.beta), float(p.k)
         self.region = p.norm_region
 
-    def run(self, ins, outs, scratch, par=None):
+    def run(self, ins, outs, scratch, threads: int = 1):
         if self.region == L.LRN_ACROSS_CHANNELS:
             return [L.lrn_across_channels(ins[0], self.size, self.alpha, self.beta, self.k, out=outs[0])]
         return [L.lrn_within_channel(ins[0], self.size, self.alpha, self.beta, out=outs[0])]
@@ -440,7 +426,7 @@ class BatchNorm(Op):
         self.mean, self.var = self.blob(0), self.blob(1)
         self.scale_factor = float(self.blob(2).reshape(-1)[0])
 
-    def run(self, ins, outs, scratch, par=None):
+    def run(self, ins, outs, scratch, threads: int = 1):
         return [L.batch_norm(ins[0], self.mean, self.var, self.scale_factor, self.eps, self.use_global_stats, out=outs[0])]
 
 
@@ -462,7 +448,7 @@ class Scale(Op):
             self.factor = self.blob(0)
             self.bias = self.blob(1) if p.bias_term else None
 
-    def run(self, ins, outs, scratch, par=None):
+    def run(self, ins, outs, scratch, threads: int = 1):
         factor = ins[1] if self.factor is None else self.factor
         return [L.scale(ins[0], factor, self.axis, self.bias, out=outs[0])]
 
@@ -473,7 +459,7 @@ class Scale(Op):
 
 
 class Flatten(Op):
-    def run(self, ins, outs, scratch, par=None):
+    def run(self, ins, outs, scratch, threads: int = 1):
         shape = self.shapes.tops[0]
         x = ins[0]
         shape = (x.shape[0], *shape[1:])
@@ -490,7 +476,7 @@ class Concat(Op):
         first = shapes.bottoms[0]
         self.axis = p.concat_dim if p.HasField("concat_dim") else S.canonical_axis(layer, p.axis, len(first))
 
-    def run(self, ins, outs, scratch, par=None):
+    def run(self, ins, outs, scratch, threads: int = 1):
         return [np.concatenate(ins, axis=self.axis, out=outs[0])]
 
 
@@ -501,7 +487,7 @@ class Eltwise(Op):
         self.op = p.operation
         self.coeffs = [float(c) for c in p.coeff]
 
-    def run(self, ins, outs, scratch, par=None):
+    def run(self, ins, outs, scratch, threads: int = 1):
         return [L.eltwise(ins, self.op, self.coeffs, out=outs[0])]
 
 

@@ -20,17 +20,19 @@ Two execution modes, same results (within float rounding):
 "dl" -- the same layers executed for deep-learning shapes:
     * the batch is cut into chunks that fit ONE preallocated workspace (`workspace_bytes`, 64 MiB
       by default, shared by the worker threads; `workspace.py`);
-    * convolution does one im2col for the whole chunk, straight from a strided view of the input
-      into a (C*kh*kw, n*OH*OW) column buffer, and ONE GEMM (O, C*kh*kw) @ cols whose
-      (O, n*OH*OW) result is the top blob itself, kept in (C, N, H, W) memory and passed on as its
-      NCHW-shaped transposed view, so no layout transpose is ever copied (pooling and element-wise
-      layers keep that memory order; InnerProduct gathers it once into rows);
+    * convolution runs each image in bands of output rows (at most ~1 MB of columns per BLAS
+      thread, so a band's columns are still in cache when its GEMM reads them): im2col straight
+      from a strided view of the input, one GEMM whose result is the band of the top blob
+      itself, in one of two orientations (`tracker.model.ops`): channel-major, (O, C*kh*kw) @
+      cols, the top in (C, N, H, W) memory, for few input channels; pixel-major, cols @
+      (kh*kw*C, O), the top in (N, H, W, C) memory. Either is passed on as its NCHW-shaped
+      transposed view, so no layout transpose is ever copied (pooling and element-wise layers
+      keep that memory order; InnerProduct gathers it once into rows);
     * the bias and an in-place ReLU that follows a Convolution/InnerProduct are applied in place
       on the GEMM output (the ReLU layer is then not run separately; `schedule.py`);
-    * BLAS is single-threaded; the cores are used by worker threads instead: several images are
-      split between one worker per core (chunks claimed by whichever worker is free; each runs
-      the whole net on its chunk), and a single image has each Convolution's output rows and
-      each InnerProduct's outputs claimed by the workers (`parallel.py`).
+    * several images are split between one worker thread per core, with single-threaded BLAS
+      (chunks claimed by whichever worker is free; each runs the whole net on its chunk); a
+      single image has its GEMMs split by the BLAS's own threads (`parallel.py`).
 
 In both modes threads=None means 1 core or all cores, whichever the timing of the Net's own
 passes shows faster for the batch size (`tracker.model.tuning`). BLAS thread limits are

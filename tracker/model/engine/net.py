@@ -12,7 +12,7 @@ from tracker.errors import InputError, ModelError
 from tracker.machine import cores
 from tracker.model import ops as O
 from tracker.model import shapes as S
-from tracker.model.engine.parallel import HelperThreads, Parallel, blas_threads, thread_plan, warm_blas
+from tracker.model.engine.parallel import HelperThreads, blas_threads, thread_plan, warm_blas
 from tracker.model.engine.schedule import describe, mixes_images, schedule
 from tracker.model.engine.workspace import DEFAULT_WORKSPACE_BYTES, Workspace
 from tracker.model.netdef import NetDef
@@ -29,8 +29,9 @@ class Net:
     workspace_bytes: the "dl" workspace cap, shared by the worker threads (a chunk holds at least
     one image even if one image needs more). threads: cores to use (None: 1 or all the cores this
     process may use, chosen per batch-size class by timing the Net's own passes): OpenBLAS
-    threads in "caffe" mode, worker threads in "dl" mode. Not thread-safe: one forward at a time
-    per Net; `close()` stops the "dl" worker threads.
+    threads in "caffe" mode; in "dl" mode worker threads for several images and OpenBLAS threads
+    for one. Not thread-safe: one forward at a time per Net; `close()` stops the "dl" worker
+    threads.
     """
 
     def __init__(self, netdef: NetDef, dtype=np.float32, mode: str = "caffe", *,
@@ -161,22 +162,22 @@ class Net:
     def _forward_dl(self, x: np.ndarray, names: list[str], cores: int) -> dict[str, np.ndarray]:
         """Chunks of the batch, each run through the whole net in one worker's workspace share."""
         n = x.shape[0]
-        workers, layer_workers, blas = thread_plan(n, cores, self._mixes_images)
+        workers, blas = thread_plan(n, cores, self._mixes_images)
         results = {name: np.empty(self.blob_shapes(n)[name], dtype=self.dtype) for name in names}
         chunk = self.chunk_size(n, cores)
         chunks = [(s, min(n, s + chunk)) for s in range(0, n, chunk)]
         self._workspace.prepare(workers, chunk, {e - s for s, e in chunks})
         with blas_threads(blas):
             if workers > 1:  # chunks claimed by whichever worker is free, each on its own workspace
-                self._helpers.sharing(workers).run(lambda i, w: self._run_dl_chunk(w, chunk, x, *chunks[i], results, None), len(chunks))
+                self._helpers.sharing(workers).run(lambda i, w: self._run_dl_chunk(w, chunk, x, *chunks[i], results, blas), len(chunks))
             else:
-                par = self._helpers.sharing(layer_workers) if layer_workers > 1 else None
                 for s, e in chunks:
-                    self._run_dl_chunk(0, chunk, x, s, e, results, par)
+                    self._run_dl_chunk(0, chunk, x, s, e, results, blas)
         return results
 
-    def _run_dl_chunk(self, worker: int, chunk: int, x: np.ndarray, s: int, e: int, results: dict, par: Parallel | None) -> None:
-        """Run images [s, e) of x on worker `worker`'s workspace; copy the wanted blobs out."""
+    def _run_dl_chunk(self, worker: int, chunk: int, x: np.ndarray, s: int, e: int, results: dict, blas: int) -> None:
+        """Run images [s, e) of x on worker `worker`'s workspace, the BLAS on `blas` threads;
+        copy the wanted blobs out."""
         xs, m = x[s:e], e - s
         arrays = self._workspace.arrays(worker, chunk, m)
         if arrays.input is not None:
@@ -192,7 +193,7 @@ class Net:
             op = step.op
             ins = [blobs[b] for b in op.bottoms]
             out = ins[0] if step.in_place else tops[idx]
-            blobs[op.tops[0]] = op.run(ins, [out], scratch[idx], par)[0]
+            blobs[op.tops[0]] = op.run(ins, [out], scratch[idx], blas)[0]
             for name in step.finals:
                 if name in results:
                     np.copyto(results[name][s : s + m], blobs[name])

@@ -1,11 +1,18 @@
-"""The engine's threads: the BLAS thread limit, the helper threads that share a forward pass, and
-how a batch is split between them.
+"""The engine's threads: the BLAS thread limit, the helper threads that share a batch, and how a
+batch is split between them.
 
-Why "dl" mode never relies on OpenBLAS's own threads: on the 2-core EPYC shared with other work,
-a 2-thread sgemm that follows non-BLAS work (im2col, pooling) waited tens of ms for its spinning
-helper thread to be scheduled again (0.6 ms back to back, ~35 ms median after a 1 ms pause).
-Worker threads that claim work from a shared counter (`Parallel`) do not wait for a late helper;
-see `thread_plan` for how a batch is cut between them.
+Several images: one worker thread per core, each running the whole net on chunks of images with
+single-threaded BLAS, the chunks claimed from a shared counter (`Parallel`), so a worker that the
+OS does not schedule in time claims nothing and is never waited for, and im2col, pooling and the
+element-wise passes run in parallel too.
+
+One image: the BLAS's own threads split each GEMM. On the 2-core EPYC dev machine, quiet, that
+ran the face CNN's conv2 GEMM in 1.04 ms against 2.0-2.4 on one thread, and the whole pass in
+3.4 ms against 4.0-4.3 for worker threads claiming bands of output rows, whose concurrent small
+GEMMs slowed each other down (2 workers on 16 parts: 1.48x). The BLAS's static split waits for
+a late helper thread: with another process busy on one core, a 2-thread sgemm after 1 ms of
+other numpy work took 4.0 ms (median) against 2.3 on one thread. That is what the engine's
+`ThreadTuner` is for: it times both settings and keeps one core while the machine is busy.
 """
 
 from __future__ import annotations
@@ -62,22 +69,14 @@ def warm_blas() -> None:
         np.matmul(np.ones((64, 512), np.float32), np.ones((512, 512), np.float32))
 
 
-def thread_plan(n: int, cores: int, mixes_images: bool) -> tuple[int, int, int]:
-    """(image workers, layer workers, BLAS threads) for a "dl" batch of n images on `cores` cores.
-
-    - n >= 2: chunks of images, one worker per core, each running the whole net on its chunk
-      with single-threaded BLAS, so im2col, pooling and the element-wise passes run in
-      parallel too;
-    - n == 1: bands of output rows of every Convolution (each its own im2col columns and
-      GEMM) and slices of the outputs of every InnerProduct;
-    - a net that mixes images (`mixes_images`: batch statistics, axis-0 layers) runs as one chunk
-      on the calling thread with `cores` BLAS threads.
-    """
-    if mixes_images:
-        return 1, 1, cores
-    if n == 1:
-        return 1, cores, 1
-    return min(cores, n), 1, 1
+def thread_plan(n: int, cores: int, mixes_images: bool) -> tuple[int, int]:
+    """(image workers, BLAS threads) for a "dl" batch of n images on `cores` cores (see the
+    module docstring): several images, one worker per core with single-threaded BLAS; one image,
+    or a net that mixes images (`mixes_images`: batch statistics, axis-0 layers), one chunk on
+    the calling thread with `cores` BLAS threads."""
+    if mixes_images or n == 1:
+        return 1, cores
+    return min(cores, n), 1
 
 
 class Parallel:
