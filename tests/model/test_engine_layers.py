@@ -508,7 +508,7 @@ def test_layer_against_float64_reference(case, built):
             got = net.forward(x.astype(dtype), ["out"])["out"]
             assert got.dtype == dtype and got.shape == ref.shape
             np.testing.assert_allclose(got, ref, rtol=0, atol=tol * scale, err_msg=f"{mode} {dtype.__name__}")
-            # One image alone takes other paths in "dl" (layers split between the two workers).
+            # One image alone takes other paths in "dl" (its GEMMs split by 2 BLAS threads, larger bands).
             one = net.forward(x[:1].astype(dtype), ["out"])["out"]
             np.testing.assert_allclose(one, case.ref(x[:1], netdef), rtol=0, atol=tol * scale, err_msg=f"{mode} {dtype.__name__} one image")
 
