@@ -20,7 +20,7 @@ a step's time is summed over the workers that ran it.
 (`tracker.model.ops`: channel-major (O, K) @ (K, P), pixel-major (P, K) @ (K, O)), one
 thread, at 1 and 8 images, and the face CNN's conv3 pixel-major GEMM before and after
 `warm_blas` (see tracker.model.engine.parallel: only meaningful as the process's first BLAS use,
-which it is here).
+which it is here), and two threads' throughput on it with one and with two warm buffers.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import argparse
 import math
 import resource
 import sys
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -147,6 +148,30 @@ def layer_breakdown(net: Net, netdef, x: np.ndarray, seconds: float, cores: int)
     return lines
 
 
+def concurrent_gain(a_shape: tuple[int, int], b_shape: tuple[int, int], calls: int = 200) -> float:
+    """Throughput of two threads each making `calls` single-threaded (a_shape) @ (b_shape)
+    products at once, against one thread making them alone."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(a_shape, dtype=np.float32), rng.standard_normal(b_shape, dtype=np.float32)
+
+    def calls_alone() -> None:
+        out = np.empty((a_shape[0], b_shape[1]), np.float32)
+        for _ in range(calls):
+            np.matmul(a, b, out=out)
+
+    with blas_threads(1):
+        t = time.perf_counter()
+        calls_alone()
+        alone = time.perf_counter() - t
+        pair = [threading.Thread(target=calls_alone) for _ in range(2)]
+        t = time.perf_counter()
+        for thread in pair:
+            thread.start()
+        for thread in pair:
+            thread.join()
+        return 2 * alone / (time.perf_counter() - t)
+
+
 def gemm_orientations(netdef, seconds: float) -> None:
     """Each convolution's GEMM in both orientations, one thread, 1 and 8 images (see --gemms)."""
     conv3 = next(op for op in (O.OPS[layer.type](layer, np.float32, "dl", ls) for layer, ls in
@@ -154,9 +179,13 @@ def gemm_orientations(netdef, seconds: float) -> None:
                  if isinstance(op, O.Convolution) and op.name == "conv3")
     pm = [((math.prod(conv3.out_hw), conv3.k_g), (conv3.k_g, conv3.out_c), "pixel-major")]
     before = time_gemms(pm, seconds)
-    warm_blas()
+    warm_blas(1)
     after = time_gemms(pm, seconds)
     print(f"conv3 pixel-major GEMM {pm[0][0]} @ {pm[0][1]}: {before:.3f} ms before warm_blas, {after:.3f} after")
+    one_buffer = concurrent_gain(pm[0][0], pm[0][1])
+    warm_blas(2)
+    print(f"  two threads at once, throughput against one: {one_buffer:.2f}x with one warm buffer, "
+          f"{concurrent_gain(pm[0][0], pm[0][1]):.2f}x after warm_blas(2)")
     for layer, ls in zip(netdef.layers, S.infer_layer_shapes(netdef, 1)):
         if layer.type != "Convolution":
             continue

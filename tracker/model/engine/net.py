@@ -54,7 +54,7 @@ class Net:
         self._workspace = Workspace(netdef, self._steps if mode == "dl" else (), self.input_name, self.dtype, self.workspace_bytes)
         self._helpers = HelperThreads(self.name)  # "dl": the worker threads besides the caller
         if mode == "dl":
-            warm_blas()
+            warm_blas(max(self._tuner.arms))
 
     # ---------------------------------------------------------------- introspection
 

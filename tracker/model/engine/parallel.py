@@ -44,29 +44,46 @@ def blas_threads(n: int):
         yield
 
 
-_blas_warmed = False
+_blas_warmed = 0  # how many concurrent callers' OpenBLAS buffers have been warmed
 
 
-def warm_blas() -> None:
-    """Run one single-threaded (64, 512) @ (512, 512) float32 GEMM, once per process.
+def warm_blas(callers: int) -> None:
+    """Warm OpenBLAS for up to `callers` threads calling it at once: each of `callers` threads,
+    started together, runs single-threaded (64, 512) @ (512, 512) float32 GEMMs. Once per process
+    for each count.
 
-    Why, measured on the EPYC dev machine with numpy's OpenBLAS 0.3.31 (Haswell kernels): in a
-    fresh process, a single-threaded sgemm whose output has fewer than 512 columns runs 2-3x slower
-    (the face CNN's conv3 as (64, 1200) @ (1200, 96): 0.95-1.05 ms) until one sgemm of at least
-    about 32 x 256 x 512 has run (then 0.35-0.45 ms), and the speed then holds for the process
-    and all its threads (scripts/engine_timing.py; README, "The project's Caffe engine"). Every
-    GEMM of a pixel-major convolution has O <= 512 output columns, so nothing in a forward pass
-    would warm it. The cause inside OpenBLAS is not known; the call costs about 1 ms here.
+    Why, measured on the EPYC dev machine with numpy's OpenBLAS 0.3.31 (Haswell kernels): a
+    single-threaded sgemm whose output has fewer than 512 columns runs 2-3x slower (the face CNN's
+    conv3 as (64, 1200) @ (1200, 96): 0.95-1.15 ms) until one sgemm of at least about
+    32 x 256 x 512 has run on the same OpenBLAS buffer (then 0.35-0.45 ms). OpenBLAS gives each
+    concurrent caller a buffer of its own, so two workers need two warm buffers: warmed one at a
+    time, two threads' concurrent conv3 GEMMs ran at 1.15x the throughput of one; warmed
+    together, at 1.87x (`scripts/engine_timing.py --gemms`). Every GEMM of a pixel-major
+    convolution has at most O output columns, so nothing in a forward pass warms a buffer. The
+    cause inside OpenBLAS is not known. Threads that do not overlap (a busy machine) may share
+    a buffer: then only speed is lost.
     """
     global _blas_warmed
     with _controller_lock:
-        if _blas_warmed:
+        if _blas_warmed >= callers:
             return
-        _blas_warmed = True
+        _blas_warmed = callers
     import numpy as np
 
+    start = threading.Barrier(callers)
+
+    def warm() -> None:
+        a, b = np.ones((64, 512), np.float32), np.ones((512, 512), np.float32)
+        start.wait()
+        for _ in range(4):  # ~1 ms each here: long enough for the callers' GEMMs to overlap
+            np.matmul(a, b)
+
     with blas_threads(1):
-        np.matmul(np.ones((64, 512), np.float32), np.ones((512, 512), np.float32))
+        threads = [threading.Thread(target=warm, name=f"warm-blas-{k}") for k in range(callers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
 
 
 def thread_plan(n: int, cores: int, mixes_images: bool) -> tuple[int, int]:
