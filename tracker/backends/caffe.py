@@ -6,11 +6,11 @@ caffe-openblas     Caffe's own CPU algorithm (configuration A of the study): per
                    `threads` threads; threads=None: 1 or every core, whichever the engine's
                    timing of its own passes finds faster on this machine under its current load.
 caffe-openblas-dl  The same files and results executed for deep-learning shapes (configuration B):
-                   batched im2col into one bounded workspace, one GEMM per layer per chunk with
-                   its output already in the next layer's layout, bias and ReLU fused in place,
-                   single-threaded BLAS with the cores used by worker threads (images split
-                   between them; one image split by rows/outputs per layer); threads=None as
-                   above. See tracker/model/engine/ for the details.
+                   one bounded workspace, im2col in cache-sized bands each followed by its GEMM
+                   in the orientation OpenBLAS runs faster, outputs already in the next layer's
+                   layout, bias and ReLU fused in place; several images split between worker
+                   threads with single-threaded BLAS, one image's GEMMs split by OpenBLAS's own
+                   threads; threads=None as above. See tracker/model/engine/ for the details.
 
 Both read the prototxt and caffemodel of a `ModelSpec` and return the blobs it names.
 Options: `workspace_mb` (caffe-openblas-dl only): the workspace cap in MiB (default 64);
