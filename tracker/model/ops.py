@@ -212,17 +212,11 @@ class Convolution(Op):
                 np.matmul(region.reshape(m, self.k_g), self.weight_pm, out=r)
                 if self.bias is not None:
                     r += self.bias_row
+                if self.fuse_relu:
+                    np.maximum(r, 0, out=r)
             else:  # (C, kh, kw, rows, OW): one pixel per GEMM column
                 np.copyto(region.reshape(self.in_c, *self.kernel, r1 - r0, ow), win[..., r0:r1, :])
-                band_cols = region.reshape(k_all, m)
-                r = res[:, i, r0 * ow : r1 * ow]
-                o_g = self.out_c // self.group
-                for g in range(self.group):
-                    np.matmul(self.weight[g], band_cols[g * self.k_g : (g + 1) * self.k_g], out=r[g * o_g : (g + 1) * o_g])
-                if self.bias is not None:
-                    r += self.bias
-            if self.fuse_relu:
-                np.maximum(r, 0, out=r)
+                self._channel_major_gemm(region.reshape(k_all, m), res[:, i, r0 * ow : r1 * ow])
 
         rows = self.rows_per_band(threads)
         for i in range(n):
@@ -245,16 +239,20 @@ class Convolution(Op):
         p = self.out_hw[0] * self.out_hw[1]
         if out is None:
             out = np.empty((self.out_c, n, *self.out_hw), dtype=self.dtype).transpose(1, 0, 2, 3)
-        res = out.transpose(1, 0, 2, 3).reshape(self.out_c, n * p)
         cols = np.ascontiguousarray(x.transpose(1, 0, 2, 3)).reshape(self.in_c, n * p)
+        self._channel_major_gemm(cols, out.transpose(1, 0, 2, 3).reshape(self.out_c, n * p))
+        return out
+
+    def _channel_major_gemm(self, cols: np.ndarray, r: np.ndarray) -> None:
+        """r (O, m) = the weights (O, C*kh*kw) @ cols (C*kh*kw, m), one GEMM per group, then the
+        bias (and the fused ReLU), in place."""
         o_g = self.out_c // self.group
         for g in range(self.group):
-            np.matmul(self.weight[g], cols[g * self.k_g : (g + 1) * self.k_g], out=res[g * o_g : (g + 1) * o_g])
+            np.matmul(self.weight[g], cols[g * self.k_g : (g + 1) * self.k_g], out=r[g * o_g : (g + 1) * o_g])
         if self.bias is not None:
-            res += self.bias
+            r += self.bias
         if self.fuse_relu:
-            np.maximum(res, 0, out=res)
-        return out
+            np.maximum(r, 0, out=r)
 
 
 def _nhwc_rows(a: np.ndarray, check: bool = True) -> np.ndarray | None:
