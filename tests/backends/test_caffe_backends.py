@@ -143,11 +143,14 @@ def test_caffe_mode_gives_blas_every_core(monkeypatch):
     assert blas == {2} and len(threads) == 1  # Caffe: one thread, OpenBLAS's own threads
 
 
-def test_dl_shares_work_between_cores_without_blas_threads(monkeypatch):
+def test_dl_shares_images_between_workers_and_one_image_between_blas_threads(monkeypatch):
     with create_backend("caffe-openblas-dl", threads=2) as backend:
-        for n in (1, 4):  # one image: bands of rows per layer; several: images per worker
-            blas, threads = _threads_seen(monkeypatch, backend, face_input(n), stall_caller=True)
-            assert blas == {1} and len(threads) == 2, n
+        # several images: chunks claimed by one worker per core, each with single-threaded BLAS
+        blas, threads = _threads_seen(monkeypatch, backend, face_input(4), stall_caller=True)
+        assert blas == {1} and len(threads) == 2
+        # one image: the calling thread alone, its GEMMs split by OpenBLAS's own threads
+        blas, threads = _threads_seen(monkeypatch, backend, face_input(1))
+        assert blas == {2} and threads == {threading.get_ident()}
 
 
 @pytest.mark.parametrize("name", NAMES)
