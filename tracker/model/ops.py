@@ -11,19 +11,18 @@ Two execution modes exist for the layers whose algorithm differs:
 - "caffe": Caffe's algorithm. Convolution runs per image: im2col of one image into one reused
   column buffer, then one GEMM per group, (O/g, C/g*kh*kw) @ (C/g*kh*kw, OH*OW), then the bias.
   1x1 stride-1 unpadded convolutions skip im2col as Caffe does.
-- "dl": the same arithmetic with GEMMs whose results ARE the output blob (handed on as an
-  NCHW-shaped view of its memory, so no transpose is ever copied), with the bias and a following
-  in-place ReLU applied in place on the GEMM output. The GEMM is oriented one of two ways
-  (`Convolution.pixel_major`):
-  - channel-major: one im2col of the whole chunk and one (O, C*kh*kw) @ (C*kh*kw, n*OH*OW) GEMM,
-    the output in (C, N, H, W) memory. Each row of the column buffer is a run of OW input pixels,
-    which suits few input channels (conv1 of the face CNN reads one);
-  - pixel-major: per image, bands of output rows, each an im2col and a (rows*OW, kh*kw*C) @
-    (kh*kw*C, O) GEMM, the output in (N, H, W, C) memory, the input read through an NHWC copy
-    when it is not NHWC already. Each column-buffer row is one patch, copied in runs of kw*C
-    floats, and OpenBLAS runs this orientation faster when O is small: on the EPYC dev machine,
-    single-threaded, the face CNN's conv2 GEMM (O 48, K 576) ran at 32-36 GFLOP/s pixel-major
-    against 24-26 channel-major (`scripts/engine_timing.py --gemms`).
+- "dl": the same arithmetic per image in bands of output rows, each an im2col and a GEMM whose
+  result IS that band of the output blob (handed on as an NCHW-shaped view of its memory, so no
+  transpose is ever copied), with the bias and a following in-place ReLU applied in place on the
+  GEMM output. The GEMM is oriented one of two ways (`Convolution.pixel_major`):
+  - channel-major: (O, C*kh*kw) @ (C*kh*kw, rows*OW), the output in (C, N, H, W) memory. Each row
+    of the column buffer is a run of OW input pixels, which suits few input channels (conv1 of
+    the face CNN reads one);
+  - pixel-major: (rows*OW, kh*kw*C) @ (kh*kw*C, O), the output in (N, H, W, C) memory, the input
+    read through an NHWC copy when it is not NHWC already. Each column-buffer row is one patch,
+    copied in runs of kw*C floats, and OpenBLAS runs this orientation faster when O is small: on
+    the EPYC dev machine, single-threaded, the face CNN's conv2 GEMM (O 48, K 576) ran at 35-43
+    GFLOP/s pixel-major against 24-32 channel-major (`scripts/engine_timing.py --gemms`).
 
 Each type of the one table of layer types (`shapes.LAYER_TYPES`) has its `Op` subclass here, named
 after the type; `OPS` is built from the table, so a type without its operator fails at import.

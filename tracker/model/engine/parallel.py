@@ -57,8 +57,8 @@ def warm_blas(callers: int) -> None:
     conv3 as (64, 1200) @ (1200, 96): 0.95-1.15 ms) until one sgemm of at least about
     32 x 256 x 512 has run on the same OpenBLAS buffer (then 0.35-0.45 ms). OpenBLAS gives each
     concurrent caller a buffer of its own, so two workers need two warm buffers: warmed one at a
-    time, two threads' concurrent conv3 GEMMs ran at 1.15x the throughput of one; warmed
-    together, at 1.87x (`scripts/engine_timing.py --gemms`). Every GEMM of a pixel-major
+    time, two threads' concurrent conv3 GEMMs ran at 1.14-1.19x the throughput of one; warmed
+    together, at 1.79-1.95x (`scripts/engine_timing.py --gemms`). Every GEMM of a pixel-major
     convolution has at most O output columns, so nothing in a forward pass warms a buffer. The
     cause inside OpenBLAS is not known. Threads that do not overlap (a busy machine) may share
     a buffer: then only speed is lost.
