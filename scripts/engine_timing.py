@@ -174,9 +174,9 @@ def concurrent_gain(a_shape: tuple[int, int], b_shape: tuple[int, int], calls: i
 
 def gemm_orientations(netdef, seconds: float) -> None:
     """Each convolution's GEMM in both orientations, one thread, 1 and 8 images (see --gemms)."""
-    conv3 = next(op for op in (O.OPS[layer.type](layer, np.float32, "dl", ls) for layer, ls in
-                               zip(netdef.layers, S.infer_layer_shapes(netdef, 1)))
-                 if isinstance(op, O.Convolution) and op.name == "conv3")
+    convs = [O.Convolution(layer, np.float32, "dl", ls) for layer, ls in zip(netdef.layers, S.infer_layer_shapes(netdef, 1))
+             if layer.type == "Convolution"]
+    conv3 = next(op for op in convs if op.name == "conv3")
     pm = [((math.prod(conv3.out_hw), conv3.k_g), (conv3.k_g, conv3.out_c), "pixel-major")]
     before = time_gemms(pm, seconds)
     warm_blas(1)
@@ -186,10 +186,7 @@ def gemm_orientations(netdef, seconds: float) -> None:
     warm_blas(2)
     print(f"  two threads at once, throughput against one: {one_buffer:.2f}x with one warm buffer, "
           f"{concurrent_gain(pm[0][0], pm[0][1]):.2f}x after warm_blas(2)")
-    for layer, ls in zip(netdef.layers, S.infer_layer_shapes(netdef, 1)):
-        if layer.type != "Convolution":
-            continue
-        op = O.Convolution(layer, np.float32, "dl", ls)
+    for op in convs:
         for n in (1, 8):
             p = n * math.prod(op.out_hw)
             flops = 2 * op.out_c * op.k_g * p
