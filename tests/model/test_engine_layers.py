@@ -254,6 +254,15 @@ CASES = [
     ),
     conv_case("conv-pixel-major-1x1", "num_output: 7 kernel_size: 1", (3, 16, 5, 6)),
     Case(
+        # channel-major 1x1: a chunk's images in one GEMM, its ReLU fused
+        "conv-1x1-relu",
+        'layer { name: "out" type: "Convolution" bottom: "data" top: "out" convolution_param { num_output: 3 kernel_size: 1 } }\n'
+        'layer { name: "r" type: "ReLU" bottom: "out" top: "out" }',
+        (3, 4, 5, 6),
+        lambda x, nd: relu(ref_conv(x, *weights(nd, "out"))),
+        out="r",
+    ),
+    Case(
         # pixel-major -> ReLU -> MAX pooling in (N, H, W, C) memory -> a pixel-major convolution
         # reading that memory without a copy -> AVE pooling -> InnerProduct of NHWC memory
         "pixel-major-chain",
