@@ -636,6 +636,15 @@ def test_dl_chunks_match_caffe_mode(lenet, threads):
         np.testing.assert_allclose(one[name], want[name][5:6], rtol=0, atol=1e-5, err_msg=name)
 
 
+def test_dl_chunks_are_two_per_worker_but_not_below_eight_images(lenet):
+    """Every chunk runs the fully connected layers once, so several workers cut a batch into
+    about two chunks each only while a chunk keeps MIN_SHARED_CHUNK (8) images."""
+    _, netdef = lenet
+    net = Net(netdef, np.float32, "dl", threads=2)
+    assert [net.chunk_size(n) for n in (3, 8, 16, 17, 32, 64)] == [2, 4, 8, 8, 8, 16]
+    assert net.chunk_size(8, cores=1) == 8
+
+
 def test_batch_statistics_are_never_split_into_chunks(built):
     """A layer that mixes images (BatchNorm on the batch's own statistics) must see the whole
     batch even when the workspace would otherwise cut it into per-image chunks and workers."""

@@ -19,6 +19,12 @@ from tracker.model.netdef import NetDef
 from tracker.model.tuning import ThreadTuner, batch_class
 
 MODES = ("caffe", "dl")
+# With several workers, chunks are cut to about two per worker, but not below this many images
+# (unless that leaves a worker idle): every chunk runs the fully connected layers once, and each
+# run reads all their weights (OpenBLAS packs them per call). Single-threaded on the EPYC dev
+# machine, the face CNN's fc1 ((M, 6144) @ (6144, 128)) took 0.37-0.55 ms for M = 2 and
+# 0.54-0.70 for M = 8; at batch 8 on 2 cores, chunks of 4 ran the net 10-16% faster than 2.
+MIN_SHARED_CHUNK = 8
 
 
 class Net:
@@ -74,10 +80,14 @@ class Net:
         """"dl": images per chunk for a batch of n on `cores` cores (default: the most this Net
         uses): what one worker's share of the workspace holds, and with several workers small
         enough that each gets about two chunks (chunks are claimed dynamically, so finer chunks
-        balance the load). A net that mixes images runs its batch as one chunk."""
+        balance the load) but no smaller than MIN_SHARED_CHUNK images unless each worker then
+        gets one. A net that mixes images runs its batch as one chunk."""
         workers = thread_plan(n, cores or max(self._tuner.arms), self._mixes_images)[0]
         chunk = n if self._mixes_images else self._workspace.images_per_chunk(n, workers)
-        return chunk if workers == 1 else max(1, min(chunk, -(-n // (2 * workers))))
+        if workers == 1:
+            return chunk
+        two_each, one_each = -(-n // (2 * workers)), -(-n // workers)
+        return min(chunk, max(two_each, min(one_each, MIN_SHARED_CHUNK)))
 
     @property
     def workspace_nbytes(self) -> int:
