@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""A person-disjoint split of LFW's View 1 training people, to measure the training recipe on LFW
+people the net never saw (a stand-in for LFW's View 1 test people, which ../shared does not hold).
+
+The shipped weights trained on every photo of ../shared/datasets/lfw-devtrain, so `tracker
+eval-faces` on its own pairs is optimistic. This script holds out a share of its people, lays out
+the others for `tracker train` as symbolic links (no photo is copied), and writes pairs files:
+
+    scripts/lfw_person_split.py --out DIR [--share 0.2] [--pairs 500] [--seed 11]
+    tracker train --data DIR/images --data ../shared/datasets/celeba-10k/identity_CelebA_first10000.txt \\
+        --teacher ../shared/datasets/lfw-devtrain/dlib_descriptors.npz \\
+        --pairs DIR/pairsTrainPeople.txt --pairs-images DIR/images --epochs 40 --out DIR/split.caffemodel
+    tracker eval-faces --config CONFIG --pairs DIR/pairsHeldout.txt --images ../shared/datasets/lfw-devtrain/images
+
+(CONFIG: the guard's config with `model.weights` set to DIR/split.caffemodel.)
+
+Held out: `share` of the people with 2 to 50 photos, drawn with Python's `random.Random(seed)`
+(people with more photos stay in training, as most of them are in LFW's own training split).
+DIR/images/<person>: links to every other person's folder. DIR/pairsHeldout.txt: `pairs` matched
+pairs (a held-out person drawn at random, two of their photos) and `pairs` mismatched pairs (two
+held-out people, one photo each), no pair twice. DIR/pairsTrainPeople.txt: the lines of
+pairsDevTrain.txt whose people all train (the threshold is set on them). DIR/heldout_people.txt:
+the held-out names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+LFW = REPO.parent / "shared" / "datasets" / "lfw-devtrain"
+MOST_PHOTOS = 50  # people with more photos than this are never held out
+
+
+def photo_number(name: str) -> int:
+    """LFW's photo number: 3 for 'Aaron_Peirsol_0003.jpg'."""
+    return int(Path(name).stem.rsplit("_", 1)[1])
+
+
+def split(people: dict[str, list[int]], share: float, pairs: int, seed: int):
+    """(held-out names, matched pairs, mismatched pairs) for {person: photo numbers}; ValueError
+    when the held-out people cannot give that many pairs."""
+    rng = random.Random(seed)
+    eligible = [p for p, numbers in people.items() if 2 <= len(numbers) <= MOST_PHOTOS]
+    held = sorted(rng.sample(eligible, int(len(eligible) * share)))
+    if len(held) < 2:
+        raise ValueError(f"--share {share} holds out {len(held)} people; expected at least 2")
+    matched: set[tuple[str, int, int]] = set()
+    mismatched: set[tuple[str, int, str, int]] = set()
+    possible = sum(len(people[p]) * (len(people[p]) - 1) // 2 for p in held)
+    if pairs > possible:
+        raise ValueError(f"--pairs {pairs}: the held-out people have only {possible} matched pairs")
+    while len(matched) < pairs:
+        person = rng.choice(held)
+        a, b = sorted(rng.sample(people[person], 2))
+        matched.add((person, a, b))
+    while len(mismatched) < pairs:
+        p, q = sorted(rng.sample(held, 2))
+        mismatched.add((p, rng.choice(people[p]), q, rng.choice(people[q])))
+    return held, sorted(matched), sorted(mismatched)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--lfw", type=Path, default=LFW, help="the LFW set: images/<person>/<photo> and pairsDevTrain.txt")
+    p.add_argument("--share", type=float, default=0.2, help="share of the people with 2-50 photos held out (0..1)")
+    p.add_argument("--pairs", type=int, default=500, help="matched pairs, and as many mismatched")
+    p.add_argument("--seed", type=int, default=11)
+    args = p.parse_args(argv)
+    if not 0 < args.share < 1:
+        p.error(f"--share {args.share}: expected a number between 0 and 1")
+    if args.pairs < 1:
+        p.error(f"--pairs {args.pairs}: expected a positive number")
+    images = (args.lfw / "images").resolve()
+    if not images.is_dir():
+        p.error(f"--lfw {args.lfw}: no images/ folder; expected LFW's images/<person>/<photo> layout")
+    people = {d.name: sorted(photo_number(f.name) for f in d.iterdir()) for d in sorted(images.iterdir()) if d.is_dir()}
+    try:
+        held, matched, mismatched = split(people, args.share, args.pairs, args.seed)
+    except ValueError as err:
+        p.error(str(err))
+    held_set = set(held)
+    (args.out / "images").mkdir(parents=True, exist_ok=True)
+    for person in people:
+        link = args.out / "images" / person
+        if person not in held_set and not link.exists():
+            link.symlink_to(images / person)
+    lines = [f"{m[0]}\t{m[1]}\t{m[2]}" for m in matched] + [f"{m[0]}\t{m[1]}\t{m[2]}\t{m[3]}" for m in mismatched]
+    (args.out / "pairsHeldout.txt").write_text(f"{args.pairs}\n" + "\n".join(lines) + "\n")
+    train_lines = (args.lfw / "pairsDevTrain.txt").read_text().splitlines()[1:]
+    keep_matched = [line for line in train_lines if len(line.split()) == 3 and line.split()[0] not in held_set]
+    keep_mismatched = [line for line in train_lines
+                       if len(line.split()) == 4 and not {line.split()[0], line.split()[2]} & held_set]
+    (args.out / "pairsTrainPeople.txt").write_text(f"{len(keep_matched)}\n" + "\n".join(keep_matched + keep_mismatched) + "\n")
+    (args.out / "heldout_people.txt").write_text("\n".join(held) + "\n")
+    photos = sum(len(people[person]) for person in held)
+    print(f"{len(people)} people; {len(held)} held out with {photos} photos; {args.pairs} + {args.pairs} held-out pairs; "
+          f"training pairs kept: {len(keep_matched)} matched, {len(keep_mismatched)} mismatched")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

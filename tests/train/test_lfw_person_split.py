@@ -1,0 +1,68 @@
+"""scripts/lfw_person_split.py on a small LFW-shaped folder: the held-out people are absent from the
+training folder and from the training pairs, the held-out pairs are readable by `tracker
+eval-faces`'s reader and name only held-out people, and bad settings exit 2 with one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tracker.verification import read_pairs
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "lfw_person_split.py"
+
+
+def lfw_like(root: Path) -> Path:
+    """20 people with 1-4 photos (empty files: the script reads names only) and a pairsDevTrain.txt
+    naming all of them."""
+    lfw = root / "lfw"
+    counts = {f"Person_{k:02d}": 1 + k % 4 for k in range(20)}
+    for name, count in counts.items():
+        (lfw / "images" / name).mkdir(parents=True)
+        for i in range(1, count + 1):
+            (lfw / "images" / name / f"{name}_{i:04d}.jpg").write_bytes(b"")
+    matched = [f"{n}\t1\t2" for n, c in counts.items() if c >= 2]
+    mismatched = [f"Person_{k:02d}\t1\tPerson_{k + 1:02d}\t1" for k in range(19)]
+    (lfw / "pairsDevTrain.txt").write_text(f"{len(matched)}\n" + "\n".join(matched + mismatched) + "\n")
+    return lfw
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_split_keeps_held_out_people_out_of_training(tmp_path):
+    lfw, out = lfw_like(tmp_path), tmp_path / "split"
+    result = run("--out", str(out), "--lfw", str(lfw), "--share", "0.5", "--pairs", "4")
+    assert result.returncode == 0, result.stderr
+    held = set((out / "heldout_people.txt").read_text().split())
+    trained = {p.name for p in (out / "images").iterdir()}
+    assert len(held) == 7  # half of the 15 people with 2+ photos, rounded down
+    assert not held & trained and len(held | trained) == 20
+    assert all((out / "images" / name).resolve() == (lfw / "images" / name).resolve() for name in trained)
+    pairs = read_pairs(out / "pairsHeldout.txt", lfw / "images")
+    assert len(pairs) == 8 and sum(same for _, _, same in pairs) == 4
+    assert len({(a, b) for a, b, _ in pairs}) == 8
+    for a, b, same in pairs:
+        assert a.parent.name in held and b.parent.name in held
+        assert (a.parent == b.parent) == same and a != b
+    train_pairs = read_pairs(out / "pairsTrainPeople.txt", out / "images")
+    assert train_pairs and all(a.parent.name in trained and b.parent.name in trained for a, b, _ in train_pairs)
+
+
+def test_same_seed_same_split_other_seed_other_split(tmp_path):
+    lfw = lfw_like(tmp_path)
+    texts = []
+    for name, seed in (("a", "3"), ("b", "3"), ("c", "4")):
+        assert run("--out", str(tmp_path / name), "--lfw", str(lfw), "--share", "0.5", "--pairs", "4", "--seed", seed).returncode == 0
+        texts.append((tmp_path / name / "pairsHeldout.txt").read_text())
+    assert texts[0] == texts[1] != texts[2]
+
+
+def test_bad_settings_exit_2_with_one_line(tmp_path):
+    lfw = lfw_like(tmp_path)
+    for args, words in ((["--share", "1.5"], "--share 1.5"), (["--pairs", "1000"], "--pairs 1000"),
+                        (["--lfw", str(tmp_path / "nowhere")], "no images/ folder")):
+        result = run("--out", str(tmp_path / "out"), "--lfw", str(lfw), *args)
+        assert result.returncode == 2 and words in result.stderr.splitlines()[-1], result.stderr
