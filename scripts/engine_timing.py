@@ -3,6 +3,7 @@
 
     .venv/bin/python scripts/engine_timing.py [--batches 1,8,256] [--seconds 1.5] [--modes caffe,dl]
                                               [--threads N] [--workspace-mb 64] [--layers] [--gemms]
+                                              [--against onnxruntime]
 
 Prints, per mode and batch size, the median per-image milliseconds over repeated forward passes
 (at least 3 passes, at most 100, for about --seconds each) and the process's peak RSS so far
@@ -15,6 +16,10 @@ time of those GEMMs alone: the same matrix products on arrays of the same shapes
 orientation, on as many BLAS threads as the engine gives them, so that the rest of the step
 (im2col, bias, ReLU, Python) is the difference. With several worker threads (several images)
 a step's time is summed over the workers that ran it.
+
+--against BACKEND (e.g. onnxruntime) times that backend on the same batches, in alternating rounds
+with the engine (twice --seconds for the pair), and prints the engine's ratio to it: on a shared
+host whose speed drifts, separate runs cannot give that ratio.
 
 --gemms first times the GEMM of every convolution of the face CNN in both orientations
 (`tracker.model.ops`: channel-major (O, K) @ (K, P), pixel-major (P, K) @ (K, O)), one
@@ -38,6 +43,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tracker.backends import create_backend  # noqa: E402
 from tracker.model import ops as O  # noqa: E402
 from tracker.model import shapes as S  # noqa: E402
 from tracker.model.caffe_io import load_net  # noqa: E402
@@ -46,17 +52,34 @@ from tracker.model.engine.parallel import blas_threads, thread_plan, warm_blas  
 from tracker.model.spec import default_model  # noqa: E402
 
 
-def median_ms(fn, seconds: float) -> float:
-    """Median wall milliseconds of fn() over repeated calls (one untimed call first; at least 3
-    timed calls, at most 100, for about `seconds`)."""
-    fn()
+def call_ms(fn, seconds: float) -> list[float]:
+    """Wall milliseconds of repeated timed calls of fn() (at least 3, at most 100, for about
+    `seconds`)."""
     times: list[float] = []
     t_end = time.perf_counter() + seconds
     while (time.perf_counter() < t_end or len(times) < 3) and len(times) < 100:
         t = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - t)
-    return 1000 * float(np.median(times))
+        times.append(1000 * (time.perf_counter() - t))
+    return times
+
+
+def median_ms(fn, seconds: float) -> float:
+    """Median wall milliseconds of fn() over repeated calls (one untimed call first)."""
+    fn()
+    return float(np.median(call_ms(fn, seconds)))
+
+
+def interleaved_medians(fns, seconds: float, rounds: int = 5) -> list[float]:
+    """Median wall milliseconds of each of `fns`, timed in `rounds` alternating rounds of about
+    seconds / rounds each, so that a machine whose speed drifts (a shared host) slows all alike."""
+    for fn in fns:
+        fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for fn, kept in zip(fns, times):
+            kept += call_ms(fn, seconds / rounds)
+    return [float(np.median(kept)) for kept in times]
 
 
 def gemm_shapes(op: O.Op, shapes: S.LayerShapes, mode: str, blas: int) -> list[tuple[tuple[int, int], tuple[int, int], str]]:
@@ -206,6 +229,8 @@ def main() -> None:
     ap.add_argument("--workspace-mb", type=float, default=64)
     ap.add_argument("--layers", action="store_true", help="also each step's time and its GEMMs' time (needs --threads)")
     ap.add_argument("--gemms", action="store_true", help="first, each convolution's GEMM in both orientations")
+    ap.add_argument("--against", metavar="BACKEND",
+                    help="also the engine's ratio to this backend (e.g. onnxruntime), the two timed in alternating rounds")
     a = ap.parse_args()
     if a.layers and a.threads is None:
         ap.error("--layers: needs --threads N (the GEMMs alone are timed on the threads the engine gives them)")
@@ -215,14 +240,21 @@ def main() -> None:
         gemm_orientations(netdef, a.seconds / 2)
     batches = [int(b) for b in a.batches.split(",")]
     x0 = np.random.default_rng(0).standard_normal((max(batches), 1, 88, 88)).astype(np.float32)
+    other = create_backend(a.against, spec, threads=a.threads) if a.against else None
     for mode in a.modes.split(","):
         net = Net(netdef, np.float32, mode, threads=a.threads, workspace_bytes=int(a.workspace_mb * 2**20))
         cells, details = [], []
         for b in batches:
             x = np.ascontiguousarray(x0[:b])
-            ms = median_ms(lambda net=net, x=x: net.forward(x, ["prob", "fc1"]), a.seconds)
+            engine = lambda net=net, x=x: net.forward(x, ["prob", "fc1"])  # noqa: E731
+            if other is None:
+                ms = median_ms(engine, a.seconds)
+                against = ""
+            else:
+                ms, other_ms = interleaved_medians([engine, lambda x=x: other.infer(x)], 2 * a.seconds)
+                against = f" against {a.against} {other_ms / b:.3f}ms = {ms / other_ms:.2f}x"
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            cells.append(f"{b}:{ms / b:.3f}ms(rss {rss:.0f}MB)")
+            cells.append(f"{b}:{ms / b:.3f}ms(rss {rss:.0f}MB){against}")
             if a.layers:
                 details += [f"  {mode} batch {b}: ms per image, by step", *layer_breakdown(net, netdef, x, a.seconds, a.threads)]
         print(f"{mode:6s} " + " ".join(cells), flush=True)
