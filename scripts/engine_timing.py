@@ -3,7 +3,7 @@
 
     .venv/bin/python scripts/engine_timing.py [--batches 1,8,256] [--seconds 1.5] [--modes caffe,dl]
                                               [--threads N] [--workspace-mb 64] [--layers] [--gemms]
-                                              [--against onnxruntime]
+                                              [--elementwise] [--against onnxruntime]
 
 Prints, per mode and batch size, the median per-image milliseconds over repeated forward passes
 (at least 3 passes, at most 100, for about --seconds each) and the process's peak RSS so far
@@ -16,6 +16,10 @@ time of those GEMMs alone: the same matrix products on arrays of the same shapes
 orientation, on as many BLAS threads as the engine gives them, so that the rest of the step
 (im2col, bias, ReLU, Python) is the difference. With several worker threads (several images)
 a step's time is summed over the workers that ran it.
+
+--elementwise first times what the engine's element-wise and chunking choices rest on: the ReLU of
+conv1's output at batch 8 as np.maximum(x, 0) and as tracker.model.layers.relu; conv2's bias
+added over rows of 48 and of 36 x 48 floats; fc1's GEMM on one thread for 1, 2, 4 and 8 images.
 
 --against BACKEND (e.g. onnxruntime) times that backend on the same batches, in alternating rounds
 with the engine (twice --seconds for the pair), and prints the engine's ratio to it: on a shared
@@ -44,6 +48,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tracker.backends import create_backend  # noqa: E402
+from tracker.model import layers as L  # noqa: E402
 from tracker.model import ops as O  # noqa: E402
 from tracker.model import shapes as S  # noqa: E402
 from tracker.model.caffe_io import load_net  # noqa: E402
@@ -220,6 +225,30 @@ def gemm_orientations(netdef, seconds: float) -> None:
             print(f"{op.name} x{n}: " + ", ".join(cells), flush=True)
 
 
+def elementwise_costs(seconds: float) -> None:
+    """The costs behind the element-wise and chunking choices of tracker.model (see --elementwise),
+    on random float32 of the face CNN's shapes, one thread."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 16, 82, 82), dtype=np.float32)  # conv1's output, batch 8
+    scalar = median_ms(lambda: np.maximum(x, 0, out=x), seconds)
+    zeros = median_ms(lambda: L.relu(x, out=x), seconds)
+    print(f"ReLU of conv1's output at batch 8 {x.shape}: np.maximum(x, 0) {scalar:.3f} ms, layers.relu {zeros:.3f} ms")
+    r = rng.standard_normal((36 * 36, 48), dtype=np.float32)  # conv2's pixel-major output, one image
+    bias = rng.standard_normal(48, dtype=np.float32)
+    rows, run = r.reshape(36, 36 * 48), np.tile(bias, 36)
+    narrow = median_ms(lambda: np.add(r, bias, out=r), seconds)
+    wide = median_ms(lambda: np.add(rows, run, out=rows), seconds)
+    print(f"conv2's bias, one image: over rows of 48 {1000 * narrow:.1f} µs, over rows of 36 x 48 {1000 * wide:.1f} µs")
+    w = rng.standard_normal((128, 6144), dtype=np.float32)  # fc1's weights
+    warm_blas(1)
+    with blas_threads(1):
+        cells = []
+        for m in (1, 2, 4, 8):
+            a, out = rng.standard_normal((m, 6144), dtype=np.float32), np.empty((m, 128), np.float32)
+            cells.append(f"M={m} {median_ms(lambda a=a, out=out: np.matmul(a, w.T, out=out), seconds):.3f} ms")
+    print("fc1 (M, 6144) @ (6144, 128), one thread: " + ", ".join(cells), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", default="1,8,256")
@@ -229,6 +258,7 @@ def main() -> None:
     ap.add_argument("--workspace-mb", type=float, default=64)
     ap.add_argument("--layers", action="store_true", help="also each step's time and its GEMMs' time (needs --threads)")
     ap.add_argument("--gemms", action="store_true", help="first, each convolution's GEMM in both orientations")
+    ap.add_argument("--elementwise", action="store_true", help="first, the ReLU, bias and fc1 costs behind the engine's choices")
     ap.add_argument("--against", metavar="BACKEND",
                     help="also the engine's ratio to this backend (e.g. onnxruntime), the two timed in alternating rounds")
     a = ap.parse_args()
@@ -238,6 +268,8 @@ def main() -> None:
     netdef = load_net(spec.prototxt, spec.weights)
     if a.gemms:
         gemm_orientations(netdef, a.seconds / 2)
+    if a.elementwise:
+        elementwise_costs(a.seconds / 2)
     batches = [int(b) for b in a.batches.split(",")]
     x0 = np.random.default_rng(0).standard_normal((max(batches), 1, 88, 88)).astype(np.float32)
     other = create_backend(a.against, spec, threads=a.threads) if a.against else None

@@ -210,8 +210,9 @@ class Convolution(Op):
                 np.copyto(region.reshape(r1 - r0, ow, *self.kernel, self.in_c), win[..., r0:r1, :].transpose(3, 4, 1, 2, 0))
                 r = res[i, r0 * ow : r1 * ow]
                 np.matmul(region.reshape(m, self.k_g), self.weight_pm, out=r)
-                # (rows, OW*O): numpy streams long rows faster (bias: 11 against 33-39 µs for
-                # the face CNN's conv2 image on the EPYC dev machine; ReLU: see L.relu)
+                # (rows, OW*O): numpy streams long rows faster (bias: 22 against 33 µs for the
+                # face CNN's conv2 image on the EPYC dev machine, `engine_timing.py
+                # --elementwise`; ReLU: see L.relu)
                 pixel_rows = r.reshape(r1 - r0, ow * self.out_c)
                 if self.bias_run is not None:
                     pixel_rows += self.bias_run

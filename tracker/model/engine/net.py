@@ -22,8 +22,9 @@ MODES = ("caffe", "dl")
 # With several workers, chunks are cut to about two per worker, but not below this many images
 # (unless that leaves a worker idle): every chunk runs the fully connected layers once, and each
 # run reads all their weights (OpenBLAS packs them per call). Single-threaded on the EPYC dev
-# machine, the face CNN's fc1 ((M, 6144) @ (6144, 128)) took 0.37-0.55 ms for M = 2 and
-# 0.54-0.70 for M = 8; at batch 8 on 2 cores, chunks of 4 ran the net 10-16% faster than 2.
+# machine, the face CNN's fc1 ((M, 6144) @ (6144, 128)) took 0.54-0.69 ms for M = 2 and
+# 0.69-0.90 for M = 8 (`scripts/engine_timing.py --elementwise`); with this and the ReLU of
+# layers.relu, batch 8 on 2 cores went from 1.99-2.23x ONNX Runtime's time to 1.66-1.72x.
 MIN_SHARED_CHUNK = 8
 
 
