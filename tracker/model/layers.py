@@ -167,7 +167,7 @@ def relu(x: np.ndarray, negative_slope: float = 0.0, out: np.ndarray | None = No
     """Caffe ReLU: max(x, 0) + negative_slope * min(x, 0).
 
     The max is taken against zeros shaped like x's last two axes (its last axis for 1-D and
-    2-D x), broadcast over the others: numpy 2.4 runs maximum against a scalar 4-5x slower than
+    2-D x), broadcast over the others: numpy 2.4 runs maximum against a scalar about 5x slower than
     against an array whose rows it streams (the face CNN's conv1 output, (8, 16, 82, 82) float32,
     on the EPYC dev machine: 1.04-1.08 ms against 0.19-0.21, `scripts/engine_timing.py
     --elementwise`). The values are the same, NaN included."""
