@@ -9,7 +9,7 @@ the others for `tracker train` as symbolic links (no photo is copied), and write
     scripts/lfw_person_split.py --out DIR [--share 0.2] [--pairs 500] [--seed 11]
     tracker train --data DIR/images --data ../shared/datasets/celeba-10k/identity_CelebA_first10000.txt \\
         --teacher ../shared/datasets/lfw-devtrain/dlib_descriptors.npz \\
-        --pairs DIR/pairsTrainPeople.txt --pairs-images DIR/images --epochs 40 --out DIR/split.caffemodel \
+        --pairs DIR/pairsTrainPeople.txt --pairs-images DIR/images --epochs 40 --out DIR/split.caffemodel \\
         --work DIR/work    # not train-work: that holds the shipped run's checkpoint
     tracker eval-faces --config CONFIG --pairs DIR/pairsHeldout.txt --images ../shared/datasets/lfw-devtrain/images
 
