@@ -47,10 +47,8 @@ import io
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
-import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -66,6 +64,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from tracker import shared_data  # noqa: E402
 from tracker.arguments import ArgumentParser, positive_int  # noqa: E402
 from tracker.backends import REGISTRY, availability, backend_class, create_backend  # noqa: E402
+from tracker.bench.interleave import time_interleaved  # noqa: E402
 from tracker.errors import TrackerError  # noqa: E402
 from tracker.machine import cores, cpu_model, load_average  # noqa: E402
 from tracker.model.convert import convert  # noqa: E402
@@ -296,33 +295,6 @@ def session_runner(name: str, backend, spec: ModelSpec, n: int) -> Runner | None
 
 
 # ---- timing --------------------------------------------------------------------------------
-
-
-def time_interleaved(variants: dict[str, Runner], x: np.ndarray, seconds: float, rounds: int) -> dict[str, tuple[float, int]]:
-    """Each variant's median seconds per call on `x` and its number of timed calls: {name: (s, calls)}.
-
-    One untimed call each first (it allocates, traces, resizes, packs weights). Then `rounds`
-    rounds; in each, every variant is called back to back for `seconds` (at least once), one
-    variant after the other. The order rotates by one each round, so that no variant always
-    follows the same one (whose caches and threads it would inherit), and a machine that gets
-    busier or quieter during the run slows every variant alike.
-    """
-    for run in variants.values():
-        run(x)
-    names = list(variants)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            run, own = variants[name], times[name]
-            end = time.perf_counter() + seconds
-            while True:
-                start = time.perf_counter()
-                run(x)
-                stop = time.perf_counter()
-                own.append(stop - start)
-                if stop >= end:
-                    break
-    return {name: (statistics.median(ts), len(ts)) for name, ts in times.items()}
 
 
 def ratio(a: float | None, b: float | None) -> float | None:

@@ -21,9 +21,9 @@ a step's time is summed over the workers that ran it.
 conv1's output at batch 8 as np.maximum(x, 0) and as tracker.model.layers.relu; conv2's bias
 added over rows of 48 and of 36 x 48 floats; fc1's GEMM on one thread for 1, 2, 4 and 8 images.
 
---against BACKEND (e.g. onnxruntime) times that backend on the same batches, in alternating rounds
-with the engine (twice --seconds for the pair), and prints the engine's ratio to it: on a shared
-host whose speed drifts, separate runs cannot give that ratio.
+--against BACKEND (e.g. onnxruntime) times that backend on the same batches, in 5 alternating
+rounds with the engine (each of the two for about twice --seconds in all), and prints the engine's
+ratio to it: on a shared host whose speed drifts, separate runs cannot give that ratio.
 
 --gemms first times the GEMM of every convolution of the face CNN in both orientations
 (`tracker.model.ops`: channel-major (O, K) @ (K, P), pixel-major (P, K) @ (K, O)), one
@@ -48,6 +48,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tracker.backends import create_backend  # noqa: E402
+from tracker.bench.interleave import time_interleaved  # noqa: E402
 from tracker.model import layers as L  # noqa: E402
 from tracker.model import ops as O  # noqa: E402
 from tracker.model import shapes as S  # noqa: E402
@@ -57,34 +58,20 @@ from tracker.model.engine.parallel import blas_threads, thread_plan, warm_blas  
 from tracker.model.spec import default_model  # noqa: E402
 
 
-def call_ms(fn, seconds: float) -> list[float]:
-    """Wall milliseconds of repeated timed calls of fn() (at least 3, at most 100, for about
-    `seconds`)."""
+def median_ms(fn, seconds: float) -> float:
+    """Median wall milliseconds of fn() over repeated calls (one untimed call first; at least 3
+    timed calls, at most 100, for about `seconds`)."""
+    fn()
     times: list[float] = []
     t_end = time.perf_counter() + seconds
     while (time.perf_counter() < t_end or len(times) < 3) and len(times) < 100:
         t = time.perf_counter()
         fn()
-        times.append(1000 * (time.perf_counter() - t))
-    return times
+        times.append(time.perf_counter() - t)
+    return 1000 * float(np.median(times))
 
 
-def median_ms(fn, seconds: float) -> float:
-    """Median wall milliseconds of fn() over repeated calls (one untimed call first)."""
-    fn()
-    return float(np.median(call_ms(fn, seconds)))
-
-
-def interleaved_medians(fns, seconds: float, rounds: int = 5) -> list[float]:
-    """Median wall milliseconds of each of `fns`, timed in `rounds` alternating rounds of about
-    seconds / rounds each, so that a machine whose speed drifts (a shared host) slows all alike."""
-    for fn in fns:
-        fn()
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(rounds):
-        for fn, kept in zip(fns, times):
-            kept += call_ms(fn, seconds / rounds)
-    return [float(np.median(kept)) for kept in times]
+AGAINST_ROUNDS = 5  # --against: rounds over the engine and the other backend
 
 
 def gemm_shapes(op: O.Op, shapes: S.LayerShapes, mode: str, blas: int) -> list[tuple[tuple[int, int], tuple[int, int], str]]:
@@ -278,12 +265,13 @@ def main() -> None:
         cells, details = [], []
         for b in batches:
             x = np.ascontiguousarray(x0[:b])
-            engine = lambda net=net, x=x: net.forward(x, ["prob", "fc1"])  # noqa: E731
             if other is None:
-                ms = median_ms(engine, a.seconds)
+                ms = median_ms(lambda net=net, x=x: net.forward(x, ["prob", "fc1"]), a.seconds)
                 against = ""
             else:
-                ms, other_ms = interleaved_medians([engine, lambda x=x: other.infer(x)], 2 * a.seconds)
+                timed = time_interleaved({"engine": lambda x, net=net: net.forward(x, ["prob", "fc1"]),
+                                          a.against: other.infer}, x, 2 * a.seconds / AGAINST_ROUNDS, AGAINST_ROUNDS)
+                ms, other_ms = 1000 * timed["engine"][0], 1000 * timed[a.against][0]
                 against = f" against {a.against} {other_ms / b:.3f}ms = {ms / other_ms:.2f}x"
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             cells.append(f"{b}:{ms / b:.3f}ms(rss {rss:.0f}MB){against}")
