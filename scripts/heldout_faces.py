@@ -2,13 +2,16 @@
 """Evaluation data of people the shipped face CNN never saw, for `tracker eval-faces`.
 
 CelebA's first 10,000 images (../shared/datasets/celeba-10k) hold 5,430 identities; `tracker train`
-used only the photos of the identities among fc2's classes (the weights' card lists them), so the
-other identities' photos were never in training. This script lays those people out as LFW does,
-as symbolic links (no photo is copied), and writes an LFW-format pairs file:
+trains a photo only when it is of one of fc2's classes (the weights' card lists them) or has a
+teacher descriptor, so the other identities' photos were never in training. This script lays those
+people out as LFW does, as symbolic links (no photo is copied), and writes an LFW-format pairs file:
 
-    scripts/heldout_faces.py --out DIR [--pairs 1000] [--seed 0]
+    scripts/heldout_faces.py --out DIR [--pairs 1000] [--seed 0] [--teacher NPZ]...
     tracker eval-faces --pairs DIR/pairs.txt --images DIR/images      # verification
     tracker eval-faces --folder DIR/people3 --enroll 2                  # identification, 3+ photos each
+
+`--teacher`: a teacher file the weights trained with that covers CelebA photos (made by
+`scripts/teacher_descriptors.py`); every person with a photo in it is left out too.
 
 DIR/images/<id>/<id>_NNNN.jpg: every held-out identity with two or more photos; DIR/people3: those
 with three or more. Pairs: N matched pairs (two photos of one person, persons drawn in turn) and N
@@ -35,14 +38,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--card", type=Path, default=REPO / "models" / "face_cnn.caffemodel.json")
     p.add_argument("--pairs", type=int, default=1000, help="matched pairs, and as many mismatched")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--teacher", type=Path, action="append", default=[],
+                   help="a teacher file of CelebA photos the weights trained on")
     args = p.parse_args(argv)
     trained = {c.split(":", 1)[1] for c in json.loads(args.card.read_text())["classes"] if c.startswith("celeba-10k:")}
+    distilled = set()
+    for teacher in args.teacher:
+        with np.load(teacher) as data:
+            distilled.update(str(path) for path in data["paths"])
     people: dict[str, list[str]] = {}
     for line in (CELEBA / "identity_CelebA_first10000.txt").read_text().splitlines()[1:]:
         image, identity = line.split()
-        if identity not in trained:
-            people.setdefault(identity, []).append(image)
-    people = {k: v for k, v in people.items() if len(v) >= 2}
+        if image in distilled:
+            trained.add(identity)
+        people.setdefault(identity, []).append(image)
+    people = {k: v for k, v in people.items() if k not in trained and len(v) >= 2}
     for folder, least in (("images", 2), ("people3", 3)):
         for identity, images in people.items():
             if len(images) < least:

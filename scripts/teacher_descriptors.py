@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""dlib's 128-d face descriptor of every photo of a data set: a teacher file for `tracker train`.
+
+../shared/datasets/lfw-devtrain ships such a file for its photos; this script makes one for any
+other data set `tracker train` reads (a `<person>/<image>` folder or an `image identity` list),
+the way that file was made (../shared/datasets/README.md): dlib's HOG detector, the face nearest
+the photo's centre (a centred box when it finds none, counted in `dlib_face_found`), dlib's 5-point
+landmarks, and the ResNet descriptor of the 150 x 150 chip they align:
+
+    scripts/teacher_descriptors.py DATA --out NPZ [--hold-out 0.25] [--seed 0] [--upsample 1]
+
+`--hold-out SHARE` leaves SHARE of the data set's people out of the file, drawn with Python's
+`random.Random(seed)`, and writes their names to NPZ's name + `.held-out.txt`: `tracker train`
+trains only photos that have a teacher descriptor or belong to fc2's classes, so those people
+stay unseen unless they become a class (`scripts/heldout_faces.py --teacher NPZ` leaves the
+classes and every person of the file out of its evaluation set).
+
+The NPZ holds `paths` (str, relative to the data set's folder, as `tracker train` looks them up),
+`descriptor` (float32 (N, 128), not normalised: lengths of 1.3-1.6, as in the shipped LFW file, whose
+descriptors this reproduces to a cosine of 0.998-1.0; the targets are built from both together) and
+`dlib_face_found` (bool (N,)). `--upsample`: the
+HOG detector's upsampling passes (1 finds faces from about 40 px wide; CelebA's are 40-50 px).
+
+Training-time only, x86-64 is enough: needs `dlib-bin` and `face_recognition_models` (the `teacher`
+extra). The latter's `import` fails without `pkg_resources`, so its model files are found by path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import random
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tracker.errors import InputError  # noqa: E402
+from tracker.files import atomic_write  # noqa: E402
+from tracker.train.data import list_samples  # noqa: E402
+
+PREDICTOR = "shape_predictor_5_face_landmarks.dat"
+RESNET = "dlib_face_recognition_resnet_model_v1.dat"
+
+
+def model_file(name: str) -> Path:
+    """A model file of the face_recognition_models package, found without importing it."""
+    spec = importlib.util.find_spec("face_recognition_models")
+    if spec is None or not spec.submodule_search_locations:
+        raise InputError("teacher: package face_recognition_models is not installed; expected "
+                         "pip install '.[teacher]' (training-time only)")
+    return Path(list(spec.submodule_search_locations)[0]) / "models" / name
+
+
+class Teacher:
+    """dlib's detector, 5-point landmarks and ResNet descriptor, on RGB uint8 (H, W, 3) photos."""
+
+    def __init__(self, upsample: int):
+        try:
+            import dlib
+        except ImportError:
+            raise InputError("teacher: package dlib is not installed; expected pip install '.[teacher]' "
+                             "(dlib-bin, training-time only)") from None
+        self.dlib = dlib
+        self.upsample = upsample
+        self.detector = dlib.get_frontal_face_detector()
+        self.landmarks = dlib.shape_predictor(str(model_file(PREDICTOR)))
+        self.resnet = dlib.face_recognition_model_v1(str(model_file(RESNET)))
+
+    def face_box(self, rgb: np.ndarray):
+        """(dlib rectangle, found): the detected face nearest the centre, else the centred square
+        of half the shorter side (the face of a photo framed around it, as LFW's and CelebA's are)."""
+        h, w = rgb.shape[:2]
+        faces = list(self.detector(rgb, self.upsample))
+        if faces:
+            return min(faces, key=lambda r: (r.center().x - w / 2) ** 2 + (r.center().y - h / 2) ** 2), True
+        side = min(h, w) // 2
+        left, top = (w - side) // 2, (h - side) // 2
+        return self.dlib.rectangle(left, top, left + side, top + side), False
+
+    def describe(self, rgb: np.ndarray) -> tuple[np.ndarray, bool]:
+        """(descriptor (128,) float32 as dlib gives it, whether the detector found the face)."""
+        box, found = self.face_box(rgb)
+        return np.asarray(self.resnet.compute_face_descriptor(rgb, self.landmarks(rgb, box)), np.float32), found
+
+
+def held_out_people(people: list[str], share: float, seed: int) -> set[str]:
+    """`share` of the distinct `people`, drawn with random.Random(seed) from their sorted list."""
+    distinct = sorted(set(people))
+    return set(random.Random(seed).sample(distinct, int(len(distinct) * share)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("data", type=Path, help="a <person>/<image> folder or an 'image identity' list file")
+    p.add_argument("--out", type=Path, required=True, help="the teacher file to write (.npz)")
+    p.add_argument("--hold-out", type=float, default=0.0, help="share of the people left out (0 to 1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--upsample", type=int, default=1)
+    args = p.parse_args(argv)
+    try:
+        if not 0.0 <= args.hold_out < 1.0:
+            raise InputError(f"teacher: --hold-out {args.hold_out}; expected a share from 0 up to (not including) 1")
+        if args.upsample not in (0, 1, 2):
+            raise InputError(f"teacher: --upsample {args.upsample}; expected 0, 1 or 2")
+        samples = list_samples(args.data)
+        root = args.data if args.data.is_dir() else args.data.parent
+        held = held_out_people([s.identity for s in samples], args.hold_out, args.seed)
+        teacher = Teacher(args.upsample)
+    except InputError as err:
+        print(err, file=sys.stderr)
+        return 2
+    from tqdm import tqdm
+
+    paths, descriptors, found, unreadable = [], [], [], []
+    for sample in tqdm([s for s in samples if s.identity not in held], desc="dlib descriptors", unit="photo"):
+        bgr = cv2.imread(str(sample.path), cv2.IMREAD_COLOR)
+        if bgr is None:
+            unreadable.append(str(sample.path))
+            continue
+        descriptor, face_found = teacher.describe(np.ascontiguousarray(bgr[:, :, ::-1]))
+        paths.append(sample.path.relative_to(root).as_posix())
+        descriptors.append(descriptor)
+        found.append(face_found)
+    if not descriptors:
+        print(f"teacher: no readable photo in {str(args.data)!r}; expected images dlib can describe", file=sys.stderr)
+        return 2
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:  # a file object: np.savez would add ".npz" to a path
+            np.savez(f, paths=np.array(paths), descriptor=np.stack(descriptors), dlib_face_found=np.array(found))
+
+    atomic_write(args.out, write)
+    if args.hold_out:
+        names = sorted(i.split(":", 1)[1] for i in held)
+        Path(f"{args.out}.held-out.txt").write_text("".join(f"{n}\n" for n in names), encoding="utf-8")
+    print(f"teacher: {len(paths)} photos described ({sum(found)} faces found by dlib, the others a centred "
+          f"box), {len(held)} people held out, {len(unreadable)} unreadable -> {args.out}")
+    for path in unreadable:
+        print(f"teacher: unreadable, left out: {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
