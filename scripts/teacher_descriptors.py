@@ -7,7 +7,7 @@ the way that file was made (../shared/datasets/README.md): dlib's HOG detector, 
 the photo's centre (a centred box when it finds none, counted in `dlib_face_found`), dlib's 5-point
 landmarks, and the ResNet descriptor of the 150 x 150 chip they align:
 
-    scripts/teacher_descriptors.py DATA --out NPZ [--hold-out 0.25] [--seed 0] [--upsample 1]
+    scripts/teacher_descriptors.py DATA --out NPZ [--hold-out 0.25] [--seed 0] [--upsample 1] [--jobs 2]
 
 `--hold-out SHARE` leaves SHARE of the data set's people out of the file, drawn with Python's
 `random.Random(seed)`, and writes their names to NPZ's name + `.held-out.txt`: `tracker train`
@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import multiprocessing
 import random
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import cv2
@@ -88,6 +90,18 @@ class Teacher:
         return np.asarray(self.resnet.compute_face_descriptor(rgb, self.landmarks(rgb, box)), np.float32), found
 
 
+_teacher: Teacher | None = None  # the process's teacher; forked --jobs workers inherit it
+
+
+def _describe_file(path: Path) -> tuple[np.ndarray, bool] | None:
+    """Teacher.describe of one photo file; None when OpenCV cannot read it."""
+    assert _teacher is not None, "main() sets the teacher before the first photo"
+    bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    if bgr is None:
+        return None
+    return _teacher.describe(np.ascontiguousarray(bgr[:, :, ::-1]))
+
+
 def held_out_people(people: list[str], share: float, seed: int) -> set[str]:
     """`share` of the distinct `people`, drawn with random.Random(seed) from their sorted list."""
     distinct = sorted(set(people))
@@ -101,31 +115,37 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hold-out", type=float, default=0.0, help="share of the people left out (0 to 1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--upsample", type=int, default=1)
+    p.add_argument("--jobs", type=int, default=1, help="processes (dlib describes on one core each)")
     args = p.parse_args(argv)
+    global _teacher
     try:
         if not 0.0 <= args.hold_out < 1.0:
             raise InputError(f"teacher: --hold-out {args.hold_out}; expected a share from 0 up to (not including) 1")
+        if args.jobs < 1:
+            raise InputError(f"teacher: --jobs {args.jobs}; expected 1 or more processes")
         if args.upsample not in (0, 1, 2):
             raise InputError(f"teacher: --upsample {args.upsample}; expected 0, 1 or 2")
         samples = list_samples(args.data)
         root = args.data if args.data.is_dir() else args.data.parent
         held = held_out_people([s.identity for s in samples], args.hold_out, args.seed)
-        teacher = Teacher(args.upsample)
+        _teacher = Teacher(args.upsample)
     except InputError as err:
         print(err, file=sys.stderr)
         return 2
     from tqdm import tqdm
 
+    todo = [s for s in samples if s.identity not in held]
+    files = [s.path for s in todo]
     paths, descriptors, found, unreadable = [], [], [], []
-    for sample in tqdm([s for s in samples if s.identity not in held], desc="dlib descriptors", unit="photo"):
-        bgr = cv2.imread(str(sample.path), cv2.IMREAD_COLOR)
-        if bgr is None:
-            unreadable.append(str(sample.path))
-            continue
-        descriptor, face_found = teacher.describe(np.ascontiguousarray(bgr[:, :, ::-1]))
-        paths.append(sample.path.relative_to(root).as_posix())
-        descriptors.append(descriptor)
-        found.append(face_found)
+    with (multiprocessing.get_context("fork").Pool(args.jobs) if args.jobs > 1 else nullcontext()) as pool:
+        results = pool.imap(_describe_file, files, chunksize=8) if pool is not None else map(_describe_file, files)
+        for sample, result in zip(todo, tqdm(results, total=len(todo), desc="dlib descriptors", unit="photo")):
+            if result is None:
+                unreadable.append(str(sample.path))
+                continue
+            paths.append(sample.path.relative_to(root).as_posix())
+            descriptors.append(result[0])
+            found.append(result[1])
     if not descriptors:
         print(f"teacher: no readable photo in {str(args.data)!r}; expected images dlib can describe", file=sys.stderr)
         return 2

@@ -20,10 +20,11 @@ def run(script: str, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def johns_teacher(testdata, tmp_path_factory):
-    """The teacher file of the johns with 2 of the 5 held out: (npz path, the johns' folder)."""
+    """The teacher file of the johns with 2 of the 5 held out, described by two processes: (npz path,
+    the johns' folder)."""
     johns = testdata / "faces" / "dlib" / "johns"
     out = tmp_path_factory.mktemp("teacher") / "johns.npz"
-    result = run("teacher_descriptors.py", str(johns), "--out", str(out), "--hold-out", "0.4", "--seed", "3")
+    result = run("teacher_descriptors.py", str(johns), "--out", str(out), "--hold-out", "0.4", "--seed", "3", "--jobs", "2")
     assert result.returncode == 0, result.stderr
     assert "2 people held out" in result.stdout
     return out, johns
@@ -89,7 +90,8 @@ def test_heldout_faces_leaves_out_every_person_of_a_teacher_file(tmp_path, testd
 
 def test_bad_settings_are_one_line_and_exit_2(tmp_path, testdata):
     johns = testdata / "faces" / "dlib" / "johns"
-    for args, expected in ((["--hold-out", "1.5"], "--hold-out 1.5"), (["--upsample", "5"], "--upsample 5")):
+    for args, expected in ((["--hold-out", "1.5"], "--hold-out 1.5"), (["--upsample", "5"], "--upsample 5"),
+                           (["--jobs", "0"], "--jobs 0")):
         result = run("teacher_descriptors.py", str(johns), "--out", str(tmp_path / "t.npz"), *args)
         assert result.returncode == 2 and result.stderr.count("\n") == 1 and expected in result.stderr
     missing = run("teacher_descriptors.py", str(tmp_path / "nowhere"), "--out", str(tmp_path / "t.npz"))
