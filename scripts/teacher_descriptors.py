@@ -149,16 +149,20 @@ def main(argv: list[str] | None = None) -> int:
     if not descriptors:
         print(f"teacher: no readable photo in {str(args.data)!r}; expected images dlib can describe", file=sys.stderr)
         return 2
-    args.out.parent.mkdir(parents=True, exist_ok=True)
 
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as f:  # a file object: np.savez would add ".npz" to a path
             np.savez(f, paths=np.array(paths), descriptor=np.stack(descriptors), dlib_face_found=np.array(found))
 
-    atomic_write(args.out, write)
-    if args.hold_out:
-        names = sorted(i.split(":", 1)[1] for i in held)
-        Path(f"{args.out}.held-out.txt").write_text("".join(f"{n}\n" for n in names), encoding="utf-8")
+    try:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(args.out, write)
+        if args.hold_out:
+            names = sorted(i.split(":", 1)[1] for i in held)
+            atomic_write(Path(f"{args.out}.held-out.txt"), "".join(f"{n}\n" for n in names).encode())
+    except OSError as err:
+        print(f"teacher: cannot write {str(args.out)!r} ({err}); expected a writable file path", file=sys.stderr)
+        return 2
     print(f"teacher: {len(paths)} photos described ({sum(found)} faces found by dlib, the others a centred "
           f"box), {len(held)} people held out, {len(unreadable)} unreadable -> {args.out}")
     for path in unreadable:

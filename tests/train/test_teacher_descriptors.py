@@ -97,3 +97,6 @@ def test_bad_settings_are_one_line_and_exit_2(tmp_path, testdata):
     missing = run("teacher_descriptors.py", str(tmp_path / "nowhere"), "--out", str(tmp_path / "t.npz"))
     assert missing.returncode == 2 and "nowhere" in missing.stderr and "Traceback" not in missing.stderr
     assert not (tmp_path / "t.npz").exists()
+    (tmp_path / "a_file").write_text("")
+    unwritable = run("teacher_descriptors.py", str(johns), "--hold-out", "0.8", "--out", str(tmp_path / "a_file" / "t.npz"))
+    assert unwritable.returncode == 2 and "a_file" in unwritable.stderr and "Traceback" not in unwritable.stderr
