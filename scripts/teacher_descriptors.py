@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO))
 
 from tracker.errors import InputError  # noqa: E402
 from tracker.files import atomic_write  # noqa: E402
-from tracker.train.data import list_samples  # noqa: E402
+from tracker.train.data import data_root, list_samples  # noqa: E402
 
 PREDICTOR = "shape_predictor_5_face_landmarks.dat"
 RESNET = "dlib_face_recognition_resnet_model_v1.dat"
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.upsample not in (0, 1, 2):
             raise InputError(f"teacher: --upsample {args.upsample}; expected 0, 1 or 2")
         samples = list_samples(args.data)
-        root = args.data if args.data.is_dir() else args.data.parent
+        root = data_root(args.data)
         held = held_out_people([s.identity for s in samples], args.hold_out, args.seed)
         _teacher = Teacher(args.upsample)
     except InputError as err:

@@ -209,7 +209,7 @@ def train_command(argv: list[str]) -> int:
     from tracker.model.caffe_io import load_net, write_caffemodel
     from tracker.model.convert.graph import lower
     from tracker.model.face_cnn import he_weights
-    from tracker.train.data import CropCache, definition_key, list_samples, load_crops
+    from tracker.train.data import CropCache, data_root, definition_key, list_samples, load_crops
     from tracker.train.net import TrainableNet, export_netdef
     from tracker.train.teacher import read_teacher, split_pca_targets
 
@@ -248,7 +248,7 @@ def train_command(argv: list[str]) -> int:
             c, kept, missed = load_crops(set_samples, detector, cache, progress=bar.update)
             parts.append(c)
             samples += kept
-            roots += [root if root.is_dir() else root.parent] * len(kept)
+            roots += [data_root(root)] * len(kept)
             left_out += missed
     crops = np.concatenate(parts)
     print(f"train: {len(samples)} photos with a central face ({crop_name} crops), {left_out} left out "

@@ -84,6 +84,13 @@ def list_samples(source: Path) -> list[Sample]:
     return samples
 
 
+def data_root(source: Path) -> Path:
+    """The folder a data set's photos are named relative to in a teacher file: the `<person>/<image>`
+    folder itself, or an `image identity` list's folder."""
+    source = Path(source)
+    return source if source.is_dir() else source.parent
+
+
 def definition_key(detector: FaceDetector, detect_config) -> str:
     """What makes two crops of one photo the same: crop definition and size, detector, its settings
     and its model file (by name and size: the detectors check the sha256 at load)."""
