@@ -26,14 +26,12 @@ import numpy as np
 import pytest
 from test_pipeline_e2e import isolated_env, tracker_command
 
-from tracker.backends import create_backend
 from tracker.cli import main
 from tracker.config import load_config
 from tracker.crops import crop_batch, crop_definition
 from tracker.detect import create_detector
-from tracker.enroll import chip_face
-from tracker.identity import UNKNOWN, Gallery, IdentityVotes, file_sha256, identity_threshold
-from tracker.model.spec import ModelSpec
+from tracker.enroll import chip_face, open_backend
+from tracker.identity import UNKNOWN, Gallery, IdentityVotes, embeddings_key, file_sha256, identity_threshold
 
 ENROLLED_PER_PERSON = 6
 
@@ -71,12 +69,12 @@ def enrolled(tmp_path_factory, johns):
 
 def test_enroll_cli_writes_each_person(enrolled, johns):
     tmp, config, outputs = enrolled
-    sha = file_sha256(load_config(config).model.weights)
+    key = f"{file_sha256(load_config(config).model.weights)}+mirror-mean"  # the shipped card's embedding
     for name, proc in outputs.items():
         assert proc.returncode == 0, proc.stderr
         assert f"enrolled {name!r} from {ENROLLED_PER_PERSON} image(s) (0 skipped)" in proc.stdout
         with np.load(tmp / "state" / "people" / f"{name}.npz") as data:
-            assert int(data["count"]) == ENROLLED_PER_PERSON and str(data["model"]) == sha
+            assert int(data["count"]) == ENROLLED_PER_PERSON and str(data["model"]) == key
             assert str(data["crop"]) == "aligned-v1"  # the default detector gives landmarks
             assert data["chips"].shape == (ENROLLED_PER_PERSON, 88, 88)  # kept for --refresh
             mean = data["mean"]
@@ -90,13 +88,12 @@ def _held_out_matches(config_path: Path, johns, people=None) -> dict[str, list[t
     (default: everyone enrolled), as the guard matches faces: name -> [(match, similarity)]."""
     config = load_config(config_path)
     detector = create_detector(config.detect)
-    gallery = Gallery.load(config.resolved_state_dir(), file_sha256(config.model.weights), identity_threshold(config),
+    gallery = Gallery.load(config.resolved_state_dir(), embeddings_key(config), identity_threshold(config),
                            crop_definition(detector.gives_landmarks))
     if people is not None:
         keep = [i for i, n in enumerate(gallery.names) if n in people]
         gallery = Gallery(tuple(gallery.names[i] for i in keep), gallery.means[keep], gallery.threshold)
-    backend = create_backend(config.backend.name, ModelSpec(config.model.prototxt, config.model.weights,
-                                                            config.model.probs, config.model.embedding))
+    backend = open_backend(config)  # embeds as the guard does: mirror-mean, as the shipped card says
     try:
         results = {}
         for name, files in johns.items():
@@ -146,9 +143,10 @@ def test_enrol_with_yunet_aligns_the_chips_and_records_it(tmp_path, johns):
     with np.load(tmp_path / "state" / "people" / "John_Simm.npz") as data:
         assert str(data["crop"]) == "aligned-v1"
     loaded = load_config(config)
-    sha = file_sha256(loaded.model.weights)
-    assert Gallery.load(loaded.resolved_state_dir(), sha, 0.5, "aligned-v1").names == ("John_Simm",)
-    assert Gallery.load(loaded.resolved_state_dir(), sha, 0.5, "box-v1").names == ()  # never mixed
+    key = embeddings_key(loaded)
+    assert Gallery.load(loaded.resolved_state_dir(), key, 0.5, "aligned-v1").names == ("John_Simm",)
+    assert Gallery.load(loaded.resolved_state_dir(), key, 0.5, "box-v1").names == ()  # never mixed
+    assert Gallery.load(loaded.resolved_state_dir(), file_sha256(loaded.model.weights), 0.5, "aligned-v1").names == ()
 
 
 @pytest.fixture
@@ -239,7 +237,7 @@ def test_refresh_recomputes_people_for_new_weights_from_their_kept_crops(tmp_pat
     assert "cannot recompute legacy" in proc.stdout
     shipped = load_config(new).model.weights
     with np.load(tmp_path / "state" / "people" / "simm.npz") as data:
-        assert str(data["model"]) == file_sha256(shipped) and data["chips"].shape == (3, 88, 88)
+        assert str(data["model"]) == f"{file_sha256(shipped)}+mirror-mean" and data["chips"].shape == (3, 88, 88)
         refreshed = data["mean"]
     fresh = tmp_path / "fresh"
     fresh.mkdir()

@@ -72,10 +72,10 @@ def test_pairs_json_has_the_documented_figures(tmp_path, lfw):
     proc = eval_faces(tmp_path, yunet_config(tmp_path), "--pairs", pairs, "--images", lfw, "--json", out)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
-    assert set(report) == {"backend", "precision", "detector", "pairs_file", "pairs_left_out", "pairs", *RATES,
+    assert set(report) == {"backend", "precision", "embedding", "detector", "pairs_file", "pairs_left_out", "pairs", *RATES,
                            "accuracy_std", "threshold_far_1pct", "threshold_far_0.1pct", "threshold"}
     assert report["pairs"] == len(PAIRS) + len(MISMATCHED) and report["pairs_left_out"] == 0
-    assert report["pairs_file"] == str(pairs) and report["detector"] == "yunet"
+    assert report["pairs_file"] == str(pairs) and report["detector"] == "yunet" and report["embedding"] == "mirror-mean"
     assert all(0.0 <= report[key] <= 1.0 for key in RATES)
     assert -1.0 <= report["threshold"] <= 1.0
     assert f"wrote {out}" in proc.stderr

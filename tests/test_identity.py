@@ -32,6 +32,24 @@ def test_people_enrolled_with_other_weights_are_skipped(tmp_path, caplog):
     assert "other model weights" in caplog.text
 
 
+def test_the_embeddings_key_names_the_weights_and_how_their_card_embeds(tmp_path):
+    """People enrolled with the same bytes but another embedding recipe are not comparable: the
+    key tells them apart, so the guard recomputes them (refresh_people) rather than mixing."""
+    from tracker.config import parse_config
+    from tracker.identity import embeddings_key, file_sha256
+    from tracker.model.card import write_card
+
+    weights = tmp_path / "w.caffemodel"
+    weights.write_bytes(b"weights")
+    config = parse_config({"model": {"weights": str(weights)}})
+    sha256 = file_sha256(weights)
+    assert embeddings_key(config) == sha256  # no card: one pass
+    write_card(weights, {"weights_sha256": sha256, "embedding": "mirror-mean"})
+    assert embeddings_key(config) == f"{sha256}+mirror-mean"
+    save_person(tmp_path, "ann", np.ones((1, 4)), sha256, "box-v1", np.zeros((1, 1, 88, 88), np.float32))
+    assert Gallery.load(tmp_path, embeddings_key(config), threshold=0.5, crop="box-v1").names == ()
+
+
 def test_people_enrolled_from_another_crop_definition_are_never_mixed(tmp_path, caplog):
     save_person(tmp_path, "ann", np.ones((1, 4)), "sha-A", "box-v1")
     save_person(tmp_path, "bob", np.ones((1, 4)), "sha-A", "aligned-v1")

@@ -21,11 +21,12 @@ import cv2
 import numpy as np
 
 from tracker.backends import create_backend
+from tracker.backends.mirror import embedder
 from tracker.config import Config, load_config
 from tracker.crops import CROP_MARGIN, crop_batch, crop_definition
 from tracker.detect import FaceDetector, create_detector
 from tracker.errors import InputError
-from tracker.identity import file_sha256, kept_crops, refresh_people, save_person, validate_name
+from tracker.identity import embeddings_key, kept_crops, refresh_people, save_person, validate_name
 from tracker.preflight import prepare_state_dir
 from tracker.types import Box, Detection
 
@@ -127,23 +128,28 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
     finally:
         if own_backend:
             backend.close()
-    path = save_person(config.resolved_state_dir(), name, embeddings, file_sha256(config.model.weights), crop, batch)
+    path = save_person(config.resolved_state_dir(), name, embeddings, embeddings_key(config), crop, batch)
     return path, len(crops), len(files) - len(crops)
 
 
 def open_backend(config: Config, name: str | None = None, precision: str | None = None):
-    """The config's backend (or backend `name`, at `precision`) for its model files; the caller
-    closes it."""
+    """The config's backend (or backend `name`, at `precision`) for its model files, embedding
+    faces as the weights' card says (tracker.backends.mirror); the caller closes it."""
     model = config.model.spec()
-    return create_backend(name or config.backend.name, model, precision=precision or config.backend.precision,
-                          threads=config.backend.threads)
+    backend = create_backend(name or config.backend.name, model, precision=precision or config.backend.precision,
+                             threads=config.backend.threads)
+    try:  # created first: it refuses missing or mismatched weights with one line, before they are hashed
+        return embedder(backend, config.model.weights)
+    except BaseException:
+        backend.close()
+        raise
 
 
 def refresh(config: Config, detector: FaceDetector, backend, report=print) -> tuple[list[str], list[str]]:
     """Recompute every person enrolled with other weights from their kept crops
     (`tracker.identity.refresh_people`); reports what it did and who must be enrolled again.
     Returns (names refreshed, names that must be enrolled again)."""
-    refreshed, stale = refresh_people(config.resolved_state_dir(), backend, file_sha256(config.model.weights),
+    refreshed, stale = refresh_people(config.resolved_state_dir(), backend, embeddings_key(config),
                                       crop_definition(detector.gives_landmarks))
     if refreshed:
         report(f"enroll: recomputed {len(refreshed)} person(s) for the weights {config.model.weights.name}: "

@@ -93,7 +93,7 @@ def identify_command(argv: list[str]) -> int:
     from tracker.arguments import ArgumentParser
     from tracker.config import load_config
     from tracker.detect import create_detector
-    from tracker.identity import file_sha256, identity_threshold
+    from tracker.identity import embeddings_key, identity_threshold
 
     p = ArgumentParser(prog="tracker identify", description="Say who each face in the images is, as the guard would.")
     p.add_argument("images", nargs="+", type=Path, help="image files or folders of images")
@@ -116,7 +116,7 @@ def identify_command(argv: list[str]) -> int:
     try:
         state_dir = config.resolved_state_dir()
         crop = crop_definition(detector.gives_landmarks)
-        gallery = Gallery.load(state_dir, file_sha256(config.model.weights), identity_threshold(config), crop)
+        gallery = Gallery.load(state_dir, embeddings_key(config), identity_threshold(config), crop)
         if not gallery.names:
             print(f"identify: nobody is enrolled in {state_dir} for weights {config.model.weights.name} and "
                   f"{crop} crops; every face is {UNKNOWN} (enrol people with tracker enroll)", file=sys.stderr)

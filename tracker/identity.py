@@ -1,8 +1,8 @@
 """Identity: who a face is, from the CNN's embedding, and a vote per track.
 
 Enrolled people live in `<state_dir>/people/<name>.npz`: `mean` (D,) float32, the L2-normalised
-mean of the person's L2-normalised embeddings, `count` (images used), `model` (sha256 of the
-caffemodel that made them), `crop` (the `tracker.crops` definition their faces were cut with;
+mean of the person's L2-normalised embeddings, `count` (images used), `model` (what made them:
+`embeddings_key`, the caffemodel's sha256 and how its card embeds a face), `crop` (the `tracker.crops` definition their faces were cut with;
 files from before it was recorded are box crops) and `chips` ((count, 88, 88) uint8, the crops
 themselves, so that new weights can recompute the mean: `refresh_people`; files from before have
 none). Embeddings of other weights or of another crop are not comparable, so such people are
@@ -75,18 +75,30 @@ def weights_card(config) -> dict | None:
     return read_card(config.model.weights, file_sha256(config.model.weights))
 
 
+def embeddings_key(config, card: dict | None = None) -> str:
+    """What makes embeddings comparable, stored as an enrolled person's `model`: the sha256 of the
+    config's caffemodel, followed by "+mirror-mean" when its card (`card` if the caller has read
+    it) embeds a face with its mirror image (tracker.backends.mirror). People of another key are
+    recomputed from their kept crops (`refresh_people`) or skipped, never mixed."""
+    from tracker.model.card import embedding_recipe
+
+    sha256 = file_sha256(config.model.weights)
+    recipe = embedding_recipe(card if card is not None else weights_card(config))
+    return sha256 if recipe == "single" else f"{sha256}+{recipe}"
+
+
 def unit_rows(rows: np.ndarray) -> np.ndarray:
     """`rows` (..., D) scaled to unit L2 length (zero rows stay zero), float32."""
     norms = np.linalg.norm(rows, axis=-1, keepdims=True)
     return (rows / np.maximum(norms, 1e-12)).astype(np.float32)
 
 
-def save_person(state_dir: Path, name: str, embeddings: np.ndarray, model_sha256: str, crop: str,
+def save_person(state_dir: Path, name: str, embeddings: np.ndarray, model_key: str, crop: str,
                 crops: np.ndarray | None = None) -> Path:
     """Store the mean of `embeddings` (k, D) float32, k >= 1, as person `name`, made by the
-    weights of `model_sha256` from crops of definition `crop`; `crops` (k, 1, 88, 88) float32 in
-    [0, 1], the network inputs they came from, are kept (as uint8) so that `refresh_people` can
-    recompute the mean for other weights. Returns the file."""
+    weights and embedding of `model_key` (`embeddings_key`) from crops of definition `crop`;
+    `crops` (k, 1, 88, 88) float32 in [0, 1], the network inputs they came from, are kept (as
+    uint8) so that `refresh_people` can recompute the mean for other weights. Returns the file."""
     validate_name(name)
     folder = Path(state_dir) / "people"
     folder.mkdir(parents=True, exist_ok=True)
@@ -95,7 +107,7 @@ def save_person(state_dir: Path, name: str, embeddings: np.ndarray, model_sha256
     extra = {}
     if crops is not None:  # the crops are pixel / 255 of uint8 pixels: this is lossless
         extra["chips"] = np.clip(np.rint(np.asarray(crops, np.float32)[:, 0] * 255.0), 0, 255).astype(np.uint8)
-    atomic_write(path, lambda tmp: np.savez(tmp, mean=mean, count=np.int64(len(embeddings)), model=np.str_(model_sha256),
+    atomic_write(path, lambda tmp: np.savez(tmp, mean=mean, count=np.int64(len(embeddings)), model=np.str_(model_key),
                                             crop=np.str_(crop), **extra), mode=0o600)  # a face: private
     return path
 
@@ -143,9 +155,9 @@ def remove_person(state_dir: Path, name: str) -> bool:
     return True
 
 
-def refresh_people(state_dir: Path, backend, model_sha256: str, crop: str) -> tuple[list[str], list[str]]:
-    """Recompute, with `backend` (the weights of `model_sha256`), the mean embedding of every person
-    enrolled with other weights from kept crops of definition `crop`. Returns (names refreshed,
+def refresh_people(state_dir: Path, backend, model_key: str, crop: str) -> tuple[list[str], list[str]]:
+    """Recompute, with `backend` (embedding as `model_key` says: `embeddings_key`), the mean
+    embedding of every person enrolled with other weights or embedding from kept crops of definition `crop`. Returns (names refreshed,
     names that cannot be: enrolled without kept crops or from another crop definition)."""
     refreshed, stale = [], []
     for path in people_files(state_dir):
@@ -156,14 +168,14 @@ def refresh_people(state_dir: Path, backend, model_sha256: str, crop: str) -> tu
                 chips = data["chips"] if "chips" in data.files else None
         except (OSError, ValueError, KeyError, zipfile.BadZipFile):
             continue  # unreadable: Gallery.load says so
-        if model == model_sha256:
+        if model == model_key:
             continue
         if chips is None or made_with != crop:
             stale.append(path.stem)
             continue
         crops = _as_crops(chips)
         embeddings = backend.infer(crops).embedding
-        save_person(state_dir, path.stem, embeddings, model_sha256, made_with, crops)
+        save_person(state_dir, path.stem, embeddings, model_key, made_with, crops)
         refreshed.append(path.stem)
     return refreshed, stale
 
@@ -177,8 +189,9 @@ class Gallery:
     threshold: float
 
     @classmethod
-    def load(cls, state_dir: Path, model_sha256: str, threshold: float, crop: str) -> Gallery:
-        """The people of `state_dir` enrolled with these weights and crop definition."""
+    def load(cls, state_dir: Path, model_key: str, threshold: float, crop: str) -> Gallery:
+        """The people of `state_dir` enrolled with the weights and embedding of `model_key`
+        (`embeddings_key`) and crop definition `crop`."""
         names, means = [], []
         for path in people_files(state_dir):
             try:
@@ -188,8 +201,8 @@ class Gallery:
             except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
                 log.warning("identity: skipping %s: unreadable (%s)", path, err)
                 continue
-            if model != model_sha256:
-                log.warning("identity: skipping %s: enrolled with other model weights; enroll again", path.stem)
+            if model != model_key:
+                log.warning("identity: skipping %s: enrolled with other model weights or embedding; enroll again", path.stem)
                 continue
             if made_with != crop:
                 log.warning("identity: skipping %s: enrolled from %s crops, the detector now gives %s crops; "

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracker.backends import create_backend
+from tracker.backends.mirror import embedder
 from tracker.backends.worker import RestartingBackend, model_input_shape
 from tracker.batcher import Batcher
 from tracker.config import Config
@@ -26,7 +27,7 @@ from tracker.detect import FaceDetector, create_detector
 from tracker.enroll import enroll, refresh
 from tracker.errors import ModelError
 from tracker.events import EventMaker
-from tracker.identity import Gallery, IdentityVotes, file_sha256, identity_threshold, weights_card
+from tracker.identity import Gallery, IdentityVotes, embeddings_key, identity_threshold, weights_card
 from tracker.latency import LatencyLog
 from tracker.model.spec import ModelSpec
 from tracker.motion import MotionGate
@@ -63,7 +64,7 @@ class Stages:
     snapshots: SnapshotStore
     sinks: list[Sink]
     latency_log: LatencyLog
-    weights_sha256: str = ""  # of the model's weights: the gallery holds the people enrolled with them
+    embeddings_key: str = ""  # tracker.identity.embeddings_key: the gallery holds the people enrolled with it
     web: WebServer | None = None  # the web page, also one of `sinks`; None when off or not listening
     opened: ExitStack = field(default_factory=ExitStack, repr=False)
 
@@ -73,7 +74,7 @@ class Stages:
     def reload_people(self) -> None:
         """Take the people enrolled or forgotten while running (the web page's changes) into the
         gallery, under the same threshold and crop definition."""
-        self.gallery = Gallery.load(self.state_dir, self.weights_sha256, self.gallery.threshold,
+        self.gallery = Gallery.load(self.state_dir, self.embeddings_key, self.gallery.threshold,
                                     crop_definition(self.detector.gives_landmarks))
 
 
@@ -107,6 +108,8 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
     with ExitStack() as opened:
         backend = _open_backend(config)
         opened.callback(backend.close)
+        card = weights_card(config)  # after the backend: it refuses missing or mismatched weights first
+        backend = embedder(backend, config.model.weights, card)  # the callback above closes what it wraps
         sinks = _open_sinks(config, state_dir)
         for sink in sinks:
             opened.callback(sink.close)
@@ -123,14 +126,12 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
         if enroll_scene_people:
             _enroll_scene_people(config, backend, detector)
         refresh(config, detector, backend, report=log.info)  # new weights: recompute the people
-        card = weights_card(config)
         crop = crop_definition(detector.gives_landmarks)
         trained_on = (card or {}).get("crop")
         if trained_on not in (None, crop):
             log.warning("identity: the weights were trained on %s crops but detector %s gives %s crops: "
                         "identities will be less reliable (use a detector with landmarks)", trained_on,
                         detector.name, crop)
-        weights_sha256 = file_sha256(config.model.weights)
         stages = Stages(
             state_dir=state_dir,
             source=make_source(config.source, spec=source_spec, realtime=realtime,
@@ -139,14 +140,14 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
             detector=detector,
             batcher=Batcher(config.batcher.max_batch, config.batcher.max_wait_ms),
             backend=backend,
-            gallery=Gallery.load(state_dir, weights_sha256, identity_threshold(config, card), crop),
+            gallery=Gallery.load(state_dir, embeddings_key(config, card), identity_threshold(config, card), crop),
             votes=IdentityVotes(config.identity.min_faces, config.identity.margin),
             tracker=Tracker.from_config(config.tracking, reid_threshold=reid_threshold(config, card)),
             events=EventMaker(),
             snapshots=SnapshotStore(state_dir / "snapshots"),
             sinks=sinks,
             latency_log=latency_log,
-            weights_sha256=weights_sha256,
+            embeddings_key=embeddings_key(config, card),
             web=web,
         )
         stages.opened = opened.pop_all()

@@ -71,11 +71,29 @@ def test_training_lowers_the_loss_and_writes_a_caffemodel_with_its_card(trained)
     assert training["steps"] == 24 and training["photos"] <= PHOTOS
     assert training["last_loss"] < training["first_loss"], training
     assert card["crop"] == "aligned-v1"  # the default detector gives landmarks
+    assert card["embedding"] == "mirror-mean"
     assert -1.0 <= card["identity_threshold"] <= 1.0 and card["threshold_far"] == 0.01
     assert len(card["classes"]) <= 848 and all(c.startswith("lfw-devtrain:") for c in card["classes"])
     net = load_net(REPO / "models" / "face_cnn.prototxt", out)  # every shape fits the prototxt
     assert [layer.name for layer in net.layers if layer.blobs] == ["conv1", "conv2", "conv3", "fc1", "fc2"]
     assert "Caffe engine parity" in proc.stdout
+
+
+def test_the_cards_threshold_is_the_one_eval_faces_measures_with_the_cards_embedding(trained):
+    """The card's threshold was set on mirror-mean embeddings, as the guard and eval-faces make
+    them: eval-faces on the same pairs puts the 1% false-accept threshold at the same cosine."""
+    tmp, out, _ = trained
+    config = tmp / "trained.yaml"
+    config.write_text(f"model: {{weights: {str(out)!r}}}\n")
+    figures = tmp / "figures.json"
+    proc = subprocess.run([*tracker_command(), "eval-faces", "--config", str(config), "--pairs", str(tmp / "pairs.txt"),
+                           "--images", str(LFW / "images"), "--json", str(figures)],
+                          capture_output=True, text=True, env=isolated_env(tmp), cwd=tmp, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(figures.read_text())
+    assert report["embedding"] == "mirror-mean"
+    card = read_card(out, file_sha256(out))
+    assert report["threshold_far_1pct"] == pytest.approx(card["identity_threshold"], abs=1e-4)
 
 
 def test_the_exported_caffemodel_matches_the_checkpoint_on_the_caffe_engine(trained):

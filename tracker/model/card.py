@@ -6,6 +6,7 @@ are the same person, yet both belong to the weights: another caffemodel brings i
     {"schema": 1,
      "weights_sha256": "<sha256 of the caffemodel>",   # the card applies to these bytes only
      "crop": "aligned-v1",                              # tracker.crops definition trained on
+     "embedding": "mirror-mean",                        # how a face becomes its embedding (EMBEDDINGS)
      "identity_threshold": 0.52,                        # cosine of fc1 embeddings: same person at or above
      "threshold_far": 0.01,                             # the false-accept rate it was set for
      "reid_threshold": 0.79,                            # the tracker's: a lost face is back at or above
@@ -13,6 +14,11 @@ are the same person, yet both belong to the weights: another caffemodel brings i
      "threshold_pairs": "pairsDevTrain.txt ...",        # where that was measured
      "classes": ["lfw-devtrain:George_W_Bush", ...],    # fc2's outputs, in order
      "training": {...}}                                 # how it was made (tracker train)
+
+The thresholds hold for embeddings made the card's way: "single" (one pass of the crop; the
+default, for cards from before the entry) or "mirror-mean" (the crop and its mirror image in one
+batch, the mean of their unit embeddings: `tracker.backends.mirror`, which every tool that embeds
+faces with the weights applies).
 
 `read_card` returns None when there is no card; a card of other bytes is a ModelError (exit 2): a
 threshold calibrated for other weights is a wrong threshold, and falling back to a default one
@@ -28,6 +34,7 @@ from tracker.errors import ModelError
 from tracker.files import atomic_write
 
 SCHEMA = 1
+EMBEDDINGS = ("single", "mirror-mean")  # the card's `embedding`: see the module docstring
 
 
 def card_path(weights: Path) -> Path:
@@ -57,7 +64,15 @@ def read_card(weights: Path, weights_sha256: str) -> dict | None:
         threshold = card.get(key)
         if threshold is not None and (not isinstance(threshold, (int, float)) or not -1.0 <= threshold <= 1.0):
             raise ModelError(f"model card {str(path)!r}: {key} {threshold!r}; expected a cosine in [-1, 1]")
+    if card.get("embedding", EMBEDDINGS[0]) not in EMBEDDINGS:
+        raise ModelError(f"model card {str(path)!r}: embedding {card['embedding']!r}; expected one of "
+                         f"{', '.join(EMBEDDINGS)}")
     return card
+
+
+def embedding_recipe(card: dict | None) -> str:
+    """The card's `embedding` (one of EMBEDDINGS); "single" for no card or a card without one."""
+    return (card or {}).get("embedding", EMBEDDINGS[0])
 
 
 def write_card(weights: Path, card: dict) -> Path:

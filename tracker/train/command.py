@@ -18,9 +18,10 @@ What it does, in order (scripts/train-face-cnn is the command that made the ship
    stops with the last checkpoint intact.
 5. Exports the caffemodel with BatchNorm folded (`tracker.train.net.export_netdef`) to a staged file
    beside --out, runs it through the project's Caffe engine and checks it matches the torch net,
-   measures the pairs (default: LFW's pairsDevTrain when present) through that engine, and only
-   then puts it in place with its card (`tracker.model.card`: the threshold for a THRESHOLD_FAR
-   false-accept rate). The teacher files and the pairs file are checked before any work.
+   measures the pairs (default: LFW's pairsDevTrain when present) through that engine, embedding
+   faces the EMBEDDING way (mirror-mean), and only then puts it in place with its card
+   (`tracker.model.card`: the embedding, the threshold for a THRESHOLD_FAR false-accept rate).
+   The teacher files and the pairs file are checked before any work.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ THRESHOLD_FAR = 0.01
 # The tracker's re-identification merges a new track into a lost one: a false merge swallows the
 # `entered` of a different person, so it is set for ten times fewer false accepts.
 REID_FAR = 0.001
+# How the guard embeds a face with the weights (tracker.backends.mirror): the card says so, and its
+# thresholds are measured that way.
+EMBEDDING = "mirror-mean"
 PARITY_TOLERANCE = 1e-4  # exported caffemodel vs the torch net, max abs difference of unit embeddings
 # The defaults, in the shared data (tracker.shared_data): LFW's View 1 training people and CelebA 10k.
 DEFAULT_DATA = ("datasets/lfw-devtrain/images", "datasets/celeba-10k/identity_CelebA_first10000.txt")
@@ -373,6 +377,7 @@ def train_command(argv: list[str]) -> int:
 
     # 5. export, check, threshold, card
     from tracker.backends import create_backend
+    from tracker.backends.mirror import embedder
     from tracker.model.card import write_card
     from tracker.model.spec import ModelSpec
     from tracker.train.augment import plain
@@ -386,8 +391,8 @@ def train_command(argv: list[str]) -> int:
         try:  # one engine for the parity check and the threshold
             worst = check_export(torch, net, backend, staged, plain(crops[used[:32]]))
             card = _card(staged, crop_name, classes, args, len(used), epoch, step, minutes, threads, losses)
-            if pairs is not None:
-                card.update(threshold_card(*pairs, detector, backend))
+            if pairs is not None:  # thresholds for the embedding the card names
+                card.update(threshold_card(*pairs, detector, embedder(backend, staged, card)))
         finally:
             backend.close()
         staged.replace(out)
@@ -406,7 +411,7 @@ def _card(weights: Path, crop_name: str, classes: list[str], args, photos: int, 
     from tracker.identity import file_sha256
 
     window = max(1, min(20, len(losses) // 3))  # the loss at the start and at the end, smoothed
-    return {"weights_sha256": file_sha256(weights), "crop": crop_name, "classes": classes,
+    return {"weights_sha256": file_sha256(weights), "crop": crop_name, "embedding": EMBEDDING, "classes": classes,
             "training": {"data": [str(p) for p in args.data], "teacher": [str(p) for p in args.teacher],
                          "photos": photos, "epochs": epoch, "steps": step, "batch": args.batch,
                          "lr": args.lr, "seed": args.seed, "minutes": round(minutes, 1), "threads": threads,
