@@ -84,6 +84,31 @@ def test_pairs_json_has_the_documented_figures(tmp_path, lfw):
     assert any(line.split() == ["pairs", str(report["pairs"])] for line in table)
 
 
+def test_one_pass_embeddings_on_request_with_their_own_threshold(tmp_path, lfw):
+    """identity.embedding: single against the card's mirror-mean: other scores, and the threshold
+    the card holds for one pass."""
+    from tracker.model.card import card_path
+    from tracker.model.spec import default_model
+
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text(pairs_text())
+    reports = {}
+    for embedding in ("mirror-mean", "single"):
+        folder = tmp_path / embedding
+        folder.mkdir()
+        config = yunet_config(folder)
+        config.write_text(config.read_text() + f"identity: {{embedding: {embedding}}}\n")
+        out = tmp_path / f"{embedding}.json"
+        proc = eval_faces(tmp_path, config, "--pairs", pairs, "--images", lfw, "--json", out)
+        assert proc.returncode == 0, proc.stderr
+        reports[embedding] = json.loads(out.read_text())
+    card = json.loads(card_path(default_model().weights).read_text())
+    assert reports["single"]["embedding"] == "single"
+    assert reports["single"]["threshold"] == card["thresholds_for"]["single"]["identity_threshold"]
+    assert reports["mirror-mean"]["threshold"] == card["identity_threshold"] != reports["single"]["threshold"]
+    assert reports["single"]["threshold_far_1pct"] != reports["mirror-mean"]["threshold_far_1pct"]  # other scores
+
+
 def test_folder_of_chips_enrols_every_other_person(tmp_path, lfw, johns):
     out = tmp_path / "figures.json"
     proc = eval_faces(tmp_path, yunet_config(tmp_path), "--folder", lfw, "--chips", "--enroll", 6, "--json", out)

@@ -107,3 +107,29 @@ def test_the_threshold_comes_from_the_config_else_the_weights_card_else_the_untr
     card_path(weights).write_text("{not json")
     with pytest.raises(InputError, match=r"model card .*w.caffemodel.json.*unreadable"):
         identity_threshold(config)
+
+
+def test_the_thresholds_are_those_of_the_embedding_in_use_and_a_missing_one_is_one_line(tmp_path):
+    """identity.embedding chooses the embedding; the card's own thresholds hold for its own one,
+    `thresholds_for` for the other, and an embedding it has none for is a config error."""
+    from tracker.config import parse_config
+    from tracker.identity import file_sha256, identity_threshold
+    from tracker.model.card import write_card
+    from tracker.stages import reid_threshold
+
+    weights = tmp_path / "w.caffemodel"
+    weights.write_bytes(b"weights")
+    card = {"weights_sha256": file_sha256(weights), "embedding": "mirror-mean", "identity_threshold": 0.75,
+            "reid_threshold": 0.8, "thresholds_for": {"single": {"identity_threshold": 0.74, "reid_threshold": 0.79}}}
+    write_card(weights, card)
+    own = parse_config({"model": {"weights": str(weights)}})
+    single = parse_config({"model": {"weights": str(weights)}, "identity": {"embedding": "single"}})
+    assert (identity_threshold(own), reid_threshold(own, card)) == (0.75, 0.8)
+    assert (identity_threshold(single), reid_threshold(single, card)) == (0.74, 0.79)
+    write_card(weights, {**card, "thresholds_for": {}})
+    with pytest.raises(InputError, match=r"^config: key 'identity.embedding': 'single': the model card "
+                                         r"'.*w.caffemodel.json' holds no thresholds for it; expected one of "
+                                         r"mirror-mean, or identity.threshold set$"):
+        identity_threshold(single)
+    chosen = parse_config({"model": {"weights": str(weights)}, "identity": {"embedding": "single", "threshold": 0.7}})
+    assert identity_threshold(chosen) == 0.7

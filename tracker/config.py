@@ -18,6 +18,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from tracker.errors import ConfigError
+from tracker.model.card import Embedding
 from tracker.model.spec import MODELS_DIR, ModelSpec
 
 # The default config: the package's data/config, a link to config/ in a checkout, a copy in a wheel.
@@ -126,6 +127,8 @@ class BatcherConfig(Section):
 class IdentityConfig(Section):
     # cosine at or above which a face is an enrolled person; None: the model card's (tracker.identity)
     threshold: float | None = Field(None, ge=-1.0, le=1.0)
+    # how a face becomes its embedding (tracker.backends.mirror); None: as the model card says
+    embedding: Embedding | None = None
     min_faces: int = Field(3, ge=1, le=1000)  # faces a track needs before its identity is said
     margin: float = Field(0.2, ge=0.0, le=1.0)  # the winner's lead over the runner-up, share of all votes
 

@@ -26,7 +26,7 @@ from tracker.config import Config, load_config
 from tracker.crops import CROP_MARGIN, crop_batch, crop_definition
 from tracker.detect import FaceDetector, create_detector
 from tracker.errors import InputError
-from tracker.identity import embeddings_key, kept_crops, refresh_people, save_person, validate_name
+from tracker.identity import chosen_embedding, embeddings_key, kept_crops, refresh_people, save_person, validate_name
 from tracker.preflight import prepare_state_dir
 from tracker.types import Box, Detection
 
@@ -134,12 +134,13 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
 
 def open_backend(config: Config, name: str | None = None, precision: str | None = None):
     """The config's backend (or backend `name`, at `precision`) for its model files, embedding
-    faces as the weights' card says (tracker.backends.mirror); the caller closes it."""
+    faces as the config or the weights' card says (tracker.identity.chosen_embedding); the caller
+    closes it."""
     model = config.model.spec()
     backend = create_backend(name or config.backend.name, model, precision=precision or config.backend.precision,
                              threads=config.backend.threads)
     try:  # created first: it refuses missing or mismatched weights with one line, before they are hashed
-        return embedder(backend, config.model.weights)
+        return embedder(backend, chosen_embedding(config))
     except BaseException:
         backend.close()
         raise

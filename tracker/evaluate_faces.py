@@ -4,8 +4,8 @@
     tracker eval-faces --folder DIR [--enroll N] [--chips] [--json OUT]   identification on <person>/<image>
 
 Pairs: each photo's central face (`tracker.enroll.central_face`) is cut by the guard's crop and run
-through the configured backend, embedded as the weights' card says (the shipped weights: with its
-mirror image, `tracker.backends.mirror`); the pair's score is the cosine of the two embeddings. Printed:
+through the configured backend, embedded as the config or the weights' card says (the shipped
+weights: with its mirror image, `tracker.backends.mirror`); the pair's score is the cosine of the two embeddings. Printed:
 LFW's 10-fold accuracy, ROC AUC, the true-accept rate at 1% and 0.1% false accepts with those
 thresholds, and where the identity threshold in use (the model card's, or identity.threshold) falls.
 A pair whose photo gives no central face is counted and left out.
@@ -143,8 +143,7 @@ def eval_faces_command(argv: list[str]) -> int:
     from tracker.arguments import ArgumentParser, positive_int
     from tracker.config import load_config
     from tracker.detect import create_detector
-    from tracker.identity import identity_threshold, weights_card
-    from tracker.model.card import embedding_recipe
+    from tracker.identity import chosen_embedding, identity_threshold
 
     p = ArgumentParser(prog="tracker eval-faces", description="Measure the face CNN on face pairs or a folder of people.")
     p.add_argument("--pairs", type=Path, help="LFW-format pairs file (with --images)")
@@ -187,7 +186,7 @@ def eval_faces_command(argv: list[str]) -> int:
                                                                            backend, threshold, args.chips)}
     finally:
         backend.close()
-    report = {"backend": backend.name, "precision": precision, "embedding": embedding_recipe(weights_card(config)),
+    report = {"backend": backend.name, "precision": precision, "embedding": chosen_embedding(config),
               "detector": detector.name, **report}
     print(f"eval-faces ({config.model.weights.name}):")
     _print_table(report)

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from tracker.crops import CROP_BOX
-from tracker.errors import InputError
+from tracker.errors import ConfigError, InputError
 from tracker.files import atomic_write
 
 UNKNOWN = "unknown"
@@ -56,15 +56,35 @@ def file_sha256(path: Path) -> str:
 
 def identity_threshold(config, card: dict | None = None) -> float:
     """The cosine at or above which a face is an enrolled person: `identity.threshold` when the
-    config sets it, else the one the weights' card was calibrated with (tracker.model.card; `card`
-    if the caller has read it already), else UNTRAINED_THRESHOLD (weights without a card, e.g. the
-    seeded random ones tests generate)."""
+    config sets it, else the one the weights' card was calibrated with for the embedding in use
+    (`chosen_embedding`; tracker.model.card; `card` if the caller has read it already), else
+    UNTRAINED_THRESHOLD (weights without a card, e.g. the seeded random ones tests generate).
+    ConfigError when `identity.embedding` names an embedding the card holds no thresholds for."""
+    from tracker.model.card import card_path, embedding_recipe, thresholds
+
     if config.identity.threshold is not None:
         return float(config.identity.threshold)
     card = card if card is not None else weights_card(config)
-    if card is None or card.get("identity_threshold") is None:
-        return UNTRAINED_THRESHOLD
-    return float(card["identity_threshold"])
+    embedding = chosen_embedding(config, card)
+    threshold = thresholds(card, embedding).get("identity_threshold")
+    if threshold is not None:
+        return float(threshold)
+    if card is not None and embedding != embedding_recipe(card):
+        calibrated = [embedding_recipe(card), *card.get("thresholds_for", {})]
+        raise ConfigError(f"config: key 'identity.embedding': {embedding!r}: the model card "
+                          f"{str(card_path(config.model.weights))!r} holds no thresholds for it; expected one of "
+                          f"{', '.join(calibrated)}, or identity.threshold set")
+    return UNTRAINED_THRESHOLD
+
+
+def chosen_embedding(config, card: dict | None = None) -> str:
+    """How faces become embeddings (tracker.backends.mirror): `identity.embedding` when the config
+    sets it, else as the weights' card says (`card` if the caller has read it); "single" without one."""
+    from tracker.model.card import embedding_recipe
+
+    if config.identity.embedding is not None:
+        return config.identity.embedding
+    return embedding_recipe(card if card is not None else weights_card(config))
 
 
 def weights_card(config) -> dict | None:
@@ -77,14 +97,12 @@ def weights_card(config) -> dict | None:
 
 def embeddings_key(config, card: dict | None = None) -> str:
     """What makes embeddings comparable, stored as an enrolled person's `model`: the sha256 of the
-    config's caffemodel, followed by "+mirror-mean" when its card (`card` if the caller has read
-    it) embeds a face with its mirror image (tracker.backends.mirror). People of another key are
-    recomputed from their kept crops (`refresh_people`) or skipped, never mixed."""
-    from tracker.model.card import embedding_recipe
-
+    config's caffemodel, followed by "+mirror-mean" when faces are embedded with their mirror image
+    (`chosen_embedding`; `card` if the caller has read it). People of another key are recomputed
+    from their kept crops (`refresh_people`) or skipped, never mixed."""
     sha256 = file_sha256(config.model.weights)
-    recipe = embedding_recipe(card if card is not None else weights_card(config))
-    return sha256 if recipe == "single" else f"{sha256}+{recipe}"
+    embedding = chosen_embedding(config, card)
+    return sha256 if embedding == "single" else f"{sha256}+{embedding}"
 
 
 def unit_rows(rows: np.ndarray) -> np.ndarray:

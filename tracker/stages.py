@@ -27,8 +27,9 @@ from tracker.detect import FaceDetector, create_detector
 from tracker.enroll import enroll, refresh
 from tracker.errors import ModelError
 from tracker.events import EventMaker
-from tracker.identity import Gallery, IdentityVotes, embeddings_key, identity_threshold, weights_card
+from tracker.identity import Gallery, IdentityVotes, chosen_embedding, embeddings_key, identity_threshold, weights_card
 from tracker.latency import LatencyLog
+from tracker.model.card import thresholds
 from tracker.model.spec import ModelSpec
 from tracker.motion import MotionGate
 from tracker.preflight import prepare_state_dir
@@ -88,11 +89,12 @@ def reid_threshold(config: Config, card: dict | None) -> float | None:
         return None
     if config.tracking.reid_threshold is not None:
         return float(config.tracking.reid_threshold)
-    if card is None or card.get("reid_threshold") is None:
+    threshold = thresholds(card, chosen_embedding(config, card)).get("reid_threshold")
+    if threshold is None:
         log.warning("tracking: re-identification by face is off: weights %s have no card with a calibrated "
                     "threshold (untrained?); set tracking.reid_threshold to force it", config.model.weights)
         return None
-    return float(card["reid_threshold"])
+    return float(threshold)
 
 
 def build_stages(config: Config, *, source_spec: str | None = None, realtime: bool = True,
@@ -109,7 +111,7 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
         backend = _open_backend(config)
         opened.callback(backend.close)
         card = weights_card(config)  # after the backend: it refuses missing or mismatched weights first
-        backend = embedder(backend, config.model.weights, card)  # the callback above closes what it wraps
+        backend = embedder(backend, chosen_embedding(config, card))  # the callback above closes what it wraps
         sinks = _open_sinks(config, state_dir)
         for sink in sinks:
             opened.callback(sink.close)

@@ -1,6 +1,6 @@
 """tracker.backends.mirror on the project's Caffe engine with the shipped weights: the mirror-mean
-embedding computed apart, its invariance to mirroring the face, which weights get it, and the card
-entry that asks for it."""
+embedding computed apart, its invariance to mirroring the face, and who chooses it (the config,
+else the weights' card, whose entries are checked)."""
 
 from __future__ import annotations
 
@@ -61,26 +61,38 @@ def test_a_face_and_its_mirror_image_get_the_same_embedding_one_at_a_time_or_in_
     np.testing.assert_allclose(one_by_one, batch, atol=1e-5)
 
 
-def test_weights_get_mirror_mean_only_when_their_card_says_so(engine, tmp_path):
+def test_the_embedding_chosen_by_the_config_else_the_card_decides_the_wrapping(engine, tmp_path):
+    from tracker.config import parse_config
+    from tracker.identity import chosen_embedding
+
     shipped = default_model().weights
     assert read_card(shipped, file_sha256(shipped))["embedding"] == "mirror-mean"
-    assert isinstance(embedder(engine, shipped), MirrorMean)
+    assert chosen_embedding(parse_config({})) == "mirror-mean"
+    assert isinstance(embedder(engine, "mirror-mean"), MirrorMean) and embedder(engine, "single") is engine
+    assert chosen_embedding(parse_config({"identity": {"embedding": "single"}})) == "single"
     random_weights = face_cnn.generate(tmp_path / "random.caffemodel")
-    assert embedder(engine, random_weights) is engine  # no card: one pass
+    untrained = parse_config({"model": {"weights": str(random_weights)}})
+    assert chosen_embedding(untrained) == "single"  # no card: one pass
     write_card(random_weights, {"weights_sha256": file_sha256(random_weights), "crop": "aligned-v1"})
-    assert embedder(engine, random_weights) is engine  # a card from before the entry: one pass
-    write_card(random_weights, {"weights_sha256": file_sha256(random_weights), "embedding": "single"})
-    assert embedder(engine, random_weights) is engine
+    assert chosen_embedding(untrained) == "single"  # a card from before the entry: one pass
 
 
-def test_a_card_with_an_unknown_embedding_is_one_line(tmp_path, engine):
+def test_a_card_with_an_unknown_embedding_is_one_line(tmp_path):
+    from tracker.config import parse_config
+    from tracker.identity import chosen_embedding
+
     weights = tmp_path / "face.caffemodel"
     shutil.copyfile(default_model().weights, weights)
     card = json.loads(card_path(default_model().weights).read_text())
-    card_path(weights).write_text(json.dumps({**card, "embedding": "flip-max"}))
-    with pytest.raises(ModelError, match=r"face.caffemodel.json': embedding 'flip-max'; expected one of "
-                                         r"single, mirror-mean$"):
-        embedder(engine, weights)
+    config = parse_config({"model": {"weights": str(weights)}})
+    for bad, message in [({"embedding": "flip-max"}, r"embedding 'flip-max'; expected one of single, mirror-mean$"),
+                         ({"thresholds_for": {"flip-max": {}}}, r"embedding 'flip-max'; expected one of"),
+                         ({"thresholds_for": ["single"]}, r"thresholds_for \['single'\]; expected a mapping"),
+                         ({"thresholds_for": {"single": {"identity_threshold": 2}}},
+                          r"thresholds_for.single.identity_threshold 2; expected a cosine in \[-1, 1\]$")]:
+        card_path(weights).write_text(json.dumps({**card, **bad}))
+        with pytest.raises(ModelError, match=r"face.caffemodel.json': " + message):
+            chosen_embedding(config)
 
 
 def test_closing_closes_the_backend_it_wraps():

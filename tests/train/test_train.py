@@ -79,21 +79,26 @@ def test_training_lowers_the_loss_and_writes_a_caffemodel_with_its_card(trained)
     assert "Caffe engine parity" in proc.stdout
 
 
-def test_the_cards_threshold_is_the_one_eval_faces_measures_with_the_cards_embedding(trained):
-    """The card's threshold was set on mirror-mean embeddings, as the guard and eval-faces make
-    them: eval-faces on the same pairs puts the 1% false-accept threshold at the same cosine."""
+def test_the_cards_thresholds_are_those_eval_faces_measures_with_each_embedding(trained):
+    """The card's thresholds were set on mirror-mean embeddings (its own) and one-pass ones
+    (thresholds_for), as the guard and eval-faces make them: eval-faces on the same pairs puts the
+    1% false-accept threshold at the same cosines."""
     tmp, out, _ = trained
-    config = tmp / "trained.yaml"
-    config.write_text(f"model: {{weights: {str(out)!r}}}\n")
-    figures = tmp / "figures.json"
-    proc = subprocess.run([*tracker_command(), "eval-faces", "--config", str(config), "--pairs", str(tmp / "pairs.txt"),
-                           "--images", str(LFW / "images"), "--json", str(figures)],
-                          capture_output=True, text=True, env=isolated_env(tmp), cwd=tmp, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(figures.read_text())
-    assert report["embedding"] == "mirror-mean"
     card = read_card(out, file_sha256(out))
-    assert report["threshold_far_1pct"] == pytest.approx(card["identity_threshold"], abs=1e-4)
+    assert set(card["thresholds_for"]) == {"single"}
+    expected = {"mirror-mean": card["identity_threshold"], "single": card["thresholds_for"]["single"]["identity_threshold"]}
+    for embedding, threshold in expected.items():
+        config = tmp / f"{embedding}.yaml"
+        config.write_text(f"model: {{weights: {str(out)!r}}}\nidentity: {{embedding: {embedding}}}\n")
+        figures = tmp / f"{embedding}.json"
+        proc = subprocess.run([*tracker_command(), "eval-faces", "--config", str(config), "--pairs",
+                               str(tmp / "pairs.txt"), "--images", str(LFW / "images"), "--json", str(figures)],
+                              capture_output=True, text=True, env=isolated_env(tmp), cwd=tmp, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        report = json.loads(figures.read_text())
+        assert report["embedding"] == embedding
+        assert report["threshold_far_1pct"] == pytest.approx(threshold, abs=1e-4)
+    assert expected["mirror-mean"] != expected["single"]
 
 
 def test_the_exported_caffemodel_matches_the_checkpoint_on_the_caffe_engine(trained):

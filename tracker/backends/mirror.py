@@ -6,15 +6,14 @@ with `tracker eval-faces` (docs/MODEL.md): on CelebA people never in training, 1
 0.812 -> 0.823 and true accepts at 1% false accepts 0.306 -> 0.345; on the LFW stand-in, 0.901 ->
 0.908 and 0.632 -> 0.686. The price is a second forward pass per face, run in the same batch.
 
-Weights whose card says `"embedding": "mirror-mean"` (tracker.model.card; `tracker train` writes
-it) have their thresholds calibrated on these embeddings, so every tool that embeds faces with
-them (the guard, enroll, identify, eval-faces, the frame budget of the detector benchmark) wraps
-its backend with `embedder`; the engine benchmark times the backends themselves.
+The weights' card names the embedding its thresholds were calibrated on (tracker.model.card;
+`tracker train` writes "mirror-mean", with the thresholds for "single" beside them), and
+`identity.embedding` may choose the other (tracker.identity.chosen_embedding). Every tool that
+embeds faces (the guard, enroll, identify, eval-faces, the frame budget of the detector
+benchmark) wraps its backend with `embedder`; the engine benchmark times the backends themselves.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 
@@ -43,13 +42,7 @@ class MirrorMean:
         self.backend.close()
 
 
-def embedder(backend, weights: Path, card: dict | None = None):
-    """`backend` as the guard embeds faces with the caffemodel `weights`: MirrorMean over it when
-    the weights' card (`card` if the caller has read it) says "mirror-mean", else `backend` itself.
-    ModelError for a malformed card or one of other weights (tracker.model.card.read_card)."""
-    from tracker.identity import file_sha256
-    from tracker.model.card import embedding_recipe, read_card
-
-    if card is None:
-        card = read_card(weights, file_sha256(weights))
-    return MirrorMean(backend) if embedding_recipe(card) == "mirror-mean" else backend
+def embedder(backend, embedding: str):
+    """`backend` embedding faces the `embedding` way (tracker.model.card.EMBEDDINGS): MirrorMean
+    over it for "mirror-mean", `backend` itself for "single"."""
+    return MirrorMean(backend) if embedding == "mirror-mean" else backend

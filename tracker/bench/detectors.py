@@ -236,6 +236,7 @@ def _frame_budget(config: Config, frames: int) -> dict:
     """The configured guard's frame: detection (+ motion gate) + crops + CNN + tracker, in ms."""
     from tracker.backends import create_backend
     from tracker.backends.mirror import embedder
+    from tracker.identity import chosen_embedding
     from tracker.tracking import Tracker
 
     cfg = config
@@ -243,7 +244,7 @@ def _frame_budget(config: Config, frames: int) -> dict:
     model = cfg.model.spec()
     backend = create_backend(cfg.backend.name, model, precision=cfg.backend.precision, threads=cfg.backend.threads)
     try:
-        backend = embedder(backend, model.weights)  # the guard's embedding: one or two passes per face
+        backend = embedder(backend, chosen_embedding(cfg))  # the guard's embedding: one or two passes per face
         mode = "regions" if cfg.detect.regions else "whole"
         row, stages = _run_scene(detector, cfg.source.width, cfg.source.height, mode, frames, crops=True,
                                  backend=backend, tracker=Tracker.from_config(cfg.tracking))

@@ -12,13 +12,15 @@ are the same person, yet both belong to the weights: another caffemodel brings i
      "reid_threshold": 0.79,                            # the tracker's: a lost face is back at or above
      "reid_far": 0.001,                                 # the false-accept rate that one was set for
      "threshold_pairs": "pairsDevTrain.txt ...",        # where that was measured
+     "thresholds_for": {"single": {"identity_threshold": 0.51, ...}},  # the same, other embeddings
      "classes": ["lfw-devtrain:George_W_Bush", ...],    # fc2's outputs, in order
      "training": {...}}                                 # how it was made (tracker train)
 
-The thresholds hold for embeddings made the card's way: "single" (one pass of the crop; the
-default, for cards from before the entry) or "mirror-mean" (the crop and its mirror image in one
-batch, the mean of their unit embeddings: `tracker.backends.mirror`, which every tool that embeds
-faces with the weights applies).
+The thresholds hold for embeddings made the card's way, `embedding`: "single" (one pass of the
+crop; the default, for cards from before the entry) or "mirror-mean" (the crop and its mirror
+image in one batch, the mean of their unit embeddings: `tracker.backends.mirror`). The guard embeds
+faces the card's way unless `identity.embedding` says otherwise, and then takes that embedding's
+thresholds from `thresholds_for` (`thresholds`).
 
 `read_card` returns None when there is no card; a card of other bytes is a ModelError (exit 2): a
 threshold calibrated for other weights is a wrong threshold, and falling back to a default one
@@ -29,12 +31,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal, get_args
 
 from tracker.errors import ModelError
 from tracker.files import atomic_write
 
 SCHEMA = 1
-EMBEDDINGS = ("single", "mirror-mean")  # the card's `embedding`: see the module docstring
+Embedding = Literal["single", "mirror-mean"]  # the card's `embedding`: see the module docstring
+EMBEDDINGS: tuple[str, ...] = get_args(Embedding)
+THRESHOLDS = ("identity_threshold", "reid_threshold")  # absent when training had no pairs to set them on
 
 
 def card_path(weights: Path) -> Path:
@@ -60,19 +65,34 @@ def read_card(weights: Path, weights_sha256: str) -> dict | None:
                          f"the caffemodel's is {weights_sha256[:12]}...): its threshold would be wrong; expected the card "
                          "`tracker train` wrote with these weights, or no card and identity.threshold set")
 
-    for key in ("identity_threshold", "reid_threshold"):  # absent when training had no pairs to set them on
-        threshold = card.get(key)
-        if threshold is not None and (not isinstance(threshold, (int, float)) or not -1.0 <= threshold <= 1.0):
-            raise ModelError(f"model card {str(path)!r}: {key} {threshold!r}; expected a cosine in [-1, 1]")
-    if card.get("embedding", EMBEDDINGS[0]) not in EMBEDDINGS:
-        raise ModelError(f"model card {str(path)!r}: embedding {card['embedding']!r}; expected one of "
-                         f"{', '.join(EMBEDDINGS)}")
+    others = card.get("thresholds_for", {})
+    if not isinstance(others, dict) or not all(isinstance(entry, dict) for entry in others.values()):
+        raise ModelError(f"model card {str(path)!r}: thresholds_for {others!r}; expected a mapping of embedding "
+                         "to its thresholds")
+    for name in [card.get("embedding", EMBEDDINGS[0]), *others]:
+        if name not in EMBEDDINGS:
+            raise ModelError(f"model card {str(path)!r}: embedding {name!r}; expected one of {', '.join(EMBEDDINGS)}")
+    for where, entries in [("", card), *((f"thresholds_for.{name}.", entry) for name, entry in others.items())]:
+        for key in THRESHOLDS:
+            threshold = entries.get(key)
+            if threshold is not None and (not isinstance(threshold, (int, float)) or not -1.0 <= threshold <= 1.0):
+                raise ModelError(f"model card {str(path)!r}: {where}{key} {threshold!r}; expected a cosine in [-1, 1]")
     return card
 
 
 def embedding_recipe(card: dict | None) -> str:
     """The card's `embedding` (one of EMBEDDINGS); "single" for no card or a card without one."""
     return (card or {}).get("embedding", EMBEDDINGS[0])
+
+
+def thresholds(card: dict | None, embedding: str) -> dict:
+    """The threshold entries (identity_threshold, reid_threshold, ...) `card` holds for embeddings
+    made the `embedding` way: its own for its own embedding, else `thresholds_for`'s; {} for none."""
+    if card is None:
+        return {}
+    if embedding == embedding_recipe(card):
+        return card
+    return card.get("thresholds_for", {}).get(embedding, {})
 
 
 def write_card(weights: Path, card: dict) -> Path:

@@ -19,8 +19,9 @@ What it does, in order (scripts/train-face-cnn is the command that made the ship
 5. Exports the caffemodel with BatchNorm folded (`tracker.train.net.export_netdef`) to a staged file
    beside --out, runs it through the project's Caffe engine and checks it matches the torch net,
    measures the pairs (default: LFW's pairsDevTrain when present) through that engine, embedding
-   faces the EMBEDDING way (mirror-mean), and only then puts it in place with its card
-   (`tracker.model.card`: the embedding, the threshold for a THRESHOLD_FAR false-accept rate).
+   faces the EMBEDDING way (mirror-mean) and then the other ways, and only then puts it in place
+   with its card (`tracker.model.card`: the embedding, the thresholds for a THRESHOLD_FAR
+   false-accept rate).
    The teacher files and the pairs file are checked before any work.
 """
 
@@ -48,8 +49,8 @@ THRESHOLD_FAR = 0.01
 # The tracker's re-identification merges a new track into a lost one: a false merge swallows the
 # `entered` of a different person, so it is set for ten times fewer false accepts.
 REID_FAR = 0.001
-# How the guard embeds a face with the weights (tracker.backends.mirror): the card says so, and its
-# thresholds are measured that way.
+# How the guard embeds a face with the weights by default (tracker.backends.mirror): the card says
+# so, and its thresholds are measured that way (those of the other embeddings beside them).
 EMBEDDING = "mirror-mean"
 PARITY_TOLERANCE = 1e-4  # exported caffemodel vs the torch net, max abs difference of unit embeddings
 # The defaults, in the shared data (tracker.shared_data): LFW's View 1 training people and CelebA 10k.
@@ -378,7 +379,7 @@ def train_command(argv: list[str]) -> int:
     # 5. export, check, threshold, card
     from tracker.backends import create_backend
     from tracker.backends.mirror import embedder
-    from tracker.model.card import write_card
+    from tracker.model.card import EMBEDDINGS, write_card
     from tracker.model.spec import ModelSpec
     from tracker.train.augment import plain
 
@@ -391,8 +392,10 @@ def train_command(argv: list[str]) -> int:
         try:  # one engine for the parity check and the threshold
             worst = check_export(torch, net, backend, staged, plain(crops[used[:32]]))
             card = _card(staged, crop_name, classes, args, len(used), epoch, step, minutes, threads, losses)
-            if pairs is not None:  # thresholds for the embedding the card names
-                card.update(threshold_card(*pairs, detector, embedder(backend, staged, card)))
+            if pairs is not None:  # thresholds for the card's embedding, and for the others beside them
+                card.update(threshold_card(*pairs, detector, embedder(backend, EMBEDDING)))
+                card["thresholds_for"] = {other: threshold_card(*pairs, detector, embedder(backend, other))
+                                          for other in EMBEDDINGS if other != EMBEDDING}
         finally:
             backend.close()
         staged.replace(out)
