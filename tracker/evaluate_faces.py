@@ -5,9 +5,10 @@
 
 Pairs: each photo's central face (`tracker.enroll.central_face`) is cut by the guard's crop and run
 through the configured backend, embedded as the config or the weights' card says (the shipped
-weights: with its mirror image, `tracker.backends.mirror`); the pair's score is the cosine of the two embeddings. Printed:
-LFW's 10-fold accuracy, ROC AUC, the true-accept rate at 1% and 0.1% false accepts with those
-thresholds, and where the identity threshold in use (the model card's, or identity.threshold) falls.
+weights: with its mirror image, `tracker.backends.mirror`); the pair's score is the cosine of the
+two embeddings. Printed: LFW's 10-fold accuracy, ROC AUC, the true-accept rate at 1% and 0.1%
+false accepts with those thresholds, and where the identity threshold in use (the model card's, or
+identity.threshold) falls.
 A pair whose photo gives no central face is counted and left out.
 
 Folder: the people (sorted by name) are split in two: every other person is enrolled from their

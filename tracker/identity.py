@@ -2,15 +2,16 @@
 
 Enrolled people live in `<state_dir>/people/<name>.npz`: `mean` (D,) float32, the L2-normalised
 mean of the person's L2-normalised embeddings, `count` (images used), `model` (what made them:
-`embeddings_key`, the caffemodel's sha256 and how its card embeds a face), `crop` (the `tracker.crops` definition their faces were cut with;
-files from before it was recorded are box crops) and `chips` ((count, 88, 88) uint8, the crops
-themselves, so that new weights can recompute the mean: `refresh_people`; files from before have
-none). Embeddings of other weights or of another crop are not comparable, so such people are
-skipped with a warning: never mixed. A crop is the enrolled person of highest cosine similarity,
-or `unknown` when that similarity is below the threshold. A track's identity is the vote over its
-whole life: each crop votes once for its match (a name or `unknown`), the name with the most votes
-wins once the track has `identity.min_faces` faces and the winner leads the runner-up by
-`identity.margin` of all votes, and its confidence is its share of all votes.
+`embeddings_key`, the caffemodel's sha256 and the embedding in use), `crop` (the `tracker.crops`
+definition their faces were cut with; files from before it was recorded are box crops) and
+`chips` ((count, 88, 88) uint8, the crops themselves, so that new weights can recompute the mean:
+`refresh_people`; files from before have none). Embeddings of other weights, made another way or
+from another crop are not comparable, so such people are skipped with a warning: never mixed.
+A crop is the enrolled person of highest cosine similarity, or `unknown` when that similarity is
+below the threshold. A track's identity is the vote over its whole life: each crop votes once for
+its match (a name or `unknown`), the name with the most votes wins once the track has
+`identity.min_faces` faces and the winner leads the runner-up by `identity.margin` of all votes,
+and its confidence is its share of all votes.
 """
 
 from __future__ import annotations
@@ -175,8 +176,9 @@ def remove_person(state_dir: Path, name: str) -> bool:
 
 def refresh_people(state_dir: Path, backend, model_key: str, crop: str) -> tuple[list[str], list[str]]:
     """Recompute, with `backend` (embedding as `model_key` says: `embeddings_key`), the mean
-    embedding of every person enrolled with other weights or embedding from kept crops of definition `crop`. Returns (names refreshed,
-    names that cannot be: enrolled without kept crops or from another crop definition)."""
+    embedding of every person enrolled with another key from kept crops of definition `crop`.
+    Returns (names refreshed, names that cannot be: enrolled without kept crops or from another
+    crop definition)."""
     refreshed, stale = [], []
     for path in people_files(state_dir):
         try:

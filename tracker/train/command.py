@@ -21,8 +21,7 @@ What it does, in order (scripts/train-face-cnn is the command that made the ship
    measures the pairs (default: LFW's pairsDevTrain when present) through that engine, embedding
    faces the EMBEDDING way (mirror-mean) and then the other ways, and only then puts it in place
    with its card (`tracker.model.card`: the embedding, the thresholds for a THRESHOLD_FAR
-   false-accept rate).
-   The teacher files and the pairs file are checked before any work.
+   false-accept rate). The teacher files and the pairs file are checked before any work.
 """
 
 from __future__ import annotations
