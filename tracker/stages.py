@@ -129,6 +129,7 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
             _enroll_scene_people(config, backend, detector)
         refresh(config, detector, backend, report=log.info)  # new weights: recompute the people
         crop = crop_definition(detector.gives_landmarks)
+        key = embeddings_key(config, card)  # hashes the weights: once, for the gallery and its reloads
         trained_on = (card or {}).get("crop")
         if trained_on not in (None, crop):
             log.warning("identity: the weights were trained on %s crops but detector %s gives %s crops: "
@@ -142,14 +143,14 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
             detector=detector,
             batcher=Batcher(config.batcher.max_batch, config.batcher.max_wait_ms),
             backend=backend,
-            gallery=Gallery.load(state_dir, embeddings_key(config, card), identity_threshold(config, card), crop),
+            gallery=Gallery.load(state_dir, key, identity_threshold(config, card), crop),
             votes=IdentityVotes(config.identity.min_faces, config.identity.margin),
             tracker=Tracker.from_config(config.tracking, reid_threshold=reid_threshold(config, card)),
             events=EventMaker(),
             snapshots=SnapshotStore(state_dir / "snapshots"),
             sinks=sinks,
             latency_log=latency_log,
-            embeddings_key=embeddings_key(config, card),
+            embeddings_key=key,
             web=web,
         )
         stages.opened = opened.pop_all()
