@@ -28,7 +28,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from tracker.crops import CROP_MARGIN, crop_batch
+from tracker.crops import CROP_MARGIN, CROP_SIZE, crop_batch
 from tracker.detect import FaceDetector
 from tracker.enroll import IMAGE_SUFFIXES, central_face, chip_face, open_backend
 from tracker.errors import InputError
@@ -36,10 +36,9 @@ from tracker.identity import unit_rows
 from tracker.verification import read_pairs, roc_auc, ten_fold_accuracy, threshold_at_far
 
 
-def embed_photos(files: list[Path], detector: FaceDetector, backend, chips: bool = False,
-                 batch: int = 64) -> tuple[np.ndarray, np.ndarray]:
-    """(unit embeddings (N, D) float32, found (N,) bool) of each file's face: the central face of
-    a photo, or the face of a tight chip with `chips`; rows of files without one are zero."""
+def photo_crops(files: list[Path], detector: FaceDetector, chips: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(crops (M, 1, 88, 88) float32 of the M files with a face, in file order; found (N,) bool) of
+    each file's face: the central face of a photo, or the face of a tight chip with `chips`."""
     crops, found = [], np.zeros(len(files), bool)
     for i, path in enumerate(files):
         image = cv2.imread(str(path), cv2.IMREAD_COLOR)
@@ -50,28 +49,45 @@ def embed_photos(files: list[Path], detector: FaceDetector, backend, chips: bool
             continue
         found[i] = True
         crops.append(crop_batch(image, [face], margin=0.0 if chips else CROP_MARGIN))  # as tracker enroll
-    embeddings = np.zeros((len(files), 0), np.float32)
-    if crops:
-        x = np.concatenate(crops)
-        parts = [backend.infer(np.ascontiguousarray(x[s:s + batch])).embedding for s in range(0, len(x), batch)]
+    return (np.concatenate(crops) if crops else np.zeros((0, 1, CROP_SIZE, CROP_SIZE), np.float32)), found
+
+
+def embed_crops(crops: np.ndarray, found: np.ndarray, backend, batch: int = 64) -> np.ndarray:
+    """Unit embeddings (N, D) float32 of the N files of `found` from `crops` (photo_crops); rows of
+    files without a face are zero ((N, 0) when no file has one)."""
+    embeddings = np.zeros((len(found), 0), np.float32)
+    if len(crops):
+        parts = [backend.infer(np.ascontiguousarray(crops[s:s + batch])).embedding for s in range(0, len(crops), batch)]
         rows = unit_rows(np.concatenate(parts).astype(np.float32))
-        embeddings = np.zeros((len(files), rows.shape[1]), np.float32)
+        embeddings = np.zeros((len(found), rows.shape[1]), np.float32)
         embeddings[found] = rows
-    return embeddings, found
+    return embeddings
 
 
-def pair_scores(pairs_file: Path, images: Path, detector: FaceDetector, backend) -> tuple[np.ndarray, np.ndarray, int]:
-    """(scores, same, pairs left out) of an LFW-format pairs file (see the module docstring)."""
+def embed_photos(files: list[Path], detector: FaceDetector, backend, chips: bool = False,
+                 batch: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """(unit embeddings (N, D) float32, found (N,) bool) of each file's face (photo_crops,
+    embed_crops); rows of files without one are zero."""
+    crops, found = photo_crops(files, detector, chips)
+    return embed_crops(crops, found, backend, batch), found
+
+
+def pair_scores(pairs_file: Path, images: Path, detector: FaceDetector,
+                backends: list) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    """For each of `backends`, (scores, same, pairs left out) of an LFW-format pairs file (see the
+    module docstring); the photos are read, detected and cut once for all of them."""
     pairs = read_pairs(pairs_file, images)
     files = sorted({p for a, b, _ in pairs for p in (a, b)})
     index = {p: i for i, p in enumerate(files)}
-    embeddings, found = embed_photos(files, detector, backend)
-    scores, same = [], []
-    for a, b, s in pairs:
-        if found[index[a]] and found[index[b]]:
-            scores.append(float(embeddings[index[a]] @ embeddings[index[b]]))
-            same.append(s)
-    return np.array(scores), np.array(same, bool), len(pairs) - len(scores)
+    crops, found = photo_crops(files, detector)
+    both = [(index[a], index[b], s) for a, b, s in pairs if found[index[a]] and found[index[b]]]
+    same = np.array([s for _, _, s in both], bool)
+    results = []
+    for backend in backends:
+        embeddings = embed_crops(crops, found, backend)
+        scores = np.array([float(embeddings[i] @ embeddings[j]) for i, j, _ in both])
+        results.append((scores, same, len(pairs) - len(both)))
+    return results
 
 
 def verification_report(scores: np.ndarray, same: np.ndarray, threshold: float) -> dict:
@@ -177,7 +193,7 @@ def eval_faces_command(argv: list[str]) -> int:
     backend = open_backend(config, args.backend, precision)
     try:
         if args.pairs is not None:
-            scores, same, skipped = pair_scores(args.pairs, args.images, detector, backend)
+            [(scores, same, skipped)] = pair_scores(args.pairs, args.images, detector, [backend])
             if len(scores) == 0 or same.all() or not same.any():
                 raise InputError(f"eval-faces: {len(scores)} pairs with a face in both photos ({skipped} left out); "
                                  "expected matched and mismatched pairs with faces")

@@ -185,21 +185,24 @@ def check_export(torch, net, backend, caffemodel: Path, probe: np.ndarray) -> fl
     return worst
 
 
-def threshold_card(pairs_file: Path, images: Path, detector, backend) -> dict:
-    """The card's threshold entries: the cosines at which THRESHOLD_FAR (identity) and REID_FAR
-    (re-identification) of the mismatched pairs of `pairs_file` are accepted, measured with
-    `backend` (the Caffe engine) as `tracker eval-faces` would."""
+def threshold_cards(pairs_file: Path, images: Path, detector, backends: dict) -> dict:
+    """For each embedding -> backend of `backends` (the Caffe engine, embedding that way), the
+    card's threshold entries: the cosines at which THRESHOLD_FAR (identity) and REID_FAR
+    (re-identification) of the mismatched pairs of `pairs_file` are accepted, measured as
+    `tracker eval-faces` would, the photos cut once for all."""
     from tracker.evaluate_faces import pair_scores
     from tracker.verification import threshold_at_far
 
-    scores, same, skipped = pair_scores(pairs_file, images, detector, backend)
-    threshold, tar = threshold_at_far(scores, same, THRESHOLD_FAR)
-    reid, reid_tar = threshold_at_far(scores, same, REID_FAR)
-    return {"identity_threshold": round(threshold, 4), "threshold_far": THRESHOLD_FAR,
-            "reid_threshold": round(reid, 4), "reid_far": REID_FAR,
-            "threshold_pairs": f"{pairs_file.name}: {len(scores)} pairs ({skipped} without a central face); "
-                               f"true-accept rate {tar:.3f} at the identity threshold, {reid_tar:.3f} at the "
-                               "re-identification threshold"}
+    cards = {}
+    for name, (scores, same, skipped) in zip(backends, pair_scores(pairs_file, images, detector, list(backends.values()))):
+        threshold, tar = threshold_at_far(scores, same, THRESHOLD_FAR)
+        reid, reid_tar = threshold_at_far(scores, same, REID_FAR)
+        cards[name] = {"identity_threshold": round(threshold, 4), "threshold_far": THRESHOLD_FAR,
+                       "reid_threshold": round(reid, 4), "reid_far": REID_FAR,
+                       "threshold_pairs": f"{pairs_file.name}: {len(scores)} pairs ({skipped} without a central "
+                                          f"face); true-accept rate {tar:.3f} at the identity threshold, "
+                                          f"{reid_tar:.3f} at the re-identification threshold"}
+    return cards
 
 
 def train_command(argv: list[str]) -> int:
@@ -392,9 +395,9 @@ def train_command(argv: list[str]) -> int:
             worst = check_export(torch, net, backend, staged, plain(crops[used[:32]]))
             card = _card(staged, crop_name, classes, args, len(used), epoch, step, minutes, threads, losses)
             if pairs is not None:  # thresholds for the card's embedding, and for the others beside them
-                card.update(threshold_card(*pairs, detector, embedder(backend, EMBEDDING)))
-                card["thresholds_for"] = {other: threshold_card(*pairs, detector, embedder(backend, other))
-                                          for other in EMBEDDINGS if other != EMBEDDING}
+                entries = threshold_cards(*pairs, detector, {name: embedder(backend, name) for name in EMBEDDINGS})
+                card.update(entries.pop(EMBEDDING))
+                card["thresholds_for"] = entries
         finally:
             backend.close()
         staged.replace(out)
