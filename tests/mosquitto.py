@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -137,6 +138,7 @@ class Broker:
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
+            self.proc.send_signal(signal.SIGCONT)  # a frozen broker acts on the SIGTERM once it runs
             try:
                 self.proc.wait(WAIT_S)
             except subprocess.TimeoutExpired:
@@ -148,6 +150,11 @@ class Broker:
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+    def freeze(self) -> None:
+        """SIGSTOP: the broker keeps its sockets open but reads, answers and saves nothing more (until
+        killed, or stopped: see stop)."""
+        self.proc.send_signal(signal.SIGSTOP)
 
     def restart(self) -> Broker:
         self.stop()
