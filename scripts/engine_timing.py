@@ -79,6 +79,10 @@ def gemm_shapes(op: O.Op, shapes: S.LayerShapes, mode: str, blas: int) -> list[t
     ((rows, inner), (inner, cols), orientation) for each product, as ops.py makes them; [] for
     an op without GEMMs."""
     n = shapes.bottoms[0][0]
+    if isinstance(op, O.PooledConvolution):
+        rows = op.rows_per_band(blas)
+        bands = n * -(-op.out_hw[0] // rows)
+        return [(op.weight.shape, (op.weight.shape[1], rows * op.out_hw[1]), "channel-major")] * bands
     if isinstance(op, O.Convolution):
         o_g, pixels = op.out_c // op.group, math.prod(op.out_hw)
         if mode == "caffe":
@@ -127,7 +131,7 @@ def layer_breakdown(net: Net, netdef, x: np.ndarray, seconds: float, cores: int)
     spent: dict[str, list[float]] = defaultdict(list)
     current: dict[str, float] = defaultdict(float)
     originals = []
-    for step in net._steps:
+    for step in net._plan.steps:
         op = step.op
         originals.append((op, op.run))
 
@@ -153,13 +157,13 @@ def layer_breakdown(net: Net, netdef, x: np.ndarray, seconds: float, cores: int)
     n = x.shape[0]
     layer_shapes = dict(zip((layer.name for layer in netdef.layers), S.infer_layer_shapes(netdef, n)))
     lines = []
-    for step in net._steps:
+    for step in net._plan.steps:
         op = step.op
         ms = 1000 * float(np.median(spent[op.name])) / n
         blas = cores if net.mode == "caffe" else thread_plan(n, cores, False)[1]
-        gemms = gemm_shapes(op, layer_shapes[op.name], net.mode, blas)
+        gemms = gemm_shapes(op, layer_shapes[op.layer_names[0]], net.mode, blas)
         gemm = f"  gemm {time_gemms(gemms, seconds / 4, blas) / n:7.3f} ({gemms[0][2]})" if gemms else ""
-        lines.append(f"    {op.name:<8} {op.type + (' +ReLU' if getattr(op, 'fuse_relu', False) else ''):<20} {ms:7.3f}{gemm}")
+        lines.append(f"    {op.name:<11} {op.type + (' +ReLU' if getattr(op, 'fuse_relu', False) else ''):<26} {ms:7.3f}{gemm}")
     return lines
 
 

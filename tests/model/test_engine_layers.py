@@ -475,6 +475,43 @@ CASES = [
             1,
         ),
     ),
+    # A convolution pooled as it is computed ("dl": ops.PooledConvolution): padded, ReLU fused...
+    Case(
+        "conv-relu-pool-tiled",
+        'layer { name: "c" type: "Convolution" bottom: "data" top: "c" convolution_param { num_output: 5 kernel_size: 5 pad: 2 } }\n'
+        'layer { name: "r" type: "ReLU" bottom: "c" top: "c" }\n'
+        'layer { name: "out" type: "Pooling" bottom: "c" top: "out" pooling_param { pool: MAX kernel_size: 2 stride: 2 } }',
+        (3, 2, 8, 10),
+        lambda x, nd: ref_pool(relu(ref_conv(x, *weights(nd, "c"), pad=(2, 2))), "MAX", (2, 2), (2, 2)),
+    ),
+    # ...no ReLU, a pooling window of 2 x 1...
+    Case(
+        "conv-pool-tiled-2x1",
+        'layer { name: "c" type: "Convolution" bottom: "data" top: "c" convolution_param { num_output: 4 kernel_size: 5 } }\n'
+        'layer { name: "out" type: "Pooling" bottom: "c" top: "out" pooling_param { pool: MAX kernel_h: 2 kernel_w: 1 stride_h: 2 stride_w: 1 } }',
+        (2, 1, 14, 9),
+        lambda x, nd: ref_pool(ref_conv(x, *weights(nd, "c")), "MAX", (2, 1), (2, 1)),
+    ),
+    # ...a strided convolution (patches of 11 x 11 pixels, 4 apart; 121/81 the multiply-adds)...
+    Case(
+        "conv-stride2-pool-tiled",
+        'layer { name: "c" type: "Convolution" bottom: "data" top: "c" convolution_param { num_output: 3 kernel_size: 9 stride: 2 } }\n'
+        'layer { name: "r" type: "ReLU" bottom: "c" top: "c" }\n'
+        'layer { name: "out" type: "Pooling" bottom: "c" top: "out" pooling_param { pool: MAX kernel_size: 2 stride: 2 } }',
+        (2, 1, 27, 23),
+        lambda x, nd: ref_pool(relu(ref_conv(x, *weights(nd, "c"), stride=(2, 2))), "MAX", (2, 2), (2, 2)),
+    ),
+    # ...and one that must not be: the convolution's top is read by a second pooling too.
+    Case(
+        "conv-pool-top-read-twice",
+        'layer { name: "c" type: "Convolution" bottom: "data" top: "c" convolution_param { num_output: 3 kernel_size: 3 } }\n'
+        'layer { name: "p" type: "Pooling" bottom: "c" top: "p" pooling_param { pool: MAX kernel_size: 2 stride: 2 } }\n'
+        'layer { name: "q" type: "Pooling" bottom: "c" top: "q" pooling_param { pool: AVE kernel_size: 2 stride: 2 } }\n'
+        'layer { name: "out" type: "Concat" bottom: "p" bottom: "q" top: "out" }',
+        (2, 2, 8, 6),
+        lambda x, nd: np.concatenate([ref_pool(ref_conv(x, *weights(nd, "c")), "MAX", (2, 2), (2, 2)),
+                                      ref_pool(ref_conv(x, *weights(nd, "c")), "AVE", (2, 2), (2, 2))], 1),
+    ),
     Case(
         "inplace-chain",
         'layer { name: "out" type: "Convolution" bottom: "data" top: "out" convolution_param { num_output: 3 kernel_size: 2 } }\n'
@@ -634,6 +671,12 @@ def test_dl_chunks_match_caffe_mode(lenet, threads):
     one = net.forward(x[5:6], names)
     for name in names:
         np.testing.assert_allclose(one[name], want[name][5:6], rtol=0, atol=1e-5, err_msg=name)
+    # Without conv1 asked for, the schedule that pools conv1 as it computes it runs, in the same cap.
+    assert "conv1" in net._plan.hidden
+    pooled = net.forward(x, ["pool1", "ip1", "prob"])
+    assert 0 < net.workspace_nbytes <= cap
+    for name in ("pool1", "ip1", "prob"):
+        np.testing.assert_allclose(pooled[name], want[name], rtol=0, atol=1e-5, err_msg=f"{name}, pooled conv1")
 
 
 def test_dl_chunks_are_two_per_worker_but_not_below_eight_images(lenet):
@@ -712,12 +755,45 @@ def test_dl_fuses_relu_and_keeps_each_convolutions_memory_order():
     spec = default_model()
     net = Net(load_net(spec.prototxt, spec.weights), np.float32, "dl")
     plan = "\n".join(net.describe())
-    assert "conv1        Convolution +ReLU -> conv1 (cnhw)" in plan  # one input channel: channel-major
-    assert "pool1        Pooling -> pool1 (cnhw)" in plan
+    # one input channel: channel-major, and pooled as it is computed (conv1's top is never written)
+    assert "conv1+pool1  Convolution+Pooling +ReLU -> pool1 (cnhw)" in plan
     assert "conv2        Convolution +ReLU -> conv2 (nhwc)" in plan  # 16 channels x 6 columns: pixel-major
     assert "pool2        Pooling -> pool2 (nhwc)" in plan
     assert "fc1          InnerProduct +ReLU -> fc1 (nchw)" in plan
     assert "relu" not in plan  # the separate ReLU layers are gone
+
+
+def test_dl_pools_a_convolution_only_where_it_can(built):
+    """Which convolutions the "dl" schedule pools as they are computed (ops.PooledConvolution),
+    in the cases above and in nets made to miss one condition each."""
+    def plan(netdef):
+        return "\n".join(Net(netdef, np.float32, "dl").describe())
+
+    assert "c+out        Convolution+Pooling +ReLU -> out (cnhw)" in plan(built["conv-relu-pool-tiled"][2])
+    assert "c+out        Convolution+Pooling -> out (cnhw)" in plan(built["conv-pool-tiled-2x1"][2])
+    assert "c+out        Convolution+Pooling +ReLU -> out (cnhw)" in plan(built["conv-stride2-pool-tiled"][2])
+    assert "+" not in plan(built["conv-pool-top-read-twice"][2])  # q reads c too
+    assert "Convolution+Pooling" not in "\n".join(Net(built["conv-relu-pool-tiled"][2], np.float32, "caffe").describe())
+
+
+@pytest.mark.parametrize("conv, pool, why", [
+    ("kernel_size: 5", "pool: MAX kernel_size: 3 stride: 2", "overlapping windows"),
+    ("kernel_size: 5", "pool: MAX kernel_size: 3 stride: 3", "a partial last window (10 rows)"),
+    ("kernel_size: 5", "pool: AVE kernel_size: 2 stride: 2", "not MAX"),
+    ("kernel_size: 5", "pool: MAX kernel_size: 2 stride: 2 pad: 1", "padded pooling"),
+    ("kernel_size: 1", "pool: MAX kernel_size: 2 stride: 2", "4x the multiply-adds"),
+    ("kernel_size: 3 stride: 2", "pool: MAX kernel_size: 2 stride: 2", "25/9 the multiply-adds"),
+    ("kernel_size: 5 group: 2", "pool: MAX kernel_size: 2 stride: 2", "groups"),
+])
+def test_dl_leaves_convolution_and_pooling_apart(tmp_path, conv, pool, why):
+    body = (f'layer {{ name: "c" type: "Convolution" bottom: "data" top: "c" convolution_param {{ num_output: 4 {conv} }} }}\n'
+            f'layer {{ name: "out" type: "Pooling" bottom: "c" top: "out" pooling_param {{ {pool} }} }}')
+    _, _, netdef = build_net(tmp_path, "apart", body, (2, 2, 14, 14))
+    net = Net(netdef, np.float32, "dl")
+    assert "Convolution+Pooling" not in "\n".join(net.describe()), why
+    x = np.random.default_rng(0).normal(0, 1, (2, 2, 14, 14))
+    want = Net(netdef, np.float64, "caffe").forward(x, ["out"])["out"]
+    np.testing.assert_allclose(net.forward(x.astype(np.float32), ["out"])["out"], want, rtol=0, atol=1e-4)
 
 
 # ------------------------------------------------------------------------------------------

@@ -23,6 +23,8 @@ Two execution modes exist for the layers whose algorithm differs:
     copied in runs of kw*C floats, and OpenBLAS runs this orientation faster when O is small: on
     the EPYC dev machine, single-threaded, the face CNN's conv2 GEMM (O 48, K 576) ran at 35-43
     GFLOP/s pixel-major against 24-32 channel-major (`scripts/engine_timing.py --gemms`).
+  A channel-major convolution and the MAX pooling of its top can run as one `PooledConvolution`
+  (the engine's schedule decides).
 
 Each type of the one table of layer types (`shapes.LAYER_TYPES`) has its `Op` subclass here, named
 after the type; `OPS` is built from the table, so a type without its operator fails at import.
@@ -62,6 +64,7 @@ class Op:
     def __init__(self, layer, dtype: np.dtype, mode: str, shapes: S.LayerShapes):
         self.name: str = layer.name
         self.type: str = layer.type
+        self.layer_names: tuple[str, ...] = (layer.name,)  # the layers it runs, in order (see PooledConvolution)
         self.bottoms: tuple[str, ...] = tuple(layer.bottoms)
         self.tops: tuple[str, ...] = tuple(layer.tops)
         self.dtype = np.dtype(dtype)
@@ -128,7 +131,7 @@ class Convolution(Op):
         # True only on the copy `engine.schedule.with_relu` makes ("dl": an in-place ReLU follows)
         self.fuse_relu = False
 
-    def _padded_hw(self) -> tuple[int, int]:
+    def padded_hw(self) -> tuple[int, int]:
         return self.in_hw[0] + 2 * self.pad[0], self.in_hw[1] + 2 * self.pad[1]
 
     def scratch_sizes(self, in_shapes):
@@ -138,7 +141,7 @@ class Convolution(Op):
         if self.is_1x1 and not self.pixel_major:
             return [0, 0]
         cols = self.in_c * self.kernel[0] * self.kernel[1] * self.out_hw[0] * self.out_hw[1]
-        padded = self.in_c * math.prod(self._padded_hw()) if any(self.pad) or self.pixel_major else 0
+        padded = self.in_c * math.prod(self.padded_hw()) if any(self.pad) or self.pixel_major else 0
         return [cols, padded]
 
     def _im2col(self, img: np.ndarray, cols: np.ndarray, padded: np.ndarray | None) -> None:
@@ -161,7 +164,7 @@ class Convolution(Op):
         o_g = self.out_c // self.group
         if not self.is_1x1:
             cols = scratch[0][: self.k_g * self.group * p].reshape(self.k_g * self.group, p)
-            padded = scratch[1].reshape(self.in_c, *self._padded_hw()) if any(self.pad) else None
+            padded = scratch[1].reshape(self.in_c, *self.padded_hw()) if any(self.pad) else None
         for i in range(n):
             if self.is_1x1:
                 cols = x[i].reshape(self.in_c, p)
@@ -188,11 +191,11 @@ class Convolution(Op):
         if self.pixel_major:
             res = _nhwc_rows(out).reshape(n, oh * ow, self.out_c)  # a view: image i's (OH*OW, O)
             gather = any(self.pad) or _nhwc_rows(x, check=False) is None
-            copy_shape, copy_axes = (1, *self._padded_hw(), self.in_c), (0, 3, 1, 2)
+            copy_shape, copy_axes = (1, *self.padded_hw(), self.in_c), (0, 3, 1, 2)
         else:
             res = out.transpose(1, 0, 2, 3).reshape(self.out_c, n, oh * ow)  # a view: image i's (O, OH*OW)
             gather = any(self.pad)
-            copy_shape, copy_axes = (1, self.in_c, *self._padded_hw()), (0, 1, 2, 3)
+            copy_shape, copy_axes = (1, self.in_c, *self.padded_hw()), (0, 1, 2, 3)
         copy = scratch[1][: math.prod(copy_shape)].reshape(copy_shape).transpose(copy_axes) if gather else None
         cols = scratch[0]  # every band's columns in turn
 
@@ -299,6 +302,110 @@ class Pooling(Op):
     def run(self, ins, outs, scratch, threads: int = 1):
         sc = scratch[0] if scratch and scratch[0].size else None
         return [L.pool2d(ins[0], self.method, self.kernel, self.stride, self.pad, self.out_hw, out=outs[0], scratch=sc)]
+
+
+# --------------------------------------------------------------------------------------------
+# A convolution pooled as it is computed ("dl")
+# --------------------------------------------------------------------------------------------
+
+# The most GEMM work a PooledConvolution may add: the face CNN's conv1 + pool1 does 1.31x the
+# multiply-adds of conv1 and took about half the time of the two layers (README, "The project's
+# Caffe engine"); larger ratios were not measured, and 1x1 kernels (4x) would lose.
+POOLED_CONV_MAX_WORK = 1.5
+
+
+class PooledConvolution(Op):
+    """"dl": a channel-major Convolution (with its fused ReLU, if any) and the MAX Pooling of its
+    top as one op, for pooling windows that tile that top (kernel == stride, no pad, no partial
+    window). The Convolution's own top is never written.
+
+    The ph x pw outputs of one pooling window read one input patch of KH x KW = (kh + (ph-1)*sh)
+    x (kw + (pw-1)*sw) pixels, so all of them are one GEMM over an im2col at the pooling's grid:
+    (ph*pw*O, C*KH*KW) @ (C*KH*KW, OH*OW) for the pooled OH x OW, the left operand holding the
+    kernel once per window position, at its offset in the patch, zeros elsewhere. The pooling is
+    then a max over ph*pw contiguous blocks of O rows, and the bias and ReLU follow on the pooled
+    rows: both commute with a max exactly (x -> x + b and ReLU are monotonic, rounding included).
+    Against the two layers it copies KH*KW / (kh*kw*ph*pw) of the columns, pools contiguous rows
+    instead of strided pixels, adds the bias and the ReLU to 1/(ph*pw) of the values, and gives
+    the GEMM ph*pw times the rows; it does KH*KW / (kh*kw) times the multiply-adds
+    (`fits`: at most POOLED_CONV_MAX_WORK). Top: (C, N, H, W) memory, like the Convolution's.
+    """
+
+    def __init__(self, conv: Convolution, pool: Pooling):
+        # built from two ops, not from a layer: Op.__init__ does not apply
+        self.name, self.type = f"{conv.name}+{pool.name}", "Convolution+Pooling"
+        self.layer_names = (conv.name, pool.name)
+        self.bottoms, self.tops = conv.bottoms, pool.tops
+        self.dtype, self.mode = conv.dtype, conv.mode
+        self.shapes = S.LayerShapes(conv.shapes.bottoms, pool.shapes.tops, conv.shapes.params)
+        self.fuse_relu = conv.fuse_relu
+        self.conv = conv
+        (kh, kw), (sh, sw), (ph, pw) = conv.kernel, conv.stride, pool.kernel
+        self.patch = (kh + (ph - 1) * sh, kw + (pw - 1) * sw)
+        self.patch_stride = (ph * sh, pw * sw)
+        self.out_hw = pool.out_hw
+        c, o = conv.in_c, conv.out_c
+        left = np.zeros((ph, pw, o, c, *self.patch), dtype=self.dtype)
+        kernel = conv.weight.reshape(o, c, kh, kw)
+        for dy in range(ph):
+            for dx in range(pw):
+                left[dy, dx, :, :, dy * sh : dy * sh + kh, dx * sw : dx * sw + kw] = kernel
+        self.weight = left.reshape(ph * pw * o, c * self.patch[0] * self.patch[1])
+        self.windows = ph * pw
+        # the bias of every pooled pixel, (O, OH*OW): a band's is a slice, added row to row (numpy
+        # adds an (O, 1) column at a fraction of that speed, as L.relu says of scalars)
+        self.bias_plane = None if conv.bias is None else np.repeat(conv.bias, math.prod(self.out_hw), axis=1)
+
+    @staticmethod
+    def fits(conv: Convolution, pool: Pooling) -> bool:
+        """True if `pool` (reading conv's top) can be computed with conv as one PooledConvolution."""
+        tiles = all(o * s == c for o, s, c in zip(pool.out_hw, pool.stride, conv.out_hw))
+        (kh, kw), (sh, sw), (ph, pw) = conv.kernel, conv.stride, pool.kernel
+        work = (kh + (ph - 1) * sh) * (kw + (pw - 1) * sw) / (kh * kw)
+        return (conv.mode == "dl" and not conv.pixel_major and conv.group == 1 and conv.dilation == (1, 1)
+                and pool.method == L.POOL_MAX and pool.kernel == pool.stride and pool.pad == (0, 0) and tiles
+                and work <= POOLED_CONV_MAX_WORK)
+
+    def scratch_sizes(self, in_shapes):
+        """Per image (one band at most, but a band may be the whole image): its columns, the
+        GEMM's output for them, and its padded copy if the convolution pads."""
+        pixels = self.out_hw[0] * self.out_hw[1]
+        padded = self.conv.in_c * math.prod(self.conv.padded_hw()) if any(self.conv.pad) else 0
+        return [self.weight.shape[1] * pixels, self.weight.shape[0] * pixels, padded]
+
+    def run(self, ins, outs, scratch, threads: int = 1):
+        x, out = ins[0], outs[0]
+        n, (oh, ow), o, k = x.shape[0], self.out_hw, self.conv.out_c, self.weight.shape[1]
+        if out is None:
+            out = np.empty((o, n, oh, ow), dtype=self.dtype).transpose(1, 0, 2, 3)
+        res = out.transpose(1, 0, 2, 3).reshape(o, n, oh * ow)  # a view: image i's (O, OH*OW)
+        pad = self.conv.pad
+        copy_shape = (self.conv.in_c, *self.conv.padded_hw())
+        copy = scratch[2][: math.prod(copy_shape)].reshape(copy_shape) if any(pad) else None
+        rows = self.rows_per_band(threads)
+        for i in range(n):
+            src = L.pad_into(x[i], pad, pad, 0.0, out=copy) if any(pad) else x[i]
+            win = L.windows(src, self.patch, self.patch_stride, (1, 1), self.out_hw)  # (C, KH, KW, OH, OW)
+            for r0 in range(0, oh, rows):
+                r1 = min(oh, r0 + rows)
+                m = (r1 - r0) * ow
+                cols = scratch[0][: k * m].reshape(k, m)
+                np.copyto(cols.reshape(*win.shape[:3], r1 - r0, ow), win[..., r0:r1, :])
+                grid = scratch[1][: self.weight.shape[0] * m].reshape(self.windows, o, m)
+                np.matmul(self.weight, cols, out=grid.reshape(self.windows * o, m))
+                pooled = res[:, i, r0 * ow : r1 * ow]
+                np.max(grid, axis=0, out=pooled)
+                if self.bias_plane is not None:
+                    pooled += self.bias_plane[:, :m]
+                if self.fuse_relu:
+                    L.relu(pooled, out=pooled)
+        return [out]
+
+    def rows_per_band(self, threads: int = 1) -> int:
+        """Pooled output rows per band: at most BAND_BYTES of columns per BLAS thread (see
+        Convolution.rows_per_band)."""
+        rows = max(1, threads * BAND_BYTES // (self.out_hw[1] * self.weight.shape[1] * self.dtype.itemsize))
+        return min(rows, self.out_hw[0])
 
 
 # --------------------------------------------------------------------------------------------

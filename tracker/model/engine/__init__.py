@@ -30,6 +30,11 @@ Two execution modes, same results (within float rounding):
       keep that memory order; InnerProduct gathers it once into rows);
     * the bias and an in-place ReLU that follows a Convolution/InnerProduct are applied in place
       on the GEMM output (the ReLU layer is then not run separately; `schedule.py`);
+    * a channel-major convolution whose top only a MAX pooling with tiling windows reads (conv1
+      + pool1 of the face CNN) is pooled as it is computed: one GEMM gives every output of each
+      pooling window at once, the max is taken over contiguous rows, the bias and ReLU follow on
+      the pooled values, and the convolution's top is never written (`ops.PooledConvolution`; a
+      forward that asks for that blob runs a schedule without this fusion);
     * several images are split between one worker thread per core, with single-threaded BLAS
       (chunks claimed by whichever worker is free; each runs the whole net on its chunk); a
       single image has its GEMMs split by the BLAS's own threads (`parallel.py`).
@@ -40,7 +45,7 @@ process-wide: `forward` sets them for its duration and restores them.
 
 The package:
     net.py        `Net`: settings and input checks, the choice of cores, the two forward paths
-    schedule.py   the ops in execution order: in place or not, memory order, the ReLU fusion
+    schedule.py   the ops in execution order: in place or not, memory order, the two fusions
     workspace.py  "dl": the arena, its slots planned from blob lifetimes, chunk sizes, views
     parallel.py   the BLAS thread limit, the worker threads, how a batch is split between them
 """

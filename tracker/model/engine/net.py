@@ -4,7 +4,8 @@ docstring): the checks, the choice of cores per batch, and the two forward paths
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -13,7 +14,7 @@ from tracker.machine import cores
 from tracker.model import ops as O
 from tracker.model import shapes as S
 from tracker.model.engine.parallel import HelperThreads, blas_threads, thread_plan, warm_blas
-from tracker.model.engine.schedule import describe, mixes_images, schedule
+from tracker.model.engine.schedule import Step, describe, mixes_images, schedule
 from tracker.model.engine.workspace import DEFAULT_WORKSPACE_BYTES, Workspace
 from tracker.model.netdef import NetDef
 from tracker.model.tuning import ThreadTuner, batch_class
@@ -28,6 +29,15 @@ MODES = ("caffe", "dl")
 MIN_SHARED_CHUNK = 8
 
 
+class Plan(NamedTuple):
+    """A schedule of the Net's ops and the "dl" workspace its steps run in."""
+
+    steps: tuple[Step, ...]
+    input_final: bool  # no step writes the input blob
+    hidden: frozenset[str]  # blobs the steps never write (see schedule.py)
+    workspace: Workspace
+
+
 class Net:
     """A Caffe net ready to run forward (see the package docstring for the two modes).
 
@@ -39,6 +49,10 @@ class Net:
     threads in "caffe" mode; in "dl" mode worker threads for several images and OpenBLAS threads
     for one. Not thread-safe: one forward at a time per Net; `close()` stops the "dl" worker
     threads.
+
+    A "dl" forward that asks for a blob the schedule fuses away (the top of a convolution pooled
+    as it is computed) runs a second schedule that writes it, in a workspace of its own; the
+    other schedule's workspace is released, so one is allocated at a time.
     """
 
     def __init__(self, netdef: NetDef, dtype=np.float32, mode: str = "caffe", *,
@@ -54,11 +68,10 @@ class Net:
         self.ops = _operators(netdef, self.dtype, mode)
         self.blob_names: tuple[str, ...] = tuple(dict.fromkeys([self.input_name] + [t for op in self.ops for t in op.tops]))
         self._shape_cache: dict[int, dict[str, tuple[int, ...]]] = {}
-        self._steps, self._input_final = schedule(self.ops, self.input_name, mode)
         self._mixes_images = mixes_images(self.ops, self.blob_shapes(1), self.blob_shapes(2))
         self._columns: np.ndarray | None = None  # "caffe": the one column buffer every convolution shares
-        # "dl" only: in "caffe" mode the workspace has no slots and never allocates.
-        self._workspace = Workspace(netdef, self._steps if mode == "dl" else (), self.input_name, self.dtype, self.workspace_bytes)
+        self._plan = self._make_plan(())  # what every forward runs unless it reads a hidden blob
+        self._unfused: Plan | None = None  # made on first need: the same ops, no blob hidden
         self._helpers = HelperThreads(self.name)  # "dl": the worker threads besides the caller
         if mode == "dl":
             warm_blas(max(self._tuner.arms))
@@ -75,16 +88,36 @@ class Net:
 
     def describe(self) -> list[str]:
         """The executed schedule, one line per step (fusions and layouts shown)."""
-        return describe(self._steps)
+        return describe(self._plan.steps)
 
-    def chunk_size(self, n: int, cores: int | None = None) -> int:
+    def _make_plan(self, keep: Collection[str]) -> Plan:
+        steps, input_final, hidden = schedule(self.ops, self.input_name, self.mode, keep)
+        # "dl" only: in "caffe" mode the workspace has no slots and never allocates.
+        workspace = Workspace(self._netdef, steps if self.mode == "dl" else (), self.input_name, self.dtype, self.workspace_bytes)
+        return Plan(steps, input_final, hidden, workspace)
+
+    def _plan_for(self, names: Collection[str]) -> Plan:
+        """The plan that writes every blob of `names`; the other plan's workspace is released."""
+        if self._plan.hidden.isdisjoint(names):
+            plan, other = self._plan, self._unfused
+        else:
+            if self._unfused is None:
+                self._unfused = self._make_plan(self._plan.hidden)
+            plan, other = self._unfused, self._plan
+        if other is not None:
+            other.workspace.release()
+        return plan
+
+    def chunk_size(self, n: int, cores: int | None = None, plan: Plan | None = None) -> int:
         """"dl": images per chunk for a batch of n on `cores` cores (default: the most this Net
         uses): what one worker's share of the workspace holds, and with several workers small
         enough that each gets about two chunks (chunks are claimed dynamically, so finer chunks
         balance the load) but no smaller than MIN_SHARED_CHUNK images unless each worker then
-        gets one. A net that mixes images runs its batch as one chunk."""
+        gets one. A net that mixes images runs its batch as one chunk. plan: whose workspace
+        (default: the schedule every forward runs unless it reads a hidden blob)."""
         workers = thread_plan(n, cores or max(self._tuner.arms), self._mixes_images)[0]
-        chunk = n if self._mixes_images else self._workspace.images_per_chunk(n, workers)
+        workspace = (plan or self._plan).workspace
+        chunk = n if self._mixes_images else workspace.images_per_chunk(n, workers)
         if workers == 1:
             return chunk
         two_each, one_each = -(-n // (2 * workers)), -(-n // workers)
@@ -92,9 +125,9 @@ class Net:
 
     @property
     def workspace_nbytes(self) -> int:
-        """"dl": bytes of workspace allocated so far (all workers); bounded by workspace_bytes
+        """"dl": bytes of workspace allocated now (all workers); bounded by workspace_bytes
         unless a single image needs more."""
-        return self._workspace.nbytes
+        return sum(plan.workspace.nbytes for plan in (self._plan, self._unfused) if plan is not None)
 
     def close(self) -> None:
         """Stop the "dl" worker threads (the Net stays usable; they restart on demand)."""
@@ -140,9 +173,9 @@ class Net:
         wanted = set(names)
         results: dict[str, np.ndarray] = {}
         blobs = {self.input_name: np.array(x, dtype=self.dtype, copy=True)}  # Caffe copies in
-        if self._input_final and self.input_name in wanted:
+        if self._plan.input_final and self.input_name in wanted:
             results[self.input_name] = blobs[self.input_name].copy()
-        for step in self._steps:
+        for step in self._plan.steps:  # "caffe" mode fuses nothing away: this plan has every blob
             op = step.op
             ins = [blobs[b] for b in op.bottoms]
             outs = [ins[0] if step.in_place else None]
@@ -173,34 +206,35 @@ class Net:
     def _forward_dl(self, x: np.ndarray, names: list[str], cores: int) -> dict[str, np.ndarray]:
         """Chunks of the batch, each run through the whole net in one worker's workspace share."""
         n = x.shape[0]
+        plan = self._plan_for(names)
         workers, blas = thread_plan(n, cores, self._mixes_images)
         results = {name: np.empty(self.blob_shapes(n)[name], dtype=self.dtype) for name in names}
-        chunk = self.chunk_size(n, cores)
+        chunk = self.chunk_size(n, cores, plan)
         chunks = [(s, min(n, s + chunk)) for s in range(0, n, chunk)]
-        self._workspace.prepare(workers, chunk, {e - s for s, e in chunks})
+        plan.workspace.prepare(workers, chunk, {e - s for s, e in chunks})
         with blas_threads(blas):
             if workers > 1:  # chunks claimed by whichever worker is free, each on its own workspace
-                self._helpers.sharing(workers).run(lambda i, w: self._run_dl_chunk(w, chunk, x, *chunks[i], results, blas), len(chunks))
+                self._helpers.sharing(workers).run(lambda i, w: self._run_dl_chunk(plan, w, chunk, x, *chunks[i], results, blas), len(chunks))
             else:
                 for s, e in chunks:
-                    self._run_dl_chunk(0, chunk, x, s, e, results, blas)
+                    self._run_dl_chunk(plan, 0, chunk, x, s, e, results, blas)
         return results
 
-    def _run_dl_chunk(self, worker: int, chunk: int, x: np.ndarray, s: int, e: int, results: dict, blas: int) -> None:
-        """Run images [s, e) of x on worker `worker`'s workspace, the BLAS on `blas` threads;
-        copy the wanted blobs out."""
+    def _run_dl_chunk(self, plan: Plan, worker: int, chunk: int, x: np.ndarray, s: int, e: int, results: dict, blas: int) -> None:
+        """Run images [s, e) of x through `plan` on worker `worker`'s workspace, the BLAS on
+        `blas` threads; copy the wanted blobs out."""
         xs, m = x[s:e], e - s
-        arrays = self._workspace.arrays(worker, chunk, m)
+        arrays = plan.workspace.arrays(worker, chunk, m)
         if arrays.input is not None:
             np.copyto(arrays.input, xs)
             xs = arrays.input
         elif xs.dtype != self.dtype:
             xs = xs.astype(self.dtype)
         blobs = {self.input_name: xs}
-        if self._input_final and self.input_name in results:
+        if plan.input_final and self.input_name in results:
             np.copyto(results[self.input_name][s : s + m], xs)
         tops, scratch = arrays.tops, arrays.scratch
-        for idx, step in enumerate(self._steps):
+        for idx, step in enumerate(plan.steps):
             op = step.op
             ins = [blobs[b] for b in op.bottoms]
             out = ins[0] if step.in_place else tops[idx]

@@ -1,7 +1,8 @@
-"""The order a net's ops run in, where each top lives, and the one fusion.
+"""The order a net's ops run in, where each top lives, and the two fusions.
 
-`schedule(ops, input_name, mode)` turns the ops of a net's layers (one per layer, in prototxt
-order) into `Step`s, decided once per Net:
+`schedule(ops, input_name, mode, keep)` turns the ops of a net's layers (one per layer, in
+prototxt order) into `Step`s, decided once per Net (and once more for callers who read a blob the
+first schedule fuses away):
 
 - in place: an op whose top is its first bottom and that may overwrite it (`Op.in_place_safe`)
   writes into that bottom's array, as Caffe's in-place layers do; other ops get a fresh top and
@@ -13,6 +14,9 @@ order) into `Step`s, decided once per Net:
 - fusion ("dl"): a Convolution or InnerProduct followed by a plain ReLU (negative slope 0) that
   writes back onto its top becomes one new op (`with_relu`) that applies the ReLU to each band of
   its GEMM output while it is in cache; the ReLU's own step is dropped;
+- pooled convolution ("dl"): a channel-major Convolution (ReLU fused or not) whose top only a MAX
+  Pooling with windows that tile it reads becomes one `ops.PooledConvolution`, which never writes
+  the convolution's top: that blob is `hidden`, unless the caller keeps it (`keep`);
 - finals and releases: after which step a blob holds its final value (what `forward` copies out)
   and after which step no later step reads it (what the "caffe" forward drops).
 """
@@ -20,7 +24,7 @@ order) into `Step`s, decided once per Net:
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -43,12 +47,15 @@ class Schedule(NamedTuple):
 
     steps: tuple[Step, ...]
     input_final: bool  # no step writes the input blob: the caller's array holds its final value
+    hidden: frozenset[str]  # blobs no step writes (pooled convolutions' tops): they cannot be read
 
 
-def schedule(ops: Sequence[O.Op], input_name: str, mode: str) -> Schedule:
-    """The steps that run `ops` (each layer's op, in order) in `mode` ("caffe" or "dl")."""
+def schedule(ops: Sequence[O.Op], input_name: str, mode: str, keep: Collection[str] = ()) -> Schedule:
+    """The steps that run `ops` (each layer's op, in order) in `mode` ("caffe" or "dl"); blobs
+    in `keep` are written even where a fusion could skip them."""
     placed: list[tuple[O.Op, bool, str]] = []  # (op, in place, top layout)
     layout = {input_name: "nchw"}
+    hidden: set[str] = set()
     i = 0
     while i < len(ops):
         op = ops[i]
@@ -56,6 +63,11 @@ def schedule(ops: Sequence[O.Op], input_name: str, mode: str) -> Schedule:
         if mode == "dl" and isinstance(op, (O.Convolution, O.InnerProduct)) and i + 1 < len(ops) and _plain_relu_on_top(op, ops[i + 1]):
             op = with_relu(op)
             i += 1  # the ReLU is done in place on the GEMM output
+        pool = ops[i + 1] if i + 1 < len(ops) else None
+        if mode == "dl" and isinstance(op, O.Convolution) and isinstance(pool, O.Pooling) and _pooled_alone(op, pool, ops[i + 2 :], keep):
+            hidden.add(op.tops[0])
+            op = O.PooledConvolution(op, pool)
+            i += 1  # the pooling is done on the GEMM output
         layout[op.tops[0]] = _top_layout(op, mode, in_place, layout)
         placed.append((op, in_place, layout[op.tops[0]]))
         i += 1
@@ -70,7 +82,7 @@ def schedule(ops: Sequence[O.Op], input_name: str, mode: str) -> Schedule:
              released=tuple(name for name in dict.fromkeys((*op.bottoms, *op.tops)) if last_use[name] == idx))
         for idx, (op, in_place, top_layout) in enumerate(placed)
     )
-    return Schedule(steps, input_final=input_name not in last_writer)
+    return Schedule(steps, input_final=input_name not in last_writer, hidden=frozenset(hidden))
 
 
 def _plain_relu_on_top(op: O.Op, nxt: O.Op) -> bool:
@@ -79,6 +91,15 @@ def _plain_relu_on_top(op: O.Op, nxt: O.Op) -> bool:
     top = op.tops[0]
     return (top not in op.bottoms and isinstance(nxt, O.ReLU) and nxt.negative_slope == 0.0
             and nxt.bottoms == (top,) and nxt.tops == (top,))
+
+
+def _pooled_alone(conv: O.Convolution, pool: O.Pooling, later: Sequence[O.Op], keep: Collection[str]) -> bool:
+    """True if `pool` reads conv's top, `ops.PooledConvolution` can do the two, and no other op
+    (nor the caller: `keep`) reads or rewrites conv's top."""
+    top = conv.tops[0]
+    return (pool.bottoms == (top,) and top not in pool.tops and top not in conv.bottoms
+            and top not in keep and not any(top in (*op.bottoms, *op.tops) for op in later)
+            and O.PooledConvolution.fits(conv, pool))
 
 
 def with_relu(op: O.Convolution | O.InnerProduct) -> O.Convolution | O.InnerProduct:
@@ -95,6 +116,8 @@ def _top_layout(op: O.Op, mode: str, in_place: bool, layout: dict[str, str]) -> 
         return layout[op.bottoms[0]]
     if isinstance(op, O.Convolution) and mode == "dl":
         return "nhwc" if op.pixel_major else "cnhw"
+    if isinstance(op, O.PooledConvolution):
+        return "cnhw"
     if op.keeps_layout and len(op.shapes.tops[0]) == 4 and layout.get(op.bottoms[0]) in ("cnhw", "nhwc"):
         return layout[op.bottoms[0]]
     return "nchw"

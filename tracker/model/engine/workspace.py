@@ -107,9 +107,14 @@ class Workspace:
         return slots, total
 
     def _step_shapes(self, batch: int) -> list[S.LayerShapes]:
-        """LayerShapes of every step's op for `batch` images."""
+        """LayerShapes of every step's op for `batch` images: the bottoms of the first layer it
+        runs, the tops of the last."""
         by_name = dict(zip((layer.name for layer in self._netdef.layers), S.infer_layer_shapes(self._netdef, batch)))
-        return [by_name[step.op.name] for step in self._steps]
+        shapes = []
+        for step in self._steps:
+            first, last = by_name[step.op.layer_names[0]], by_name[step.op.layer_names[-1]]
+            shapes.append(S.LayerShapes(first.bottoms, last.tops, first.params))
+        return shapes
 
     def images_per_chunk(self, n: int, workers: int) -> int:
         """Images per chunk of a batch of n: as many as fit one worker's share of the cap (at
@@ -133,6 +138,11 @@ class Workspace:
         for worker in range(workers):
             for m in sizes:
                 self.arrays(worker, chunk, m)
+
+    def release(self) -> None:
+        """Free the arena (the next `prepare` makes it again)."""
+        self._arena = None
+        self._views.clear()
 
     def arrays(self, worker: int, chunk: int, m: int) -> ChunkArrays:
         """Views of worker `worker`'s share of the arena for a chunk of m <= chunk images, cached
