@@ -211,6 +211,19 @@ def pool_case(id, param, shape, method, kernel, stride, pad=(0, 0)):
     return Case(id, body, shape, lambda x, nd: ref_pool(x, method, kernel, stride, pad))
 
 
+def conv_pool_case(id, conv_param, pool_param, window, shape, relu_between, **conv_kw):
+    """A Convolution "c" (then an in-place ReLU if relu_between) pooled by MAX `window` windows,
+    as many apart, into "out"."""
+    relu_layer = 'layer { name: "r" type: "ReLU" bottom: "c" top: "c" }\n' if relu_between else ""
+    body = (f'layer {{ name: "c" type: "Convolution" bottom: "data" top: "c" convolution_param {{ {conv_param} }} }}\n'
+            f'{relu_layer}layer {{ name: "out" type: "Pooling" bottom: "c" top: "out" pooling_param {{ pool: MAX {pool_param} }} }}')
+
+    def ref(x, nd):
+        conv = ref_conv(x, *weights(nd, "c"), **conv_kw)
+        return ref_pool(relu(conv) if relu_between else conv, "MAX", window, window)
+    return Case(id, body, shape, ref)
+
+
 def single(type_, param=""):
     return f'layer {{ name: "out" type: "{type_}" bottom: "data" top: "out" {param} }}'
 
@@ -476,31 +489,14 @@ CASES = [
         ),
     ),
     # A convolution pooled as it is computed ("dl": ops.PooledConvolution): padded, ReLU fused...
-    Case(
-        "conv-relu-pool-tiled",
-        'layer { name: "c" type: "Convolution" bottom: "data" top: "c" convolution_param { num_output: 5 kernel_size: 5 pad: 2 } }\n'
-        'layer { name: "r" type: "ReLU" bottom: "c" top: "c" }\n'
-        'layer { name: "out" type: "Pooling" bottom: "c" top: "out" pooling_param { pool: MAX kernel_size: 2 stride: 2 } }',
-        (3, 2, 8, 10),
-        lambda x, nd: ref_pool(relu(ref_conv(x, *weights(nd, "c"), pad=(2, 2))), "MAX", (2, 2), (2, 2)),
-    ),
+    conv_pool_case("conv-relu-pool-tiled", "num_output: 5 kernel_size: 5 pad: 2", "kernel_size: 2 stride: 2", (2, 2),
+                   (3, 2, 8, 10), relu_between=True, pad=(2, 2)),
     # ...no ReLU, a pooling window of 2 x 1...
-    Case(
-        "conv-pool-tiled-2x1",
-        'layer { name: "c" type: "Convolution" bottom: "data" top: "c" convolution_param { num_output: 4 kernel_size: 5 } }\n'
-        'layer { name: "out" type: "Pooling" bottom: "c" top: "out" pooling_param { pool: MAX kernel_h: 2 kernel_w: 1 stride_h: 2 stride_w: 1 } }',
-        (2, 1, 14, 9),
-        lambda x, nd: ref_pool(ref_conv(x, *weights(nd, "c")), "MAX", (2, 1), (2, 1)),
-    ),
+    conv_pool_case("conv-pool-tiled-2x1", "num_output: 4 kernel_size: 5", "kernel_h: 2 kernel_w: 1 stride_h: 2 stride_w: 1",
+                   (2, 1), (2, 1, 14, 9), relu_between=False),
     # ...a strided convolution (patches of 11 x 11 pixels, 4 apart; 121/81 the multiply-adds)...
-    Case(
-        "conv-stride2-pool-tiled",
-        'layer { name: "c" type: "Convolution" bottom: "data" top: "c" convolution_param { num_output: 3 kernel_size: 9 stride: 2 } }\n'
-        'layer { name: "r" type: "ReLU" bottom: "c" top: "c" }\n'
-        'layer { name: "out" type: "Pooling" bottom: "c" top: "out" pooling_param { pool: MAX kernel_size: 2 stride: 2 } }',
-        (2, 1, 27, 23),
-        lambda x, nd: ref_pool(relu(ref_conv(x, *weights(nd, "c"), stride=(2, 2))), "MAX", (2, 2), (2, 2)),
-    ),
+    conv_pool_case("conv-stride2-pool-tiled", "num_output: 3 kernel_size: 9 stride: 2", "kernel_size: 2 stride: 2", (2, 2),
+                   (2, 1, 27, 23), relu_between=True, stride=(2, 2)),
     # ...and one that must not be: the convolution's top is read by a second pooling too.
     Case(
         "conv-pool-top-read-twice",
