@@ -233,11 +233,8 @@ class Convolution(Op):
         return out
 
     def rows_per_band(self, threads: int = 1) -> int:
-        """Output rows per "dl" band: at most BAND_BYTES of columns per BLAS thread (a GEMM the
-        BLAS splits between threads gains from being cut less: on the dev machine one image's
-        forward pass took 3.38-3.41 ms with 2 MB bands on 2 threads, 3.87-3.98 with 1 MB)."""
-        rows = max(1, threads * BAND_BYTES // (self.out_hw[1] * self.k_g * self.group * self.dtype.itemsize))
-        return min(rows, self.out_hw[0])
+        """Output rows per "dl" band (see `rows_per_band`)."""
+        return rows_per_band(self.out_hw, self.k_g * self.group, self.dtype, threads)
 
     def _run_1x1(self, x, out):
         """Channel-major 1x1 stride-1 unpadded convolution of a chunk: the (C, n*H*W) input
@@ -260,6 +257,15 @@ class Convolution(Op):
             r += self.bias
         if self.fuse_relu:
             L.relu(r, out=r)
+
+
+def rows_per_band(out_hw: tuple[int, int], column_rows: int, dtype: np.dtype, threads: int) -> int:
+    """Output rows per "dl" band of a convolution with `column_rows` column-buffer rows per output
+    pixel: at most BAND_BYTES of columns per BLAS thread, at least one row, at most all (a GEMM the
+    BLAS splits between threads gains from being cut less: on the dev machine one image's forward
+    pass took 3.38-3.41 ms with 2 MB bands on 2 threads, 3.87-3.98 with 1 MB)."""
+    rows = max(1, threads * BAND_BYTES // (out_hw[1] * column_rows * dtype.itemsize))
+    return min(rows, out_hw[0])
 
 
 def _nhwc_rows(a: np.ndarray, check: bool = True) -> np.ndarray | None:
@@ -402,10 +408,8 @@ class PooledConvolution(Op):
         return [out]
 
     def rows_per_band(self, threads: int = 1) -> int:
-        """Pooled output rows per band: at most BAND_BYTES of columns per BLAS thread (see
-        Convolution.rows_per_band)."""
-        rows = max(1, threads * BAND_BYTES // (self.out_hw[1] * self.weight.shape[1] * self.dtype.itemsize))
-        return min(rows, self.out_hw[0])
+        """Pooled output rows per band (see `rows_per_band`)."""
+        return rows_per_band(self.out_hw, self.weight.shape[1], self.dtype, threads)
 
 
 # --------------------------------------------------------------------------------------------
