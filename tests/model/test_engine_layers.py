@@ -675,6 +675,22 @@ def test_dl_chunks_match_caffe_mode(lenet, threads):
         np.testing.assert_allclose(pooled[name], want[name], rtol=0, atol=1e-5, err_msg=f"{name}, pooled conv1")
 
 
+def test_dl_workspace_arrays_start_on_cache_lines(lenet):
+    """Every top, temporary and input copy of every worker's share starts on a 64-byte line
+    (numpy's own allocations are 16-byte aligned only: the arena is placed, not just planned)."""
+    d, netdef = lenet
+    x = np.load(d / "ref_input_mnist_t10k_first64.npy")[:23]
+    net = Net(netdef, np.float32, "dl", workspace_bytes=1_000_000, threads=2)
+    net.forward(x, ["prob"])
+    chunk = net.chunk_size(23)
+    workspace = net._plan.workspace
+    arrays = [workspace.arrays(worker, chunk, m) for worker in (0, 1) for m in (chunk, 23 % chunk)]
+    views = [a for c in arrays for a in (*c.tops, *(t for step in c.scratch for t in step), c.input)
+             if a is not None and a.size]
+    assert len(views) > 10
+    assert [a.ctypes.data % 64 for a in views] == [0] * len(views)
+
+
 def test_dl_chunks_are_two_per_worker_but_not_below_eight_images(lenet):
     """Every chunk runs the fully connected layers once, so several workers cut a batch into
     about two chunks each only while a chunk keeps MIN_SHARED_CHUNK (8) images."""

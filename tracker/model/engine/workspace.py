@@ -38,7 +38,8 @@ class Slot:
 
 
 def first_fit(slots: list[Slot]) -> int:
-    """Give every slot an offset so that slots alive at the same step never overlap; total bytes."""
+    """Give every slot an offset so that slots alive at the same step never overlap; total bytes,
+    rounded up to a cache line (so that the next worker's share starts on one)."""
     placed: list[Slot] = []
     total = 0
     for slot in sorted(slots, key=lambda s: (s.first, -s.nbytes)):
@@ -50,11 +51,16 @@ def first_fit(slots: list[Slot]) -> int:
         for start, end in busy:
             if offset + slot.nbytes <= start:
                 break
-            offset = max(offset, -(-end // _ALIGN) * _ALIGN)
+            offset = max(offset, _aligned(end))
         slot.offset = offset
         placed.append(slot)
         total = max(total, offset + slot.nbytes)
-    return total
+    return _aligned(total)
+
+
+def _aligned(nbytes: int) -> int:
+    """nbytes rounded up to a multiple of _ALIGN."""
+    return -(-nbytes // _ALIGN) * _ALIGN
 
 
 @dataclass(frozen=True)
@@ -134,7 +140,10 @@ class Workspace:
         if self._arena is None or self._arena.nbytes < need:
             self._arena = None  # release the old arena before making the new one
             self._views.clear()
-            self._arena = np.empty(need, np.uint8)
+            # numpy aligns its buffers to 16 bytes only: start the arena on a cache line
+            raw = np.empty(need + _ALIGN, np.uint8)
+            start = -raw.ctypes.data % _ALIGN
+            self._arena = raw[start : start + need]
         for worker in range(workers):
             for m in sizes:
                 self.arrays(worker, chunk, m)
