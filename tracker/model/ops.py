@@ -399,12 +399,20 @@ class PooledConvolution(Op):
                 np.copyto(cols.reshape(*win.shape[:3], r1 - r0, ow), win[..., r0:r1, :])
                 grid = scratch[1][: self.weight.shape[0] * m].reshape(self.windows, o, m)
                 np.matmul(self.weight, cols, out=grid.reshape(self.windows * o, m))
-                pooled = res[:, i, r0 * ow : r1 * ow]
-                np.max(grid, axis=0, out=pooled)
+                # pooled, biased and rectified in the GEMM's own contiguous output, the top written
+                # once at the end: max, bias and ReLU straight into the top's strided rows took
+                # 0.15 ms per image of the face CNN's conv1 + pool1 against 0.07 (Intel Xeon, one
+                # core, batch 8, the steps timed inside the op)
+                pooled = grid[0]
+                for w in range(1, self.windows):
+                    np.maximum(pooled, grid[w], out=pooled)
                 if self.bias_plane is not None:
                     pooled += self.bias_plane[:, :m]
+                top = res[:, i, r0 * ow : r1 * ow]
                 if self.fuse_relu:
-                    L.relu(pooled, out=pooled)
+                    L.relu(pooled, out=top)
+                else:
+                    np.copyto(top, pooled)
         return [out]
 
     def rows_per_band(self, threads: int = 1) -> int:
