@@ -769,8 +769,9 @@ def test_dl_fuses_relu_and_keeps_each_convolutions_memory_order():
     plan = "\n".join(net.describe())
     # one input channel: channel-major, and pooled as it is computed (conv1's top is never written)
     assert "conv1+pool1  Convolution+Pooling +ReLU -> pool1 (cnhw)" in plan
-    assert "conv2        Convolution +ReLU -> conv2 (nhwc)" in plan  # 16 channels x 6 columns: pixel-major
-    assert "pool2        Pooling -> pool2 (nhwc)" in plan
+    # 16 channels x 6 columns: pixel-major; its bias and ReLU applied by pool2, to a ninth of the values
+    assert "conv2        Convolution -> conv2 (nhwc)" in plan
+    assert "pool2        Pooling +bias +ReLU -> pool2 (nhwc)" in plan
     assert "fc1          InnerProduct +ReLU -> fc1 (nchw)" in plan
     assert "relu" not in plan  # the separate ReLU layers are gone
 
@@ -788,24 +789,41 @@ def test_dl_pools_a_convolution_only_where_it_can(built):
     assert "Convolution+Pooling" not in "\n".join(Net(built["conv-relu-pool-tiled"][2], np.float32, "caffe").describe())
 
 
-@pytest.mark.parametrize("conv, pool, why", [
-    ("kernel_size: 5", "pool: MAX kernel_size: 3 stride: 2", "overlapping windows"),
-    ("kernel_size: 5", "pool: MAX kernel_size: 3 stride: 3", "a partial last window (10 rows)"),
-    ("kernel_size: 5", "pool: AVE kernel_size: 2 stride: 2", "not MAX"),
-    ("kernel_size: 5", "pool: MAX kernel_size: 2 stride: 2 pad: 1", "padded pooling"),
-    ("kernel_size: 1", "pool: MAX kernel_size: 2 stride: 2", "4x the multiply-adds"),
-    ("kernel_size: 3 stride: 2", "pool: MAX kernel_size: 2 stride: 2", "25/9 the multiply-adds"),
-    ("kernel_size: 5 group: 2", "pool: MAX kernel_size: 2 stride: 2", "groups"),
+@pytest.mark.parametrize("conv, pool, after, why", [
+    ("kernel_size: 5", "pool: MAX kernel_size: 3 stride: 2", " +bias +ReLU", "overlapping windows"),
+    ("kernel_size: 5", "pool: MAX kernel_size: 3 stride: 3", " +bias +ReLU", "a partial last window (10 rows)"),
+    ("kernel_size: 5", "pool: AVE kernel_size: 2 stride: 2", "", "not MAX"),
+    ("kernel_size: 5", "pool: MAX kernel_size: 2 stride: 2 pad: 1", " +bias +ReLU", "padded pooling"),
+    ("kernel_size: 1", "pool: MAX kernel_size: 2 stride: 2", " +bias +ReLU", "4x the multiply-adds"),
+    ("kernel_size: 3 stride: 2", "pool: MAX kernel_size: 2 stride: 2", " +bias +ReLU", "25/9 the multiply-adds"),
+    ("kernel_size: 5 group: 2", "pool: MAX kernel_size: 2 stride: 2", " +bias +ReLU", "groups"),
+    ("kernel_size: 5 bias_term: false", "pool: MAX kernel_size: 3 stride: 2", " +ReLU", "no bias"),
+    ("kernel_size: 5 pad: 1", "pool: MAX kernel_size: 3 stride: 2 pad: 1", " +bias +ReLU", "both padded"),
 ])
-def test_dl_leaves_convolution_and_pooling_apart(tmp_path, conv, pool, why):
+def test_dl_leaves_convolution_and_pooling_apart(tmp_path, conv, pool, after, why):
+    """Convolutions that PooledConvolution does not take; the ones read by a MAX pooling leave
+    their bias and ReLU to it (exact: both commute with a max). Inputs shifted so that some
+    windows hold negative values only, which the ReLU zeroes after the max as before it."""
     body = (f'layer {{ name: "c" type: "Convolution" bottom: "data" top: "c" convolution_param {{ num_output: 4 {conv} }} }}\n'
+            'layer { name: "r" type: "ReLU" bottom: "c" top: "c" }\n'
             f'layer {{ name: "out" type: "Pooling" bottom: "c" top: "out" pooling_param {{ {pool} }} }}')
     _, _, netdef = build_net(tmp_path, "apart", body, (2, 2, 14, 14))
     net = Net(netdef, np.float32, "dl")
-    assert "Convolution+Pooling" not in "\n".join(net.describe()), why
+    plan = "\n".join(net.describe())
+    assert "Convolution+Pooling" not in plan, why
+    assert f"c            Convolution{'' if after else ' +ReLU'} -> c" in plan, why
+    assert f"out          Pooling{after} -> out" in plan, why
     x = np.random.default_rng(0).normal(0, 1, (2, 2, 14, 14))
-    want = Net(netdef, np.float64, "caffe").forward(x, ["out"])["out"]
+    x[1] -= 4  # conv outputs of either sign
+    reference = Net(netdef, np.float64, "caffe")
+    want = reference.forward(x, ["out"])["out"]
+    assert (want == 0).any() and (want > 0).any()
     np.testing.assert_allclose(net.forward(x.astype(np.float32), ["out"])["out"], want, rtol=0, atol=1e-4)
+    # asked for, the convolution's top is Caffe's (bias and ReLU in): the unfused schedule runs
+    both = net.forward(x.astype(np.float32), ["c", "out"])
+    want_c = reference.forward(x, ["c"])["c"]
+    np.testing.assert_allclose(both["c"], want_c, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(both["out"], want, rtol=0, atol=1e-4)
 
 
 # ------------------------------------------------------------------------------------------

@@ -287,6 +287,11 @@ def _nhwc_rows(a: np.ndarray, check: bool = True) -> np.ndarray | None:
 
 
 class Pooling(Op):
+    """Caffe Pooling. On the copy `engine.schedule.with_bias_relu_of` makes ("dl", MAX), the bias
+    and ReLU of the convolution whose top it pools are applied to the pooled values instead
+    (`then_bias`, `then_relu`), which is exact: x -> x + b and ReLU are monotonic, rounding
+    included, so they commute with a max."""
+
     keeps_layout = True
 
     def __init__(self, layer, dtype, mode, shapes):
@@ -297,6 +302,8 @@ class Pooling(Op):
         self.method = p.pool
         g = S.pool_geometry(layer, shapes.bottoms[0])
         self.kernel, self.stride, self.pad, self.out_hw = g.kernel, g.stride, g.pad, g.out
+        self.then_bias: np.ndarray | None = None  # (1, C, 1, 1): added to the pooled values
+        self.then_relu = False
 
     def scratch_sizes(self, in_shapes):
         n, c, h, w = in_shapes[0]
@@ -307,7 +314,12 @@ class Pooling(Op):
 
     def run(self, ins, outs, scratch, threads: int = 1):
         sc = scratch[0] if scratch and scratch[0].size else None
-        return [L.pool2d(ins[0], self.method, self.kernel, self.stride, self.pad, self.out_hw, out=outs[0], scratch=sc)]
+        out = L.pool2d(ins[0], self.method, self.kernel, self.stride, self.pad, self.out_hw, out=outs[0], scratch=sc)
+        if self.then_bias is not None:
+            out += self.then_bias
+        if self.then_relu:
+            L.relu(out, out=out)
+        return [out]
 
 
 # --------------------------------------------------------------------------------------------

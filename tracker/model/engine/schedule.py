@@ -17,6 +17,10 @@ first schedule fuses away):
 - pooled convolution ("dl"): a channel-major Convolution (ReLU fused or not) whose top only a MAX
   Pooling with windows that tile it reads becomes one `ops.PooledConvolution`, which never writes
   the convolution's top: that blob is `hidden`, unless the caller keeps it (`keep`);
+- bias and ReLU after the pooling ("dl"): any other Convolution whose top only a MAX Pooling
+  reads leaves its bias and fused ReLU to that pooling (`with_bias_relu_of`), which applies them
+  to 1/(window area) as many values (exact: both commute with a max). The convolution's top then
+  lacks them: it is `hidden` too, unless kept;
 - finals and releases: after which step a blob holds its final value (what `forward` copies out)
   and after which step no later step reads it (what the "caffe" forward drops).
 """
@@ -28,6 +32,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from tracker.model import layers as L
 from tracker.model import ops as O
 
 
@@ -47,12 +52,13 @@ class Schedule(NamedTuple):
 
     steps: tuple[Step, ...]
     input_final: bool  # no step writes the input blob: the caller's array holds its final value
-    hidden: frozenset[str]  # blobs no step writes (pooled convolutions' tops): they cannot be read
+    hidden: frozenset[str]  # blobs whose Caffe values no step gives (see the module docstring)
 
 
 def schedule(ops: Sequence[O.Op], input_name: str, mode: str, keep: Collection[str] = ()) -> Schedule:
     """The steps that run `ops` (each layer's op, in order) in `mode` ("caffe" or "dl"); blobs
     in `keep` are written even where a fusion could skip them."""
+    ops = list(ops)  # a pooling that takes over a convolution's bias and ReLU is replaced ahead
     placed: list[tuple[O.Op, bool, str]] = []  # (op, in place, top layout)
     layout = {input_name: "nchw"}
     hidden: set[str] = set()
@@ -64,10 +70,15 @@ def schedule(ops: Sequence[O.Op], input_name: str, mode: str, keep: Collection[s
             op = with_relu(op)
             i += 1  # the ReLU is done in place on the GEMM output
         pool = ops[i + 1] if i + 1 < len(ops) else None
-        if mode == "dl" and isinstance(op, O.Convolution) and isinstance(pool, O.Pooling) and _pooled_alone(op, pool, ops[i + 2 :], keep):
-            hidden.add(op.tops[0])
-            op = O.PooledConvolution(op, pool)
-            i += 1  # the pooling is done on the GEMM output
+        if (mode == "dl" and isinstance(op, O.Convolution) and isinstance(pool, O.Pooling)
+                and _max_pooling_alone(op, pool, ops[i + 2 :], keep)):
+            if O.PooledConvolution.fits(op, pool):
+                hidden.add(op.tops[0])
+                op = O.PooledConvolution(op, pool)
+                i += 1  # the pooling is done on the GEMM output
+            elif op.bias is not None or op.fuse_relu:
+                hidden.add(op.tops[0])
+                op, ops[i + 1] = with_bias_relu_of(op, pool)
         layout[op.tops[0]] = _top_layout(op, mode, in_place, layout)
         placed.append((op, in_place, layout[op.tops[0]]))
         i += 1
@@ -93,13 +104,12 @@ def _plain_relu_on_top(op: O.Op, nxt: O.Op) -> bool:
             and nxt.bottoms == (top,) and nxt.tops == (top,))
 
 
-def _pooled_alone(conv: O.Convolution, pool: O.Pooling, later: Sequence[O.Op], keep: Collection[str]) -> bool:
-    """True if `pool` reads conv's top, `ops.PooledConvolution` can do the two, and no other op
-    (nor the caller: `keep`) reads or rewrites conv's top."""
+def _max_pooling_alone(conv: O.Convolution, pool: O.Pooling, later: Sequence[O.Op], keep: Collection[str]) -> bool:
+    """True if `pool` is a MAX pooling of conv's top and no other op (nor the caller: `keep`)
+    reads or rewrites that top."""
     top = conv.tops[0]
-    return (pool.bottoms == (top,) and top not in pool.tops and top not in conv.bottoms
-            and top not in keep and not any(top in (*op.bottoms, *op.tops) for op in later)
-            and O.PooledConvolution.fits(conv, pool))
+    return (pool.method == L.POOL_MAX and pool.bottoms == (top,) and top not in pool.tops and top not in conv.bottoms
+            and top not in keep and not any(top in (*op.bottoms, *op.tops) for op in later))
 
 
 def with_relu(op: O.Convolution | O.InnerProduct) -> O.Convolution | O.InnerProduct:
@@ -108,6 +118,20 @@ def with_relu(op: O.Convolution | O.InnerProduct) -> O.Convolution | O.InnerProd
     fused = copy.copy(op)
     fused.fuse_relu = True
     return fused
+
+
+def with_bias_relu_of(conv: O.Convolution, pool: O.Pooling) -> tuple[O.Convolution, O.Pooling]:
+    """New ops: `conv` without its bias and fused ReLU, and `pool` (a MAX pooling of conv's top)
+    that applies them to its output. They share the originals' weights; the originals are left
+    as they are."""
+    bare, then = copy.copy(conv), copy.copy(pool)
+    if conv.bias is not None:
+        then.then_bias = conv.bias.reshape(1, -1, 1, 1)
+    then.then_relu = conv.fuse_relu
+    bare.bias, bare.fuse_relu = None, False
+    if conv.pixel_major:
+        bare.bias_run = None
+    return bare, then
 
 
 def _top_layout(op: O.Op, mode: str, in_place: bool, layout: dict[str, str]) -> str:
@@ -144,6 +168,8 @@ def describe(steps: Sequence[Step]) -> list[str]:
     for step in steps:
         op = step.op
         extra = " +ReLU" if getattr(op, "fuse_relu", False) else ""
+        if isinstance(op, O.Pooling):
+            extra = " +bias" * (op.then_bias is not None) + " +ReLU" * op.then_relu
         where = "in place" if step.in_place else step.top_layout
         lines.append(f"{op.name:<12} {op.type}{extra} -> {op.tops[0]} ({where})")
     return lines
