@@ -292,6 +292,17 @@ CASES = [
             *weights(nd, "out"),
         ),
     ),
+    Case(
+        # a pixel-major convolution read by a transposed InnerProduct ((K, N) weights, permuted to
+        # the convolution's (H, W, C) memory order)
+        "pixel-major-ip-transposed",
+        'layer { name: "a" type: "Convolution" bottom: "data" top: "a" convolution_param { num_output: 5 kernel_size: 2 } }\n'
+        'layer { name: "out" type: "InnerProduct" bottom: "a" top: "out" inner_product_param { num_output: 4 transpose: true } }',
+        (2, 8, 5, 6),
+        lambda x, nd: ref_ip(ref_conv(x, *weights(nd, "a")), *weights(nd, "out"), transpose=True),
+        opencv=False,
+        note="OpenCV's importer ignores transpose (see innerproduct-transpose)",
+    ),
     pool_case("pool-max-ceil", "kernel_size: 3 stride: 2", (2, 3, 10, 9), "MAX", (3, 3), (2, 2)),
     pool_case("pool-ave-ceil-pad", "kernel_size: 3 stride: 2 pad: 1", (2, 3, 10, 7), "AVE", (3, 3), (2, 2), (1, 1)),
     pool_case("pool-max-ceil-pad", "kernel_size: 3 stride: 2 pad: 1", (2, 3, 10, 7), "MAX", (3, 3), (2, 2), (1, 1)),
@@ -772,7 +783,8 @@ def test_dl_fuses_relu_and_keeps_each_convolutions_memory_order():
     # 16 channels x 6 columns: pixel-major; its bias and ReLU applied by pool2, to a ninth of the values
     assert "conv2        Convolution -> conv2 (nhwc)" in plan
     assert "pool2        Pooling +bias +ReLU -> pool2 (nhwc)" in plan
-    assert "fc1          InnerProduct +ReLU -> fc1 (nchw)" in plan
+    # conv3's (N, H, W, C) top read as it lies: fc1's weights permuted to (H, W, C) order once
+    assert "fc1          InnerProduct +ReLU (weights in HWC order) -> fc1 (nchw)" in plan
     assert "relu" not in plan  # the separate ReLU layers are gone
 
 
@@ -786,6 +798,8 @@ def test_dl_pools_a_convolution_only_where_it_can(built):
     assert "c+out        Convolution+Pooling -> out (cnhw)" in plan(built["conv-pool-tiled-2x1"][2])
     assert "c+out        Convolution+Pooling +ReLU -> out (cnhw)" in plan(built["conv-stride2-pool-tiled"][2])
     assert "+" not in plan(built["conv-pool-top-read-twice"][2])  # q reads c too
+    assert "out          InnerProduct (weights in HWC order) -> out" in plan(built["pixel-major-ip-transposed"][2])
+    assert "HWC" not in "\n".join(Net(built["pixel-major-ip-transposed"][2], np.float32, "caffe").describe())
     assert "Convolution+Pooling" not in "\n".join(Net(built["conv-relu-pool-tiled"][2], np.float32, "caffe").describe())
 
 

@@ -496,13 +496,16 @@ class InnerProduct(Op):
         self.bias = self.blob(1) if p.bias_term else None
         # True only on the copy `engine.schedule.with_relu` makes ("dl": an in-place ReLU follows)
         self.fuse_relu = False
+        # True only on the copy `engine.schedule.reading_nhwc` makes ("dl": the 4-D bottom is in
+        # (N, H, W, C) memory and the weights are permuted to match)
+        self.bottom_nhwc = False
 
     def scratch_sizes(self, in_shapes):
         # "dl": a bottom in (C, N, H, W) memory is gathered into NCHW order for the (M, K) GEMM.
         return [math.prod(in_shapes[0]) if self.mode == "dl" else 0]
 
     def run(self, ins, outs, scratch, threads: int = 1):
-        x = ins[0]
+        x = ins[0].transpose(0, 2, 3, 1) if self.bottom_nhwc else ins[0]  # flattened in the weights' order
         if not x.flags.c_contiguous and scratch and scratch[0].size:
             gathered = scratch[0][: x.size].reshape(x.shape)
             np.copyto(gathered, x)

@@ -21,6 +21,8 @@ first schedule fuses away):
   reads leaves its bias and fused ReLU to that pooling (`with_bias_relu_of`), which applies them
   to 1/(window area) as many values (exact: both commute with a max). The convolution's top then
   lacks them: it is `hidden` too, unless kept;
+- flattening in place ("dl"): an InnerProduct over a 4-D blob in (N, H, W, C) memory gets its
+  weights permuted to that order (`reading_nhwc`) instead of gathering the blob each run;
 - finals and releases: after which step a blob holds its final value (what `forward` copies out)
   and after which step no later step reads it (what the "caffe" forward drops).
 """
@@ -31,6 +33,8 @@ import copy
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
+
+import numpy as np
 
 from tracker.model import layers as L
 from tracker.model import ops as O
@@ -79,6 +83,9 @@ def schedule(ops: Sequence[O.Op], input_name: str, mode: str, keep: Collection[s
             elif op.bias is not None or op.fuse_relu:
                 hidden.add(op.tops[0])
                 op, ops[i + 1] = with_bias_relu_of(op, pool)
+        if (mode == "dl" and isinstance(op, O.InnerProduct) and op.axis == 1 and len(op.shapes.bottoms[0]) == 4
+                and layout.get(op.bottoms[0]) == "nhwc"):
+            op = reading_nhwc(op)
         layout[op.tops[0]] = _top_layout(op, mode, in_place, layout)
         placed.append((op, in_place, layout[op.tops[0]]))
         i += 1
@@ -117,6 +124,21 @@ def with_relu(op: O.Convolution | O.InnerProduct) -> O.Convolution | O.InnerProd
     right after its GEMM and bias. It shares op's weights; op itself is left as it is."""
     fused = copy.copy(op)
     fused.fuse_relu = True
+    return fused
+
+
+def reading_nhwc(op: O.InnerProduct) -> O.InnerProduct:
+    """A new op: `op` for a 4-D bottom in (N, H, W, C) memory flattened at axis 1, its weights
+    permuted to (H, W, C) order once, so that the bottom is read as it lies instead of being
+    gathered into (C, H, W) order on every run (the face CNN's fc1: 1-3% of the whole pass on one
+    core, Intel Xeon, interleaved). The same products; the sums run in another order."""
+    c, h, w = op.shapes.bottoms[0][1:]
+    fused = copy.copy(op)
+    if op.transpose:  # (K, N)
+        fused.weight = np.ascontiguousarray(op.weight.reshape(c, h, w, -1).transpose(1, 2, 0, 3).reshape(c * h * w, -1))
+    else:  # (N, K)
+        fused.weight = np.ascontiguousarray(op.weight.reshape(-1, c, h, w).transpose(0, 2, 3, 1).reshape(-1, c * h * w))
+    fused.bottom_nhwc = True
     return fused
 
 
@@ -170,6 +192,8 @@ def describe(steps: Sequence[Step]) -> list[str]:
         extra = " +ReLU" if getattr(op, "fuse_relu", False) else ""
         if isinstance(op, O.Pooling):
             extra = " +bias" * (op.then_bias is not None) + " +ReLU" * op.then_relu
+        if getattr(op, "bottom_nhwc", False):
+            extra += " (weights in HWC order)"
         where = "in place" if step.in_place else step.top_layout
         lines.append(f"{op.name:<12} {op.type}{extra} -> {op.tops[0]} ({where})")
     return lines
