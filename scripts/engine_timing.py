@@ -55,6 +55,7 @@ from tracker.model import shapes as S  # noqa: E402
 from tracker.model.caffe_io import load_net  # noqa: E402
 from tracker.model.engine import Net  # noqa: E402
 from tracker.model.engine.parallel import blas_threads, thread_plan, warm_blas  # noqa: E402
+from tracker.model.engine.schedule import label  # noqa: E402
 from tracker.model.spec import default_model  # noqa: E402
 
 
@@ -163,7 +164,7 @@ def layer_breakdown(net: Net, netdef, x: np.ndarray, seconds: float, cores: int)
         blas = cores if net.mode == "caffe" else thread_plan(n, cores, False)[1]
         gemms = gemm_shapes(op, layer_shapes[op.layer_names[0]], net.mode, blas)
         gemm = f"  gemm {time_gemms(gemms, seconds / 4, blas) / n:7.3f} ({gemms[0][2]})" if gemms else ""
-        lines.append(f"    {op.name:<11} {op.type + (' +ReLU' if getattr(op, 'fuse_relu', False) else ''):<26} {ms:7.3f}{gemm}")
+        lines.append(f"    {op.name:<11} {label(op):<42} {ms:7.3f}{gemm}")
     return lines
 
 

@@ -188,12 +188,16 @@ def describe(steps: Sequence[Step]) -> list[str]:
     """The executed schedule, one line per step (fusions and layouts shown)."""
     lines = []
     for step in steps:
-        op = step.op
-        extra = " +ReLU" if getattr(op, "fuse_relu", False) else ""
-        if isinstance(op, O.Pooling):
-            extra = " +bias" * (op.then_bias is not None) + " +ReLU" * op.then_relu
-        if getattr(op, "bottom_nhwc", False):
-            extra += " (weights in HWC order)"
         where = "in place" if step.in_place else step.top_layout
-        lines.append(f"{op.name:<12} {op.type}{extra} -> {op.tops[0]} ({where})")
+        lines.append(f"{step.op.name:<12} {label(step.op)} -> {step.op.tops[0]} ({where})")
     return lines
+
+
+def label(op: O.Op) -> str:
+    """op's type and what the schedule fused into it, e.g. "Pooling +bias +ReLU"."""
+    extra = " +ReLU" if getattr(op, "fuse_relu", False) else ""
+    if isinstance(op, O.Pooling):
+        extra = " +bias" * (op.then_bias is not None) + " +ReLU" * op.then_relu
+    if getattr(op, "bottom_nhwc", False):
+        extra += " (weights in HWC order)"
+    return op.type + extra
