@@ -27,7 +27,8 @@ Two execution modes, same results (within float rounding):
       cols, the top in (C, N, H, W) memory, for few input channels; pixel-major, cols @
       (kh*kw*C, O), the top in (N, H, W, C) memory. Either is passed on as its NCHW-shaped
       transposed view, so no layout transpose is ever copied (pooling and element-wise layers
-      keep that memory order; InnerProduct gathers it once into rows);
+      keep that memory order; an InnerProduct reads (N, H, W, C) memory as it lies, its weights
+      permuted to that order once, and gathers any other order into rows);
     * the bias and an in-place ReLU that follows a Convolution/InnerProduct are applied in place
       on the GEMM output (the ReLU layer is then not run separately; `schedule.py`);
     * a channel-major convolution whose top only a MAX pooling with tiling windows reads (conv1
@@ -35,6 +36,9 @@ Two execution modes, same results (within float rounding):
       pooling window at once, the max is taken over contiguous rows, the bias and ReLU follow on
       the pooled values, and the convolution's top is never written (`ops.PooledConvolution`; a
       forward that asks for that blob runs a schedule without this fusion);
+    * any other convolution whose top only a MAX pooling reads (conv2 + pool2) leaves its bias
+      and ReLU to the pooling, which adds them to the pooled values only (exact: both commute
+      with a max; its top is then hidden the same way);
     * several images are split between one worker thread per core, with single-threaded BLAS
       (chunks claimed by whichever worker is free; each runs the whole net on its chunk); a
       single image has its GEMMs split by the BLAS's own threads (`parallel.py`).
@@ -45,7 +49,7 @@ process-wide: `forward` sets them for its duration and restores them.
 
 The package:
     net.py        `Net`: settings and input checks, the choice of cores, the two forward paths
-    schedule.py   the ops in execution order: in place or not, memory order, the two fusions
+    schedule.py   the ops in execution order: in place or not, memory order, the fusions
     workspace.py  "dl": the arena, its slots planned from blob lifetimes, chunk sizes, views
     parallel.py   the BLAS thread limit, the worker threads, how a batch is split between them
 """

@@ -34,7 +34,7 @@ class Plan(NamedTuple):
 
     steps: tuple[Step, ...]
     input_final: bool  # no step writes the input blob
-    hidden: frozenset[str]  # blobs the steps never write (see schedule.py)
+    hidden: frozenset[str]  # blobs whose Caffe values the steps never give (see schedule.py)
     workspace: Workspace
 
 
@@ -51,8 +51,9 @@ class Net:
     threads.
 
     A "dl" forward that asks for a blob the schedule fuses away (the top of a convolution pooled
-    as it is computed) runs a second schedule that writes it, in a workspace of its own; the
-    other schedule's workspace is released, so one is allocated at a time.
+    as it is computed, or of one whose bias and ReLU its pooling applies) runs a second schedule
+    that writes it, in a workspace of its own; the other schedule's workspace is released, so
+    one is allocated at a time.
     """
 
     def __init__(self, netdef: NetDef, dtype=np.float32, mode: str = "caffe", *,

@@ -1,4 +1,4 @@
-"""The order a net's ops run in, where each top lives, and the two fusions.
+"""The order a net's ops run in, where each top lives, and the fusions.
 
 `schedule(ops, input_name, mode, keep)` turns the ops of a net's layers (one per layer, in
 prototxt order) into `Step`s, decided once per Net (and once more for callers who read a blob the
@@ -19,8 +19,9 @@ first schedule fuses away):
   the convolution's top: that blob is `hidden`, unless the caller keeps it (`keep`);
 - bias and ReLU after the pooling ("dl"): any other Convolution whose top only a MAX Pooling
   reads leaves its bias and fused ReLU to that pooling (`with_bias_relu_of`), which applies them
-  to 1/(window area) as many values (exact: both commute with a max). The convolution's top then
-  lacks them: it is `hidden` too, unless kept;
+  to the pooled values only (a ninth as many for the face CNN's 3 x 3, stride-3 pool2; exact:
+  both commute with a max). The convolution's top then lacks them: it is `hidden` too, unless
+  kept;
 - flattening in place ("dl"): an InnerProduct over a 4-D blob in (N, H, W, C) memory gets its
   weights permuted to that order (`reading_nhwc`) instead of gathering the blob each run;
 - finals and releases: after which step a blob holds its final value (what `forward` copies out)
