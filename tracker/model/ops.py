@@ -501,8 +501,9 @@ class InnerProduct(Op):
         self.bottom_nhwc = False
 
     def scratch_sizes(self, in_shapes):
-        # "dl": a bottom in (C, N, H, W) memory is gathered into NCHW order for the (M, K) GEMM.
-        return [math.prod(in_shapes[0]) if self.mode == "dl" else 0]
+        # "dl": a bottom in (C, N, H, W) memory is gathered into NCHW order for the (M, K) GEMM;
+        # one read as it lies (bottom_nhwc) needs no room
+        return [math.prod(in_shapes[0]) if self.mode == "dl" and not self.bottom_nhwc else 0]
 
     def run(self, ins, outs, scratch, threads: int = 1):
         x = ins[0].transpose(0, 2, 3, 1) if self.bottom_nhwc else ins[0]  # flattened in the weights' order
