@@ -26,6 +26,7 @@ import pytest
 
 from tracker.errors import InputError, ModelError
 from tracker.machine import cores
+from tracker.model import layers as L
 from tracker.model.caffe_io import load_net, write_caffemodel
 from tracker.model.engine import Net
 from tracker.model.netdef import LayerDef, NetDef
@@ -228,6 +229,8 @@ def single(type_, param=""):
     return f'layer {{ name: "out" type: "{type_}" bottom: "data" top: "out" {param} }}'
 
 
+POOL_BLOCKS_SHAPE = (7, 16, 60, 70)
+
 CASES = [
     conv_case("conv-3x3-pad", "num_output: 5 kernel_size: 3 pad: 1", (2, 3, 9, 7), pad=(1, 1)),
     conv_case(
@@ -316,6 +319,10 @@ CASES = [
         (1, 0),
     ),
     pool_case("pool-max-2x2-tiles", "kernel_size: 2 stride: 2", (2, 3, 8, 6), "MAX", (2, 2), (2, 2)),
+    # Large enough that pooling runs in blocks of images, the last one shorter (float32: 3, 3, 1;
+    # float64: one image each): test_pooling_blocks_split_these_cases.
+    pool_case("pool-max-ceil-pad-blocks", "kernel_size: 3 stride: 2 pad: 1", POOL_BLOCKS_SHAPE, "MAX", (3, 3), (2, 2), (1, 1)),
+    pool_case("pool-ave-ceil-pad-blocks", "kernel_size: 3 stride: 2 pad: 1", POOL_BLOCKS_SHAPE, "AVE", (3, 3), (2, 2), (1, 1)),
     Case(
         "pool-ave-floor",
         single("Pooling", "pooling_param { pool: AVE kernel_size: 3 stride: 2 round_mode: FLOOR }"),
@@ -564,6 +571,14 @@ def test_layer_against_float64_reference(case, built):
             # One image alone takes other paths in "dl" (its GEMMs split by 2 BLAS threads, larger bands).
             one = net.forward(x[:1].astype(dtype), ["out"])["out"]
             np.testing.assert_allclose(one, case.ref(x[:1], netdef), rtol=0, atol=tol * scale, err_msg=f"{mode} {dtype.__name__} one image")
+
+
+def test_pooling_blocks_split_these_cases():
+    """The "-blocks" cases above pool in several blocks, the last one shorter."""
+    for itemsize in (4, 8):
+        step = L.pool_block_len(POOL_BLOCKS_SHAPE, itemsize)
+        assert step < POOL_BLOCKS_SHAPE[0]
+        assert POOL_BLOCKS_SHAPE[0] % step or step == 1
 
 
 OPENCV_CASES = [c for c in CASES if c.opencv]
