@@ -717,6 +717,27 @@ def test_dl_workspace_arrays_start_on_cache_lines(lenet):
     assert [a.ctypes.data % 64 for a in views] == [0] * len(views)
 
 
+def test_caffe_mode_keeps_its_workspace_for_the_batch_and_frees_a_larger_batchs(lenet):
+    """"caffe" runs the whole batch in one planned arena (the cap does not cut it into chunks),
+    reuses a dead blob's memory within the pass and the arena across passes, and frees an arena
+    over twice what a smaller batch needs."""
+    d, netdef = lenet
+    x = np.load(d / "ref_input_mnist_t10k_first64.npy")
+    ref = np.load(d / "ref_opencv_prob_first64.npy")
+    net = Net(netdef, np.float32, "caffe", workspace_bytes=1000)
+    assert np.abs(net.forward(x, ["prob"])["prob"] - ref).max() <= 1e-4
+    arena = net.workspace_nbytes
+    shapes = net.blob_shapes(64)
+    every_top = 4 * sum(math.prod(shapes[op.tops[0]]) for op in net.ops if op.tops[0] != op.bottoms[0])
+    assert 1000 < arena < every_top
+    first = net._plan.workspace.arrays(0, 64, 64).tops
+    assert np.abs(net.forward(x, ["prob"])["prob"] - ref).max() <= 1e-4
+    assert net.workspace_nbytes == arena
+    assert all(a is b for a, b in zip(net._plan.workspace.arrays(0, 64, 64).tops, first))
+    assert np.abs(net.forward(x[:1], ["prob"])["prob"] - ref[:1]).max() <= 1e-4
+    assert 0 < net.workspace_nbytes < arena / 2
+
+
 def test_dl_chunks_are_two_per_worker_but_not_below_eight_images(lenet):
     """Every chunk runs the fully connected layers once, so several workers cut a batch into
     about two chunks each only while a chunk keeps MIN_SHARED_CHUNK (8) images."""

@@ -310,7 +310,7 @@ class Pooling(Op):
         need_h = (self.out_hw[0] - 1) * self.stride[0] + self.kernel[0]
         need_w = (self.out_hw[1] - 1) * self.stride[1] + self.kernel[1]
         pads = any(self.pad) or need_h > h + self.pad[0] or need_w > w + self.pad[1]
-        return [L.pool_block_len(in_shapes[0], self.dtype.itemsize) * c * need_h * need_w if pads and self.mode == "dl" else 0]
+        return [L.pool_block_len(in_shapes[0], self.dtype.itemsize) * c * need_h * need_w if pads else 0]
 
     def run(self, ins, outs, scratch, threads: int = 1):
         sc = scratch[0] if scratch and scratch[0].size else None

@@ -11,11 +11,13 @@ tops) can be read out.
 Two execution modes, same results (within float rounding):
 
 "caffe" -- Caffe's own CPU algorithm. Blobs are whole-batch NCHW arrays. Convolution loops over
-    the images: im2col of one image into ONE column buffer shared by every convolution layer,
-    then one sgemm per group through numpy's OpenBLAS, then the bias; ReLU is its own pass;
+    the images: im2col of one image into a column buffer reused for every image, then one sgemm
+    per group through numpy's OpenBLAS, then the bias; ReLU is its own pass;
     InnerProduct is one GEMM over the batch; pooling is Caffe's ceil-mode pooling. OpenBLAS runs
-    with `threads` threads, as Caffe linked to OpenBLAS does. Blobs no later layer reads are
-    released, so peak memory is about two layers' activations for the batch.
+    with `threads` threads, as Caffe linked to OpenBLAS does. The blobs live in the workspace
+    below, planned for the whole batch (a blob's memory is reused once no later layer reads it,
+    so peak memory is about two layers' activations for the batch) and kept between forwards,
+    as Caffe keeps its blobs (`Net._forward_caffe` says when it is freed).
 
 "dl" -- the same layers executed for deep-learning shapes:
     * the batch is cut into chunks that fit ONE preallocated workspace (`workspace_bytes`, 64 MiB
@@ -50,7 +52,7 @@ process-wide: `forward` sets them for its duration and restores them.
 The package:
     net.py        `Net`: settings and input checks, the choice of cores, the two forward paths
     schedule.py   the ops in execution order: in place or not, memory order, the fusions
-    workspace.py  "dl": the arena, its slots planned from blob lifetimes, chunk sizes, views
+    workspace.py  the arena, its slots planned from blob lifetimes, chunk sizes ("dl"), views
     parallel.py   the BLAS thread limit, the worker threads, how a batch is split between them
 """
 

@@ -24,8 +24,7 @@ first schedule fuses away):
   kept;
 - flattening in place ("dl"): an InnerProduct over a 4-D blob in (N, H, W, C) memory gets its
   weights permuted to that order (`reading_nhwc`) instead of gathering the blob each run;
-- finals and releases: after which step a blob holds its final value (what `forward` copies out)
-  and after which step no later step reads it (what the "caffe" forward drops).
+- finals: after which step a blob holds its final value (what `forward` copies out).
 """
 
 from __future__ import annotations
@@ -49,7 +48,6 @@ class Step:
     in_place: bool  # the top is written into the first bottom's array
     top_layout: str  # "nchw", "cnhw" or "nhwc": memory order of a 4-D top ("nchw" for any other)
     finals: tuple[str, ...]  # blobs whose value is final after this step
-    released: tuple[str, ...]  # blobs no later step reads or writes
 
 
 class Schedule(NamedTuple):
@@ -91,14 +89,8 @@ def schedule(ops: Sequence[O.Op], input_name: str, mode: str, keep: Collection[s
         placed.append((op, in_place, layout[op.tops[0]]))
         i += 1
     last_writer = {op.tops[0]: idx for idx, (op, _, _) in enumerate(placed)}
-    last_use: dict[str, int] = {}
-    for idx, (op, _, _) in enumerate(placed):
-        for name in (*op.bottoms, *op.tops):
-            last_use[name] = idx
     steps = tuple(
-        Step(op, in_place, top_layout,
-             finals=(op.tops[0],) if last_writer[op.tops[0]] == idx else (),
-             released=tuple(name for name in dict.fromkeys((*op.bottoms, *op.tops)) if last_use[name] == idx))
+        Step(op, in_place, top_layout, finals=(op.tops[0],) if last_writer[op.tops[0]] == idx else ())
         for idx, (op, in_place, top_layout) in enumerate(placed)
     )
     return Schedule(steps, input_final=input_name not in last_writer, hidden=frozenset(hidden))

@@ -1,14 +1,15 @@
-"""The "dl" mode's workspace: one preallocated arena that holds every activation and every large
-temporary of a chunk of images, at offsets planned from the blobs' lifetimes.
+"""The engine's workspace: one preallocated arena that holds every activation and every large
+temporary of a chunk of images ("caffe" mode: of the whole batch, one chunk), at offsets planned
+from the blobs' lifetimes.
 
 Slots: each step's top (unless the step runs in place) and each of its temporaries is a slot, live
 from the step that writes it to the last step that reads it; an input that some layer overwrites
 in place gets a slot too, so the caller's array is never written. A plan, made once per chunk
 size, gives every slot a byte offset, first fit in the order of first use, so that slots live at
 the same step never overlap and a slot's bytes are reused once no step reads it; every slot starts
-on a 64-byte cache line. The arena holds one plan per worker, side by side; it only grows (to the
-cap, or to one image per worker if that is more), and its pages are touched on first use, so RSS
-follows what chunks really use. The arrays a chunk runs on are views of it, made once and cached.
+on a 64-byte cache line. The arena holds one plan per worker, side by side; it only grows ("dl":
+to the cap, or to one image per worker if that is more) until released, and its pages are touched
+on first use, so RSS follows what chunks really use. The arrays a chunk runs on are views of it, made once and cached.
 """
 
 from __future__ import annotations
