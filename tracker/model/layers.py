@@ -153,19 +153,18 @@ def pool2d(
     if method == POOL_AVE:
         div = np.multiply.outer(ave_pool_divisors(h, kh, ph, sh, oh), ave_pool_divisors(w, kw, pw, sw, ow)).astype(x.dtype)
     if x.ndim == 2:
-        _pool2d_block(x, method, kernel, stride, pad, out, scratch, div)
+        _pool2d_block(x, method, kernel, stride, pad, out_hw, out, scratch, div)
         return out
     step = pool_block_len(x.shape, x.dtype.itemsize)
     for start in range(0, x.shape[0], step):
-        _pool2d_block(x[start : start + step], method, kernel, stride, pad, out[start : start + step], scratch, div)
+        _pool2d_block(x[start : start + step], method, kernel, stride, pad, out_hw, out[start : start + step], scratch, div)
     return out
 
 
-def _pool2d_block(x, method, kernel, stride, pad, out, scratch, div) -> None:
+def _pool2d_block(x, method, kernel, stride, pad, out_hw, out, scratch, div) -> None:
     """`pool2d` of one block into out; div: the AVE divisors (OH, OW), None for MAX."""
-    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, pad
+    (kh, kw), (sh, sw), (ph, pw), (oh, ow) = kernel, stride, pad, out_hw
     *lead, h, w = x.shape
-    oh, ow = out.shape[-2:]
     need_h, need_w = (oh - 1) * sh + kh, (ow - 1) * sw + kw  # padded extent the windows read
     after = (need_h - h - ph, need_w - w - pw)
     if ph or pw or after[0] > 0 or after[1] > 0:

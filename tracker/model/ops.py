@@ -2,8 +2,8 @@
 
 An operator holds its parameters in the engine's dtype (weights cast once, in the layout its
 GEMM wants) and runs on NCHW-shaped arrays of any strides. The engine (`tracker.model.engine`)
-decides where every top lives: it passes `outs` (preallocated arrays, or None to allocate) and
-`scratch` (temporaries carved from its workspace, or None). Shapes and geometry come from
+decides where every top lives: it passes `outs` (a view of its workspace, or the bottom itself
+for an in-place layer) and `scratch` (temporaries carved from its workspace). Shapes and geometry come from
 `tracker.model.shapes`, which restates Caffe's own rules, so the engine and the caffemodel
 checks agree by construction.
 
@@ -90,8 +90,8 @@ class Op:
         """Element counts of the temporaries one run on bottoms of `in_shapes` needs."""
         return []
 
-    def run(self, ins: list[np.ndarray], outs: list[np.ndarray | None], scratch: list[np.ndarray], threads: int = 1) -> list[np.ndarray]:
-        """The tops for bottoms `ins`, written into `outs` where given; `threads`: how many
+    def run(self, ins: list[np.ndarray], outs: list[np.ndarray], scratch: list[np.ndarray], threads: int = 1) -> list[np.ndarray]:
+        """The tops for bottoms `ins`, written into `outs`; `threads`: how many
         threads the BLAS splits this run's GEMMs between (the ops that cut work to fit caches
         cut it less for more threads)."""
         raise NotImplementedError
@@ -158,8 +158,6 @@ class Convolution(Op):
     def _run_caffe(self, x, out, scratch):
         n = x.shape[0]
         p = self.out_hw[0] * self.out_hw[1]
-        if out is None:
-            out = np.empty((n, self.out_c, *self.out_hw), dtype=self.dtype)
         out3 = out.reshape(n, self.out_c, p)
         o_g = self.out_c // self.group
         if not self.is_1x1:
@@ -185,9 +183,6 @@ class Convolution(Op):
         oh, ow = self.out_hw
         if self.is_1x1 and not self.pixel_major:  # no im2col: the input is the column buffer
             return self._run_1x1(x, out)
-        if out is None:
-            shape = (n, oh, ow, self.out_c) if self.pixel_major else (self.out_c, n, oh, ow)
-            out = np.empty(shape, dtype=self.dtype).transpose((0, 3, 1, 2) if self.pixel_major else (1, 0, 2, 3))
         if self.pixel_major:
             res = _nhwc_rows(out).reshape(n, oh * ow, self.out_c)  # a view: image i's (OH*OW, O)
             gather = any(self.pad) or _nhwc_rows(x, check=False) is None
@@ -241,8 +236,6 @@ class Convolution(Op):
         itself is the column buffer."""
         n = x.shape[0]
         p = self.out_hw[0] * self.out_hw[1]
-        if out is None:
-            out = np.empty((self.out_c, n, *self.out_hw), dtype=self.dtype).transpose(1, 0, 2, 3)
         cols = np.ascontiguousarray(x.transpose(1, 0, 2, 3)).reshape(self.in_c, n * p)
         self._channel_major_gemm(cols, out.transpose(1, 0, 2, 3).reshape(self.out_c, n * p))
         return out
@@ -394,8 +387,6 @@ class PooledConvolution(Op):
     def run(self, ins, outs, scratch, threads: int = 1):
         x, out = ins[0], outs[0]
         n, (oh, ow), o, k = x.shape[0], self.out_hw, self.conv.out_c, self.weight.shape[1]
-        if out is None:
-            out = np.empty((o, n, oh, ow), dtype=self.dtype).transpose(1, 0, 2, 3)
         res = out.transpose(1, 0, 2, 3).reshape(o, n, oh * ow)  # a view: image i's (O, OH*OW)
         pad = self.conv.pad
         copy_shape = (self.conv.in_c, *self.conv.padded_hw())
@@ -475,8 +466,6 @@ class Dropout(Op):
         x, out = ins[0], outs[0]
         if out is x:
             return [x]
-        if out is None:
-            return [x.copy()]
         np.copyto(out, x)
         return [out]
 
@@ -600,9 +589,7 @@ class Flatten(Op):
         shape = self.shapes.tops[0]
         x = ins[0]
         shape = (x.shape[0], *shape[1:])
-        if outs[0] is None:
-            return [x.reshape(shape)]  # a view when x is contiguous, as Caffe shares the data
-        np.copyto(outs[0], x.reshape(shape))
+        np.copyto(outs[0], x.reshape(shape))  # Caffe shares the data: the engine gives the top its own
         return [outs[0]]
 
 

@@ -30,7 +30,7 @@ MIN_SHARED_CHUNK = 8
 
 
 class Plan(NamedTuple):
-    """A schedule of the Net's ops and the "dl" workspace its steps run in."""
+    """A schedule of the Net's ops and the workspace its steps run in."""
 
     steps: tuple[Step, ...]
     input_final: bool  # no step writes the input blob
@@ -44,7 +44,7 @@ class Net:
     netdef: from `caffe_io.load_net` (weights included). dtype: float32 (the product) or float64
     (the reference: `Net(netdef, np.float64, "caffe")`). mode: "caffe" or "dl".
     workspace_bytes: the "dl" workspace cap, shared by the worker threads (a chunk holds at least
-    one image even if one image needs more). threads: cores to use (None: 1 or all the cores this
+    one image even if one image needs more; "caffe" mode's workspace holds its whole batch). threads: cores to use (None: 1 or all the cores this
     process may use, chosen per batch-size class by timing the Net's own passes): OpenBLAS
     threads in "caffe" mode; in "dl" mode worker threads for several images and OpenBLAS threads
     for one. Not thread-safe: one forward at a time per Net; `close()` stops the "dl" worker
@@ -173,8 +173,9 @@ class Net:
         blob's memory is reused once no later layer reads it, so the peak is about two layers'
         activations) and kept for the next forward, as Caffe keeps its blobs: pages the kernel
         maps afresh on every pass cost the face CNN at batch 256 about a tenth of its time (AMD
-        EPYC dev machine). An arena over twice what this batch needs (a larger batch's) is freed
-        first, so that one large batch does not hold its memory for good."""
+        EPYC dev machine). Unlike Caffe's blobs, which only grow, an arena over twice what this
+        batch needs (a larger batch's) is freed first, so that one large batch does not hold its
+        memory for good; batch sizes that alternate that far apart pay the fresh pages again."""
         n = x.shape[0]
         workspace = self._plan.workspace
         if workspace.nbytes > 2 * workspace.plan(n)[1]:
@@ -221,7 +222,9 @@ class Net:
         for idx, step in enumerate(plan.steps):
             op = step.op
             ins = [blobs[b] for b in op.bottoms]
-            out = ins[0] if step.in_place else tops[idx]
+            out = tops[idx]
+            if out is None:  # the step runs in place
+                out = ins[0]
             blobs[op.tops[0]] = op.run(ins, [out], scratch[idx], blas)[0]
             for name in step.finals:
                 if name in results:

@@ -1,6 +1,6 @@
 """The engine's workspace: one preallocated arena that holds every activation and every large
-temporary of a chunk of images ("caffe" mode: of the whole batch, one chunk), at offsets planned
-from the blobs' lifetimes.
+temporary of a chunk of images ("caffe" mode: of the whole batch, one chunk), at offsets
+planned from the blobs' lifetimes.
 
 Slots: each step's top (unless the step runs in place) and each of its temporaries is a slot, live
 from the step that writes it to the last step that reads it; an input that some layer overwrites
@@ -77,7 +77,8 @@ class Workspace:
     """The arena, its plans and its views for one Net's schedule.
 
     steps: the Net's schedule; netdef and input_name: its net (for the shapes of a chunk); dtype:
-    the engine's float dtype; cap_bytes: the arena's cap, shared by the workers.
+    the engine's float dtype; cap_bytes: the arena's cap, shared by the workers, which
+    `images_per_chunk` applies ("dl"; "caffe" prepares one chunk of its whole batch).
     """
 
     def __init__(self, netdef: NetDef, steps: Sequence[Step], input_name: str, dtype: np.dtype, cap_bytes: int):
