@@ -3,9 +3,9 @@
 An operator holds its parameters in the engine's dtype (weights cast once, in the layout its
 GEMM wants) and runs on NCHW-shaped arrays of any strides. The engine (`tracker.model.engine`)
 decides where every top lives: it passes `outs` (a view of its workspace, or the bottom itself
-for an in-place layer) and `scratch` (temporaries carved from its workspace). Shapes and geometry come from
-`tracker.model.shapes`, which restates Caffe's own rules, so the engine and the caffemodel
-checks agree by construction.
+for an in-place layer) and `scratch` (temporaries carved from its workspace). Shapes and
+geometry come from `tracker.model.shapes`, which restates Caffe's own rules, so the engine and
+the caffemodel checks agree by construction.
 
 Two execution modes exist for the layers whose algorithm differs:
 - "caffe": Caffe's algorithm. Convolution runs per image: im2col of one image into one reused

@@ -44,11 +44,11 @@ class Net:
     netdef: from `caffe_io.load_net` (weights included). dtype: float32 (the product) or float64
     (the reference: `Net(netdef, np.float64, "caffe")`). mode: "caffe" or "dl".
     workspace_bytes: the "dl" workspace cap, shared by the worker threads (a chunk holds at least
-    one image even if one image needs more; "caffe" mode's workspace holds its whole batch). threads: cores to use (None: 1 or all the cores this
-    process may use, chosen per batch-size class by timing the Net's own passes): OpenBLAS
-    threads in "caffe" mode; in "dl" mode worker threads for several images and OpenBLAS threads
-    for one. Not thread-safe: one forward at a time per Net; `close()` stops the "dl" worker
-    threads.
+    one image even if one image needs more; "caffe" mode's workspace holds its whole batch).
+    threads: cores to use (None: 1 or all the cores this process may use, chosen per batch-size
+    class by timing the Net's own passes): OpenBLAS threads in "caffe" mode; in "dl" mode worker
+    threads for several images and OpenBLAS threads for one. Not thread-safe: one forward at a
+    time per Net; `close()` stops the "dl" worker threads.
 
     A "dl" forward that asks for a blob the schedule fuses away (the top of a convolution pooled
     as it is computed, or of one whose bias and ReLU its pooling applies) runs a second schedule

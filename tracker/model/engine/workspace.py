@@ -9,7 +9,8 @@ size, gives every slot a byte offset, first fit in the order of first use, so th
 the same step never overlap and a slot's bytes are reused once no step reads it; every slot starts
 on a 64-byte cache line. The arena holds one plan per worker, side by side; it only grows ("dl":
 to the cap, or to one image per worker if that is more) until released, and its pages are touched
-on first use, so RSS follows what chunks really use. The arrays a chunk runs on are views of it, made once and cached.
+on first use, so RSS follows what chunks really use. The arrays a chunk runs on are views of it,
+made once and cached.
 """
 
 from __future__ import annotations
