@@ -165,6 +165,10 @@ class Net:
             raise InputError(f"input {self.input_name!r}: expected dtype float32; found {x.dtype}")
         return x
 
+    def _result_arrays(self, n: int, names: list[str]) -> dict[str, np.ndarray]:
+        """The arrays a forward of n images copies the blobs `names` into (both modes)."""
+        return {name: np.empty(self.blob_shapes(n)[name], dtype=self.dtype) for name in names}
+
     # "caffe" ----------------------------------------------------------------------------------
 
     def _forward_caffe(self, x: np.ndarray, names: list[str], cores: int) -> dict[str, np.ndarray]:
@@ -181,7 +185,7 @@ class Net:
         if workspace.nbytes > 2 * workspace.plan(n)[1]:
             workspace.release()
         workspace.prepare(1, n, {n})
-        results = {name: np.empty(self.blob_shapes(n)[name], dtype=self.dtype) for name in names}
+        results = self._result_arrays(n, names)
         with blas_threads(cores):
             self._run_chunk(self._plan, 0, n, x, 0, n, results, cores)
         return results
@@ -193,7 +197,7 @@ class Net:
         n = x.shape[0]
         plan = self._plan_for(names)
         workers, blas = thread_plan(n, cores, self._mixes_images)
-        results = {name: np.empty(self.blob_shapes(n)[name], dtype=self.dtype) for name in names}
+        results = self._result_arrays(n, names)
         chunk = self.chunk_size(n, cores, plan)
         chunks = [(s, min(n, s + chunk)) for s in range(0, n, chunk)]
         plan.workspace.prepare(workers, chunk, {e - s for s, e in chunks})
