@@ -19,7 +19,8 @@ a step's time is summed over the workers that ran it.
 
 --elementwise first times what the engine's element-wise and chunking choices rest on: the ReLU of
 conv1's output at batch 8 as np.maximum(x, 0) and as tracker.model.layers.relu; conv2's bias
-added over rows of 48 and of 36 x 48 floats; fc1's GEMM on one thread for 1, 2, 4 and 8 images.
+added over rows of 48 and of 36 x 48 floats; fc1's GEMM on one thread for 1, 2, 4 and 8 images,
+its weights as Caffe stores them and as the "dl" mode does.
 
 --against BACKEND (e.g. onnxruntime) times that backend on the same batches, in 5 alternating
 rounds with the engine (each of the two for about twice --seconds in all), and prints the engine's
@@ -231,14 +232,16 @@ def elementwise_costs(seconds: float) -> None:
     narrow = median_ms(lambda: np.add(r, bias, out=r), seconds)
     wide = median_ms(lambda: np.add(rows, run, out=rows), seconds)
     print(f"conv2's bias, one image: over rows of 48 {1000 * narrow:.1f} µs, over rows of 36 x 48 {1000 * wide:.1f} µs")
-    w = rng.standard_normal((128, 6144), dtype=np.float32)  # fc1's weights
+    w = rng.standard_normal((128, 6144), dtype=np.float32)  # fc1's weights as Caffe stores them
+    w_kn = np.ascontiguousarray(w.T)  # as the "dl" engine stores them
     warm_blas(1)
     with blas_threads(1):
-        cells = []
-        for m in (1, 2, 4, 8):
-            a, out = rng.standard_normal((m, 6144), dtype=np.float32), np.empty((m, 128), np.float32)
-            cells.append(f"M={m} {median_ms(lambda a=a, out=out: np.matmul(a, w.T, out=out), seconds):.3f} ms")
-    print("fc1 (M, 6144) @ (6144, 128), one thread: " + ", ".join(cells), flush=True)
+        for name, right in (("Caffe's (N, K) read transposed", w.T), ('"dl"\'s contiguous (K, N)', w_kn)):
+            cells = []
+            for m in (1, 2, 4, 8):
+                a, out = rng.standard_normal((m, 6144), dtype=np.float32), np.empty((m, 128), np.float32)
+                cells.append(f"M={m} {median_ms(lambda a=a, out=out, right=right: np.matmul(a, right, out=out), seconds):.3f} ms")
+            print(f"fc1 (M, 6144) @ (6144, 128), weights {name}, one thread: " + ", ".join(cells), flush=True)
 
 
 def main() -> None:

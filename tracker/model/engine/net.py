@@ -23,9 +23,10 @@ MODES = ("caffe", "dl")
 # With several workers, chunks are cut to about two per worker, but not below this many images
 # (unless that leaves a worker idle): every chunk runs the fully connected layers once, and each
 # run reads all their weights (OpenBLAS packs them per call). Single-threaded on the EPYC dev
-# machine, the face CNN's fc1 ((M, 6144) @ (6144, 128)) took 0.54-0.69 ms for M = 2 and
-# 0.69-0.90 for M = 8 (`scripts/engine_timing.py --elementwise`); with this and the ReLU of
-# layers.relu, batch 8 on 2 cores went from 1.99-2.23x ONNX Runtime's time to 1.66-1.72x.
+# machine, the face CNN's fc1 ((M, 6144) @ (6144, 128), weights (K, N)) takes 0.15 ms for M = 2
+# and 0.23 for M = 8 (`scripts/engine_timing.py --elementwise`); on 2 cores, alternating in one
+# process, 4 or 2 as the floor ran batch 16 in chunks of 4 at 1.04x the time of chunks of 8, and
+# 2 ran batch 8 in chunks of 2 at 1.13x the time of chunks of 4.
 MIN_SHARED_CHUNK = 8
 
 

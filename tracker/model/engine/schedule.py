@@ -124,13 +124,11 @@ def reading_nhwc(op: O.InnerProduct) -> O.InnerProduct:
     """A new op: `op` for a 4-D bottom in (N, H, W, C) memory flattened at axis 1, its weights
     permuted to (H, W, C) order once, so that the bottom is read as it lies instead of being
     gathered into (C, H, W) order on every run (the face CNN's fc1: 1-3% of the whole pass on one
-    core, Intel Xeon, interleaved). The same products; the sums run in another order."""
+    core, Intel Xeon, interleaved). The same products; the sums run in another order. `op` is
+    a "dl" op, whose weights are (K, N) (see ops.InnerProduct)."""
     c, h, w = op.shapes.bottoms[0][1:]
     fused = copy.copy(op)
-    if op.transpose:  # (K, N)
-        fused.weight = np.ascontiguousarray(op.weight.reshape(c, h, w, -1).transpose(1, 2, 0, 3).reshape(c * h * w, -1))
-    else:  # (N, K)
-        fused.weight = np.ascontiguousarray(op.weight.reshape(-1, c, h, w).transpose(0, 2, 3, 1).reshape(-1, c * h * w))
+    fused.weight = np.ascontiguousarray(op.weight.reshape(c, h, w, -1).transpose(1, 2, 0, 3).reshape(c * h * w, -1))
     fused.bottom_nhwc = True
     return fused
 
