@@ -3,7 +3,7 @@
 
     .venv/bin/python scripts/engine_timing.py [--batches 1,8,256] [--seconds 1.5] [--modes caffe,dl]
                                               [--threads N] [--workspace-mb 64] [--layers] [--gemms]
-                                              [--elementwise] [--against onnxruntime]
+                                              [--elementwise] [--against onnxruntime] [--scaling]
 
 Prints, per mode and batch size, the median per-image milliseconds over repeated forward passes
 (at least 3 passes, at most 100, for about --seconds each) and the process's peak RSS so far
@@ -25,6 +25,13 @@ its weights as Caffe stores them and as the "dl" mode does.
 --against BACKEND (e.g. onnxruntime) times that backend on the same batches, in 5 alternating
 rounds with the engine (each of the two for about twice --seconds in all), and prints the engine's
 ratio to it: on a shared host whose speed drifts, separate runs cannot give that ratio.
+
+--scaling first times what a second core gains the "dl" mode at batch 8 (one chunk of 4 images
+per worker), and where the rest is lost: one worker alone (a Net on one core running 4 images),
+the engine's two workers (batch 8 on two cores), two threads each running its own one-core Net on
+4 images at once (the same work without the engine's sharing), and two processes doing so (the
+same again without sharing the Python interpreter's lock). Each is timed for --seconds, in
+alternating rounds, and printed as throughput against one worker alone (2.00x: no loss).
 
 --gemms first times the GEMM of every convolution of the face CNN in both orientations
 (`tracker.model.ops`: channel-major (O, K) @ (K, P), pixel-major (P, K) @ (K, O)), one
@@ -244,6 +251,70 @@ def elementwise_costs(seconds: float) -> None:
             print(f"fc1 (M, 6144) @ (6144, 128), weights {name}, one thread: " + ", ".join(cells), flush=True)
 
 
+SCALING_ROUNDS = 3  # --scaling: rounds over the four ways of running
+
+
+def _one_core_loop(netdef, x: np.ndarray, seconds: float, start, results) -> None:
+    """Run a one-core "dl" Net on x, repeatedly, from `start` (a barrier) for `seconds`; put its
+    median seconds per image into `results` (a queue or a list)."""
+    net = Net(netdef, np.float32, "dl", threads=1)
+    net.forward(x, ["prob", "fc1"])
+    start.wait()
+    times: list[float] = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end or len(times) < 3:
+        t = time.perf_counter()
+        net.forward(x, ["prob", "fc1"])
+        times.append(time.perf_counter() - t)
+    results.put(float(np.median(times)) / x.shape[0])
+
+
+def _two_at_once(netdef, x: np.ndarray, seconds: float, processes: bool) -> float:
+    """Median seconds per image of each of two one-core Nets running x at once, averaged over
+    the two; in two threads of this process or in two processes."""
+    import multiprocessing
+    import queue
+
+    if processes:
+        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no lock shared with this one
+        start, results = ctx.Barrier(2), ctx.Queue()
+        workers = [ctx.Process(target=_one_core_loop, args=(netdef, x, seconds, start, results)) for _ in range(2)]
+    else:
+        start, results = threading.Barrier(2), queue.Queue()
+        workers = [threading.Thread(target=_one_core_loop, args=(netdef, x, seconds, start, results)) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    each = [results.get(timeout=60 + 10 * seconds) for _ in workers]
+    for worker in workers:
+        worker.join()
+    return sum(each) / 2
+
+
+def two_core_scaling(netdef, seconds: float) -> None:
+    """What a second core gains the "dl" mode at batch 8, and where the rest goes (see --scaling)."""
+    x8 = np.random.default_rng(0).standard_normal((8, 1, 88, 88)).astype(np.float32)
+    engine = Net(netdef, np.float32, "dl", threads=2)
+    chunk = engine.chunk_size(8)
+    x = np.ascontiguousarray(x8[:chunk])
+    alone = Net(netdef, np.float32, "dl", threads=1)
+    ways = {
+        "one worker alone": lambda: median_ms(lambda: alone.forward(x, ["prob", "fc1"]), seconds) / 1000 / chunk,
+        "the engine's two workers": lambda: median_ms(lambda: engine.forward(x8, ["prob", "fc1"]), seconds) / 1000 / 8,
+        "two threads, a Net each": lambda: _two_at_once(netdef, x, seconds, processes=False) / 2,
+        "two processes, a Net each": lambda: _two_at_once(netdef, x, seconds, processes=True) / 2,
+    }
+    per_image: dict[str, list[float]] = defaultdict(list)
+    names = list(ways)
+    for r in range(SCALING_ROUNDS):
+        for name in names[r:] + names[:r]:
+            per_image[name].append(ways[name]())
+    base = per_image["one worker alone"]
+    print(f"two cores at batch 8 (chunks of {chunk}), throughput against one worker alone, per round "
+          f"(ms per image of the whole: one worker alone {', '.join(f'{1000 * t:.3f}' for t in base)}):")
+    for name in names[1:]:
+        print(f"  {name}: " + ", ".join(f"{b / t:.2f}x" for b, t in zip(base, per_image[name])), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", default="1,8,256")
@@ -254,6 +325,7 @@ def main() -> None:
     ap.add_argument("--layers", action="store_true", help="also each step's time and its GEMMs' time (needs --threads)")
     ap.add_argument("--gemms", action="store_true", help="first, each convolution's GEMM in both orientations")
     ap.add_argument("--elementwise", action="store_true", help="first, the ReLU, bias and fc1 costs behind the engine's choices")
+    ap.add_argument("--scaling", action="store_true", help="first, what a second core gains the dl mode at batch 8, and where the rest goes")
     ap.add_argument("--against", metavar="BACKEND",
                     help="also the engine's ratio to this backend (e.g. onnxruntime), the two timed in alternating rounds")
     a = ap.parse_args()
@@ -265,6 +337,8 @@ def main() -> None:
         gemm_orientations(netdef, a.seconds / 2)
     if a.elementwise:
         elementwise_costs(a.seconds / 2)
+    if a.scaling:
+        two_core_scaling(netdef, a.seconds)
     batches = [int(b) for b in a.batches.split(",")]
     x0 = np.random.default_rng(0).standard_normal((max(batches), 1, 88, 88)).astype(np.float32)
     other = create_backend(a.against, spec, threads=a.threads) if a.against else None

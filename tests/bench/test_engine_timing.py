@@ -1,0 +1,42 @@
+"""scripts/engine_timing.py: run for real at tiny settings (the engine on the face CNN, threads and
+processes really started). No timing is asserted: only that every part was timed and printed,
+with positive figures, in the shape its docstring gives.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "engine_timing.py"
+NUMBER = r"(\d+\.\d+)"
+
+
+def test_scaling_elementwise_and_layers_print_every_part():
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--scaling", "--elementwise", "--layers", "--threads", "1",
+                           "--modes", "dl", "--batches", "2", "--seconds", "0.05"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    # --elementwise: fc1 in both weight layouts, four row counts each
+    fc1 = [line for line in lines if line.startswith("fc1 (M, 6144)")]
+    assert len(fc1) == 2 and "Caffe's (N, K)" in fc1[0] and "(K, N)" in fc1[1]
+    assert all(len(re.findall(rf"M=\d {NUMBER} ms", line)) == 4 for line in fc1)
+    # --scaling: the one-worker baseline, then three ways with one ratio per round
+    (head,) = [i for i, line in enumerate(lines) if line.startswith("two cores at batch 8 (chunks of 4)")]
+    assert len(re.findall(NUMBER, lines[head].split("alone", 2)[2])) == 3
+    ways = lines[head + 1 : head + 4]
+    assert [w.split(":")[0].strip() for w in ways] == ["the engine's two workers", "two threads, a Net each",
+                                                      "two processes, a Net each"]
+    for way in ways:
+        ratios = [float(r) for r in re.findall(rf"{NUMBER}x", way)]
+        assert len(ratios) == 3 and all(r > 0 for r in ratios), way
+    # --layers: the summary line, then one line per step of the "dl" schedule
+    assert re.match(rf"dl +2:{NUMBER}ms\(rss \d+MB\)$", lines[-9])
+    steps = lines[-7:]
+    assert [s.split()[0] for s in steps] == ["conv1+pool1", "conv2", "pool2", "conv3", "fc1", "fc2", "prob"]
+    assert all(float(re.findall(NUMBER, s)[0]) > 0 for s in steps)
+    assert "gemm" in steps[4] and "(x @ W)" in steps[4]  # fc1 runs on (K, N) weights
