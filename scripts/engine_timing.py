@@ -85,8 +85,8 @@ AGAINST_ROUNDS = 5  # --against: rounds over the engine and the other backend
 
 def gemm_shapes(op: O.Op, shapes: S.LayerShapes, mode: str, blas: int) -> list[tuple[tuple[int, int], tuple[int, int], str]]:
     """The GEMMs one run of `op` makes for a batch of `shapes` with the BLAS on `blas` threads:
-    ((rows, inner), (inner, cols), orientation) for each product, as ops.py makes them; [] for
-    an op without GEMMs."""
+    ((rows, inner), (inner, cols), orientation) for each product, as ops.py makes them (a stack
+    of products: ((stack, rows, inner), ...)); [] for an op without GEMMs."""
     n = shapes.bottoms[0][0]
     if isinstance(op, O.PooledConvolution):
         rows = op.rows_per_band(blas)
@@ -98,6 +98,8 @@ def gemm_shapes(op: O.Op, shapes: S.LayerShapes, mode: str, blas: int) -> list[t
             return [((o_g, op.k_g), (op.k_g, pixels), "channel-major")] * (op.group * n)
         if op.is_1x1 and not op.pixel_major:
             return [((o_g, op.k_g), (op.k_g, n * pixels), "channel-major")] * op.group
+        if op.pixel_major and blas == 1 and op.dilation[0] == 1:  # one GEMM per output row, stacked
+            return [((*op.out_hw, op.k_g), (op.k_g, op.out_c), "pixel-major by rows")] * n
         rows = op.rows_per_band(blas)
         bands = n * -(-op.out_hw[0] // rows)
         if op.pixel_major:
@@ -120,7 +122,7 @@ def time_gemms(gemms, seconds: float, blas: int = 1) -> float:
             a = rng.standard_normal(a_shape, dtype=np.float32)
             # "x @ W.T": an InnerProduct's (N, K) weights read transposed, as ops.py reads them
             b = rng.standard_normal(b_shape[::-1], dtype=np.float32).T if how == "x @ W.T" else rng.standard_normal(b_shape, dtype=np.float32)
-            operands[(a_shape, b_shape)] = (a, b, np.empty((a_shape[0], b_shape[1]), np.float32))
+            operands[(a_shape, b_shape)] = (a, b, np.empty((*a_shape[:-1], b_shape[1]), np.float32))
 
     def run() -> None:
         for a_shape, b_shape, _ in gemms:

@@ -22,7 +22,9 @@ Two execution modes exist for the layers whose algorithm differs:
     read through an NHWC copy when it is not NHWC already. Each column-buffer row is one patch,
     copied in runs of kw*C floats, and OpenBLAS runs this orientation faster when O is small: on
     the EPYC dev machine, single-threaded, the face CNN's conv2 GEMM (O 48, K 576) ran at 35-43
-    GFLOP/s pixel-major against 24-32 channel-major (`scripts/engine_timing.py --gemms`).
+    GFLOP/s pixel-major against 24-32 channel-major (`scripts/engine_timing.py --gemms`). On one
+    BLAS thread, unless dilated along H, the bands give way to one GEMM per output row over a
+    row-unfolded copy that needs no im2col (`Convolution._pixel_major_by_rows`).
   A channel-major convolution and the MAX pooling of its top can run as one `PooledConvolution`
   (the engine's schedule decides). An InnerProduct keeps its weights as (K, N) in "dl" mode,
   whatever Caffe's `transpose` (the same products, a faster GEMM for few images).
@@ -142,6 +144,8 @@ class Convolution(Op):
         if self.is_1x1 and not self.pixel_major:
             return [0, 0]
         cols = self.in_c * self.kernel[0] * self.kernel[1] * self.out_hw[0] * self.out_hw[1]
+        if self.pixel_major:  # or its row-unfolded copy, larger only for strides over the kernel
+            cols = max(cols, self.unfolded_size())
         padded = self.in_c * math.prod(self.padded_hw()) if any(self.pad) or self.pixel_major else 0
         return [cols, padded]
 
@@ -179,7 +183,8 @@ class Convolution(Op):
         """Both "dl" orientations: per image, bands of output rows, each its own im2col, GEMM,
         bias and ReLU while the band's columns are in cache (on the dev machine a chunk of 9
         images ran its conv2 at 2.4-2.7 ms per image in one im2col and one GEMM, 2.0-2.3 in
-        bands). `threads`: the BLAS threads each GEMM is split between."""
+        bands); pixel-major on one BLAS thread, not dilated along H, by rows instead (see
+        `_pixel_major_by_rows`). `threads`: the BLAS threads each GEMM is split between."""
         n = x.shape[0]
         oh, ow = self.out_hw
         if self.is_1x1 and not self.pixel_major:  # no im2col: the input is the column buffer
@@ -195,11 +200,13 @@ class Convolution(Op):
         copy = scratch[1][: math.prod(copy_shape)].reshape(copy_shape).transpose(copy_axes) if gather else None
         cols = scratch[0]  # every band's columns in turn
 
+        def source(i: int) -> np.ndarray:
+            """Image i, (1, C, Hp, Wp): its (padded, NHWC) copy if it needs one."""
+            return L.pad_into(x[i : i + 1], self.pad, self.pad, 0.0, out=copy) if gather else x[i : i + 1]
+
         def windows(i: int) -> np.ndarray:
-            """Image i's windows (C, kh, kw, OH, OW), read through its (padded, NHWC) copy if
-            it needs one."""
-            src = L.pad_into(x[i : i + 1], self.pad, self.pad, 0.0, out=copy) if gather else x[i : i + 1]
-            return L.windows(src, self.kernel, self.stride, self.dilation, self.out_hw)[0]
+            """Image i's windows (C, kh, kw, OH, OW)."""
+            return L.windows(source(i), self.kernel, self.stride, self.dilation, self.out_hw)[0]
 
         def band(win: np.ndarray, i: int, r0: int, r1: int) -> None:
             """Output rows [r0, r1) of image i from its windows."""
@@ -221,12 +228,53 @@ class Convolution(Op):
                 np.copyto(region.reshape(self.in_c, *self.kernel, r1 - r0, ow), win[..., r0:r1, :])
                 self._channel_major_gemm(region.reshape(k_all, m), res[:, i, r0 * ow : r1 * ow])
 
+        if self.pixel_major and threads == 1 and self.dilation[0] == 1:
+            for i in range(n):
+                self._pixel_major_by_rows(source(i)[0].transpose(1, 2, 0), res[i].reshape(oh, ow, self.out_c), cols)
+            return out
         rows = self.rows_per_band(threads)
         for i in range(n):
             win = windows(i)
             for r0 in range(0, oh, rows):
                 band(win, i, r0, min(oh, r0 + rows))
         return out
+
+    def _pixel_major_by_rows(self, src: np.ndarray, r: np.ndarray, scratch: np.ndarray) -> None:
+        """One image of a pixel-major convolution on one BLAS thread, as one GEMM per output row
+        over a row-unfolded copy instead of an im2col: src (Hp, Wp, C), the padded input in any
+        strides; r (OH, OW, O), the output, C-contiguous; scratch: at least `unfolded_size()`
+        elements. Needs dilation 1 along H.
+
+        The copy holds, for each output column ox and each input row y, the kw*C values that
+        its windows read in that row: unfolded[ox, y, kx, c] = src[y, ox*sw + kx*dw, c]. The
+        patches of output row oy are then kh consecutive runs of it, [ox, oy*sh : oy*sh + kh],
+        so they form a (OW, kh*kw*C) matrix with rows `rows_needed * kw * C` apart: a GEMM
+        operand as it lies, in the weights' (ky, kx, c) order. All OH of them are one stacked
+        numpy matmul (one BLAS GEMM per row). The copy is about kh/sh times smaller than the
+        columns (the face CNN's conv2: 0.57 against 3 MB), and OpenBLAS ran the (36, 576) @ (576, 48)
+        GEMMs faster than band-sized ones: conv2 of one image in 0.71 against 0.95 ms, conv3 in
+        0.16 against 0.18 (AMD EPYC dev machine, a trial script). On several BLAS threads the
+        engine keeps the bands: OpenBLAS does not split GEMMs this small.
+        """
+        (oh, ow), (kh, kw), (sh, sw) = self.out_hw, self.kernel, self.stride
+        c, rows_needed, run = self.in_c, (oh - 1) * sh + kh, kw * self.in_c
+        s_h, s_w, s_c = src.strides
+        unfolded = scratch[: ow * rows_needed * run].reshape(ow, rows_needed, kw, c)
+        np.copyto(unfolded, np.lib.stride_tricks.as_strided(
+            src, shape=unfolded.shape, strides=(sw * s_w, s_h, self.dilation[1] * s_w, s_c), writeable=False))
+        size = unfolded.itemsize
+        patches = np.lib.stride_tricks.as_strided(
+            unfolded, shape=(oh, ow, kh * run), strides=(sh * run * size, rows_needed * run * size, size), writeable=False)
+        np.matmul(patches, self.weight_pm, out=r)
+        pixel_rows = r.reshape(oh, ow * self.out_c)  # (rows, OW*O): see band() for why
+        if self.bias_run is not None:
+            pixel_rows += self.bias_run
+        if self.fuse_relu:
+            L.relu(pixel_rows, out=pixel_rows)
+
+    def unfolded_size(self) -> int:
+        """Elements of `_pixel_major_by_rows`'s row-unfolded copy of one image."""
+        return self.out_hw[1] * ((self.out_hw[0] - 1) * self.stride[0] + self.kernel[0]) * self.kernel[1] * self.in_c
 
     def rows_per_band(self, threads: int = 1) -> int:
         """Output rows per "dl" band (see `rows_per_band`)."""
@@ -487,8 +535,9 @@ class InnerProduct(Op):
             # OpenBLAS's sgemm with a few rows runs faster on a contiguous (K, N) right operand
             # than on Caffe's (N, K) read transposed: on the AMD EPYC dev machine, one thread, the
             # face CNN's fc1 for 4 images took 0.16 against 0.52 ms (`scripts/engine_timing.py
-            # --elementwise`), and the whole pass on 2 cores 0.97x the time at batch 8, 0.98-0.99x
-            # at 64 and 256, the same at batch 1 (alternating in one process)
+            # --elementwise`); the whole pass, alternating in one process, took 0.86x the time at
+            # batch 2 and 0.94x at 8, on one core or two, and 1.01-1.02x at batch 1, where the
+            # product is a matrix-vector one (not worth a second copy of the weights)
             self.weight, self.transpose = np.ascontiguousarray(self.weight.T), True
         self.bias = self.blob(1) if p.bias_term else None
         # True only on the copy `engine.schedule.with_relu` makes ("dl": an in-place ReLU follows)
