@@ -139,21 +139,39 @@ class Convolution(Op):
 
     def scratch_sizes(self, in_shapes):
         """Both modes run one image at a time through the column buffer: its columns ("dl": at
-        most one band's, but a band may be the whole image), and its padded copy (pixel-major:
-        its NHWC copy, padded or not)."""
+        most one band's, but a band may be the whole image), its padded copy (pixel-major: its
+        NHWC copy, padded or not), and ("caffe") the copy unfolded along W that `_im2col` fills
+        the columns from."""
         if self.is_1x1 and not self.pixel_major:
-            return [0, 0]
+            return [0, 0, 0]
         cols = self.in_c * self.kernel[0] * self.kernel[1] * self.out_hw[0] * self.out_hw[1]
         if self.pixel_major:  # or its row-unfolded copy, larger only for strides over the kernel
             cols = max(cols, self.unfolded_size())
         padded = self.in_c * math.prod(self.padded_hw()) if any(self.pad) or self.pixel_major else 0
-        return [cols, padded]
+        along_w = self.in_c * self.kernel[1] * self._rows_read() * self.out_hw[1] if self.mode == "caffe" else 0
+        return [cols, padded, along_w]
 
-    def _im2col(self, img: np.ndarray, cols: np.ndarray, padded: np.ndarray | None) -> None:
-        """Caffe's im2col of one image (C, H, W) into the contiguous cols (C*kh*kw, OH*OW)."""
+    def _rows_read(self) -> int:
+        """Input rows (of the padded image) that the windows read, from the first."""
+        return (self.out_hw[0] - 1) * self.stride[0] + (self.kernel[0] - 1) * self.dilation[0] + 1
+
+    def _im2col(self, img: np.ndarray, cols: np.ndarray, padded: np.ndarray | None, along_w: np.ndarray) -> None:
+        """Caffe's im2col of one image (C, H, W) into the contiguous cols (C*kh*kw, OH*OW), in two
+        copies: first the image unfolded along W, along_w[c, kx, y, ox] = src[c, y, ox*sw + kx*dw],
+        then each column-buffer row (c, ky, kx) from along_w[c, kx, ky*dh + oy*sh, :] (for stride 1
+        along H, one contiguous run of OH*OW values). The same columns as copying the windows
+        directly, whose runs are only OW long: on the AMD EPYC dev machine, one image of the face
+        CNN's conv2 took 0.12 against 0.20 ms, conv3 0.023 against 0.075, conv1 0.060 against
+        0.067 (a trial script)."""
         src = L.pad_into(img, self.pad, self.pad, 0.0, out=padded) if any(self.pad) else img
-        win = L.windows(src, self.kernel, self.stride, self.dilation, self.out_hw)  # (C, kh, kw, OH, OW)
-        np.copyto(cols.reshape(win.shape), win)
+        (kh, kw), (sh, sw), (dh, dw), (oh, ow) = self.kernel, self.stride, self.dilation, self.out_hw
+        s_c, s_h, s_w = src.strides
+        unfolded = along_w[: self.in_c * kw * self._rows_read() * ow].reshape(self.in_c, kw, self._rows_read(), ow)
+        np.copyto(unfolded, np.lib.stride_tricks.as_strided(
+            src, shape=unfolded.shape, strides=(s_c, dw * s_w, s_h, sw * s_w), writeable=False))
+        u_c, u_kx, u_y, u_x = unfolded.strides
+        np.copyto(cols.reshape(self.in_c, kh, kw, oh, ow), np.lib.stride_tricks.as_strided(
+            unfolded, shape=(self.in_c, kh, kw, oh, ow), strides=(u_c, dh * u_y, u_kx, sh * u_y, u_x), writeable=False))
 
     def run(self, ins, outs, scratch, threads: int = 1):
         if self.mode == "caffe":
@@ -172,7 +190,7 @@ class Convolution(Op):
             if self.is_1x1:
                 cols = x[i].reshape(self.in_c, p)
             else:
-                self._im2col(x[i], cols, padded)
+                self._im2col(x[i], cols, padded, scratch[2])
             for g in range(self.group):
                 np.matmul(self.weight[g], cols[g * self.k_g : (g + 1) * self.k_g], out=out3[i, g * o_g : (g + 1) * o_g])
             if self.bias is not None:
