@@ -98,11 +98,14 @@ def blas_info() -> dict:
     return blas
 
 
-def memory_mb() -> float | None:
+def memory_mb(available: bool = False) -> float | None:
+    """The machine's memory in MiB, or with available=True what new processes can use now
+    (the kernel's MemAvailable); None where psutil cannot tell."""
     try:
         import psutil
 
-        return round(psutil.virtual_memory().total / 2**20, 1)
+        memory = psutil.virtual_memory()
+        return round((memory.available if available else memory.total) / 2**20, 1)
     except Exception:
         return None
 

@@ -165,9 +165,95 @@ def test_benchmark_writes_table_json_csv_plots_and_profile(capsys, config_file, 
     assert profile["schema"] == 1
     assert profile["machine"] == {k: machine[k] for k in ("cpu", "cores", "arch")}
     assert {(e["backend"], e["precision"], e["batch"]) for e in profile["results"]} == {(b, "fp32", n) for b in REAL for n in (1, 2)}
+    # each entry is its cell's median, or its runoff's where the two came close (the runoff test below)
+    ran_off = {(name, r["batch"]): ms for r in doc["runoffs"] for name, ms in r["ms_per_image"].items()}
     for entry in profile["results"]:
         (row,) = [r for r in doc["rows"] if (r["backend"], r["batch"]) == (entry["backend"], entry["batch"])]
-        assert entry["ms_per_image"] == row["median_ms_per_image"]
+        assert entry["ms_per_image"] == ran_off.get((row["backend"], row["batch"]), row["median_ms_per_image"])
+    assert "auto would pick (profile" in stdout
+
+
+def test_close_candidates_run_off_interleaved_and_the_profile_takes_their_medians(capsys, config_file, state_dir, tmp_path,
+                                                                                  load, monkeypatch):
+    """Every backend counts as close here (SPREAD patched), so both batch sizes have a runoff of the
+    two real engines, in a child of its own; `auto`, named first, still runs after them."""
+    from tracker.bench import runoff
+
+    load(0.5)
+    monkeypatch.setattr(runoff, "SPREAD", 1e9)
+    monkeypatch.setattr(runoff, "ROUNDS", 3)
+    monkeypatch.setattr(runoff, "SECONDS_PER_ROUND", 0.02)
+    out = tmp_path / "out"
+    code, stdout, stderr = bench(capsys, config_file, out, "--backend", ",".join(["auto", *REAL]), "--precision", "fp32", "--batches", "1,2",
+                                 "--passes", "2")
+    assert code == 0, stderr
+    doc = json.loads((out / "results.json").read_text())
+    assert [(r["backend"], r["batch"]) for r in doc["rows"]] == [(b, n) for b in [*REAL, "auto"] for n in (1, 2)]
+    assert [(r["precision"], r["batch"]) for r in doc["runoffs"]] == [("fp32", 1), ("fp32", 2)]
+    profile = {(e["backend"], e["batch"]): e["ms_per_image"] for e in json.loads((state_dir / "profile.json").read_text())["results"]}
+    for entry in doc["runoffs"]:
+        cells = {r["backend"]: r["median_ms_per_image"] for r in doc["rows"] if r["batch"] == entry["batch"] and r["backend"] != "auto"}
+        assert entry["backends"] == sorted(cells, key=cells.get)  # fastest cell first
+        assert entry["cell_median_ms_per_image"] == cells
+        assert (entry["rounds"], entry["seconds_per_round"]) == (3, 0.02)
+        assert set(entry["ms_per_image"]) == set(REAL) and all(ms > 0 for ms in entry["ms_per_image"].values())
+        assert all(calls >= 3 for calls in entry["calls"].values())  # at least one call per round
+        for name, ms in entry["ms_per_image"].items():
+            assert profile[(name, entry["batch"])] == ms
+        assert f"runoff fp32 batch {entry['batch']}: " in stderr
+    assert "runoffs: close candidates timed again, interleaved in one process" in stdout
+    assert ("auto", 1) not in profile  # auto's own time is never a candidate
+
+
+def test_a_runoff_that_fails_leaves_the_cells_medians_in_the_profile(capsys, config_file, state_dir, tmp_path, test_backends,
+                                                                      load, monkeypatch):
+    """test-segfault-late passes its cell (3 calls) and faults in the runoff's first round."""
+    from tracker.bench import runoff
+
+    load(0.5)
+    monkeypatch.setattr(runoff, "SPREAD", 1e9)
+    monkeypatch.setattr(runoff, "ROUNDS", 3)
+    out = tmp_path / "out"
+    code, stdout, stderr = bench(capsys, config_file, out, "--backend", "test-segfault-late,test-sigkill", "--batches", "1",
+                                 "--passes", "2")
+    assert code == 0, stderr
+    doc = json.loads((out / "results.json").read_text())
+    (entry,) = doc["runoffs"]
+    assert entry["error"] == "killed by signal 11 (SIGSEGV) during round 1/3"
+    assert "ms_per_image" not in entry
+    assert "failed: killed by signal 11 (SIGSEGV) during round 1/3; the profile keeps their cells' medians" in stdout
+    profile = {e["backend"]: e["ms_per_image"] for e in json.loads((state_dir / "profile.json").read_text())["results"]}
+    assert profile == {r["backend"]: r["median_ms_per_image"] for r in doc["rows"]}
+
+
+def _row(backend, batch, ms, precision="fp32", rss=50.0, status="ok"):
+    return {"backend": backend, "precision": precision, "batch": batch, "status": status, "median_ms_per_image": ms,
+            "peak_rss_mb": rss}
+
+
+def test_runoff_plan_takes_the_close_fastest_that_fit_in_memory():
+    from tracker.bench.runoff import MAX_CANDIDATES, SPREAD, Runoff, plan_runoffs
+
+    assert MAX_CANDIDATES == 3
+    rows = [
+        # batch 1: c is beyond SPREAD of a; auto and failed cells are no candidates
+        _row("a", 1, 1.0), _row("b", 1, 1.9), _row("c", 1, SPREAD * 1.0 + 0.01), _row("auto", 1, 0.5),
+        _row("d", 1, None, status="failed"),
+        # batch 8: four close ones, the slowest left out
+        _row("a", 8, 1.0), _row("b", 8, 1.1), _row("c", 8, 1.2), _row("d", 8, 1.3),
+        # batch 64: one candidate, no runoff
+        _row("a", 64, 1.0), _row("b", 64, 5.0),
+        # int8 apart from fp32
+        _row("a", 1, 0.5, "int8"), _row("b", 1, 0.4, "int8"),
+    ]
+    assert plan_runoffs(rows, None) == [
+        Runoff("fp32", 1, ("a", "b")), Runoff("fp32", 8, ("a", "b", "c")), Runoff("int8", 1, ("b", "a")),
+    ]
+    # Memory: the fastest first, as many as fit; none when the fastest two do not fit together.
+    heavy = [_row("a", 8, 1.0, rss=300), _row("b", 8, 1.1, rss=300), _row("c", 8, 1.2, rss=100)]
+    assert plan_runoffs(heavy, 700) == [Runoff("fp32", 8, ("a", "b", "c"))]
+    assert plan_runoffs(heavy, 650) == [Runoff("fp32", 8, ("a", "b"))]
+    assert plan_runoffs(heavy, 599) == []
 
 
 def test_peak_rss_behind_the_worker_counts_the_worker_process_too(capsys, config_file, tmp_path):
@@ -450,6 +536,15 @@ class KilledFromBatch4(_Linear):
         os.kill(os.getpid(), signal.SIGKILL)  # what the kernel's OOM killer does
 
 
+class SegfaultsAfter10Calls(_Linear):
+    fail_from_batch = 1
+
+    def fail(self, batch):
+        self.calls = getattr(self, "calls", 0) + 1
+        if self.calls > 10:
+            ctypes.string_at(0)
+
+
 class HangsFromBatch4(_Linear):
     def fail(self, batch):
         time.sleep(3600)
@@ -479,6 +574,7 @@ class MissingRuntime(_Linear):
 
 TEST_BACKENDS = {
     "test-segfault": "SegfaultsFromBatch4",
+    "test-segfault-late": "SegfaultsAfter10Calls",
     "test-sigkill": "KilledFromBatch4",
     "test-hang": "HangsFromBatch4",
     "test-missing": "MissingRuntime",

@@ -5,11 +5,11 @@ The calibration profile is `<state_dir>/profile.json`, written by `tracker --ben
 "precision", "batch", "ms_per_image"}, ...]}. For a batch of N images at precision P, `auto` looks
 at the profile's entries of precision P, takes the smallest measured batch size >= N (the largest
 one measured if N is beyond them all: per-image time flattens out at large batches) and runs the
-backend with the lowest ms_per_image there (a cell's median, see tracker.bench.profile); backends
-within TIE_MARGIN of the lowest count as tied and are ranked by the registry's order instead, so
-that noise between two benchmark runs cannot swap the pick between two engines that are equally
-fast here. Measured sizes are normally 1, 2, 4, ..., 256, so a
-batch of 3 is served by the winner at 4. Why up: the batcher hands over at most max_batch crops and
+backend with the lowest ms_per_image there (a cell's median, or a runoff's: see
+tracker.bench.profile); backends within TIE_MARGIN of the lowest count as tied and are ranked by
+the registry's order instead, so that noise between two benchmark runs cannot swap the pick
+between two engines that are equally fast here. Measured sizes are normally 1, 2, 4, ..., 256, so
+a batch of 3 is served by the winner at 4. Why up: the batcher hands over at most max_batch crops and
 usually fewer, a batch of 3 padded into a batch-4 engine pays about what 4 does, and rounding
 down would choose for batch 2 a backend whose per-call overhead was amortised over fewer images
 than it will see -- at or above is the conservative side for the small-batch engines that win

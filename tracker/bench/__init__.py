@@ -17,7 +17,8 @@ how close the embeddings are (cosine), on a fixed held-out set of face crops.
 
 Metrics of a cell (pass times are wall-clock perf_counter_ns around `backend.infer(x)`):
     ms_per_image   mean pass time / batch (the study's number)
-    median_ms_per_image  median pass time / batch (what `auto`'s profile keeps: stalls move it less)
+    median_ms_per_image  median pass time / batch (what `auto`'s profile keeps, unless a runoff
+                   replaced it: stalls move it less than the mean)
     p50_ms, p95_ms percentiles of the pass times (ms per pass, not per image)
     images_per_s   batch / mean pass time
     gflops         2 * multiply-adds per image (counted from the model) * batch / mean pass time
@@ -29,9 +30,12 @@ Metrics of a cell (pass times are wall-clock perf_counter_ns around `backend.inf
 Outputs in --out (default bench-out/), rewritten atomically after every cell:
     results.json, results.csv, per_image_ms_linear.png, per_image_ms_log.png
 and the calibration profile `<state_dir>/profile.json` read by `auto` (tracker.bench.profile: the
-cells' medians; not written under --memory-limit, which emulates another device, nor when the
-1-minute load average at the start exceeds the cores, unless --profile-when-busy).
-The terminal gets a progress bar (stderr, on a terminal only), one line per finished cell, then
+cells' medians, and where backends came close at a batch size, their runoff's (tracker.bench.runoff:
+the close ones timed again, interleaved in one child); not written under --memory-limit, which
+emulates another device, nor when the 1-minute load average at the start exceeds the cores, unless
+--profile-when-busy; no runoffs then either). `auto`'s own columns run after the runoffs.
+The terminal gets a progress bar (stderr, on a terminal only), one line per finished cell and
+runoff, then
 the table (batch sizes as rows, backends as columns, per-image ms; failed cells with a short
 reason) and every metric per backend. Exit 0 when the run completed (failed cells are results),
 130 when interrupted (what was measured is printed and kept), 2 for a bad request, 3 when a
@@ -60,6 +64,10 @@ results.json (schema 1):
                embedding_cosine_mean, embedding_cosine_min} or {backend, precision, reference,
                error}]      one per non-fp32 column: that backend at fp32 vs at its reduced
                precision on the fixed quality set of face crops (tracker.model.convert.calibration)
+    runoffs: [{precision, batch, backends: [name] (fastest cell first),
+               cell_median_ms_per_image: {name: ms}, rounds, seconds_per_round,
+               ms_per_image: {name: interleaved median ms}, calls: {name: timed calls}} or
+              {..., error}]  one per runoff, in the order run; ms_per_image is what the profile got
 results.csv: one line per cell with the columns of tracker.bench.report.CSV_FIELDS, plus one
 line per unavailable backend.
 """

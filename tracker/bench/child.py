@@ -1,5 +1,5 @@
 """The benchmark's child process: one cell (backend x precision x batch), an int8 quality check,
-or an availability probe.
+a runoff (tracker.bench.runoff) or an availability probe.
 
     python -m tracker.bench.child FD JOB_JSON
 
@@ -15,11 +15,14 @@ process that ran this batch size alone. Results go back as JSON lines on the inh
      "message": one line, "unavailable": bool}
     {"event": "probe", "backend": name, "available": bool, "reason": str|None, "precisions": [..]}
     {"event": "quality", ...}                        see run_quality
+    {"event": "runoff", "ms_per_image": {name: ms}, "calls": {name: int}}   see run_runoff
 
 A cell job: {"mode": "cell", "backend", "entry" (its registry Entry as a list), "precision", "batch", "passes",
 "threads", "model": {"prototxt", "weights", "probs", "embedding"}, "input_shape": [C, H, W],
 "seed", "memory_limit_mb", "options"}; a quality job is the same with "mode": "quality" (batch,
-passes and seed unused). A probe job: {"mode": "probe", "backends": [[name, entry],
+passes and seed unused). A runoff job is the cell job of its first candidate with "mode":
+"runoff", "candidates": [[name, entry, options], ...], "rounds" and "seconds" (passes unused); its
+progress messages count rounds. A probe job: {"mode": "probe", "backends": [[name, entry],
 ...]}. Heavy modules are imported only after the memory limit is in place.
 """
 
@@ -120,15 +123,20 @@ def _create(job: dict, precision: str):
     return create_backend(job["backend"], spec, precision=precision, threads=job["threads"], **job["options"])
 
 
+def _cell_input(job: dict):
+    """The same input for every backend and run: (batch, C, H, W) float32, standard normal from
+    the job's seed, (C, H, W) from the model's input blob."""
+    import numpy as np
+
+    return np.random.default_rng(job["seed"]).standard_normal((job["batch"], *job["input_shape"]), dtype=np.float32)
+
+
 def run_cell(job: dict, channel: _Channel, stage: _Stage) -> None:
     """Load the backend, one warm-up pass, then `passes` timed forward passes of one batch."""
     t0 = time.perf_counter()
-    import numpy as np
-
     backend = _create(job, job["precision"])
-    batch, passes = job["batch"], job["passes"]
-    # The same input for every backend and run: seeded, shape from the model's input blob.
-    x = np.random.default_rng(job["seed"]).standard_normal((batch, *job["input_shape"]), dtype=np.float32)
+    passes = job["passes"]
+    x = _cell_input(job)
     channel.send(event="loaded", load_s=time.perf_counter() - t0, versions=loaded_versions(backend))
 
     # Peak RSS of the cell counts what loading left resident, not loading's transient peak.
@@ -175,6 +183,33 @@ def run_quality(job: dict, channel: _Channel, stage: _Stage) -> None:
     channel.send(event="quality", set_id=quality_set.set_id, **metrics)
 
 
+def run_runoff(job: dict, channel: _Channel, stage: _Stage) -> None:
+    """Load every candidate, then time them interleaved on the cell's input for `rounds` rounds of
+    `seconds` each (tracker.bench.interleave). Sends the median ms per image of each and its
+    number of timed calls."""
+    from tracker.bench.interleave import time_interleaved
+
+    x = _cell_input(job)
+    candidates = {}
+    for name, entry, options in job["candidates"]:
+        stage.text = f"loading {name}"
+        candidates[name] = _create({**job, "backend": name, "entry": entry, "options": options}, job["precision"])
+    rounds = job["rounds"]
+    stage.text = "the untimed first calls"
+
+    def on_round(done: int) -> None:
+        stage.text = f"round {done + 1}/{rounds}" if done < rounds else "closing the backends"
+        channel.send(event="progress", done=done)
+
+    timed = time_interleaved({name: backend.infer for name, backend in candidates.items()}, x, job["seconds"], rounds,
+                             on_round)
+    # sent before close(), as a cell's result is
+    channel.send(event="runoff", ms_per_image={name: s * 1e3 / job["batch"] for name, (s, _) in timed.items()},
+                 calls={name: calls for name, (_, calls) in timed.items()})
+    for backend in candidates.values():
+        backend.close()
+
+
 def run_probe(job: dict, channel: _Channel) -> int:
     """For each backend: can it run here (its check_runtime), and which precisions it offers."""
     from tracker.backends import availability, backend_class
@@ -202,7 +237,7 @@ def main(argv: list[str]) -> int:
         return run_probe(job, channel)
     stage = _Stage()
     try:
-        (run_quality if job["mode"] == "quality" else run_cell)(job, channel, stage)
+        {"cell": run_cell, "quality": run_quality, "runoff": run_runoff}[job["mode"]](job, channel, stage)
         return 0
     except BaseException as err:  # noqa: BLE001 - every failure, MemoryError included, is the job's result
         from tracker.errors import BackendUnavailable

@@ -2,9 +2,11 @@
 
 Order of a run: every user mistake is found before anything is measured (backend names,
 precisions, the output directory, the model files, runtimes of explicitly named backends); then
-the sgemm peak; then one child per cell, backend after backend, batch sizes ascending; after each
-cell results.json, results.csv and the calibration profile are rewritten, after each column the
-plots. Ctrl-C kills the running child, prints what was measured and exits 130.
+the sgemm peak; then one child per cell, backend after backend, batch sizes ascending; then, when
+the run writes the calibration profile, the runoffs of close candidates (tracker.bench.runoff),
+one child each; then `auto`'s columns, which read that profile. After each cell and runoff
+results.json, results.csv and the profile are rewritten, after each column the plots. Ctrl-C
+kills the running child, prints what was measured and exits 130.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ import sys
 from pathlib import Path
 
 from tracker.backends import REGISTRY
+from tracker.bench import runoff
 from tracker.bench.memory_cap import cap_method
 from tracker.bench.profile import profile_path, record_last_run, update_profile
-from tracker.bench.report import Column, Results, make_row, quality_line, summary_line
-from tracker.bench.runner import Probe, probe_backends, run_cell, run_quality
+from tracker.bench.report import Column, Results, make_row, quality_line, runoff_line, summary_line
+from tracker.bench.runner import Probe, probe_backends, run_cell, run_job
 from tracker.errors import BackendUnavailable, InputError, TrackerError
-from tracker.machine import base_versions, load_average, machine_info, machine_key, sgemm_peak
+from tracker.machine import base_versions, load_average, machine_info, machine_key, memory_mb, sgemm_peak
 from tracker.model.spec import ModelSpec
 
 SEED = 0  # the benchmark's input batch: np.random.default_rng(SEED), standard normal float32
@@ -184,52 +187,96 @@ def run_benchmark_command(config, args) -> int:
         if warning:  # only the first write can replace a profile; later ones merge into ours
             _warn(warning)
 
+    def cell_job(column: Column, batch: int) -> dict:
+        return {
+            "mode": "cell",
+            "backend": column.backend,
+            "entry": list(REGISTRY[column.backend]),
+            "precision": column.precision,
+            "batch": batch,
+            "passes": passes,
+            "threads": config.backend.threads,
+            "model": {"prototxt": str(spec.prototxt), "weights": str(spec.weights), "probs": spec.probs, "embedding": spec.embedding},
+            "input_shape": model_info["input_shape"],
+            "seed": SEED,
+            "memory_limit_mb": memory_limit,
+            "options": _backend_options(column.backend, state_dir, worker),
+        }
+
+    def measure(column: Column) -> None:
+        """The column's cells, batch sizes ascending, then its quality check."""
+        for batch in batches:
+            bar.set_description(f"{column.label} batch {batch}")
+            start = bar.n
+
+            def progress(done: int, start: int = start) -> None:
+                bar.update(start + done - bar.n)
+
+            outcome = run_cell(cell_job(column, batch), timeout_s, progress)
+            bar.update(start + passes + 1 - bar.n)
+            row = make_row(column, batch, passes, outcome, model_info["macs_per_image"], peak["gflops"])
+            results.add(row, outcome.versions)
+            key = (column.backend, column.precision, batch)
+            if row["status"] == "ok":
+                measured[key] = row["median_ms_per_image"]
+            else:
+                failed.add(key)
+            bar.write(summary_line(row), file=sys.stderr)
+            results.write_data(out)
+            record_profile()
+        if column.precision != "fp32" and "fp32" in probes[column.backend].precisions:
+            bar.set_description(f"{column.label} quality")
+            quality = run_job({**cell_job(column, batches[-1]), "mode": "quality"}, timeout_s, "quality")
+            results.add_quality({"backend": column.backend, "precision": column.precision, "reference": "fp32", **quality})
+            bar.write(quality_line(results.quality[-1]), file=sys.stderr)
+            results.write_data(out)
+        results.write_plots(out)
+
+    def run_off(plan: runoff.Runoff) -> None:
+        """One runoff (tracker.bench.runoff); its medians replace the candidates' in the profile."""
+        rounds, seconds = runoff.ROUNDS, runoff.SECONDS_PER_ROUND
+        bar.set_description(f"runoff {plan.precision} batch {plan.batch}")
+        cells = {r["backend"]: r for r in results.rows
+                 if (r["precision"], r["batch"]) == (plan.precision, plan.batch) and r["backend"] in plan.backends}
+        job = {**cell_job(Column(plan.backends[0], plan.precision), plan.batch), "mode": "runoff",
+               "candidates": [[name, list(REGISTRY[name]), _backend_options(name, state_dir, worker)] for name in plan.backends],
+               "rounds": rounds, "seconds": seconds}
+        start = bar.n
+
+        def progress(done: int) -> None:
+            bar.update(start + done - bar.n)
+
+        def stage(done: int | None) -> str:
+            return "loading the candidates" if done is None else f"round {done + 1}/{rounds}" if done < rounds else "closing"
+
+        got = run_job(job, timeout_s, "runoff", progress, stage)
+        bar.update(start + rounds - bar.n)
+        entry = {"precision": plan.precision, "batch": plan.batch, "backends": list(plan.backends),
+                 "cell_median_ms_per_image": {name: cells[name]["median_ms_per_image"] for name in plan.backends},
+                 "rounds": rounds, "seconds_per_round": seconds, **got}
+        results.add_runoff(entry)
+        if "error" not in got:
+            measured.update({(name, plan.precision, plan.batch): ms for name, ms in got["ms_per_image"].items()})
+        bar.write("runoff " + runoff_line(entry), file=sys.stderr)
+        results.write_data(out)
+        record_profile()
+
     from tqdm import tqdm
 
     total = len(columns) * len(batches) * (passes + 1)
     bar = tqdm(total=total, unit="pass", file=sys.stderr, disable=None, dynamic_ncols=True)
     interrupted = False
     try:
-        for column in columns:
-            for batch in batches:
-                bar.set_description(f"{column.label} batch {batch}")
-                job = {
-                    "mode": "cell",
-                    "backend": column.backend,
-                    "entry": list(REGISTRY[column.backend]),
-                    "precision": column.precision,
-                    "batch": batch,
-                    "passes": passes,
-                    "threads": config.backend.threads,
-                    "model": {"prototxt": str(spec.prototxt), "weights": str(spec.weights), "probs": spec.probs, "embedding": spec.embedding},
-                    "input_shape": model_info["input_shape"],
-                    "seed": SEED,
-                    "memory_limit_mb": memory_limit,
-                    "options": _backend_options(column.backend, state_dir, worker),
-                }
-                start = bar.n
-                def progress(done: int, start: int = start) -> None:
-                    bar.update(start + done - bar.n)
-
-                outcome = run_cell(job, timeout_s, progress)
-                bar.update(start + passes + 1 - bar.n)
-                row = make_row(column, batch, passes, outcome, model_info["macs_per_image"], peak["gflops"])
-                results.add(row, outcome.versions)
-                key = (column.backend, column.precision, batch)
-                if row["status"] == "ok":
-                    measured[key] = row["median_ms_per_image"]
-                else:
-                    failed.add(key)
-                bar.write(summary_line(row), file=sys.stderr)
-                results.write_data(out)
-                record_profile()
-            if column.precision != "fp32" and "fp32" in probes[column.backend].precisions:
-                bar.set_description(f"{column.label} quality")
-                quality = run_quality({**job, "mode": "quality"}, timeout_s)
-                results.add_quality({"backend": column.backend, "precision": column.precision, "reference": "fp32", **quality})
-                bar.write(quality_line(results.quality[-1]), file=sys.stderr)
-                results.write_data(out)
-            results.write_plots(out)
+        # auto last: its cells then run on the profile this run's other columns and runoffs wrote
+        for column in [c for c in columns if c.backend != "auto"]:
+            measure(column)
+        if profile_ok:
+            plans = runoff.plan_runoffs(results.rows, memory_mb(available=True))
+            bar.total += runoff.ROUNDS * len(plans)
+            for plan in plans:
+                run_off(plan)
+        for column in [c for c in columns if c.backend == "auto"]:
+            measure(column)
         # The machine is shared: the peak is the better of a measurement before and after the cells.
         results.machine["load_average"]["end"] = load_average()
         results.update_peak(sgemm_peak())
@@ -250,6 +297,8 @@ def run_benchmark_command(config, args) -> int:
     print()
     files = [out / "results.json", out / "results.csv", *plots]
     print("wrote " + ", ".join(str(f) for f in files) + (f"; calibration profile {profile}" if profile_ok and measured else ""))
+    if profile_ok and measured:
+        print("\n".join(_auto_picks(state_dir)))
     return 130 if interrupted else 0
 
 

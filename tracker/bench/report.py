@@ -90,6 +90,7 @@ class Results:
         self.unavailable = unavailable
         self.rows: list[dict] = []
         self.quality: list[dict] = []
+        self.runoffs: list[dict] = []
         self.complete = False
 
     def add(self, row: dict, runtime_versions: dict) -> None:
@@ -111,6 +112,9 @@ class Results:
     def add_quality(self, entry: dict) -> None:
         self.quality.append(entry)
 
+    def add_runoff(self, entry: dict) -> None:
+        self.runoffs.append(entry)
+
     def cell(self, column: Column, batch: int) -> dict | None:
         for row in self.rows:
             if row["label"] == column.label and row["batch"] == batch:
@@ -129,6 +133,7 @@ class Results:
             "unavailable": self.unavailable,
             "rows": self.rows,
             "quality": self.quality,
+            "runoffs": self.runoffs,
         }
 
     def write_data(self, out: Path) -> None:
@@ -247,6 +252,9 @@ class Results:
         if self.quality:
             out += ["quality against the same backend in fp32, on a fixed set of face crops:"]
             out += ["  " + quality_line(q) for q in self.quality]
+        if self.runoffs:
+            out += ["runoffs: close candidates timed again, interleaved in one process, for auto's profile:"]
+            out += ["  " + runoff_line(r) for r in self.runoffs]
         if self.unavailable:
             out += ["not available here:"] + [f"  {name}: {reason}" for name, reason in self.unavailable.items()]
         if not self.complete:
@@ -302,4 +310,16 @@ def quality_line(entry: dict) -> str:
     )
 
 
-__all__ = ["Column", "Results", "make_row", "quality_line", "summary_line"]
+def runoff_line(entry: dict) -> str:
+    """One line on a runoff (tracker.bench.runoff): each candidate's interleaved median beside its
+    cell's, fastest first."""
+    head = f"{entry['precision']} batch {entry['batch']}"
+    if "error" in entry:
+        return f"{head}: runoff of {', '.join(entry['backends'])} failed: {entry['error']}; the profile keeps their cells' medians"
+    ms = entry["ms_per_image"]
+    times = ", ".join(f"{name} {ms[name]:.3f} (cell {entry['cell_median_ms_per_image'][name]:.3f})"
+                      for name in sorted(ms, key=ms.get))
+    return f"{head}: {times} ms per image, {entry['rounds']} interleaved rounds"
+
+
+__all__ = ["Column", "Results", "make_row", "quality_line", "runoff_line", "summary_line"]

@@ -179,26 +179,41 @@ def run_cell(job: dict, timeout_s: float, on_progress: Callable[[int], None], en
         child.close()
 
 
-def run_quality(job: dict, timeout_s: float, env: dict | None = None) -> dict:
-    """The int8 quality check of tracker.bench.child.run_quality in a fresh child: its
-    measurements, or {"error": cause} when it failed."""
+def run_job(job: dict, timeout_s: float, event: str, on_progress: Callable[[int], None] | None = None,
+            stage: Callable[[int | None], str] | None = None, env: dict | None = None) -> dict:
+    """A quality check or a runoff (tracker.bench.child) in a fresh child: the fields of its
+    `event` message, or {"error": cause} when it sent none.
+
+    on_progress(done) gets the child's progress messages; stage(done), given the last `done`
+    (None before any), says what the child was doing for a cause the child could not report
+    itself (a signal, a timeout). A message sent before the child then hung or crashed counts,
+    as a cell's result does.
+    """
     got: dict = {}
+    state: dict = {"done": None}
 
     def on_message(msg: dict) -> None:
-        if msg.get("event") in ("quality", "error"):
+        kind = msg.get("event")
+        if kind == "progress":
+            state["done"] = msg["done"]
+            if on_progress is not None:
+                on_progress(msg["done"])
+        elif kind in (event, "error"):
             got.update(msg)
 
     child = _Child(job, env)
     try:
         try:
             child.communicate(timeout_s, on_message)
+            cause = None
         except _TimedOut:
-            return {"error": f"timeout after {timeout_s:g} s without progress"}
-        if got.get("event") == "quality" and child.process.returncode == 0:
+            cause = f"timeout after {timeout_s:g} s without progress"
+        if got.get("event") == event:
             return {k: v for k, v in got.items() if k != "event"}
         if got.get("event") == "error":
             return {"error": f"{got['type']}: {got['message']} during {got['stage']}"}
-        return {"error": child.ended()}
+        cause = cause or child.ended()
+        return {"error": f"{cause} during {stage(state['done'])}" if stage is not None else cause}
     finally:
         child.close()
 
