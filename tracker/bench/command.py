@@ -15,8 +15,8 @@ import os
 import sys
 from pathlib import Path
 
+import tracker.bench.runoff as runoff
 from tracker.backends import REGISTRY
-from tracker.bench import runoff
 from tracker.bench.memory_cap import cap_method
 from tracker.bench.profile import profile_path, record_last_run, update_profile
 from tracker.bench.report import Column, Results, make_row, quality_line, runoff_line, summary_line
