@@ -165,7 +165,7 @@ def test_benchmark_writes_table_json_csv_plots_and_profile(capsys, config_file, 
     assert profile["schema"] == 1
     assert profile["machine"] == {k: machine[k] for k in ("cpu", "cores", "arch")}
     assert {(e["backend"], e["precision"], e["batch"]) for e in profile["results"]} == {(b, "fp32", n) for b in REAL for n in (1, 2)}
-    # each entry is its cell's median, or its runoff's where the two came close (the runoff test below)
+    # each entry is its runoff's median (the runoff test below), or its cell's where the runoff failed
     ran_off = {(name, r["batch"]): ms for r in doc["runoffs"] for name, ms in r["ms_per_image"].items()}
     for entry in profile["results"]:
         (row,) = [r for r in doc["rows"] if (r["backend"], r["batch"]) == (entry["backend"], entry["batch"])]
@@ -175,12 +175,11 @@ def test_benchmark_writes_table_json_csv_plots_and_profile(capsys, config_file, 
 
 def test_close_candidates_run_off_interleaved_and_the_profile_takes_their_medians(capsys, config_file, state_dir, tmp_path,
                                                                                   load, monkeypatch):
-    """Every backend counts as close here (SPREAD patched), so both batch sizes have a runoff of the
-    two real engines, in a child of its own; `auto`, named first, still runs after them."""
+    """Both batch sizes have a runoff of the two real engines, each in a child of its own; `auto`,
+    named first, still runs after them."""
     from tracker.bench import runoff
 
     load(0.5)
-    monkeypatch.setattr(runoff, "SPREAD", 1e9)
     monkeypatch.setattr(runoff, "ROUNDS", 3)
     monkeypatch.setattr(runoff, "SECONDS_PER_ROUND", 0.02)
     out = tmp_path / "out"
@@ -201,7 +200,7 @@ def test_close_candidates_run_off_interleaved_and_the_profile_takes_their_median
         for name, ms in entry["ms_per_image"].items():
             assert profile[(name, entry["batch"])] == ms
         assert f"runoff fp32 batch {entry['batch']}: " in stderr
-    assert "runoffs: close candidates timed again, interleaved in one process" in stdout
+    assert "runoffs: the fastest cells' backends timed again, interleaved in one process" in stdout
     assert ("auto", 1) not in profile  # auto's own time is never a candidate
 
 
@@ -211,7 +210,6 @@ def test_a_runoff_that_fails_leaves_the_cells_medians_in_the_profile(capsys, con
     from tracker.bench import runoff
 
     load(0.5)
-    monkeypatch.setattr(runoff, "SPREAD", 1e9)
     monkeypatch.setattr(runoff, "ROUNDS", 3)
     out = tmp_path / "out"
     code, stdout, stderr = bench(capsys, config_file, out, "--backend", "test-segfault-late,test-sigkill", "--batches", "1",
@@ -231,23 +229,22 @@ def _row(backend, batch, ms, precision="fp32", rss=50.0, status="ok"):
             "peak_rss_mb": rss}
 
 
-def test_runoff_plan_takes_the_close_fastest_that_fit_in_memory():
-    from tracker.bench.runoff import MAX_CANDIDATES, SPREAD, Runoff, plan_runoffs
+def test_runoff_plan_takes_the_fastest_cells_that_fit_in_memory():
+    from tracker.bench.runoff import MAX_CANDIDATES, Runoff, plan_runoffs
 
-    assert MAX_CANDIDATES == 3
+    assert MAX_CANDIDATES == 4
     rows = [
-        # batch 1: c is beyond SPREAD of a; auto and failed cells are no candidates
-        _row("a", 1, 1.0), _row("b", 1, 1.9), _row("c", 1, SPREAD * 1.0 + 0.01), _row("auto", 1, 0.5),
-        _row("d", 1, None, status="failed"),
-        # batch 8: four close ones, the slowest left out
-        _row("a", 8, 1.0), _row("b", 8, 1.1), _row("c", 8, 1.2), _row("d", 8, 1.3),
+        # batch 1: however far behind, a second backend runs off; auto and failed cells are no candidates
+        _row("a", 1, 1.0), _row("b", 1, 9.0), _row("auto", 1, 0.5), _row("d", 1, None, status="failed"),
+        # batch 8: five, the slowest left out
+        _row("a", 8, 1.0), _row("b", 8, 1.1), _row("c", 8, 1.2), _row("d", 8, 1.3), _row("e", 8, 1.4),
         # batch 64: one candidate, no runoff
-        _row("a", 64, 1.0), _row("b", 64, 5.0),
+        _row("a", 64, 1.0),
         # int8 apart from fp32
         _row("a", 1, 0.5, "int8"), _row("b", 1, 0.4, "int8"),
     ]
     assert plan_runoffs(rows, None) == [
-        Runoff("fp32", 1, ("a", "b")), Runoff("fp32", 8, ("a", "b", "c")), Runoff("int8", 1, ("b", "a")),
+        Runoff("fp32", 1, ("a", "b")), Runoff("fp32", 8, ("a", "b", "c", "d")), Runoff("int8", 1, ("b", "a")),
     ]
     # Memory: the fastest first, as many as fit; none when the fastest two do not fit together.
     heavy = [_row("a", 8, 1.0, rss=300), _row("b", 8, 1.1, rss=300), _row("c", 8, 1.2, rss=100)]

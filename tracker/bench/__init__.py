@@ -30,8 +30,8 @@ Metrics of a cell (pass times are wall-clock perf_counter_ns around `backend.inf
 Outputs in --out (default bench-out/), rewritten atomically after every cell:
     results.json, results.csv, per_image_ms_linear.png, per_image_ms_log.png
 and the calibration profile `<state_dir>/profile.json` read by `auto` (tracker.bench.profile: the
-cells' medians, and where backends came close at a batch size, their runoff's (tracker.bench.runoff:
-the close ones timed again, interleaved in one child); not written under --memory-limit, which
+cells' medians, and for the fastest cells of each batch size their runoff's (tracker.bench.runoff:
+those backends timed again, interleaved in one child); not written under --memory-limit, which
 emulates another device, nor when the 1-minute load average at the start exceeds the cores, unless
 --profile-when-busy; no runoffs then either). `auto`'s own columns run after the runoffs.
 The terminal gets a progress bar (stderr, on a terminal only), one line per finished cell and

@@ -3,7 +3,7 @@
 Order of a run: every user mistake is found before anything is measured (backend names,
 precisions, the output directory, the model files, runtimes of explicitly named backends); then
 the sgemm peak; then one child per cell, backend after backend, batch sizes ascending; then, when
-the run writes the calibration profile, the runoffs of close candidates (tracker.bench.runoff),
+the run writes the calibration profile, the runoffs of the fastest cells' backends (tracker.bench.runoff),
 one child each; then `auto`'s columns, which read that profile. After each cell and runoff
 results.json, results.csv and the profile are rewritten, after each column the plots. Ctrl-C
 kills the running child, prints what was measured and exits 130.
@@ -247,7 +247,7 @@ def run_benchmark_command(config, args) -> int:
             bar.update(start + done - bar.n)
 
         def stage(done: int | None) -> str:
-            return "loading the candidates" if done is None else f"round {done + 1}/{rounds}" if done < rounds else "closing"
+            return "loading the candidates" if done is None else f"round {done + 1}/{rounds}" if done < rounds else "closing the backends"
 
         got = run_job(job, timeout_s, "runoff", progress, stage)
         bar.update(start + rounds - bar.n)

@@ -253,7 +253,7 @@ class Results:
             out += ["quality against the same backend in fp32, on a fixed set of face crops:"]
             out += ["  " + quality_line(q) for q in self.quality]
         if self.runoffs:
-            out += ["runoffs: close candidates timed again, interleaved in one process, for auto's profile:"]
+            out += ["runoffs: the fastest cells' backends timed again, interleaved in one process, for auto's profile:"]
             out += ["  " + runoff_line(r) for r in self.runoffs]
         if self.unavailable:
             out += ["not available here:"] + [f"  {name}: {reason}" for name, reason in self.unavailable.items()]

@@ -1,4 +1,4 @@
-"""The runoff: the close candidates of each batch size timed again, interleaved in one process,
+"""The runoff: the fastest candidates of each batch size timed again, interleaved in one process,
 before their times go into `auto`'s calibration profile.
 
 Why: each cell runs alone in a child process of its own, minutes apart from the other backends'
@@ -9,23 +9,22 @@ where interleaved runs in the same session read 0.50-0.52, so `auto` ran LiteRT 
 the fastest. Timed interleaved (tracker.bench.interleave), the candidates share whatever phase
 the machine is in, and their ratio holds.
 
-Who runs off: per precision and batch size, the backends whose cell median is within SPREAD of
-the fastest cell's, at most MAX_CANDIDATES of them, fastest first and as many as fit in the memory
-available now when each takes its cell's peak RSS; never `auto` (it is no candidate). A batch
-size with one candidate has no runoff. The runoff's medians replace those candidates' cell medians
-in the profile; the table and the rows of results.json keep the cells' own figures.
+Who runs off: per precision and batch size, the backends with the fastest cell medians, at most
+MAX_CANDIDATES of them, as many as fit in the memory available now when each takes its cell's
+peak RSS; never `auto` (it is no candidate). A batch size with one candidate has no runoff. The
+runoff's medians replace those candidates' cell medians in the profile; the table and the rows of
+results.json keep the cells' own figures.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-# A slow phase made a cell read 1.8x its interleaved time (the EPYC VM above); a backend more than
-# 2x behind the fastest cell is not close.
-SPREAD = 2.0
-# Every candidate is loaded at once: three bound the memory, and a fourth has never been close.
-MAX_CANDIDATES = 3
-# rounds x candidates x seconds: 4.5 s of timing per runoff at three candidates, with every
+# Every candidate is loaded at once, so their number bounds the runoff's memory and time. No
+# spread of cell times tells who is close: on the EPYC VM a slow phase made LiteRT's int8 cell at
+# batch 1 read 2.4x its interleaved time (0.546 ms against 0.228).
+MAX_CANDIDATES = 4
+# rounds x candidates x seconds: 6 s of timing per runoff at four candidates, with every
 # candidate called at least once per round (a batch-256 call of a slow engine takes ~0.4 s).
 ROUNDS = 6
 SECONDS_PER_ROUND = 0.25
@@ -51,12 +50,9 @@ def plan_runoffs(rows: list[dict], available_mb: float | None) -> list[Runoff]:
     runoffs = []
     for (precision, batch), candidates in sorted(cells.items()):
         candidates.sort(key=lambda r: r["median_ms_per_image"])
-        fastest = candidates[0]["median_ms_per_image"]
         chosen: list[str] = []
         memory_mb = 0.0
-        for row in candidates:
-            if len(chosen) == MAX_CANDIDATES or row["median_ms_per_image"] > SPREAD * fastest:
-                break
+        for row in candidates[:MAX_CANDIDATES]:
             rss_mb = row["peak_rss_mb"] or 0.0
             if available_mb is not None and memory_mb + rss_mb > available_mb:
                 break  # a runoff without the faster ones would not decide the pick
