@@ -21,8 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Every candidate is loaded at once, so their number bounds the runoff's memory and time. No
-# spread of cell times tells who is close: on the EPYC VM a slow phase made LiteRT's int8 cell at
-# batch 1 read 2.4x its interleaved time (0.546 ms against 0.228).
+# spread of cell times tells who is close: on the EPYC VM slow phases made LiteRT's int8 cell at
+# batch 1 read 2.4x its interleaved time in one run (0.546 ms against 0.228 in the overhead
+# script, outputs since replaced) and 1.96x its runoff's in the next (0.591 against 0.301,
+# docs/benchmark-epyc-genoa-2core/second/).
 MAX_CANDIDATES = 4
 # rounds x candidates x seconds: 6 s of timing per runoff at four candidates, with every
 # candidate called at least once per round (a batch-256 call of a slow engine takes ~0.4 s).
