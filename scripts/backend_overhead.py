@@ -257,13 +257,13 @@ def file_runner(name: str, spec: ModelSpec, precision: str) -> Runner | None:
 
 def session_runner(name: str, backend, spec: ModelSpec, n: int) -> Runner | None:
     """Backend `name`'s own runtime object, called as its infer() calls it but without the input
-    checks and the output conversions (int8: no float softmax), for batches of `n`; None where
+    checks and the output conversions, for batches of `n`; None where
     there is no such object (a worker backend, nnpack). For `auto`: the infer() of the backend it
     picked for `n` (so backend - session is auto's dispatch). It reads the backends' private
     attributes (`_session`, `_interpreter`, `_fn`, `_net`, ...): this is a measuring tool, and
     must follow the backends when they change."""
     if name == "onnxruntime":
-        session, names = backend._session, ["logits" if backend._logits else "prob", "embedding"]
+        session, names = backend._session, ["prob", "embedding"]
         return lambda x: session.run(names, {"data": x})
     if name == "tf-neon-vfpv4":
         it = backend._interpreter(n)  # the interpreter infer() uses for this batch size

@@ -23,7 +23,8 @@ def cache(backend_caches):
 
 
 def test_int8_model_layout(cache):
-    """int8 from conv2 on: conv1 and pool1 stay float (one QUANTIZE after pool1)."""
+    """int8 from conv2 on: conv1 and pool1 stay float (one QUANTIZE after pool1), and so does the
+    final softmax, on the dequantised logits (the file's outputs are float32 "prob" and "embedding")."""
     from ai_edge_litert.interpreter import Interpreter
 
     from tracker.model.convert import convert
@@ -31,7 +32,9 @@ def test_int8_model_layout(cache):
     interpreter = Interpreter(model_path=str(convert(default_model(), "tflite", "int8", cache_dir=cache)))
     ops = [op["op_name"] for op in interpreter._get_ops_details()]
     assert ops[:4] == ["CONV_2D", "MAX_POOL_2D", "QUANTIZE", "CONV_2D"]
-    assert "SOFTMAX" not in ops
+    assert ops[-2:] == ["DEQUANTIZE", "SOFTMAX"]  # the softmax reads float32
+    outputs = interpreter.get_signature_runner().get_output_details()
+    assert sorted(outputs) == ["embedding", "prob"] and all(o["dtype"] == np.float32 for o in outputs.values())
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int8"])

@@ -19,7 +19,8 @@ def cache(backend_caches):
 
 
 def test_int8_model_layout(cache):
-    """int8 from conv2 on: conv1..pool1 stay float, the softmax runs outside, in float32."""
+    """int8 from conv2 on: conv1..pool1 stay float, and so does the final softmax, on the
+    dequantised logits."""
     import onnx
 
     from tracker.model.convert import convert
@@ -27,7 +28,8 @@ def test_int8_model_layout(cache):
     model = onnx.load(convert(default_model(), "onnx", "int8", cache_dir=cache))
     ops = [(n.op_type, n.name) for n in model.graph.node if n.op_type not in ("DequantizeLinear",)]
     assert ops[:4] == [("Conv", "conv1"), ("Relu", "relu1"), ("MaxPool", "pool1"), ("QuantizeLinear", "caffe/pool1_QuantizeLinear")]
-    assert [o.name for o in model.graph.output] == ["logits", "embedding"]
+    assert ops[-1] == ("Softmax", "prob") and model.graph.node[-2].op_type == "DequantizeLinear"
+    assert [o.name for o in model.graph.output] == ["prob", "embedding"]
 
 
 def test_threads_and_bad_input(cache):

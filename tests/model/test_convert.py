@@ -164,7 +164,7 @@ def test_convert_command_writes_each_target(tmp_path, quirky, capsys):
     assert [o.name for o in model.graph.output] == ["prob", "embedding"]
 
 
-def test_convert_command_int8_onnx_ends_at_logits(tmp_path, testdata, capsys):
+def test_convert_command_int8_onnx_keeps_the_softmax_in_float(tmp_path, testdata, capsys):
     from backend_parity import lenet
 
     model = lenet(testdata)
@@ -174,8 +174,9 @@ def test_convert_command_int8_onnx_ends_at_logits(tmp_path, testdata, capsys):
     import onnx
 
     model = onnx.load(capsys.readouterr().out.strip())
-    assert [o.name for o in model.graph.output] == ["logits", "embedding"]
+    assert [o.name for o in model.graph.output] == ["prob", "embedding"]
     assert any(n.op_type == "QuantizeLinear" for n in model.graph.node)
+    assert [n.op_type for n in model.graph.node[-2:]] == ["DequantizeLinear", "Softmax"]
 
 
 def test_convert_command_bad_input(tmp_path, capsys):
@@ -205,3 +206,17 @@ def test_int8_keeps_the_one_channel_first_layer_in_float(testdata, quirky):
     three = load_graph(default_model())
     wide = type(three)(three.name, three.input, three.ops[3:], {**three.shapes}, three.outputs, three.consumers)
     assert int8_float_prefix(wide) == ()  # conv2 reads 16 channels: all int8
+
+
+def test_int8_keeps_the_final_softmax_in_float(testdata, quirky):
+    from backend_parity import lenet
+
+    from tracker.model.convert.graph import int8_float_ops
+    from tracker.model.spec import default_model
+
+    assert int8_float_ops(load_graph(default_model())) == ("conv1", "relu1", "pool1", "prob")
+    assert int8_float_ops(load_graph(lenet(testdata))) == ("conv1", "pool1", "prob")
+    face = load_graph(default_model())
+    no_softmax = type(face)(face.name, face.input, face.ops[3:-1], {**face.shapes},
+                            {"prob": "fc2", "embedding": "relu4"}, face.consumers)
+    assert int8_float_ops(no_softmax) == ()  # ends at a Dense, and conv2 reads 16 channels

@@ -72,10 +72,3 @@ def check_options(backend: str, options: dict, known: tuple[str, ...]) -> None:
     if unknown:
         raise InputError(f"backend {backend!r}: unknown option {unknown[0]!r}; it takes "
                          f"{', '.join(known) or 'no options'}")
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    """Row-wise softmax of (N, K) logits in float32 (for int8 models, which end at the logits)."""
-    e = np.exp(logits - logits.max(axis=1, keepdims=True))
-    e /= e.sum(axis=1, keepdims=True)
-    return e

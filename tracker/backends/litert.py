@@ -8,8 +8,8 @@ delegate for CPU" -- and raises BackendUnavailable if not, since without it this
 configuration the name promises. `xnnpack_nodes` records how many delegate nodes there are.
 
 The model comes from the converter cache (tracker.model.convert, target "tflite"): fp32, or
-full-integer int8 calibrated on face crops (which ends at the logits: the softmax is applied
-here, in float32). It is NHWC, so each batch is transposed at the
+full-integer int8 calibrated on face crops (with float32 outputs, its softmax run in float32 by
+the interpreter). It is NHWC, so each batch is transposed at the
 boundary (for 1-channel input that is a free reshape). A LiteRT interpreter has fixed tensor
 shapes, so there is one interpreter per batch size, kept and re-used across calls; at most
 `max_interpreters` (default 3) are kept, least recently used first out, because each holds its
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from tracker.backends.base import BackendBase, check_batch, check_options, softmax
+from tracker.backends.base import BackendBase, check_batch, check_options
 from tracker.backends.registry import missing_runtime
 from tracker.errors import BackendUnavailable, InputError
 from tracker.machine import cores
@@ -68,8 +68,7 @@ class LiteRTXNNPACK(BackendBase):
         (_, data), = inputs.items()
         self._input = data["index"]
         self._shape_nhwc = tuple(int(d) for d in data["shape_signature"][1:])
-        self._logits = "prob" not in outputs  # int8 models end at the logits
-        self._prob = outputs["logits" if self._logits else "prob"]["index"]
+        self._prob = outputs["prob"]["index"]
         self._embedding = outputs["embedding"]["index"]
         del runner
         probe.allocate_tensors()  # delegates are applied here
@@ -98,8 +97,7 @@ class LiteRTXNNPACK(BackendBase):
         it = self._interpreter(x.shape[0])
         it.set_tensor(self._input, x.transpose(0, 2, 3, 1) if c > 1 else x.reshape(x.shape[0], h, w, 1))
         it.invoke()
-        prob = it.get_tensor(self._prob)
-        return Inference(softmax(prob) if self._logits else prob, it.get_tensor(self._embedding))
+        return Inference(it.get_tensor(self._prob), it.get_tensor(self._embedding))
 
     def close(self) -> None:
         self._interpreters.clear()

@@ -2,14 +2,14 @@
 
 The model comes from the converter cache (tracker.model.convert, target "onnx"): NCHW like Caffe,
 so batches go in as they are. fp32, or int8 (static QDQ quantisation calibrated on face crops,
-ending at the logits: the softmax is applied here, in float32).
+with float32 outputs; its softmax runs in float32).
 `threads` sets intra_op_num_threads (default: every core this process may use); inter-op
 parallelism is 1 (the graph is a chain, nothing runs side by side).
 """
 
 from __future__ import annotations
 
-from tracker.backends.base import BackendBase, check_batch, check_options, softmax
+from tracker.backends.base import BackendBase, check_batch, check_options
 from tracker.backends.registry import missing_runtime
 from tracker.machine import cores
 from tracker.model.convert import convert
@@ -48,13 +48,9 @@ class OnnxRuntime(BackendBase):
                 # int8 keeps conv1..pool1 in float: see tracker.model.convert.onnx.quantize_int8
                 disabled_optimizers=["QDQPropagationTransformer"] if precision == "int8" else None))
         self._shape = tuple(self._session.get_inputs()[0].shape[1:])  # (C, H, W); batch is symbolic
-        self._logits = "prob" not in {o.name for o in self._session.get_outputs()}  # int8: logits
 
     def infer(self, x) -> Inference:
         x = check_batch(self.name, x, self._shape)
-        if self._logits:
-            logits, embedding = self._session.run(["logits", "embedding"], {"data": x})
-            return Inference(softmax(logits), embedding)
         prob, embedding = self._session.run(["prob", "embedding"], {"data": x})
         return Inference(prob, embedding)
 

@@ -11,10 +11,10 @@ int8 tflite is integer-only after its float prefix (below): int8 ops, per-channe
 one QUANTIZE in and DEQUANTIZE out; int8 onnx is ONNX Runtime static quantisation (QDQ,
 per-channel int8 weights, uint8 activations). Both are calibrated on face crops
 (.calibration: the face chips shipped with the package by default, or --calibration DIR), and
-both end at the logits: their outputs are "logits" and "embedding", and the backends apply the
-final softmax in float32 (see graph.float_softmax for why). Both keep the layers before the first
-pooling in float32 when the first convolution reads fewer than 4 channels (conv1 on the grey
-image; see graph.int8_float_prefix for why).
+both have the outputs of fp32, "prob" and "embedding" in float32. Both keep two parts in float32
+(graph.int8_float_ops says why): the final softmax, on the dequantised logits, and the layers
+before the first pooling when the first convolution reads fewer than 4 channels (conv1 on the
+grey image).
 
 The pipeline: caffe_io.load_net -> graph.lower (Caffe's semantics made explicit, see .graph) ->
 an emitter per engine (.keras, .onnx, .torch). Runtimes are imported only inside the functions
@@ -98,12 +98,7 @@ def convert(model, target: str, precision: str = "fp32", *,
 
     def build(path: Path) -> None:
         require_runtime(target, precision)
-        graph = load_graph(model)
-        if precision == "int8":
-            from tracker.model.convert.graph import float_softmax
-
-            graph = float_softmax(graph)
-        builders[target](graph, path, precision, samples)
+        builders[target](load_graph(model), path, precision, samples)
     return fetch(entry, build, load or (lambda path: path))
 
 
@@ -123,7 +118,7 @@ def _build_tf(graph, path: Path, precision: str, samples) -> None:
 def _build_tflite(graph, path: Path, precision: str, samples) -> None:
     import tensorflow as tf
 
-    from tracker.model.convert.graph import int8_float_prefix
+    from tracker.model.convert.graph import final_softmax, int8_float_prefix
     from tracker.model.convert.keras import build_keras
 
     model = build_keras(graph)
@@ -141,8 +136,8 @@ def _build_tflite(graph, path: Path, precision: str, samples) -> None:
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
             converter.representative_dataset = lambda: ([np.ascontiguousarray(x[None])] for x in nhwc)
             converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-            keep = _tflite_prefix_tensors(content, len(int8_float_prefix(graph)))
-            if keep:  # int8 except the float prefix: TFLite's selective quantisation
+            keep = _tflite_float_tensors(content, bool(int8_float_prefix(graph)), final_softmax(graph) is not None)
+            if keep:  # int8 except graph.int8_float_ops: TFLite's selective quantisation
                 converter.target_spec.supported_ops.append(tf.lite.OpsSet.TFLITE_BUILTINS)
                 debugger = tf.lite.experimental.QuantizationDebugger(
                     converter=converter, debug_dataset=lambda: ([np.ascontiguousarray(x[None])] for x in nhwc[:1]),
@@ -153,23 +148,22 @@ def _build_tflite(graph, path: Path, precision: str, samples) -> None:
     path.write_bytes(content)
 
 
-def _tflite_prefix_tensors(content: bytes, prefix_ops: int) -> list[str]:
-    """Output tensor names of the float TFLite model's ops that make graph.int8_float_prefix
-    (`prefix_ops` long, ending at the first pooling): the TFLite ops up to and including the
-    first pooling (TFLite fuses the ReLU into the conv, so the prefix is found by its pooling,
-    not by op count). Empty when there is no prefix."""
-    if not prefix_ops:
+def _tflite_float_tensors(content: bytes, prefix: bool, softmax: bool) -> list[str]:
+    """Output tensor names of the float TFLite model's ops that make graph.int8_float_ops: with
+    `prefix`, the ops up to and including the first pooling (TFLite fuses the ReLU into the
+    conv, so the prefix is found by its pooling, not by op count); with `softmax`, the SOFTMAX
+    op."""
+    if not (prefix or softmax):
         return []
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(model_content=content)
     names = {t["index"]: t["name"] for t in interpreter.get_tensor_details()}
-    keep = []
-    for op in interpreter._get_ops_details():
-        keep += [names[i] for i in op["outputs"]]
-        if op["op_name"] in ("MAX_POOL_2D", "AVERAGE_POOL_2D"):
-            return keep
-    return []
+    ops = interpreter._get_ops_details()
+    pooling = next((i for i, op in enumerate(ops) if op["op_name"] in ("MAX_POOL_2D", "AVERAGE_POOL_2D")), None)
+    chosen = ops[:pooling + 1] if prefix and pooling is not None else []
+    chosen += [op for op in ops if softmax and op["op_name"] == "SOFTMAX"]
+    return [names[i] for op in chosen for i in op["outputs"]]
 
 
 def _build_onnx(graph, path: Path, precision: str, samples) -> None:
@@ -179,10 +173,10 @@ def _build_onnx(graph, path: Path, precision: str, samples) -> None:
     if precision == "fp32":
         path.write_bytes(model.SerializeToString())
         return
-    from tracker.model.convert.graph import int8_float_prefix
+    from tracker.model.convert.graph import int8_float_ops
     from tracker.model.convert.onnx import quantize_int8
 
-    quantize_int8(model, path, samples.make(graph.input_shape), int8_float_prefix(graph))
+    quantize_int8(model, path, samples.make(graph.input_shape), int8_float_ops(graph))
 
 
 def convert_command(argv: list[str]) -> int:

@@ -28,7 +28,7 @@ from tracker.files import atomic_write
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 3  # bump when the converters emit different models for the same inputs
+FORMAT_VERSION = 4  # bump when the converters emit different models for the same inputs
 T = TypeVar("T")
 
 

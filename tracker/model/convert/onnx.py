@@ -106,7 +106,7 @@ def build_onnx(graph: Graph) -> onnx.ModelProto:
 def quantize_int8(model: onnx.ModelProto, path, samples: np.ndarray, float_ops: tuple[str, ...] = ()) -> None:
     """Write to `path` the static int8 quantisation of `model` (QDQ, per-channel int8 weights,
     uint8 activations), calibrated on `samples` (N, C, H, W) float32 (min/max of each activation
-    over the set). Ops named in `float_ops` (graph op names; see graph.int8_float_prefix) stay
+    over the set). Ops named in `float_ops` (graph op names; see graph.int8_float_ops) stay
     float32 -- sessions must then be created without ONNX Runtime's QDQPropagationTransformer,
     which would otherwise move the first QuantizeLinear above a float MaxPool and leave that
     pooling to a slow uint8 NCHW kernel."""
