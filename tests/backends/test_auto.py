@@ -28,10 +28,12 @@ RESULTS = [
 ]
 
 
-def write_profile(state_dir, machine=None, results=RESULTS):
+def write_profile(state_dir, machine=None, results=RESULTS, picks=()):
     state_dir.mkdir(parents=True, exist_ok=True)
     rows = [{"backend": b, "precision": p, "batch": n, "ms_per_image": ms} for b, p, n, ms in results]
-    (state_dir / "profile.json").write_text(json.dumps({"schema": 1, "machine": machine or machine_key(), "results": rows}))
+    document = {"schema": 1, "machine": machine or machine_key(), "results": rows,
+                "picks": [{"precision": p, "batch": n, "backend": b} for p, n, b in picks]}
+    (state_dir / "profile.json").write_text(json.dumps(document))
 
 
 @pytest.fixture
@@ -127,3 +129,16 @@ def test_backends_within_the_tie_margin_are_ranked_by_the_registry_so_noise_cann
     write_profile(tmp_path, results=results)
     picks = {batch: backend for batch, backend, _ in describe_picks(tmp_path)}
     assert picks == {1: "onnxruntime", 2: "opencv-dnn"}
+
+
+@pytest.mark.parametrize("onnx_ms", [0.99, 1.0, 1.02])
+def test_a_recorded_pick_holds_within_the_tie_margin_and_yields_beyond_it(tmp_path, onnx_ms):
+    # the same measurements as above, but the profile records opencv-dnn as the pick at both
+    # sizes: it holds at batch 1 (tied), not at batch 2, where onnxruntime is beyond the margin
+    # faster; a malformed pick is ignored
+    results = [("opencv-dnn", "fp32", 1, 1.0), ("onnxruntime", "fp32", 1, onnx_ms),
+               ("opencv-dnn", "fp32", 2, 1.0 + TIE_MARGIN + 0.01), ("onnxruntime", "fp32", 2, 1.0)]
+    write_profile(tmp_path, results=results, picks=[("fp32", 1, "opencv-dnn"), ("fp32", 2, "opencv-dnn"),
+                                                     ("fp32", "two", "opencv-dnn")])
+    picks = {batch: backend for batch, backend, _ in describe_picks(tmp_path)}
+    assert picks == {1: "opencv-dnn", 2: "onnxruntime"}

@@ -165,6 +165,7 @@ def test_benchmark_writes_table_json_csv_plots_and_profile(capsys, config_file, 
     assert profile["schema"] == 1
     assert profile["machine"] == {k: machine[k] for k in ("cpu", "cores", "arch")}
     assert {(e["backend"], e["precision"], e["batch"]) for e in profile["results"]} == {(b, "fp32", n) for b in REAL for n in (1, 2)}
+    assert [(e["precision"], e["batch"]) for e in profile["picks"]] == [("fp32", 1), ("fp32", 2)]
     # each entry is its runoff's median (the runoff test below), or its cell's where the runoff failed
     ran_off = {(name, r["batch"]): ms for r in doc["runoffs"] for name, ms in r["ms_per_image"].items()}
     for entry in profile["results"]:
@@ -479,6 +480,25 @@ def test_profile_merges_with_this_machines_profile_and_replaces_another_machines
     assert "unreadable" in update_profile(path, here, measured, set())
     assert json.loads(path.read_text())["results"] == [_entry("caffe-openblas", 1, 2.0)]
     assert [p.name for p in path.parent.iterdir()] == ["profile.json"]  # no temporary file left
+
+
+def test_profile_records_picks_that_hold_while_within_the_tie_margin(tmp_path):
+    from tracker.backends.auto import TIE_MARGIN, describe_picks
+    from tracker.bench.profile import update_profile
+    from tracker.machine import machine_key
+
+    # int8 at batch 8 in three benchmark runs on the EPYC VM (2026-12-04): ONNX Runtime ahead by
+    # 7%, then LiteRT ahead by 1.6% (a tie, which the registry's order alone gave to LiteRT), then
+    # LiteRT ahead by 21%
+    assert TIE_MARGIN < 0.07
+    runs = [(0.255, 0.273, "onnxruntime"), (0.249, 0.245, "onnxruntime"), (0.266, 0.219, "tf-neon-vfpv4")]
+    here, state = machine_key(), tmp_path / "state"
+    for ort, litert, expected in runs:
+        measured = {("onnxruntime", "int8", 8): ort, ("tf-neon-vfpv4", "int8", 8): litert}
+        update_profile(state / "profile.json", here, measured, set())
+        assert json.loads((state / "profile.json").read_text())["picks"] == [
+            {"precision": "int8", "batch": 8, "backend": expected}]
+        assert describe_picks(state) == [(8, expected, "int8")]  # what auto runs
 
 
 # ---- --list-backends -----------------------------------------------------------------------

@@ -2,13 +2,17 @@
 
 The calibration profile is `<state_dir>/profile.json`, written by `tracker --benchmark`
 (tracker.bench.profile, schema 1): {"machine": {"cpu", "cores", "arch"}, "results": [{"backend",
-"precision", "batch", "ms_per_image"}, ...]}. For a batch of N images at precision P, `auto` looks
-at the profile's entries of precision P, takes the smallest measured batch size >= N (the largest
-one measured if N is beyond them all: per-image time flattens out at large batches) and runs the
-backend with the lowest ms_per_image there (a cell's median, or a runoff's: see
-tracker.bench.profile); backends within TIE_MARGIN of the lowest count as tied and are ranked by
-the registry's order instead, so that noise between two benchmark runs cannot swap the pick
-between two engines that are equally fast here. Measured sizes are normally 1, 2, 4, ..., 256, so
+"precision", "batch", "ms_per_image"}, ...], "picks": [{"precision", "batch", "backend"}, ...]}.
+For a batch of N images at precision P, `auto` looks at the profile's entries of precision P,
+takes the smallest measured batch size >= N (the largest one measured if N is beyond them all:
+per-image time flattens out at large batches) and runs the backend with the lowest ms_per_image
+there (a cell's median, or a runoff's: see tracker.bench.profile), except among ties: backends
+within TIE_MARGIN of the lowest count as tied, and a tie goes to the profile's recorded pick for
+that batch size if it is among them, else to the first in the registry's order. The benchmark
+records as the new pick what `rank` puts first given the previous profile's pick, so a pick holds
+for as long as it stays within the margin: noise between two benchmark runs cannot swap it
+between two engines that are equally fast here, not even when their gap moves across the margin
+(the registry's order alone held only while the gap stayed inside it). Measured sizes are normally 1, 2, 4, ..., 256, so
 a batch of 3 is served by the winner at 4. Why up: the batcher hands over at most max_batch crops and
 usually fewer, a batch of 3 padded into a batch-4 engine pays about what 4 does, and rounding
 down would choose for batch 2 a backend whose per-call overhead was amortised over fewer images
@@ -57,7 +61,7 @@ def default_state_dir() -> Path:
 
 def load_profile(state_dir: Path) -> tuple[dict[str, dict[int, list[tuple[float, str]]]], str | None]:
     """The profile's ranking per precision and batch -- {precision: {batch: [(ms, backend), ...]
-    fastest first}} -- or ({}, why it cannot be used)."""
+    best first (`rank`)}} -- or ({}, why it cannot be used)."""
     from tracker.machine import machine_key
 
     path = Path(state_dir) / PROFILE_NAME
@@ -82,22 +86,37 @@ def load_profile(state_dir: Path) -> tuple[dict[str, dict[int, list[tuple[float,
             continue  # one malformed entry does not spoil the others
         if backend != "auto" and batch >= 1 and ms > 0:
             ranking.setdefault(precision, {}).setdefault(batch, []).append((ms, backend))
-    for per_batch in ranking.values():
+    picks = recorded_picks(data)
+    for precision, per_batch in ranking.items():
         for batch, candidates in per_batch.items():
-            per_batch[batch] = _ranked(candidates)
+            per_batch[batch] = rank(candidates, picks.get((precision, batch)))
     if not ranking:
         return {}, f"calibration profile {path} has no measurements; ignoring it"
     return ranking, None
 
 
-def _ranked(candidates: list[tuple[float, str]]) -> list[tuple[float, str]]:
-    """(ms, backend) fastest first, except that those within TIE_MARGIN of the fastest come first
-    in the registry's order (see the module docstring)."""
+def rank(candidates: list[tuple[float, str]], held: str | None = None) -> list[tuple[float, str]]:
+    """(ms, backend) fastest first, except that those within TIE_MARGIN of the fastest come first,
+    `held` (the recorded pick) first among them, then in the registry's order (see the module
+    docstring)."""
     order = list(REGISTRY)
     ordered = sorted(candidates)
     tied = [c for c in ordered if c[0] <= ordered[0][0] * (1 + TIE_MARGIN)]
-    tied.sort(key=lambda c: order.index(c[1]) if c[1] in order else len(order))
+    tied.sort(key=lambda c: (c[1] != held, order.index(c[1]) if c[1] in order else len(order)))
     return tied + ordered[len(tied):]
+
+
+def recorded_picks(profile: dict) -> dict[tuple[str, int], str]:
+    """A profile document's "picks" as {(precision, batch): backend}; malformed or missing
+    entries are left out (a profile without picks ranks by the registry's order alone)."""
+    entries = profile.get("picks")
+    picks: dict[tuple[str, int], str] = {}
+    for entry in entries if isinstance(entries, list) else ():
+        try:
+            picks[(str(entry["precision"]), int(entry["batch"]))] = str(entry["backend"])
+        except (KeyError, TypeError, ValueError):
+            continue
+    return picks
 
 
 def measured_batch(batches, n: int) -> int:

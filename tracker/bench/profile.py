@@ -1,10 +1,11 @@
 """The calibration profile that the `auto` backend reads: `<state_dir>/profile.json`.
 
-Format (CONVENTIONS.md, schema 1):
+Format (schema 1):
 
     {"schema": 1,
      "machine": {"cpu": "AMD EPYC", "cores": 2, "arch": "x86_64"},
-     "results": [{"backend": "caffe-openblas", "precision": "fp32", "batch": 1, "ms_per_image": 2.5}, ...]}
+     "results": [{"backend": "caffe-openblas", "precision": "fp32", "batch": 1, "ms_per_image": 2.5}, ...],
+     "picks": [{"precision": "fp32", "batch": 1, "backend": "onnxruntime"}, ...]}
 
 `ms_per_image` is a cell's median pass time per image: a stall of the machine moves the mean of
 a hundred passes, not their median, and `auto` must not change its pick because one run had one.
@@ -16,6 +17,10 @@ machine (a new measurement replaces the old one of the same backend, precision a
 that failed now removes the old entry, since it no longer runs here) and replaces a profile of
 another machine, or an unreadable one, with a warning that says why. `auto` is never written:
 its own time is not a candidate for picking.
+
+`picks` holds, per precision and batch size, the backend `auto` runs first: what
+tracker.backends.auto.rank puts first given the merged results and the replaced profile's pick,
+so a pick holds while it stays within auto's tie margin of the fastest (see that module).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tracker.backends.auto import rank, recorded_picks
 from tracker.files import atomic_write
 
 SCHEMA = 1
@@ -34,18 +40,19 @@ def profile_path(state_dir: Path) -> Path:
     return Path(state_dir) / FILENAME
 
 
-def _existing_results(path: Path, machine: dict) -> tuple[list[dict], str | None]:
-    """Entries of a valid profile of this machine at `path`, or ([], why it is not reused)."""
+def _existing(path: Path, machine: dict) -> tuple[list[dict], dict[tuple[str, int], str], str | None]:
+    """Entries and picks of a valid profile of this machine at `path`, or ([], {}, why it is not
+    reused)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return [], None
+        return [], {}, None
     except (OSError, ValueError) as err:
-        return [], f"profile {str(path)!r} is unreadable ({err.__class__.__name__}); replacing it"
+        return [], {}, f"profile {str(path)!r} is unreadable ({err.__class__.__name__}); replacing it"
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("results"), list):
-        return [], f"profile {str(path)!r} is not a schema-{SCHEMA} profile; replacing it"
+        return [], {}, f"profile {str(path)!r} is not a schema-{SCHEMA} profile; replacing it"
     if data.get("machine") != machine:
-        return [], f"profile {str(path)!r} was measured on another machine ({data.get('machine')}); replacing it with this machine's ({machine})"
+        return [], {}, f"profile {str(path)!r} was measured on another machine ({data.get('machine')}); replacing it with this machine's ({machine})"
     entries = []
     for entry in data["results"]:
         try:
@@ -55,7 +62,7 @@ def _existing_results(path: Path, machine: dict) -> tuple[list[dict], str | None
             )
         except (KeyError, TypeError, ValueError):
             continue  # a malformed entry is dropped; the rest of the profile still holds
-    return entries, None
+    return entries, recorded_picks(data), None
 
 
 def update_profile(path: Path, machine: dict, measured: dict[tuple[str, str, int], float], failed: set[tuple[str, str, int]]) -> str | None:
@@ -64,7 +71,7 @@ def update_profile(path: Path, machine: dict, measured: dict[tuple[str, str, int
     measured: (backend, precision, batch) -> median ms per image; failed: keys that failed now.
     Returns a warning when an existing profile was replaced rather than merged, else None.
     """
-    entries, warning = _existing_results(path, machine)
+    entries, held, warning = _existing(path, machine)
     merged = {(e["backend"], e["precision"], e["batch"]): e["ms_per_image"] for e in entries}
     for key in failed:
         merged.pop(key, None)
@@ -74,10 +81,20 @@ def update_profile(path: Path, machine: dict, measured: dict[tuple[str, str, int
         for (b, p, n), ms in sorted(merged.items())
         if b != "auto"
     ]
-    document = {"schema": SCHEMA, "machine": machine, "results": results}
+    document = {"schema": SCHEMA, "machine": machine, "results": results, "picks": _picks(results, held)}
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, (json.dumps(document, indent=1) + "\n").encode())
     return warning
+
+
+def _picks(results: list[dict], held: dict[tuple[str, int], str]) -> list[dict]:
+    """Per precision and batch size of `results`, the backend `auto` runs first: rank's first
+    given the replaced profile's pick (`held`)."""
+    candidates: dict[tuple[str, int], list[tuple[float, str]]] = {}
+    for e in results:
+        candidates.setdefault((e["precision"], e["batch"]), []).append((e["ms_per_image"], e["backend"]))
+    return [{"precision": p, "batch": n, "backend": rank(c, held.get((p, n)))[0][1]}
+            for (p, n), c in sorted(candidates.items())]
 
 
 def last_run_path(state_dir: Path) -> Path:
