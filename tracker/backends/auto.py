@@ -12,12 +12,14 @@ that batch size if it is among them, else to the first in the registry's order. 
 records as the new pick what `rank` puts first given the previous profile's pick, so a pick holds
 for as long as it stays within the margin: noise between two benchmark runs cannot swap it
 between two engines that are equally fast here, not even when their gap moves across the margin
-(the registry's order alone held only while the gap stayed inside it). Measured sizes are normally 1, 2, 4, ..., 256, so
-a batch of 3 is served by the winner at 4. Why up: the batcher hands over at most max_batch crops and
-usually fewer, a batch of 3 padded into a batch-4 engine pays about what 4 does, and rounding
-down would choose for batch 2 a backend whose per-call overhead was amortised over fewer images
-than it will see -- at or above is the conservative side for the small-batch engines that win
-streaming. At a measured size the pick is exactly that size's winner.
+(the registry's order alone held only while the gap stayed inside it).
+
+Measured sizes are normally 1, 2, 4, ..., 256, so a batch of 3 is served by the winner at 4. Why
+up: the batcher hands over at most max_batch crops and usually fewer, a batch of 3 padded into a
+batch-4 engine pays about what 4 does, and rounding down would choose for batch 2 a backend whose
+per-call overhead was amortised over fewer images than it will see -- at or above is the
+conservative side for the small-batch engines that win streaming. At a measured size the pick is
+exactly that size's winner.
 
 Without a usable profile -- none yet, unreadable, not schema 1, measured on another machine
 (cpu, cores or arch differ from this one's), or without entries for P -- `auto` says why once
