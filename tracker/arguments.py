@@ -18,6 +18,17 @@ class ArgumentParser(argparse.ArgumentParser):
         raise InputError(f"{self.prog}: {message}")
 
 
+def seconds(text: str) -> float:
+    """argparse type: a finite number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"bad value {text!r}; expected a number of seconds >= 0")
+    return value
+
+
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1."""
     try:

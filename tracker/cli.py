@@ -28,7 +28,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracker.arguments import ArgumentParser, positive_int
+from tracker.arguments import ArgumentParser, positive_int, seconds
 from tracker.errors import EXIT_UNEXPECTED, InputError, TrackerError
 
 if TYPE_CHECKING:
@@ -67,6 +67,8 @@ def _main_parser() -> ArgumentParser:
     p.add_argument("--benchmark", action="store_true", help="time forward passes per batch size")
     p.add_argument("--batches", type=_positive_int_list, default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
     p.add_argument("--passes", type=positive_int, default=100, help="forward passes per batch size")
+    p.add_argument("--warmup", type=seconds, metavar="S",
+                   help="benchmark: untimed passes for this many seconds before each cell's timed ones, at least one (default 1)")
     p.add_argument("--out", type=Path, default=Path("bench-out"), help="benchmark output directory")
     p.add_argument("--timeout", type=positive_int, help="benchmark: kill a cell after this many seconds without progress (default 600)")
     p.add_argument("--memory-limit", type=positive_int, metavar="MB",

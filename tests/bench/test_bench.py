@@ -78,7 +78,9 @@ def run_cli(capsys, *argv) -> tuple[int, str, str]:
 
 
 def bench(capsys, config_file, out, *argv) -> tuple[int, str, str]:
-    return run_cli(capsys, "--config", config_file, "--benchmark", "--out", out, *argv)
+    """`tracker --benchmark`; one warm-up pass per cell unless argv sets --warmup (the suite's time)."""
+    warmup = () if "--warmup" in argv else ("--warmup", "0")
+    return run_cli(capsys, "--config", config_file, "--benchmark", "--out", out, *warmup, *argv)
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -264,6 +266,20 @@ def test_peak_rss_behind_the_worker_counts_the_worker_process_too(capsys, config
     assert row["peak_rss_mb"] > 50
 
 
+def test_cells_warm_up_for_the_seconds_asked_before_their_timed_passes(capsys, config_file, tmp_path, test_backends):
+    # test-segfault runs at batch 1 (a matmul of microseconds a pass): 0.3 s is many passes
+    for warmup, passes_seen in (("0.3", lambda n: n > 1), ("0", lambda n: n == 1)):
+        out = tmp_path / f"out-{warmup}"
+        code, stdout, stderr = bench(capsys, config_file, out, "--backend", "test-segfault", "--batches", "1",
+                                     "--passes", "2", "--warmup", warmup)
+        assert code == 0, stderr
+        doc = json.loads((out / "results.json").read_text())
+        assert doc["settings"]["warmup_s"] == float(warmup)
+        (row,) = doc["rows"]
+        assert passes_seen(row["warmup_passes"]) and len(row["pass_ms"]) == 2, row["warmup_passes"]
+        assert f"mean of 2 passes after {float(warmup):g} s of warm-up passes" in stdout
+
+
 def test_failed_cells_are_reported_with_their_cause_and_the_run_goes_on(capsys, config_file, state_dir, tmp_path, test_backends,
                                                                         load):
     load(0.5)
@@ -278,15 +294,15 @@ def test_failed_cells_are_reported_with_their_cause_and_the_run_goes_on(capsys, 
         assert cells[(name, 1)]["status"] == "ok"  # batch 1 works; each fails from batch 4 on
         assert cells[(name, 4)]["status"] == "failed"
         assert cells[(name, 4)]["ms_per_image"] is None and cells[(name, 4)]["pass_ms"] == []
-    assert cells[("test-segfault", 4)]["error"] == "killed by signal 11 (SIGSEGV) during the warm-up pass"
-    assert cells[("test-sigkill", 4)]["error"] == "killed by signal 9 (out of memory?) during the warm-up pass"
+    assert cells[("test-segfault", 4)]["error"] == "killed by signal 11 (SIGSEGV) during the warm-up passes"
+    assert cells[("test-sigkill", 4)]["error"] == "killed by signal 9 (out of memory?) during the warm-up passes"
     # The child's last words come with the cause; the peak RSS it reached is kept.
     assert "about to fault" in cells[("test-segfault", 4)]["error_detail"]
     assert cells[("test-sigkill", 4)]["peak_rss_mb"] > 0
     # Table cells carry the short reason, the notes the whole cause.
     table, notes = stdout.split("failed cells:")
     assert "failed: signal 11 (SIGSEGV)" in table and "failed: signal 9 (OOM?)" in table
-    assert "test-segfault at batch 4: killed by signal 11 (SIGSEGV) during the warm-up pass; output: about to fault" in notes
+    assert "test-segfault at batch 4: killed by signal 11 (SIGSEGV) during the warm-up passes; output: about to fault" in notes
     # A failed cell is no candidate for auto.
     profile = json.loads((state_dir / "profile.json").read_text())
     assert {(e["backend"], e["batch"]) for e in profile["results"]} == {(n, 1) for n in names}
@@ -327,11 +343,11 @@ def test_memory_limit_too_small_for_batch_256_is_a_failed_cell_with_its_cause(ca
     assert (failed["batch"], failed["status"]) == (256, "failed")
     if doc["settings"]["memory_limit_method"].startswith("cgroup"):
         assert failed["reason"] == "signal 9 (OOM?)"
-        assert failed["error"].startswith("killed by signal 9") and "during the warm-up pass" in failed["error"]
+        assert failed["error"].startswith("killed by signal 9") and "during the warm-up passes" in failed["error"]
         assert "out of memory: the OOM killer ended a process of this cell" in failed["error"]
     else:
         assert doc["settings"]["memory_limit_method"] == "rlimit-as" and failed["reason"] == "MemoryError"
-        assert failed["error"].startswith("MemoryError: Unable to allocate") and failed["error"].endswith("during the warm-up pass")
+        assert failed["error"].startswith("MemoryError: Unable to allocate") and failed["error"].endswith("during the warm-up passes")
     assert f"failed: {failed['reason']}" in stdout
     assert not (tmp_path / "state" / "profile.json").exists()  # an emulated device is not this machine
 
@@ -342,7 +358,7 @@ def test_a_hanging_cell_times_out_and_its_child_is_killed(capsys, config_file, t
     assert code == 0, stderr
     doc = json.loads((out / "results.json").read_text())
     assert [(r["batch"], r["status"]) for r in doc["rows"]] == [(1, "ok"), (4, "failed")]
-    assert doc["rows"][1]["error"] == "timeout after 5 s without progress during the warm-up pass"
+    assert doc["rows"][1]["error"] == "timeout after 5 s without progress during the warm-up passes"
     assert "failed: timeout 5 s" in stdout
 
 
@@ -424,6 +440,8 @@ def test_unavailable_backend_is_exit_3_naming_the_extra(capsys, config_file, tmp
         (["--passes", "0"], "argument --passes: bad value '0'; expected an integer >= 1"),
         (["--passes", "many"], "argument --passes: bad value 'many'"),
         (["--timeout", "-5"], "argument --timeout: bad value '-5'"),
+        (["--warmup", "-1"], "argument --warmup: bad value '-1'; expected a number of seconds >= 0"),
+        (["--warmup", "nan"], "argument --warmup: bad value 'nan'"),
         (["--backend", "caffe-openblas", "--precision", "int8"], "backend 'caffe-openblas' has no 'int8' model"),
     ],
 )

@@ -1,10 +1,11 @@
 """`tracker --benchmark`: the study's benchmark, reproduced on the machine it runs on.
 
-    tracker --benchmark --backend a,b|all [--batches 1,2,4,...,256] [--passes 100]
+    tracker --benchmark --backend a,b|all [--batches 1,2,4,...,256] [--passes 100] [--warmup 1]
             [--precision fp32|int8] [--out DIR] [--timeout S] [--memory-limit MB] [--profile-when-busy]
 
-For each backend x precision x batch size (a *cell*): load the backend, one warm-up forward pass,
-then `--passes` timed passes on the same seeded random batch (N, C, H, W) float32 (shape from the
+For each backend x precision x batch size (a *cell*): load the backend, untimed warm-up passes for
+`--warmup S` seconds (default 1, at least one pass: see command.DEFAULT_WARMUP_S for why), then
+`--passes` timed passes on the same seeded random batch (N, C, H, W) float32 (shape from the
 model's input blob). Each cell runs in a fresh child process (tracker.bench.child), so a crash, a
 signal, an out-of-memory or a hang is a failed cell with its cause and the run goes on; and the
 peak RSS of a cell is that of a process that ran this batch size only. `--memory-limit MB` caps the
@@ -49,14 +50,15 @@ results.json (schema 1):
               load_average: {start: [1, 5, 15 min], end: [..]|null}}  how busy the machine was
     versions: {python, numpy, tracker, runtimes: {label: {module: version}}}
     settings: {backends: [name], columns: [{backend, precision, label}], batches: [int],
-               passes: int, warmup_passes: 1, threads: int|null, timeout_s: float,
+               passes: int, warmup_s: float, threads: int|null, timeout_s: float,
                memory_limit_mb: int|null, memory_limit_method: "cgroup-v2"|"cgroup-v1"|"rlimit-as"|null,
                seed: int,
                model: {prototxt, weights, input_shape: [C,H,W], params, macs_per_image,
                        flops_per_image}, process: str, rss: str, profile: path|null}
     unavailable: {name: reason}     backends that cannot run here (with --backend all)
     rows: [{backend, precision, label ("name" or "name int8"), batch, status: "ok"|"failed"|
-            "unavailable", passes, pass_ms: [float] (every timed pass, ms), ms_per_image, median_ms_per_image,
+            "unavailable", passes, warmup_passes (untimed, before them; null unless measured),
+            pass_ms: [float] (every timed pass, ms), ms_per_image, median_ms_per_image,
             p50_ms, p95_ms, images_per_s, gflops, peak_fraction (null unless ok), peak_rss_mb,
             rss_method, rss_processes, load_s, reason (short, for the table), error (cause, one line),
             error_detail (cause + tail of the child's output)}]

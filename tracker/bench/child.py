@@ -9,19 +9,21 @@ process that ran this batch size alone. Results go back as JSON lines on the inh
 (never stdout: runtimes print there). Messages, in order:
 
     {"event": "loaded", "load_s": s, "versions": {module: version}}
-    {"event": "progress", "done": k}                 k passes done, warm-up included (throttled)
-    {"event": "result", "pass_ns": [int, ...], "peak_rss_kb": int, "rss_processes": int, "rss_method": str}
-    {"event": "error", "stage": "loading the backend"|"the warm-up pass"|"pass k/N", "type": exception class,
+    {"event": "progress", "done": k}                 k passes done, the warm-up counted as one (throttled)
+    {"event": "result", "pass_ns": [int, ...], "warmup_passes": int, "peak_rss_kb": int, "rss_processes": int,
+     "rss_method": str}
+    {"event": "error", "stage": "loading the backend"|"the warm-up passes"|"pass k/N", "type": exception class,
      "message": one line, "unavailable": bool}
     {"event": "probe", "backend": name, "available": bool, "reason": str|None, "precisions": [..]}
     {"event": "quality", ...}                        see run_quality
     {"event": "runoff", "ms_per_image": {name: ms}, "calls": {name: int}}   see run_runoff
 
 A cell job: {"mode": "cell", "backend", "entry" (its registry Entry as a list), "precision", "batch", "passes",
-"threads", "model": {"prototxt", "weights", "probs", "embedding"}, "input_shape": [C, H, W],
+"warmup_s", "threads", "model": {"prototxt", "weights", "probs", "embedding"}, "input_shape": [C, H, W],
 "seed", "memory_limit_mb", "options"}; a quality job is the same with "mode": "quality" (batch,
-passes and seed unused). A runoff job is the cell job of its first candidate with "mode":
-"runoff", "candidates": [[name, entry, options], ...], "rounds" and "seconds" (passes unused); its
+passes, warmup_s and seed unused). A runoff job is the cell job of its first candidate with "mode":
+"runoff", "candidates": [[name, entry, options], ...], "rounds" and "seconds" (passes and
+warmup_s unused); its
 progress messages count rounds. A probe job: {"mode": "probe", "backends": [[name, entry],
 ...]}. Heavy modules are imported only after the memory limit is in place.
 """
@@ -132,7 +134,8 @@ def _cell_input(job: dict):
 
 
 def run_cell(job: dict, channel: _Channel, stage: _Stage) -> None:
-    """Load the backend, one warm-up pass, then `passes` timed forward passes of one batch."""
+    """Load the backend, untimed warm-up passes for `warmup_s` seconds (at least one), then
+    `passes` timed forward passes of one batch."""
     t0 = time.perf_counter()
     backend = _create(job, job["precision"])
     passes = job["passes"]
@@ -141,8 +144,12 @@ def run_cell(job: dict, channel: _Channel, stage: _Stage) -> None:
 
     # Peak RSS of the cell counts what loading left resident, not loading's transient peak.
     rss_method = "vmhwm-reset-after-load" if _reset_peak_rss() else "peak-since-start"
-    stage.text = "the warm-up pass"
-    backend.infer(x)
+    stage.text = "the warm-up passes"
+    warm_until = time.perf_counter() + job["warmup_s"]
+    warmup_passes = 0
+    while warmup_passes == 0 or time.perf_counter() < warm_until:
+        backend.infer(x)
+        warmup_passes += 1
     channel.send(event="progress", done=1)
     pass_ns = []
     last_report = time.monotonic()
@@ -156,7 +163,8 @@ def run_cell(job: dict, channel: _Channel, stage: _Stage) -> None:
             last_report = time.monotonic()
     # sent before close(): a runtime that crashes while shutting down does not void the timings
     peak_kb, processes = _peak_rss_kb()
-    channel.send(event="result", pass_ns=pass_ns, peak_rss_kb=peak_kb, rss_processes=processes, rss_method=rss_method)
+    channel.send(event="result", pass_ns=pass_ns, warmup_passes=warmup_passes, peak_rss_kb=peak_kb,
+                 rss_processes=processes, rss_method=rss_method)
     backend.close()
 
 

@@ -46,6 +46,7 @@ def make_row(column: Column, batch: int, passes: int, outcome: CellOutcome, macs
         "batch": batch,
         "status": outcome.status,
         "passes": passes,
+        "warmup_passes": outcome.warmup_passes,
         "pass_ms": [round(ns / 1e6, 6) for ns in outcome.pass_ns],
         "ms_per_image": None,
         "median_ms_per_image": None,
@@ -231,7 +232,7 @@ class Results:
         means, notes = self._grid("ms_per_image")
         medians, _ = self._grid("median_ms_per_image")
         out = [
-            f"Per-image forward time (ms), mean of {passes} passes after a warm-up, on {m['cpu']} "
+            f"Per-image forward time (ms), mean of {passes} passes after {self.settings['warmup_s']:g} s of warm-up passes, on {m['cpu']} "
             f"({m['cores']} cores, {m['arch']}; sgemm peak {m['sgemm_peak_gflops']:.1f} GFLOP/s)",
             *means,
             "Per-image forward time (ms), median of the same passes",

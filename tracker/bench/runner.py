@@ -105,6 +105,7 @@ class CellOutcome:
 
     status: str
     pass_ns: list[int] = field(default_factory=list)
+    warmup_passes: int | None = None  # untimed passes before pass_ns
     peak_rss_kb: int | None = None
     rss_method: str | None = None
     rss_processes: int | None = None  # processes whose peaks peak_rss_kb adds up (the worker's too)
@@ -137,7 +138,7 @@ def run_cell(job: dict, timeout_s: float, on_progress: Callable[[int], None], en
         if state["loaded"] is None:
             return "loading the backend"
         if state["done"] == 0:
-            return "the warm-up pass"
+            return "the warm-up passes"
         if state["done"] > job["passes"]:
             return "closing the backend"
         # progress is reported at most every 0.2 s: this is the earliest pass it can be
@@ -155,6 +156,7 @@ def run_cell(job: dict, timeout_s: float, on_progress: Callable[[int], None], en
         result, error = state["result"], state["error"]
         if result is not None:  # measured; how the child then exited (or hung in close) does not matter
             outcome.pass_ns = result["pass_ns"]
+            outcome.warmup_passes = result["warmup_passes"]
             outcome.peak_rss_kb = result["peak_rss_kb"]
             outcome.rss_method = result["rss_method"]
             outcome.rss_processes = result["rss_processes"]
