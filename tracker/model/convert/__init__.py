@@ -7,8 +7,8 @@ Targets (each a single file, cached under `<cache_dir>/<caffemodel sha256>/`, se
     tf      Keras 3 model (.keras), NHWC input "data", outputs {"prob", "embedding"}   fp32
     tflite  LiteRT flatbuffer (.tflite) from that Keras model, NHWC input               fp32, int8
     onnx    ONNX opset 17 (.onnx), NCHW input "data", outputs "prob", "embedding"      fp32, int8
-int8 tflite is integer-only after its float prefix (below): int8 ops, per-channel int8 weights,
-one QUANTIZE in and DEQUANTIZE out; int8 onnx is ONNX Runtime static quantisation (QDQ,
+int8 tflite is integer-only between its float parts (below): int8 ops, per-channel int8 weights,
+one QUANTIZE in and a DEQUANTIZE before each float output or op; int8 onnx is ONNX Runtime static quantisation (QDQ,
 per-channel int8 weights, uint8 activations). Both are calibrated on face crops
 (.calibration: the face chips shipped with the package by default, or --calibration DIR), and
 both have the outputs of fp32, "prob" and "embedding" in float32. Both keep two parts in float32

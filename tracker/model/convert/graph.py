@@ -313,10 +313,11 @@ def int8_float_ops(graph: Graph) -> tuple[str, ...]:
     softmax (final_softmax), which then reads the dequantised logits.
 
     Why the softmax: an int8 softmax has a resolution of 1/256, which cannot rank the ~1e-3
-    probabilities of a wide, unsure classifier (848 identities). It stays in the graph rather
-    than in the backends because numpy's softmax of one row of 848 costs 8-11 us per call, about
-    5% of LiteRT's int8 pass at batch 1 (0.19-0.24 ms on a 2-core EPYC VM), where a runtime's own
-    float softmax costs a few."""
+    probabilities of a wide, unsure classifier (848 identities). Why in the graph rather than in
+    the backends: with numpy's softmax in the backend, LiteRT's int8 backend ran at 1.11-1.13x
+    its own file at batch 1 (a wrapper cost of 30-47 us a call on a 0.24 ms pass); with the
+    softmax in the file, at 1.00x (2 us), `scripts/backend_overhead.py` on a 2-core EPYC VM
+    (README, "Measured here")."""
     last = final_softmax(graph)
     return int8_float_prefix(graph) + ((last.name,) if last is not None else ())
 
