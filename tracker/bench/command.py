@@ -18,7 +18,7 @@ from pathlib import Path
 import tracker.bench.runoff as runoff
 from tracker.backends import REGISTRY
 from tracker.bench.memory_cap import cap_method
-from tracker.bench.profile import profile_path, record_last_run, update_profile
+from tracker.bench.profile import profile_path, record_last_run, recorded_at_start, update_profile
 from tracker.bench.report import Column, Results, make_row, quality_line, runoff_line, summary_line
 from tracker.bench.runner import Probe, probe_backends, run_cell, run_job
 from tracker.errors import BackendUnavailable, InputError, TrackerError
@@ -183,13 +183,14 @@ def run_benchmark_command(config, args) -> int:
     results = Results(machine, base_versions(), settings, columns, unavailable)
     measured: dict[tuple[str, str, int], float] = {}
     failed: set[tuple[str, str, int]] = set()
+    held = recorded_at_start(profile, machine_key())
 
     def record_profile() -> None:
         nonlocal profile_ok
         if not profile_ok:
             return
         try:
-            warning = update_profile(profile, machine_key(), measured, failed)
+            warning = update_profile(profile, machine_key(), measured, failed, held)
         except OSError as err:
             profile_ok = False
             _warn(f"cannot write the calibration profile {profile} ({err.strerror or err}); auto will not see this run")

@@ -19,8 +19,11 @@ another machine, or an unreadable one, with a warning that says why. `auto` is n
 its own time is not a candidate for picking.
 
 `picks` holds, per precision and batch size, the backend `auto` runs first: what
-tracker.backends.auto.rank puts first given the merged results and the replaced profile's pick,
-so a pick holds while it stays within auto's tie margin of the fastest (see that module).
+tracker.backends.auto.rank puts first given the merged results and the pick the profile had
+when the benchmark run began (`recorded_at_start`), so a pick holds while it stays within auto's
+tie margin of the fastest (see that module). Not the pick of the previous write: the benchmark
+writes after every cell, and between two cells the merged results mix this run's medians with
+the last run's, which can move a pick that the finished run would have held.
 """
 
 from __future__ import annotations
@@ -65,13 +68,21 @@ def _existing(path: Path, machine: dict) -> tuple[list[dict], dict[tuple[str, in
     return entries, recorded_picks(data), None
 
 
-def update_profile(path: Path, machine: dict, measured: dict[tuple[str, str, int], float], failed: set[tuple[str, str, int]]) -> str | None:
+def recorded_at_start(path: Path, machine: dict) -> dict[tuple[str, int], str]:
+    """The picks of this machine's profile at `path` as {(precision, batch): backend}; {} when
+    there is none (or it is unreadable or another machine's)."""
+    return _existing(path, machine)[1]
+
+
+def update_profile(path: Path, machine: dict, measured: dict[tuple[str, str, int], float], failed: set[tuple[str, str, int]],
+                   held: dict[tuple[str, int], str]) -> str | None:
     """Merge this run's cells into the profile at `path` and write it atomically.
 
-    measured: (backend, precision, batch) -> median ms per image; failed: keys that failed now.
-    Returns a warning when an existing profile was replaced rather than merged, else None.
+    measured: (backend, precision, batch) -> median ms per image; failed: keys that failed now;
+    held: the picks to hold (`recorded_at_start`). Returns a warning when an existing profile was
+    replaced rather than merged, else None.
     """
-    entries, held, warning = _existing(path, machine)
+    entries, _, warning = _existing(path, machine)
     merged = {(e["backend"], e["precision"], e["batch"]): e["ms_per_image"] for e in entries}
     for key in failed:
         merged.pop(key, None)
@@ -89,7 +100,7 @@ def update_profile(path: Path, machine: dict, measured: dict[tuple[str, str, int
 
 def _picks(results: list[dict], held: dict[tuple[str, int], str]) -> list[dict]:
     """Per precision and batch size of `results`, the backend `auto` runs first: rank's first
-    given the replaced profile's pick (`held`)."""
+    given the pick to hold (`held`)."""
     candidates: dict[tuple[str, int], list[tuple[float, str]]] = {}
     for e in results:
         candidates.setdefault((e["precision"], e["batch"]), []).append((e["ms_per_image"], e["backend"]))
