@@ -69,7 +69,8 @@ results.json (schema 1):
     runoffs: [{precision, batch, backends: [name] (fastest cell first),
                cell_median_ms_per_image: {name: ms}, rounds, seconds_per_round,
                ms_per_image: {name: interleaved median ms}, calls: {name: timed calls}} or
-              {..., error}]  one per runoff, in the order run; ms_per_image is what the profile got
+              {..., error}]  one per runoff, in the order run; the profile got ms_per_image
+              rescaled to the cells' level (tracker.bench.runoff.profile_medians)
 results.csv: one line per cell with the columns of tracker.bench.report.CSV_FIELDS, plus one
 line per unavailable backend.
 """

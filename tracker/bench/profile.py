@@ -9,9 +9,9 @@ Format (schema 1):
 
 `ms_per_image` is a cell's median pass time per image: a stall of the machine moves the mean of
 a hundred passes, not their median, and `auto` must not change its pick because one run had one.
-For the backends with the fastest cells of a batch size it is their runoff's median instead
-(tracker.bench.runoff: timed interleaved in one process, so that a slow phase of the machine that
-covered one cell whole does not decide the pick).
+For the backends with the fastest cells of a batch size it is their runoff's median instead,
+rescaled to their cells' level (tracker.bench.runoff: timed interleaved in one process, so that a
+slow phase of the machine that covered one cell whole does not decide the pick).
 A profile belongs to one machine. The benchmark merges its cells into a profile of the same
 machine (a new measurement replaces the old one of the same backend, precision and batch; a cell
 that failed now removes the old entry, since it no longer runs here) and replaces a profile of

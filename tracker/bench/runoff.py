@@ -12,8 +12,9 @@ the machine is in, and their ratio holds.
 Who runs off: per precision and batch size, the backends with the fastest cell medians, at most
 MAX_CANDIDATES of them, as many as fit in the memory available now when each takes its cell's
 peak RSS; never `auto` (it is no candidate). A batch size with one candidate has no runoff. The
-runoff's medians replace those candidates' cell medians in the profile; the table and the rows of
-results.json keep the cells' own figures.
+runoff's medians, rescaled to its candidates' cells (`profile_medians`), replace those cells'
+medians in the profile; the table and the rows of results.json keep the cells' own figures, and
+results.json's runoffs the runoff's own medians.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from dataclasses import dataclass
 # Every candidate is loaded at once, so their number bounds the runoff's memory and time. No
 # spread of cell times tells who is close: on the EPYC VM slow phases made LiteRT's int8 cell at
 # batch 1 read 2.4x its interleaved time in one run (0.546 ms against 0.228 in the overhead
-# script, outputs since replaced) and 1.96x its runoff's in the next (0.591 against 0.301,
-# docs/benchmark-epyc-genoa-2core/second/).
+# script) and 1.96x its runoff's in the next (0.591 against 0.301; both outputs are in the git
+# history of docs/benchmark-epyc-genoa-2core/, the second in second/benchmark.txt as of bf2ac0c).
 MAX_CANDIDATES = 4
 # rounds x candidates x seconds: 6 s of timing per runoff at four candidates, with every
 # candidate called at least once per round (a batch-256 call of a slow engine takes ~0.4 s).
@@ -39,6 +40,25 @@ class Runoff:
     precision: str
     batch: int
     backends: tuple[str, ...]
+
+
+def profile_medians(runoff_ms: dict[str, float], cell_ms: dict[str, float]) -> dict[str, float]:
+    """What a runoff puts into the profile for its candidates: their runoff medians (ms per
+    image), all multiplied by one factor so that their geometric mean equals that of the same
+    candidates' cell medians.
+
+    Why: the runoff ranks its candidates among themselves; the other backends of the batch size
+    keep their cells' medians, measured in other phases of the machine. The runoff's own medians
+    carry the phase it ran in, and a slow one put a backend it did not time ahead of all four: at
+    fp32 batch 64, ONNX Runtime, TensorFlow, MXNet and LiteRT ran off at 0.96-1.29 ms per image
+    against cells of 0.50-0.79, and caffe-openblas-dl's cell of 0.82 became the pick (EPYC VM,
+    docs/benchmark-epyc-genoa-2core/runoff-unscaled/). Rescaled, the runoff keeps its order and
+    the cells' level."""
+    from math import exp, log
+
+    shared = [name for name in runoff_ms if name in cell_ms]
+    factor = exp(sum(log(cell_ms[n]) - log(runoff_ms[n]) for n in shared) / len(shared))
+    return {name: ms * factor for name, ms in runoff_ms.items()}
 
 
 def plan_runoffs(rows: list[dict], available_mb: float | None) -> list[Runoff]:
