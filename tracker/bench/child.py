@@ -22,10 +22,9 @@ A cell job: {"mode": "cell", "backend", "entry" (its registry Entry as a list), 
 "warmup_s", "threads", "model": {"prototxt", "weights", "probs", "embedding"}, "input_shape": [C, H, W],
 "seed", "memory_limit_mb", "options"}; a quality job is the same with "mode": "quality" (batch,
 passes, warmup_s and seed unused). A runoff job is the cell job of its first candidate with "mode":
-"runoff", "candidates": [[name, entry, options], ...], "rounds" and "seconds" (passes and
-warmup_s unused); its
-progress messages count rounds. A probe job: {"mode": "probe", "backends": [[name, entry],
-...]}. Heavy modules are imported only after the memory limit is in place.
+"runoff", "candidates": [[name, entry, options], ...], "rounds" and "seconds" (passes and warmup_s
+unused); its progress messages count rounds. A probe job: {"mode": "probe", "backends": [[name,
+entry], ...]}. Heavy modules are imported only after the memory limit is in place.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ results.json's runoffs the runoff's own medians.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import exp, log
 
 # Every candidate is loaded at once, so their number bounds the runoff's memory and time. No
 # spread of cell times tells who is close: on the EPYC VM slow phases made LiteRT's int8 cell at
@@ -53,11 +54,8 @@ def profile_medians(runoff_ms: dict[str, float], cell_ms: dict[str, float]) -> d
     fp32 batch 64, ONNX Runtime, TensorFlow, MXNet and LiteRT ran off at 0.96-1.29 ms per image
     against cells of 0.50-0.79, and caffe-openblas-dl's cell of 0.82 became the pick (EPYC VM,
     docs/benchmark-epyc-genoa-2core/runoff-unscaled/). Rescaled, the runoff keeps its order and
-    the cells' level."""
-    from math import exp, log
-
-    shared = [name for name in runoff_ms if name in cell_ms]
-    factor = exp(sum(log(cell_ms[n]) - log(runoff_ms[n]) for n in shared) / len(shared))
+    the cells' level. Every name of `runoff_ms` must be in `cell_ms` (candidates come from cells)."""
+    factor = exp(sum(log(cell_ms[n]) - log(ms) for n, ms in runoff_ms.items()) / len(runoff_ms))
     return {name: ms * factor for name, ms in runoff_ms.items()}
 
 
