@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import OrderedDict
+from collections.abc import Iterable
 from pathlib import Path
 
 from tracker.backends.base import Backend, BackendBase
@@ -82,7 +83,7 @@ def load_profile(state_dir: Path) -> tuple[dict[str, dict[int, list[tuple[float,
     if data.get("machine") != here:
         return {}, (f"calibration profile {path} was measured on another machine ({data.get('machine')}); "
                     f"this one is {here}; ignoring it")
-    ranking: dict[str, dict[int, list[tuple[float, str]]]] = {}
+    measured = []
     for entry in data["results"]:
         try:
             backend, precision = str(entry["backend"]), str(entry["precision"])
@@ -90,11 +91,8 @@ def load_profile(state_dir: Path) -> tuple[dict[str, dict[int, list[tuple[float,
         except (KeyError, TypeError, ValueError):
             continue  # one malformed entry does not spoil the others
         if backend != "auto" and batch >= 1 and ms > 0:
-            ranking.setdefault(precision, {}).setdefault(batch, []).append((ms, backend))
-    picks = recorded_picks(data)
-    for precision, per_batch in ranking.items():
-        for batch, candidates in per_batch.items():
-            per_batch[batch] = rank(candidates, picks.get((precision, batch)))
+            measured.append((backend, precision, batch, ms))
+    ranking = rank_all(measured, recorded_picks(data))
     if not ranking:
         return {}, f"calibration profile {path} has no measurements; ignoring it"
     return ranking, None
@@ -109,6 +107,17 @@ def rank(candidates: list[tuple[float, str]], held: str | None = None) -> list[t
     tied = [c for c in ordered if c[0] <= ordered[0][0] * (1 + TIE_MARGIN)]
     tied.sort(key=lambda c: (c[1] != held, order.index(c[1]) if c[1] in order else len(order)))
     return tied + ordered[len(tied):]
+
+
+def rank_all(measured: Iterable[tuple[str, str, int, float]],
+             held: dict[tuple[str, int], str]) -> dict[str, dict[int, list[tuple[float, str]]]]:
+    """(backend, precision, batch, ms per image) entries ranked per precision and batch size:
+    {precision: {batch: rank(its (ms, backend) entries, held.get((precision, batch)))}}."""
+    ranking: dict[str, dict[int, list[tuple[float, str]]]] = {}
+    for backend, precision, batch, ms in measured:
+        ranking.setdefault(precision, {}).setdefault(batch, []).append((ms, backend))
+    return {precision: {batch: rank(candidates, held.get((precision, batch))) for batch, candidates in per_batch.items()}
+            for precision, per_batch in ranking.items()}
 
 
 def recorded_picks(profile: dict) -> dict[tuple[str, int], str]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tracker.backends.auto import rank, recorded_picks
+from tracker.backends.auto import rank_all, recorded_picks
 from tracker.files import atomic_write
 
 SCHEMA = 1
@@ -101,11 +101,9 @@ def update_profile(path: Path, machine: dict, measured: dict[tuple[str, str, int
 def _picks(results: list[dict], held: dict[tuple[str, int], str]) -> list[dict]:
     """Per precision and batch size of `results`, the backend `auto` runs first: rank's first
     given the pick to hold (`held`)."""
-    candidates: dict[tuple[str, int], list[tuple[float, str]]] = {}
-    for e in results:
-        candidates.setdefault((e["precision"], e["batch"]), []).append((e["ms_per_image"], e["backend"]))
-    return [{"precision": p, "batch": n, "backend": rank(c, held.get((p, n)))[0][1]}
-            for (p, n), c in sorted(candidates.items())]
+    ranking = rank_all(((e["backend"], e["precision"], e["batch"], e["ms_per_image"]) for e in results), held)
+    return [{"precision": p, "batch": n, "backend": ranking[p][n][0][1]}
+            for p in sorted(ranking) for n in sorted(ranking[p])]
 
 
 def last_run_path(state_dir: Path) -> Path:
