@@ -106,9 +106,10 @@ def gemm_shapes(op: O.Op, shapes: S.LayerShapes, mode: str, blas: int) -> list[t
             return [((rows * op.out_hw[1], op.k_g), (op.k_g, op.out_c), "pixel-major")] * bands
         return [((o_g, op.k_g), (op.k_g, rows * op.out_hw[1]), "channel-major")] * (bands * op.group)
     if isinstance(op, O.InnerProduct):
-        k = math.prod(shapes.bottoms[0][op.axis:])
+        m, k = math.prod(shapes.bottoms[0][: op.axis]), math.prod(shapes.bottoms[0][op.axis:])
         n_out = op.weight.shape[1 if op.transpose else 0]
-        return [((math.prod(shapes.bottoms[0][: op.axis]), k), (k, n_out), "x @ W" if op.transpose else "x @ W.T")]
+        rows = not op.transpose or (op.weight_rows is not None and m == 1)  # (N, K) weights read transposed
+        return [((m, k), (k, n_out), "x @ W.T" if rows else "x @ W")]
     return []
 
 

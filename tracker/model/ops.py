@@ -549,14 +549,25 @@ class InnerProduct(Op):
         self.axis = S.canonical_axis(layer, p.axis, len(shapes.bottoms[0]))
         self.weight = self.blob(0)  # (N, K), or (K, N) with Caffe's transpose
         self.transpose = bool(p.transpose)  # True: self.weight is (K, N)
-        if mode == "dl" and not self.transpose:
+        # "dl": the weights also as (N, K) rows, for a single row of x (see run)
+        self.weight_rows: np.ndarray | None = None
+        if mode == "dl":
             # OpenBLAS's sgemm with a few rows runs faster on a contiguous (K, N) right operand
             # than on Caffe's (N, K) read transposed: on the AMD EPYC dev machine, one thread, the
             # face CNN's fc1 for 4 images took 0.16 against 0.52 ms (`scripts/engine_timing.py
             # --elementwise`); the whole pass, alternating in one process, took 0.86x the time at
-            # batch 2 and 0.94x at 8, on one core or two, and 1.01-1.02x at batch 1, where the
-            # product is a matrix-vector one (not worth a second copy of the weights)
-            self.weight, self.transpose = np.ascontiguousarray(self.weight.T), True
+            # batch 2 and 0.94x at 8, on one core or two. One row is a matrix-vector product, and
+            # there the (N, K) rows win once the weights have left the cache, as they have in a
+            # forward pass: fc1 of one image took 0.12 against 0.24 ms on one thread and 0.07
+            # against 0.12 on two after 32 MB of other traffic (0.04-0.05 either way in cache),
+            # and the whole batch-1 pass 0.97-1.00x the time on one core and 0.96-0.98x on two
+            # (Zen 4 EPYC, alternating in one process, four runs). The rows cost the face CNN's
+            # Net 2.9 MB of RSS: fc1's, permuted by `engine.schedule.reading_nhwc` (the others
+            # are the caffemodel's own arrays).
+            rows_first = not self.transpose
+            self.weight_rows = self.weight if rows_first else np.ascontiguousarray(self.weight.T)
+            self.weight = np.ascontiguousarray(self.weight.T) if rows_first else self.weight
+            self.transpose = True
         self.bias = self.blob(1) if p.bias_term else None
         # True only on the copy `engine.schedule.with_relu` makes ("dl": an in-place ReLU follows)
         self.fuse_relu = False
@@ -576,7 +587,10 @@ class InnerProduct(Op):
             np.copyto(gathered, x)
             x = gathered
         out = outs[0]
-        res = L.inner_product(x, self.weight, self.bias, self.axis, self.transpose, out=out)
+        if self.weight_rows is not None and math.prod(x.shape[: self.axis]) == 1:
+            res = L.inner_product(x, self.weight_rows, self.bias, self.axis, False, out=out)
+        else:
+            res = L.inner_product(x, self.weight, self.bias, self.axis, self.transpose, out=out)
         if self.fuse_relu:
             L.relu(res, out=res)
         return [res]

@@ -125,10 +125,13 @@ def reading_nhwc(op: O.InnerProduct) -> O.InnerProduct:
     permuted to (H, W, C) order once, so that the bottom is read as it lies instead of being
     gathered into (C, H, W) order on every run (the face CNN's fc1: 1-3% of the whole pass on one
     core, Intel Xeon, interleaved). The same products; the sums run in another order. `op` is
-    a "dl" op, whose weights are (K, N) (see ops.InnerProduct)."""
+    a "dl" op, whose weights are (K, N) and (N, K) rows (see ops.InnerProduct)."""
     c, h, w = op.shapes.bottoms[0][1:]
     fused = copy.copy(op)
     fused.weight = np.ascontiguousarray(op.weight.reshape(c, h, w, -1).transpose(1, 2, 0, 3).reshape(c * h * w, -1))
+    rows = op.weight_rows
+    assert rows is not None  # every "dl" InnerProduct has them
+    fused.weight_rows = np.ascontiguousarray(rows.reshape(-1, c, h, w).transpose(0, 2, 3, 1).reshape(rows.shape[0], -1))
     fused.bottom_nhwc = True
     return fused
 
