@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 
 DEFAULTS = {"fp32": "caffe-openblas-dl", "int8": "tf-neon-vfpv4"}
 PROFILE_NAME = "profile.json"
+PROFILE_SCHEMA = 1
 DEFAULT_MAX_LIVE = 3
 # The issue's bound on auto (1.05x the fastest), so a tie or a held pick stays within it as the
 # profile measured it. 3% was too narrow to hold a pick: on the 2-core EPYC VM, in int8 at batch 8,
@@ -65,6 +66,43 @@ def default_state_dir() -> Path:
     return Config().resolved_state_dir()
 
 
+class UnusableProfile(TrackerError):
+    """A profile file exists but cannot be used; the message says why, as a phrase that follows
+    the profile's name ("is not a schema-1 profile")."""
+
+
+def read_profile(path: Path, machine: dict) -> tuple[list[tuple[str, str, int, float]], dict[tuple[str, int], str]]:
+    """The measurements and recorded picks of the profile at `path`, which must be a schema-1
+    profile of `machine`: ([(backend, precision, batch, ms per image), ...], `recorded_picks`).
+    Entries that are malformed, not positive or `auto`'s own are left out: one bad entry does
+    not spoil the others. The one reader of the file, for `auto` and for the benchmark that
+    merges into it; each words what it then does.
+
+    Raises FileNotFoundError when there is none, UnusableProfile when it is unreadable, of
+    another schema or of another machine.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as err:
+        raise UnusableProfile(f"is unreadable ({err.__class__.__name__}: {err})") from None
+    if not isinstance(data, dict) or data.get("schema") != PROFILE_SCHEMA or not isinstance(data.get("results"), list):
+        raise UnusableProfile(f"is not a schema-{PROFILE_SCHEMA} profile")
+    if data.get("machine") != machine:
+        raise UnusableProfile(f"was measured on another machine ({data.get('machine')}); this one is {machine}")
+    measured = []
+    for entry in data["results"]:
+        try:
+            backend, precision = str(entry["backend"]), str(entry["precision"])
+            batch, ms = int(entry["batch"]), float(entry["ms_per_image"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if backend != "auto" and batch >= 1 and ms > 0:
+            measured.append((backend, precision, batch, ms))
+    return measured, recorded_picks(data)
+
+
 def load_profile(state_dir: Path) -> tuple[dict[str, dict[int, list[tuple[float, str]]]], str | None]:
     """The profile's ranking per precision and batch -- {precision: {batch: [(ms, backend), ...]
     best first (`rank`)}} -- or ({}, why it cannot be used)."""
@@ -72,27 +110,12 @@ def load_profile(state_dir: Path) -> tuple[dict[str, dict[int, list[tuple[float,
 
     path = Path(state_dir) / PROFILE_NAME
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        measured, picks = read_profile(path, machine_key())
     except FileNotFoundError:
         return {}, f"no calibration profile at {path} (run `tracker --benchmark --backend all` to measure this machine)"
-    except (OSError, ValueError) as err:
-        return {}, f"calibration profile {path} is unreadable ({err.__class__.__name__}: {err}); ignoring it"
-    if not isinstance(data, dict) or data.get("schema") != 1 or not isinstance(data.get("results"), list):
-        return {}, f"calibration profile {path} is not a schema-1 profile; ignoring it"
-    here = machine_key()
-    if data.get("machine") != here:
-        return {}, (f"calibration profile {path} was measured on another machine ({data.get('machine')}); "
-                    f"this one is {here}; ignoring it")
-    measured = []
-    for entry in data["results"]:
-        try:
-            backend, precision = str(entry["backend"]), str(entry["precision"])
-            batch, ms = int(entry["batch"]), float(entry["ms_per_image"])
-        except (KeyError, TypeError, ValueError):
-            continue  # one malformed entry does not spoil the others
-        if backend != "auto" and batch >= 1 and ms > 0:
-            measured.append((backend, precision, batch, ms))
-    ranking = rank_all(measured, recorded_picks(data))
+    except UnusableProfile as err:
+        return {}, f"calibration profile {path} {err}; ignoring it"
+    ranking = rank_all(measured, picks)
     if not ranking:
         return {}, f"calibration profile {path} has no measurements; ignoring it"
     return ranking, None

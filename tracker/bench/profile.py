@@ -31,41 +31,26 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tracker.backends.auto import rank_all, recorded_picks
+from tracker.backends.auto import PROFILE_NAME, PROFILE_SCHEMA, UnusableProfile, rank_all, read_profile
 from tracker.files import atomic_write
 
-SCHEMA = 1
-FILENAME = "profile.json"
+SCHEMA = PROFILE_SCHEMA  # of the profile and of the last run's record
 LAST_RUN = "benchmark.json"
 
 
 def profile_path(state_dir: Path) -> Path:
-    return Path(state_dir) / FILENAME
+    return Path(state_dir) / PROFILE_NAME
 
 
-def _existing(path: Path, machine: dict) -> tuple[list[dict], dict[tuple[str, int], str], str | None]:
-    """Entries and picks of a valid profile of this machine at `path`, or ([], {}, why it is not
-    reused)."""
+def _existing(path: Path, machine: dict) -> tuple[list[tuple[str, str, int, float]], dict[tuple[str, int], str], str | None]:
+    """Entries and picks of a valid profile of this machine at `path` (`auto.read_profile`), or
+    ([], {}, why it is not reused: None when there is none)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return (*read_profile(path, machine), None)
     except FileNotFoundError:
         return [], {}, None
-    except (OSError, ValueError) as err:
-        return [], {}, f"profile {str(path)!r} is unreadable ({err.__class__.__name__}); replacing it"
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("results"), list):
-        return [], {}, f"profile {str(path)!r} is not a schema-{SCHEMA} profile; replacing it"
-    if data.get("machine") != machine:
-        return [], {}, f"profile {str(path)!r} was measured on another machine ({data.get('machine')}); replacing it with this machine's ({machine})"
-    entries = []
-    for entry in data["results"]:
-        try:
-            entries.append(
-                {"backend": str(entry["backend"]), "precision": str(entry["precision"]), "batch": int(entry["batch"]),
-                 "ms_per_image": float(entry["ms_per_image"])}
-            )
-        except (KeyError, TypeError, ValueError):
-            continue  # a malformed entry is dropped; the rest of the profile still holds
-    return entries, recorded_picks(data), None
+    except UnusableProfile as err:
+        return [], {}, f"profile {str(path)!r} {err}; replacing it"
 
 
 def recorded_at_start(path: Path, machine: dict) -> dict[tuple[str, int], str]:
@@ -83,7 +68,7 @@ def update_profile(path: Path, machine: dict, measured: dict[tuple[str, str, int
     replaced rather than merged, else None.
     """
     entries, _, warning = _existing(path, machine)
-    merged = {(e["backend"], e["precision"], e["batch"]): e["ms_per_image"] for e in entries}
+    merged = {(backend, precision, batch): ms for backend, precision, batch, ms in entries}
     for key in failed:
         merged.pop(key, None)
     merged.update(measured)
