@@ -84,7 +84,7 @@ def read_profile(path: Path, machine: dict) -> tuple[list[tuple[str, str, int, f
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise
+        raise  # not unusable: none yet, which each caller treats as such
     except (OSError, ValueError) as err:
         raise UnusableProfile(f"is unreadable ({err.__class__.__name__}: {err})") from None
     if not isinstance(data, dict) or data.get("schema") != PROFILE_SCHEMA or not isinstance(data.get("results"), list):
