@@ -20,7 +20,9 @@ a step's time is summed over the workers that ran it.
 --elementwise first times what the engine's element-wise and chunking choices rest on: the ReLU of
 conv1's output at batch 8 as np.maximum(x, 0) and as tracker.model.layers.relu; conv2's bias
 added over rows of 48 and of 36 x 48 floats; fc1's GEMM on one thread for 1, 2, 4 and 8 images,
-its weights as Caffe stores them and as the "dl" mode does.
+its weights as Caffe stores them and as the "dl" mode does; and fc1 of one image from a cold
+cache (32 MB rewritten between calls), on one and two threads, on the (K, N) weights and on
+Caffe's (N, K) rows (which the "dl" mode reads for one image).
 
 --against BACKEND (e.g. onnxruntime) times that backend on the same batches, in 5 alternating
 rounds with the engine (each of the two for about twice --seconds in all), and prints the engine's
@@ -67,13 +69,16 @@ from tracker.model.engine.schedule import label  # noqa: E402
 from tracker.model.spec import default_model  # noqa: E402
 
 
-def median_ms(fn, seconds: float) -> float:
+def median_ms(fn, seconds: float, before=None) -> float:
     """Median wall milliseconds of fn() over repeated calls (one untimed call first; at least 3
-    timed calls, at most 100, for about `seconds`)."""
+    timed calls, at most 100, for about `seconds`); before(), if given, runs untimed before each
+    timed call."""
     fn()
     times: list[float] = []
     t_end = time.perf_counter() + seconds
     while (time.perf_counter() < t_end or len(times) < 3) and len(times) < 100:
+        if before is not None:
+            before()
         t = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t)
@@ -252,6 +257,16 @@ def elementwise_costs(seconds: float) -> None:
                 a, out = rng.standard_normal((m, 6144), dtype=np.float32), np.empty((m, 128), np.float32)
                 cells.append(f"M={m} {median_ms(lambda a=a, out=out, right=right: np.matmul(a, right, out=out), seconds):.3f} ms")
             print(f"fc1 (M, 6144) @ (6144, 128), weights {name}, one thread: " + ", ".join(cells), flush=True)
+    # One image, as inside a forward pass: the weights have left the cache since the last call.
+    evict = np.ones(8 << 20, np.float32)  # 32 MB, more than this machine's caches keep for one core
+    a, out = rng.standard_normal((1, 6144), dtype=np.float32), np.empty((1, 128), np.float32)
+    for name, right in (('"dl"\'s (K, N)', w_kn), ("Caffe's (N, K) rows", w.T)):
+        cells = []
+        for threads in (1, 2):
+            with blas_threads(threads):
+                ms = median_ms(lambda right=right: np.matmul(a, right, out=out), seconds, before=lambda: np.add(evict, 1.0, out=evict))
+                cells.append(f"{threads} thread(s) {ms:.3f} ms")
+        print(f"fc1 of one image from a cold cache, weights {name}: " + ", ".join(cells), flush=True)
 
 
 SCALING_ROUNDS = 3  # --scaling: rounds over the four ways of running

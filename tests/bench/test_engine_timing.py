@@ -25,6 +25,10 @@ def test_scaling_elementwise_and_layers_print_every_part():
     fc1 = [line for line in lines if line.startswith("fc1 (M, 6144)")]
     assert len(fc1) == 2 and "Caffe's (N, K)" in fc1[0] and "(K, N)" in fc1[1]
     assert all(len(re.findall(rf"M=\d {NUMBER} ms", line)) == 4 for line in fc1)
+    # and one image from a cold cache, both layouts, one and two threads
+    cold = [line for line in lines if line.startswith("fc1 of one image from a cold cache")]
+    assert len(cold) == 2 and "(K, N)" in cold[0] and "(N, K) rows" in cold[1]
+    assert all(len(re.findall(rf"[12] thread\(s\) {NUMBER} ms", line)) == 2 for line in cold)
     # --scaling: the one-worker baseline, then three ways with one ratio per round
     (head,) = [i for i, line in enumerate(lines) if line.startswith("two cores at batch 8 (chunks of 4)")]
     assert len(re.findall(NUMBER, lines[head].split("alone", 2)[2])) == 3

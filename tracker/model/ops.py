@@ -558,10 +558,11 @@ class InnerProduct(Op):
             # --elementwise`); the whole pass, alternating in one process, took 0.86x the time at
             # batch 2 and 0.94x at 8, on one core or two. One row is a matrix-vector product, and
             # there the (N, K) rows win once the weights have left the cache, as they have in a
-            # forward pass: fc1 of one image took 0.12 against 0.24 ms on one thread and 0.07
-            # against 0.12 on two after 32 MB of other traffic (0.04-0.05 either way in cache),
-            # and the whole batch-1 pass 0.97-1.00x the time on one core and 0.96-0.98x on two
-            # (Zen 4 EPYC, alternating in one process, four runs). The rows cost the face CNN's
+            # forward pass: fc1 of one image took 0.12 against 0.18 ms on one thread and 0.06
+            # against 0.07 on two with 32 MB rewritten between calls (`scripts/engine_timing.py
+            # --elementwise`; 0.04-0.05 either way in cache), and the whole batch-1 pass 0.97-1.00x
+            # the time on one core and 0.96-0.98x on two (Zen 4 EPYC, a trial script alternating
+            # two Nets in one process, four runs of 20-30 rounds). The rows cost the face CNN's
             # Net 2.9 MB of RSS: fc1's, permuted by `engine.schedule.reading_nhwc` (the others
             # are the caffemodel's own arrays).
             rows_first = not self.transpose
