@@ -33,6 +33,8 @@ Two execution modes, same results (within float rounding):
       permuted to that order once, and gathers any other order into rows);
     * the bias and an in-place ReLU that follows a Convolution/InnerProduct are applied in place
       on the GEMM output (the ReLU layer is then not run separately; `schedule.py`);
+    * an InnerProduct multiplies by its weights as (K, N), and a single image (a matrix-vector
+      product) by Caffe's (N, K) rows, which OpenBLAS reads faster once they have left the cache;
     * a channel-major convolution whose top only a MAX pooling with tiling windows reads (conv1
       + pool1 of the face CNN) is pooled as it is computed: one GEMM gives every output of each
       pooling window at once, the max is taken over contiguous rows, the bias and ReLU follow on
