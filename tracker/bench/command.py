@@ -268,8 +268,7 @@ def run_benchmark_command(config, args) -> int:
                  "rounds": rounds, "seconds_per_round": seconds, **got}
         results.add_runoff(entry)
         if "error" not in got:
-            cell_ms = {name: row["median_ms_per_image"] for name, row in cells.items()}
-            medians = runoff.profile_medians(got["ms_per_image"], cell_ms)
+            medians = runoff.profile_medians(got["ms_per_image"], entry["cell_median_ms_per_image"])
             measured.update({(name, plan.precision, plan.batch): ms for name, ms in medians.items()})
         bar.write("runoff " + runoff_line(entry), file=sys.stderr)
         results.write_data(out)
