@@ -11,8 +11,8 @@ int8 tflite is integer-only between its float parts (below): int8 ops, per-chann
 one QUANTIZE in and a DEQUANTIZE before each float output or op; int8 onnx is ONNX Runtime
 static quantisation (QDQ, per-channel int8 weights, uint8 activations). Both are calibrated on
 face crops (.calibration: the face chips shipped with the package by default, or --calibration
-DIR), and both have the outputs of fp32, "prob" and "embedding" in float32. Both keep two parts in float32
-(graph.int8_float_ops says why): the final softmax, on the dequantised logits, and the layers
+DIR), and both have the outputs of fp32, "prob" and "embedding" in float32. Both keep two parts
+in float32 (graph.int8_float_ops says why): the final softmax, on the dequantised logits, and the layers
 before the first pooling when the first convolution reads fewer than 4 channels (conv1 on the
 grey image).
 
