@@ -8,13 +8,13 @@ Targets (each a single file, cached under `<cache_dir>/<caffemodel sha256>/`, se
     tflite  LiteRT flatbuffer (.tflite) from that Keras model, NHWC input               fp32, int8
     onnx    ONNX opset 17 (.onnx), NCHW input "data", outputs "prob", "embedding"      fp32, int8
 int8 tflite is integer-only between its float parts (below): int8 ops, per-channel int8 weights,
-one QUANTIZE in and a DEQUANTIZE before each float output or op; int8 onnx is ONNX Runtime
-static quantisation (QDQ, per-channel int8 weights, uint8 activations). Both are calibrated on
-face crops (.calibration: the face chips shipped with the package by default, or --calibration
-DIR), and both have the outputs of fp32, "prob" and "embedding" in float32. Both keep two parts
-in float32 (graph.int8_float_ops says why): the final softmax, on the dequantised logits, and the layers
-before the first pooling when the first convolution reads fewer than 4 channels (conv1 on the
-grey image).
+one QUANTIZE in and a DEQUANTIZE before each float output or op; int8 onnx is ONNX Runtime static
+quantisation (QDQ, per-channel int8 weights, uint8 activations). Both are calibrated on face crops
+(.calibration: the face chips shipped with the package by default, or --calibration DIR), and both
+have the outputs of fp32, "prob" and "embedding" in float32. Both keep two parts in float32
+(graph.int8_float_ops says why): the final softmax, on the dequantised logits, and the layers
+before the first pooling when the first convolution reads fewer than 4 channels (conv1 on the grey
+image).
 
 The pipeline: caffe_io.load_net -> graph.lower (Caffe's semantics made explicit, see .graph) ->
 an emitter per engine (.keras, .onnx, .torch). Runtimes are imported only inside the functions
