@@ -72,23 +72,18 @@ def update_profile(path: Path, machine: dict, measured: dict[tuple[str, str, int
     for key in failed:
         merged.pop(key, None)
     merged.update(measured)
-    results = [
-        {"backend": b, "precision": p, "batch": n, "ms_per_image": ms}
-        for (b, p, n), ms in sorted(merged.items())
-        if b != "auto"
-    ]
-    document = {"schema": SCHEMA, "machine": machine, "results": results, "picks": _picks(results, held)}
+    kept = sorted((b, p, n, ms) for (b, p, n), ms in merged.items() if b != "auto")
+    ranking = rank_all(kept, held)
+    document = {
+        "schema": SCHEMA,
+        "machine": machine,
+        "results": [{"backend": b, "precision": p, "batch": n, "ms_per_image": ms} for b, p, n, ms in kept],
+        # per precision and batch size, the backend auto runs first: rank's first given `held`
+        "picks": [{"precision": p, "batch": n, "backend": ranking[p][n][0][1]} for p in sorted(ranking) for n in sorted(ranking[p])],
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, (json.dumps(document, indent=1) + "\n").encode())
     return warning
-
-
-def _picks(results: list[dict], held: dict[tuple[str, int], str]) -> list[dict]:
-    """Per precision and batch size of `results`, the backend `auto` runs first: rank's first
-    given the pick to hold (`held`)."""
-    ranking = rank_all(((e["backend"], e["precision"], e["batch"], e["ms_per_image"]) for e in results), held)
-    return [{"precision": p, "batch": n, "backend": ranking[p][n][0][1]}
-            for p in sorted(ranking) for n in sorted(ranking[p])]
 
 
 def last_run_path(state_dir: Path) -> Path:
