@@ -4,6 +4,7 @@
     .venv/bin/python scripts/engine_timing.py [--batches 1,8,256] [--seconds 1.5] [--modes caffe,dl]
                                               [--threads N] [--workspace-mb 64] [--layers] [--gemms]
                                               [--elementwise] [--against onnxruntime] [--scaling]
+                                              [--phases SECONDS]
 
 Prints, per mode and batch size, the median per-image milliseconds over repeated forward passes
 (at least 3 passes, at most 100, for about --seconds each) and the process's peak RSS so far
@@ -35,6 +36,15 @@ the engine's two workers (batch 8 on two cores), two threads each running its ow
 same again without sharing the Python interpreter's lock). Each is timed for --seconds, in
 alternating rounds, and printed as throughput against one worker alone (2.00x: no loss).
 
+--phases SECONDS first watches, for SECONDS, what decides the speed of OpenBLAS's two threads on
+this host: in rounds, the cost of reading data that the other core has just written (median ns
+per 64-byte line: a forked process on one CPU writes PROBE_KB of shared memory, this process on
+another CPU copies it; beside it, the same copy of data this process wrote itself), then the
+"caffe" mode at batch 8 on two BLAS threads and on one (about --seconds / 2 each); one line per
+round. On the AMD EPYC VM of the README the two moved together: a host that runs the VM's two
+cores far apart (cross-core reads several times the local ones) runs the two-thread pass at about
+twice its time. Needs two CPUs.
+
 --gemms first times the GEMM of every convolution of the face CNN in both orientations
 (`tracker.model.ops`: channel-major (O, K) @ (K, P), pixel-major (P, K) @ (K, O)), one
 thread, at 1 and 8 images, and the face CNN's conv3 pixel-major GEMM before and after
@@ -46,7 +56,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import mmap
+import os
 import resource
+import signal
 import sys
 import threading
 import time
@@ -333,6 +346,74 @@ def two_core_scaling(netdef, seconds: float) -> None:
         print(f"  {name}: " + ", ".join(f"{b / t:.2f}x" for b, t in zip(base, per_image[name])), flush=True)
 
 
+PROBE_KB = 256  # --phases: the data one core writes and the other reads (within either core's L2)
+PROBE_ROUNDS = 300
+
+
+def cross_core_read_ns(cpus: tuple[int, int]) -> tuple[float, float]:
+    """Median ns per 64-byte line for CPU cpus[1] to copy PROBE_KB of float32 that CPU cpus[0] has
+    just written (its lines come from the other core's cache, or through memory), and for it to
+    copy data it has just written itself. A forked writer process and this one, each pinned to its
+    CPU, take turns through a counter in shared memory (timing only: the values are not read)."""
+    shared = mmap.mmap(-1, mmap.PAGESIZE + PROBE_KB * 1024)
+    turn = np.frombuffer(shared, np.int64, 1, 0)  # 2i - 1: the writer's turn in round i; 2i: ours
+    data = np.frombuffer(shared, np.float32, PROBE_KB * 256, mmap.PAGESIZE)
+    copy = np.empty_like(data)
+    affinity = os.sched_getaffinity(0)
+    pid = os.fork()
+    if pid == 0:  # the writer: touches nothing but the shared memory, then leaves at once
+        try:
+            os.sched_setaffinity(0, {cpus[0]})
+            for i in range(1, PROBE_ROUNDS + 1):
+                while turn[0] != 2 * i - 1:
+                    pass
+                data.fill(i)
+                turn[0] = 2 * i
+        finally:
+            os._exit(0)
+    other: list[int] = []
+    own: list[int] = []
+    try:
+        os.sched_setaffinity(0, {cpus[1]})
+        for i in range(1, PROBE_ROUNDS + 1):
+            turn[0] = 2 * i - 1
+            while turn[0] != 2 * i:
+                pass
+            t = time.perf_counter_ns()
+            np.copyto(copy, data)
+            other.append(time.perf_counter_ns() - t)
+            data.fill(-i)
+            t = time.perf_counter_ns()
+            np.copyto(copy, data)
+            own.append(time.perf_counter_ns() - t)
+    finally:
+        if len(other) < PROBE_ROUNDS:  # interrupted: the writer would wait for its turn forever
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.sched_setaffinity(0, affinity)
+    lines = PROBE_KB * 1024 / 64
+    return float(np.median(other)) / lines, float(np.median(own)) / lines
+
+
+def watch_phases(netdef, total_seconds: float, seconds: float) -> None:
+    """Rounds of `cross_core_read_ns` and the "caffe" mode at batch 8 on 2 and 1 BLAS threads, for
+    about total_seconds (see --phases)."""
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    two, one = Net(netdef, np.float32, "caffe", threads=2), Net(netdef, np.float32, "caffe", threads=1)
+    x = np.random.default_rng(0).standard_normal((8, 1, 88, 88)).astype(np.float32)
+    print(f"phases: CPU {cpus[1]} reading {PROBE_KB} KB that CPU {cpus[0]} wrote, against its own writes (ns per "
+          f"64-byte line); \"caffe\" batch 8 on 2 and on 1 BLAS threads (ms per image):", flush=True)
+    end = time.monotonic() + total_seconds
+    while True:
+        other, own = cross_core_read_ns((cpus[0], cpus[1]))
+        ms2 = median_ms(lambda: two.forward(x, ["prob", "fc1"]), seconds / 2) / 8
+        ms1 = median_ms(lambda: one.forward(x, ["prob", "fc1"]), seconds / 2) / 8
+        print(f"  {time.strftime('%H:%M:%S')} read {other:.2f} against {own:.2f} ns ({other / own:.1f}x); "
+              f"caffe {ms2:.3f} ms on 2 threads, {ms1:.3f} on 1 ({ms2 / ms1:.2f}x)", flush=True)
+        if time.monotonic() >= end:
+            break
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", default="1,8,256")
@@ -346,9 +427,15 @@ def main() -> None:
     ap.add_argument("--scaling", action="store_true", help="first, what a second core gains the dl mode at batch 8, and where the rest goes")
     ap.add_argument("--against", metavar="BACKEND",
                     help="also the engine's ratio to this backend (e.g. onnxruntime), the two timed in alternating rounds")
+    ap.add_argument("--phases", type=float, metavar="SECONDS",
+                    help="first, for SECONDS, rounds of the cost of reading another core's writes and of the caffe mode on 2 and 1 threads")
     a = ap.parse_args()
     if a.layers and a.threads is None:
         ap.error("--layers: needs --threads N (the GEMMs alone are timed on the threads the engine gives them)")
+    if a.phases is not None and not a.phases >= 0:
+        ap.error(f"--phases: expected a number of seconds >= 0; found {a.phases}")
+    if a.phases is not None and len(os.sched_getaffinity(0)) < 2:
+        ap.error(f"--phases: needs two CPUs; this process may run on {len(os.sched_getaffinity(0))}")
     spec = default_model()
     netdef = load_net(spec.prototxt, spec.weights)
     if a.gemms:
@@ -357,6 +444,8 @@ def main() -> None:
         elementwise_costs(a.seconds / 2)
     if a.scaling:
         two_core_scaling(netdef, a.seconds)
+    if a.phases is not None:
+        watch_phases(netdef, a.phases, a.seconds)
     batches = [int(b) for b in a.batches.split(",")]
     x0 = np.random.default_rng(0).standard_normal((max(batches), 1, 88, 88)).astype(np.float32)
     other = create_backend(a.against, spec, threads=a.threads) if a.against else None

@@ -5,6 +5,7 @@ with positive figures, in the shape its docstring gives.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -44,3 +45,22 @@ def test_scaling_elementwise_and_layers_print_every_part():
     assert [s.split()[0] for s in steps] == ["conv1+pool1", "conv2", "pool2", "conv3", "fc1", "fc2", "prob"]
     assert all(float(re.findall(NUMBER, s)[0]) > 0 for s in steps)
     assert "gemm" in steps[4] and "(x @ W)" in steps[4]  # fc1 runs on (K, N) weights
+
+
+def test_phases_print_a_round_of_cross_core_reads_and_both_thread_counts():
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--phases", "0", "--modes", "caffe", "--batches", "1", "--seconds", "0.05"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    head, round_line, summary = proc.stdout.splitlines()
+    assert head.startswith("phases: CPU ") and "256 KB" in head
+    match = re.fullmatch(rf"  \d\d:\d\d:\d\d read {NUMBER} against {NUMBER} ns \({NUMBER}x\); "
+                         rf"caffe {NUMBER} ms on 2 threads, {NUMBER} on 1 \({NUMBER}x\)", round_line)
+    assert match and all(float(v) > 0 for v in match.groups()), round_line
+    assert re.match(rf"caffe +1:{NUMBER}ms", summary)
+
+
+def test_phases_on_one_cpu_is_a_clear_usage_error():
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--phases", "1"], capture_output=True, text=True, timeout=300,
+                          preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}))
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1].endswith("--phases: needs two CPUs; this process may run on 1")
