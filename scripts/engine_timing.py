@@ -40,8 +40,8 @@ alternating rounds, and printed as throughput against one worker alone (2.00x: n
 this host: in rounds, the cost of reading data that the other core has just written (median ns
 per 64-byte line: a forked process on one CPU writes PROBE_KB of shared memory, this process on
 another CPU copies it; beside it, the same copy of data this process wrote itself), then the
-"caffe" mode at batch 8 on two BLAS threads and on one (about --seconds / 2 each); one line per
-round. On the AMD EPYC VM of the README the two moved together: a host that runs the VM's two
+"caffe" mode at batch 8 on two BLAS threads and on one, and the "dl" mode at batch 8 on its two
+workers (about --seconds / 2 each); one line per round. On the AMD EPYC VM of the README the two moved together: a host that runs the VM's two
 cores far apart (cross-core reads several times the local ones) runs the two-thread pass at about
 twice its time. Needs two CPUs.
 
@@ -396,20 +396,22 @@ def cross_core_read_ns(cpus: tuple[int, int]) -> tuple[float, float]:
 
 
 def watch_phases(netdef, total_seconds: float, seconds: float) -> None:
-    """Rounds of `cross_core_read_ns` and the "caffe" mode at batch 8 on 2 and 1 BLAS threads, for
-    about total_seconds (see --phases)."""
+    """Rounds of `cross_core_read_ns`, the "caffe" mode at batch 8 on 2 and 1 BLAS threads and the
+    "dl" mode at batch 8 on 2 workers, for about total_seconds (see --phases)."""
     cpus = sorted(os.sched_getaffinity(0))[:2]
     two, one = Net(netdef, np.float32, "caffe", threads=2), Net(netdef, np.float32, "caffe", threads=1)
+    workers = Net(netdef, np.float32, "dl", threads=2)
     x = np.random.default_rng(0).standard_normal((8, 1, 88, 88)).astype(np.float32)
     print(f"phases: CPU {cpus[1]} reading {PROBE_KB} KB that CPU {cpus[0]} wrote, against its own writes (ns per "
-          f"64-byte line); \"caffe\" batch 8 on 2 and on 1 BLAS threads (ms per image):", flush=True)
+          f"64-byte line); batch 8, ms per image: \"caffe\" on 2 and on 1 BLAS threads, \"dl\" on 2 workers:", flush=True)
     end = time.monotonic() + total_seconds
     while True:
         other, own = cross_core_read_ns((cpus[0], cpus[1]))
         ms2 = median_ms(lambda: two.forward(x, ["prob", "fc1"]), seconds / 2) / 8
         ms1 = median_ms(lambda: one.forward(x, ["prob", "fc1"]), seconds / 2) / 8
+        dl = median_ms(lambda: workers.forward(x, ["prob", "fc1"]), seconds / 2) / 8
         print(f"  {time.strftime('%H:%M:%S')} read {other:.2f} against {own:.2f} ns ({other / own:.1f}x); "
-              f"caffe {ms2:.3f} ms on 2 threads, {ms1:.3f} on 1 ({ms2 / ms1:.2f}x)", flush=True)
+              f"caffe {ms2:.3f} ms on 2 threads, {ms1:.3f} on 1 ({ms2 / ms1:.2f}x); dl {dl:.3f} on 2 workers", flush=True)
         if time.monotonic() >= end:
             break
 

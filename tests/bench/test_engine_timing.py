@@ -54,7 +54,7 @@ def test_phases_print_a_round_of_cross_core_reads_and_both_thread_counts():
     head, round_line, summary = proc.stdout.splitlines()
     assert head.startswith("phases: CPU ") and "256 KB" in head
     match = re.fullmatch(rf"  \d\d:\d\d:\d\d read {NUMBER} against {NUMBER} ns \({NUMBER}x\); "
-                         rf"caffe {NUMBER} ms on 2 threads, {NUMBER} on 1 \({NUMBER}x\)", round_line)
+                         rf"caffe {NUMBER} ms on 2 threads, {NUMBER} on 1 \({NUMBER}x\); dl {NUMBER} on 2 workers", round_line)
     assert match and all(float(v) > 0 for v in match.groups()), round_line
     assert re.match(rf"caffe +1:{NUMBER}ms", summary)
 
