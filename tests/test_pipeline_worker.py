@@ -33,6 +33,9 @@ def test_killed_worker_is_restarted_and_in_flight_frames_count_as_dropped(tmp_pa
         time.sleep(0.05)
     restarting = guard.stages.backend.backend  # MirrorMean (the shipped card's embedding) over the RestartingBackend
     first_pid = restarting.backend.pid
+    # Restart at the next call: the unpaced source can run out within the default 0.5 s back-off,
+    # and the run would then end before any restart (the back-off is tested in test_worker.py).
+    restarting.backoff_initial_s = 0.0
     os.kill(first_pid, signal.SIGKILL)
     runner.join(300)
     assert not runner.is_alive() and result["code"] == 0
