@@ -41,9 +41,10 @@ this host: in rounds, the cost of reading data that the other core has just writ
 per 64-byte line: a forked process on one CPU writes PROBE_KB of shared memory, this process on
 another CPU copies it; beside it, the same copy of data this process wrote itself), then the
 "caffe" mode at batch 8 on two BLAS threads and on one, and the "dl" mode at batch 8 on its two
-workers (about --seconds / 2 each); one line per round. On the AMD EPYC VM of the README the two moved together: a host that runs the VM's two
-cores far apart (cross-core reads several times the local ones) runs the two-thread pass at about
-twice its time. Needs two CPUs.
+workers (about --seconds / 2 each); one line per round. On the AMD EPYC VM of the README, the
+read cost and the two-thread pass moved together: while the host ran the VM's two cores far
+apart (the other core's data 1.8-2.8x as slow to read as its own), the "caffe" pass on two threads
+took twice its time. Needs two CPUs.
 
 --gemms first times the GEMM of every convolution of the face CNN in both orientations
 (`tracker.model.ops`: channel-major (O, K) @ (K, P), pixel-major (P, K) @ (K, O)), one
@@ -430,7 +431,8 @@ def main() -> None:
     ap.add_argument("--against", metavar="BACKEND",
                     help="also the engine's ratio to this backend (e.g. onnxruntime), the two timed in alternating rounds")
     ap.add_argument("--phases", type=float, metavar="SECONDS",
-                    help="first, for SECONDS, rounds of the cost of reading another core's writes and of the caffe mode on 2 and 1 threads")
+                    help="first, for SECONDS, rounds of the cost of reading another core's writes, the caffe mode on 2 and 1 "
+                         "threads and the dl mode on 2 workers")
     a = ap.parse_args()
     if a.layers and a.threads is None:
         ap.error("--layers: needs --threads N (the GEMMs alone are timed on the threads the engine gives them)")
