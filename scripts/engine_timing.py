@@ -349,6 +349,7 @@ def two_core_scaling(netdef, seconds: float) -> None:
 
 PROBE_KB = 256  # --phases: the data one core writes and the other reads (within either core's L2)
 PROBE_ROUNDS = 300
+PROBE_WAIT_S = 10.0  # the longest wait for the writer's turn (it takes microseconds)
 
 
 def cross_core_read_ns(cpus: tuple[int, int]) -> tuple[float, float]:
@@ -378,8 +379,10 @@ def cross_core_read_ns(cpus: tuple[int, int]) -> tuple[float, float]:
         os.sched_setaffinity(0, {cpus[1]})
         for i in range(1, PROBE_ROUNDS + 1):
             turn[0] = 2 * i - 1
+            deadline = time.monotonic() + PROBE_WAIT_S
             while turn[0] != 2 * i:
-                pass
+                if time.monotonic() > deadline:  # the writer died (or was never scheduled): no hang
+                    raise RuntimeError(f"--phases: the writer process on CPU {cpus[0]} did not answer within {PROBE_WAIT_S:g} s")
             t = time.perf_counter_ns()
             np.copyto(copy, data)
             other.append(time.perf_counter_ns() - t)

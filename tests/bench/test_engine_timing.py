@@ -5,11 +5,14 @@ with positive figures, in the shape its docstring gives.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "engine_timing.py"
@@ -64,3 +67,16 @@ def test_phases_on_one_cpu_is_a_clear_usage_error():
                           preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}))
     assert proc.returncode == 2
     assert proc.stderr.splitlines()[-1].endswith("--phases: needs two CPUs; this process may run on 1")
+
+
+def test_phases_probe_raises_instead_of_hanging_when_its_writer_dies(monkeypatch):
+    """The writer cannot be pinned to a CPU that does not exist and exits at once: the probe gives
+    up after PROBE_WAIT_S, with this process's CPU affinity as it was."""
+    spec = importlib.util.spec_from_file_location("engine_timing", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "PROBE_WAIT_S", 0.2)
+    before = os.sched_getaffinity(0)
+    with pytest.raises(RuntimeError, match="did not answer within 0.2 s"):
+        script.cross_core_read_ns((1 << 20, min(before)))
+    assert os.sched_getaffinity(0) == before
