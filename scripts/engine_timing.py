@@ -349,7 +349,7 @@ def two_core_scaling(netdef, seconds: float) -> None:
 
 PROBE_KB = 256  # --phases: the data one core writes and the other reads (within either core's L2)
 PROBE_ROUNDS = 300
-PROBE_WAIT_S = 10.0  # the longest wait for the writer's turn (it takes microseconds)
+PROBE_WAIT_S = 10.0  # the longest wait for the other side's turn, either way (it takes microseconds)
 
 
 def cross_core_read_ns(cpus: tuple[int, int]) -> tuple[float, float]:
@@ -367,8 +367,10 @@ def cross_core_read_ns(cpus: tuple[int, int]) -> tuple[float, float]:
         try:
             os.sched_setaffinity(0, {cpus[0]})
             for i in range(1, PROBE_ROUNDS + 1):
+                deadline = time.monotonic() + PROBE_WAIT_S
                 while turn[0] != 2 * i - 1:
-                    pass
+                    if time.monotonic() > deadline:  # the reader was killed: leave rather than spin on
+                        os._exit(1)
                 data.fill(i)
                 turn[0] = 2 * i
         finally:
