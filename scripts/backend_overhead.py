@@ -23,8 +23,9 @@ per-call times, in milliseconds per image.
 Prints one table: the four medians, backend/raw (the issue's target: within 1.10x), backend/file
 (the reference for int8), and the wrapper's cost per call in microseconds (backend - session);
 "!" marks a ratio above its target. An `auto` row per precision and batch times
-create_backend("auto") against every raw runtime (int8: every int8 file) in the same rounds: its
-ratio to the fastest of them (target 1.05x), the backend it picked (Auto.pick) and its dispatch cost
+create_backend("auto") against every raw runtime (int8: every int8 file) and every other backend
+of the run in the same rounds: its ratio to the fastest of them (target 1.05x), the backend it
+picked (Auto.pick) and its dispatch cost
 per call (auto - the picked backend's infer). Before the table, once per backend and precision,
 what differs between the converted graph and the raw one (ops, layers, ONNX Runtime's optimised
 graphs, session options, XNNPACK partitions, threads). Also printed: the machine, its cores and
@@ -333,7 +334,8 @@ def measure_auto(precision: str, auto, spec: ModelSpec, x: np.ndarray, reference
                  args: argparse.Namespace) -> dict:
     """The `auto` row at x's batch size: auto, the backend it picked (session) and the references
     (fp32: "raw:<runtime>" for every peer_bench runtime; int8: "file:<backend>" for every int8
-    file) in the same rounds; ratio_raw is auto / the fastest reference."""
+    file; both: "backend:<name>" for every other backend timed in this run) in the same rounds;
+    ratio_raw is auto / the fastest reference."""
     n = x.shape[0]
     variants: dict[str, Runner] = dict(references)
     picked = session_runner("auto", auto, spec, n)
@@ -597,6 +599,9 @@ def run(args: argparse.Namespace) -> int:
                             files[(name, precision)] = file_runner(name, spec, precision)
                         if (f := files[(name, precision)]) is not None:
                             references[f"file:{name}"] = f
+            # ... and every backend timed here: a runtime's file with default options can be slower
+            # than its backend (ONNX Runtime's int8), and auto must keep up with the backends too.
+            references |= {f"backend:{name}": b.infer for (name, p), b in backends.items() if p == precision and name != "auto"}
             for n in args.batches:
                 print(f"timing auto {precision} batch {n}", file=sys.stderr, flush=True)
                 result["rows"].append(measure_auto(precision, auto, spec, x0[:n], references, args))

@@ -1,4 +1,4 @@
-"""scripts/backend_overhead.py: run for real on onnxruntime, fp32, batch 1 at tiny settings, and
+"""scripts/backend_overhead.py: run for real on onnxruntime (fp32, batch 1; int8 with auto) at tiny settings, and
 its one-line errors. No timing is asserted: only that the variants were timed (positive, at least
 one call per round) and that the ratios and the wrapper cost are what the medians say.
 """
@@ -22,8 +22,8 @@ SCRIPT = REPO / "scripts" / "backend_overhead.py"
 ROUNDS = 2
 
 
-def _run(*args: str, cache: Path | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
+def _run(*args: str, cache: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, **(env or {}))
     if cache is not None:
         env["TRACKER_CACHE_DIR"] = str(cache)  # the converted ONNX file: the session's, not the user's cache
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=300)
@@ -90,3 +90,31 @@ def test_missing_peer_bench_is_one_line_and_no_raw(monkeypatch, tmp_path):
     assert peer is None
     assert "\n" not in why and "bench/peer_bench.py not found" in why and "without the raw column" in why
     assert script.RawRunners(None, str(tmp_path)).get("onnxruntime") is None
+
+
+def test_auto_int8_is_timed_against_every_int8_backend_of_the_run(tmp_path, backend_caches):
+    """The auto row's references include the other backends in the same rounds, not only the
+    int8 files (ONNX Runtime's int8 file with default options is slower than its backend)."""
+    why = availability("onnxruntime")
+    if why:
+        pytest.skip(why)
+    from tracker.machine import machine_key
+
+    state = tmp_path / "state"
+    state.mkdir()
+    profile = {"schema": 1, "machine": machine_key(),
+               "results": [{"backend": "onnxruntime", "precision": "int8", "batch": 1, "ms_per_image": 0.2}],
+               "picks": [{"precision": "int8", "batch": 1, "backend": "onnxruntime"}]}
+    (state / "profile.json").write_text(json.dumps(profile))
+    out = tmp_path / "overhead.json"
+    env_state = {"STATE_DIRECTORY": str(state)}
+    proc = _run("--backends", "onnxruntime,auto", "--precisions", "int8", "--batches", "1", "--seconds", "0.01",
+                "--rounds", str(ROUNDS), "--json", str(out), cache=backend_caches("onnxruntime"), env=env_state)
+    assert proc.returncode == 0, proc.stderr
+    auto = next(row for row in json.loads(out.read_text())["rows"] if row["backend"] == "auto")
+    assert auto["picked"] == "onnxruntime"
+    ms = auto["ms_per_image"]
+    assert {"file:onnxruntime", "backend:onnxruntime", "session", "backend"} <= set(ms)
+    references = {k: v for k, v in ms.items() if ":" in k}
+    assert auto["reference"] == min(references, key=references.get)
+    assert auto["ratio_raw"] == pytest.approx(ms["backend"] / references[auto["reference"]])
