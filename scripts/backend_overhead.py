@@ -21,16 +21,15 @@ per-call times, in milliseconds per image.
   backend  backend.infer(x): the whole wrapper.
 
 Prints one table: the four medians, backend/raw (the issue's target: within 1.10x), backend/file
-(the reference for int8), and the wrapper's cost per call in microseconds (backend - session);
-"!" marks a ratio above its target. An `auto` row per precision and batch times
-create_backend("auto") against every raw runtime (int8: every int8 file) and every other backend
-of the run in the same rounds: its ratio to the fastest of them (target 1.05x), the backend it
-picked (Auto.pick) and its dispatch cost
-per call (auto - the picked backend's infer). Before the table, once per backend and precision,
-what differs between the converted graph and the raw one (ops, layers, ONNX Runtime's optimised
-graphs, session options, XNNPACK partitions, threads). Also printed: the machine, its cores and
-the load average before and after. A missing runtime, a precision a backend lacks or a missing
-peer_bench.py is one line, and the run goes on without it. --json FILE writes all of it.
+(the reference for int8), and the wrapper's cost per call in microseconds (backend - session); "!"
+marks a ratio above its target. An `auto` row per precision and batch times create_backend("auto")
+against every raw runtime (int8: every int8 file) and every other backend of the run in the same
+rounds: its ratio to the fastest of them (target 1.05x), the backend it picked (Auto.pick) and its
+dispatch cost per call (auto - the picked backend's infer). Before the table, once per backend and
+precision, what differs between the converted graph and the raw one (ops, layers, ONNX Runtime's
+optimised graphs, session options, XNNPACK partitions, threads). Also printed: the machine, its
+cores and the load average before and after. A missing runtime, a precision a backend lacks or a
+missing peer_bench.py is one line, and the run goes on without it. --json FILE writes all of it.
 
 The run's length: about variants x --rounds x --seconds per cell, plus one untimed call per
 variant, except where one call takes longer than --seconds: numpy-im2col is several times slower

@@ -1,6 +1,7 @@
-"""scripts/backend_overhead.py: run for real on onnxruntime (fp32, batch 1; int8 with auto) at tiny settings, and
-its one-line errors. No timing is asserted: only that the variants were timed (positive, at least
-one call per round) and that the ratios and the wrapper cost are what the medians say.
+"""scripts/backend_overhead.py: run for real on onnxruntime (fp32, batch 1; int8 with auto) at tiny
+settings, and its one-line errors. No timing is asserted: only that the variants were timed
+(positive, at least one call per round) and that the ratios and the wrapper cost are what the
+medians say.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ SCRIPT = REPO / "scripts" / "backend_overhead.py"
 ROUNDS = 2
 
 
-def _run(*args: str, cache: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, **(env or {}))
+def _run(*args: str, cache: Path | None = None, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, **(extra_env or {}))
     if cache is not None:
         env["TRACKER_CACHE_DIR"] = str(cache)  # the converted ONNX file: the session's, not the user's cache
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=300)
@@ -107,9 +108,9 @@ def test_auto_int8_is_timed_against_every_int8_backend_of_the_run(tmp_path, back
                "picks": [{"precision": "int8", "batch": 1, "backend": "onnxruntime"}]}
     (state / "profile.json").write_text(json.dumps(profile))
     out = tmp_path / "overhead.json"
-    env_state = {"STATE_DIRECTORY": str(state)}
     proc = _run("--backends", "onnxruntime,auto", "--precisions", "int8", "--batches", "1", "--seconds", "0.01",
-                "--rounds", str(ROUNDS), "--json", str(out), cache=backend_caches("onnxruntime"), env=env_state)
+                "--rounds", str(ROUNDS), "--json", str(out), cache=backend_caches("onnxruntime"),
+                extra_env={"STATE_DIRECTORY": str(state)})  # auto reads this profile, not the user's
     assert proc.returncode == 0, proc.stderr
     auto = next(row for row in json.loads(out.read_text())["rows"] if row["backend"] == "auto")
     assert auto["picked"] == "onnxruntime"
