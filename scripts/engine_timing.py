@@ -38,13 +38,13 @@ alternating rounds, and printed as throughput against one worker alone (2.00x: n
 
 --phases SECONDS first watches, for SECONDS, what decides the speed of OpenBLAS's two threads on
 this host: in rounds, the cost of reading data that the other core has just written (median ns
-per 64-byte line: a forked process on one CPU writes PROBE_KB of shared memory, this process on
-another CPU copies it; beside it, the same copy of data this process wrote itself), then the
-"caffe" mode at batch 8 on two BLAS threads and on one, and the "dl" mode at batch 8 on its two
-workers (about --seconds / 2 each); one line per round. On the AMD EPYC VM of the README, the
-read cost and the two-thread pass moved together: while the host ran the VM's two cores far
-apart (the other core's data 1.8-2.8x as slow to read as its own), the "caffe" pass on two threads
-took twice its time. Needs two CPUs.
+per 64-byte line: a process forked once, pinned to one CPU and asleep between rounds, writes
+PROBE_KB of shared memory, this process on another CPU copies it; beside it, the same copy of
+data this process wrote itself), then the "caffe" mode at batch 8 on two BLAS threads and on
+one, and the "dl" mode at batch 8 on its two workers (about --seconds / 2 each); one line per
+round. On the AMD EPYC VM of the README, the read cost and the two-thread pass moved together:
+while the host ran the VM's two cores far apart (the other core's data 1.8-2.8x as slow to read
+as its own), the "caffe" pass on two threads took twice its time. Needs two CPUs.
 
 --gemms first times the GEMM of every convolution of the face CNN in both orientations
 (`tracker.model.ops`: channel-major (O, K) @ (K, P), pixel-major (P, K) @ (K, O)), one
@@ -352,74 +352,111 @@ PROBE_ROUNDS = 300
 PROBE_WAIT_S = 10.0  # the longest wait for the other side's turn, either way (it takes microseconds)
 
 
-def cross_core_read_ns(cpus: tuple[int, int]) -> tuple[float, float]:
-    """Median ns per 64-byte line for CPU cpus[1] to copy PROBE_KB of float32 that CPU cpus[0] has
-    just written (its lines come from the other core's cache, or through memory), and for it to
-    copy data it has just written itself. A forked writer process and this one, each pinned to its
-    CPU, take turns through a counter in shared memory (timing only: the values are not read)."""
-    shared = mmap.mmap(-1, mmap.PAGESIZE + PROBE_KB * 1024)
-    turn = np.frombuffer(shared, np.int64, 1, 0)  # 2i - 1: the writer's turn in round i; 2i: ours
-    data = np.frombuffer(shared, np.float32, PROBE_KB * 256, mmap.PAGESIZE)
-    copy = np.empty_like(data)
-    affinity = os.sched_getaffinity(0)
-    pid = os.fork()
-    if pid == 0:  # the writer: touches nothing but the shared memory, then leaves at once
+class CrossCoreProbe:
+    """How long CPU cpus[1] takes to copy PROBE_KB of float32 that CPU cpus[0] has just written
+    (its lines come from the other core's cache, or through memory), against copying data it has
+    just written itself: `read_ns()`, one probe of PROBE_ROUNDS turns.
+
+    One writer process, forked here and pinned to cpus[0], serves every probe. Between probes it
+    sleeps on a pipe, so it takes no CPU from the passes timed between them, and it leaves when
+    the pipe closes: at `close()`, or when this process dies. Forking once also leaves OpenBLAS's
+    threads alone during the watch: a fork stops them (OpenBLAS's atfork handler) and the next GEMM
+    starts them again. Within a probe the two processes take turns through a counter in shared
+    memory (timing only: the values are not read). Use it as a context manager."""
+
+    def __init__(self, cpus: tuple[int, int]) -> None:
+        self.cpus = cpus
+        shared = mmap.mmap(-1, mmap.PAGESIZE + PROBE_KB * 1024)
+        self.turn = np.frombuffer(shared, np.int64, 1, 0)  # 2i - 1: the writer's turn in round i; 2i: the reader's
+        self.data = np.frombuffer(shared, np.float32, PROBE_KB * 256, mmap.PAGESIZE)
+        self.copy = np.empty_like(self.data)
+        wake, self.go = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            os.close(self.go)
+            self._serve(wake)
+        os.close(wake)
+
+    def _serve(self, wake: int) -> None:
+        """The writer: a probe per byte on `wake`, until it reads the end of the pipe."""
         try:
-            os.sched_setaffinity(0, {cpus[0]})
-            for i in range(1, PROBE_ROUNDS + 1):
-                deadline = time.monotonic() + PROBE_WAIT_S
-                while turn[0] != 2 * i - 1:
-                    if time.monotonic() > deadline:  # the reader was killed: leave rather than spin on
-                        os._exit(1)
-                data.fill(i)
-                turn[0] = 2 * i
+            os.sched_setaffinity(0, {self.cpus[0]})
+            while os.read(wake, 1):
+                for i in range(1, PROBE_ROUNDS + 1):
+                    deadline = time.monotonic() + PROBE_WAIT_S
+                    while self.turn[0] != 2 * i - 1:
+                        if time.monotonic() > deadline:  # the reader was killed mid-probe: leave rather than spin on
+                            os._exit(1)
+                    self.data.fill(i)
+                    self.turn[0] = 2 * i
         finally:
             os._exit(0)
-    other: list[int] = []
-    own: list[int] = []
-    try:
-        os.sched_setaffinity(0, {cpus[1]})
-        for i in range(1, PROBE_ROUNDS + 1):
-            turn[0] = 2 * i - 1
-            deadline = time.monotonic() + PROBE_WAIT_S
-            while turn[0] != 2 * i:
-                if time.monotonic() > deadline:  # the writer died (or was never scheduled): no hang
-                    raise RuntimeError(f"--phases: the writer process on CPU {cpus[0]} did not answer within {PROBE_WAIT_S:g} s")
-            t = time.perf_counter_ns()
-            np.copyto(copy, data)
-            other.append(time.perf_counter_ns() - t)
-            data.fill(-i)
-            t = time.perf_counter_ns()
-            np.copyto(copy, data)
-            own.append(time.perf_counter_ns() - t)
-    finally:
-        if len(other) < PROBE_ROUNDS:  # interrupted: the writer would wait for its turn forever
-            os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        os.sched_setaffinity(0, affinity)
-    lines = PROBE_KB * 1024 / 64
-    return float(np.median(other)) / lines, float(np.median(own)) / lines
+
+    def read_ns(self) -> tuple[float, float]:
+        """(the other core's data, this core's own): median ns per 64-byte line of one probe.
+        Raises RuntimeError, with this process's CPU affinity as it was, if the writer is gone."""
+        unanswered = f"--phases: the writer process on CPU {self.cpus[0]} did not answer"
+        other: list[int] = []
+        own: list[int] = []
+        affinity = os.sched_getaffinity(0)
+        self.turn[0] = 0
+        try:
+            os.write(self.go, b"\1")
+            os.sched_setaffinity(0, {self.cpus[1]})
+            for i in range(1, PROBE_ROUNDS + 1):
+                self.turn[0] = 2 * i - 1
+                deadline = time.monotonic() + PROBE_WAIT_S
+                while self.turn[0] != 2 * i:
+                    if time.monotonic() > deadline:  # the writer died (or was never scheduled): no hang
+                        raise RuntimeError(f"{unanswered} within {PROBE_WAIT_S:g} s")
+                t = time.perf_counter_ns()
+                np.copyto(self.copy, self.data)
+                other.append(time.perf_counter_ns() - t)
+                self.data.fill(-i)
+                t = time.perf_counter_ns()
+                np.copyto(self.copy, self.data)
+                own.append(time.perf_counter_ns() - t)
+        except BrokenPipeError:  # it had already left
+            raise RuntimeError(f"{unanswered} (it has exited)") from None
+        finally:
+            os.sched_setaffinity(0, affinity)
+        lines = PROBE_KB * 1024 / 64
+        return float(np.median(other)) / lines, float(np.median(own)) / lines
+
+    def close(self) -> None:
+        """End the writer: asleep, it leaves at the pipe's end; interrupted mid-probe, it would
+        spin for its turn until PROBE_WAIT_S, so it is killed."""
+        os.close(self.go)
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+
+    def __enter__(self) -> CrossCoreProbe:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def watch_phases(netdef, total_seconds: float, seconds: float) -> None:
-    """Rounds of `cross_core_read_ns`, the "caffe" mode at batch 8 on 2 and 1 BLAS threads and the
+    """Rounds of a `CrossCoreProbe`, the "caffe" mode at batch 8 on 2 and 1 BLAS threads and the
     "dl" mode at batch 8 on 2 workers, for about total_seconds (see --phases)."""
     cpus = sorted(os.sched_getaffinity(0))[:2]
-    two, one = Net(netdef, np.float32, "caffe", threads=2), Net(netdef, np.float32, "caffe", threads=1)
-    workers = Net(netdef, np.float32, "dl", threads=2)
-    x = np.random.default_rng(0).standard_normal((8, 1, 88, 88)).astype(np.float32)
-    print(f"phases: CPU {cpus[1]} reading {PROBE_KB} KB that CPU {cpus[0]} wrote, against its own writes (ns per "
-          f"64-byte line); batch 8, ms per image: \"caffe\" on 2 and on 1 BLAS threads, \"dl\" on 2 workers:", flush=True)
-    end = time.monotonic() + total_seconds
-    while True:
-        other, own = cross_core_read_ns((cpus[0], cpus[1]))
-        ms2 = median_ms(lambda: two.forward(x, ["prob", "fc1"]), seconds / 2) / 8
-        ms1 = median_ms(lambda: one.forward(x, ["prob", "fc1"]), seconds / 2) / 8
-        dl = median_ms(lambda: workers.forward(x, ["prob", "fc1"]), seconds / 2) / 8
-        print(f"  {time.strftime('%H:%M:%S')} read {other:.2f} against {own:.2f} ns ({other / own:.1f}x); "
-              f"caffe {ms2:.3f} ms on 2 threads, {ms1:.3f} on 1 ({ms2 / ms1:.2f}x); dl {dl:.3f} on 2 workers", flush=True)
-        if time.monotonic() >= end:
-            break
+    with CrossCoreProbe((cpus[0], cpus[1])) as probe:  # its writer forked before the Nets start threads
+        two, one = Net(netdef, np.float32, "caffe", threads=2), Net(netdef, np.float32, "caffe", threads=1)
+        workers = Net(netdef, np.float32, "dl", threads=2)
+        x = np.random.default_rng(0).standard_normal((8, 1, 88, 88)).astype(np.float32)
+        print(f"phases: CPU {cpus[1]} reading {PROBE_KB} KB that CPU {cpus[0]} wrote, against its own writes (ns per "
+              f"64-byte line); batch 8, ms per image: \"caffe\" on 2 and on 1 BLAS threads, \"dl\" on 2 workers:", flush=True)
+        end = time.monotonic() + total_seconds
+        while True:
+            other, own = probe.read_ns()
+            ms2 = median_ms(lambda: two.forward(x, ["prob", "fc1"]), seconds / 2) / 8
+            ms1 = median_ms(lambda: one.forward(x, ["prob", "fc1"]), seconds / 2) / 8
+            dl = median_ms(lambda: workers.forward(x, ["prob", "fc1"]), seconds / 2) / 8
+            print(f"  {time.strftime('%H:%M:%S')} read {other:.2f} against {own:.2f} ns ({other / own:.1f}x); "
+                  f"caffe {ms2:.3f} ms on 2 threads, {ms1:.3f} on 1 ({ms2 / ms1:.2f}x); dl {dl:.3f} on 2 workers", flush=True)
+            if time.monotonic() >= end:
+                break
 
 
 def main() -> None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -69,14 +71,72 @@ def test_phases_on_one_cpu_is_a_clear_usage_error():
     assert proc.stderr.splitlines()[-1].endswith("--phases: needs two CPUs; this process may run on 1")
 
 
-def test_phases_probe_raises_instead_of_hanging_when_its_writer_dies(monkeypatch):
-    """The writer cannot be pinned to a CPU that does not exist and exits at once: the probe gives
-    up after PROBE_WAIT_S, with this process's CPU affinity as it was."""
+def load_script():
     spec = importlib.util.spec_from_file_location("engine_timing", SCRIPT)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+def process_state(pid: int) -> str:
+    """The one-letter state of process pid from /proc ("R" running, "S" asleep, "Z" exited and
+    not yet reaped), or "gone"."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "gone"
+
+
+def wait_for_state(pid: int, states: set[str], seconds: float = 10.0) -> str:
+    """Poll pid's state until it is one of `states` or `seconds` have passed; the last state read."""
+    deadline = time.monotonic() + seconds
+    while (state := process_state(pid)) not in states and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return state
+
+
+def test_phases_probe_raises_instead_of_hanging_when_its_writer_dies(monkeypatch):
+    """The writer cannot be pinned to a CPU that does not exist and exits at once: the probe gives
+    up (at the latest after PROBE_WAIT_S), with this process's CPU affinity as it was."""
+    script = load_script()
     monkeypatch.setattr(script, "PROBE_WAIT_S", 0.2)
     before = os.sched_getaffinity(0)
-    with pytest.raises(RuntimeError, match="did not answer within 0.2 s"):
-        script.cross_core_read_ns((1 << 20, min(before)))
+    with script.CrossCoreProbe((1 << 20, min(before))) as probe, \
+            pytest.raises(RuntimeError, match=f"the writer process on CPU {1 << 20} did not answer"):
+        probe.read_ns()
     assert os.sched_getaffinity(0) == before
+
+
+def test_phases_probe_writer_sleeps_between_probes_and_serves_each():
+    """One writer serves every probe, and between probes it is asleep on its pipe, not spinning:
+    the passes timed between probes have both cores."""
+    script = load_script()
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    with script.CrossCoreProbe((cpus[0], cpus[-1])) as probe:
+        for _ in range(2):
+            other, own = probe.read_ns()
+            assert other > 0 and own > 0
+            # "S" and nothing else, for a while: a writer spinning for its turn would read "R"
+            assert wait_for_state(probe.pid, {"S"}) == "S"
+            for _ in range(20):
+                time.sleep(0.01)
+                assert process_state(probe.pid) == "S"
+        pid = probe.pid
+    assert process_state(pid) == "gone"  # closed: killed and reaped
+
+
+def test_phases_probe_writer_leaves_when_its_reader_is_killed(tmp_path):
+    """Killed between probes, the reader leaves no writer behind: the writer reads the end of its
+    pipe and exits (reaped by init, or a zombie where nothing reaps it). The reader's output goes
+    to a file: the writer's inherited copy of a pipe would hold `subprocess.run` until it left."""
+    code = ("import os, signal, sys; sys.path.insert(0, sys.argv[1]); import engine_timing as et; "
+            "cpus = sorted(os.sched_getaffinity(0))[:2]; probe = et.CrossCoreProbe((cpus[0], cpus[-1])); "
+            "probe.read_ns(); print(probe.pid, flush=True); os.kill(os.getpid(), signal.SIGKILL)")
+    out = tmp_path / "reader.out"
+    with out.open("w") as stdout:
+        proc = subprocess.run([sys.executable, "-c", code, str(SCRIPT.parent)], stdout=stdout, stderr=subprocess.STDOUT,
+                              timeout=300)
+    assert proc.returncode == -signal.SIGKILL, out.read_text()
+    writer = int(out.read_text().split()[0])
+    # sooner than PROBE_WAIT_S, after which a writer spinning for its turn would leave anyway
+    assert wait_for_state(writer, {"gone", "Z"}, seconds=load_script().PROBE_WAIT_S / 2) in {"gone", "Z"}
