@@ -383,14 +383,21 @@ class CrossCoreProbe:
             os.sched_setaffinity(0, {self.cpus[0]})
             while os.read(wake, 1):
                 for i in range(1, PROBE_ROUNDS + 1):
-                    deadline = time.monotonic() + PROBE_WAIT_S
-                    while self.turn[0] != 2 * i - 1:
-                        if time.monotonic() > deadline:  # the reader was killed mid-probe: leave rather than spin on
-                            os._exit(1)
+                    if not self._wait_for_turn(2 * i - 1):  # the reader was killed mid-probe: leave rather than spin on
+                        os._exit(1)
                     self.data.fill(i)
                     self.turn[0] = 2 * i
         finally:
             os._exit(0)
+
+    def _wait_for_turn(self, value: int) -> bool:
+        """Spin until the shared counter reads `value`: True, or False after PROBE_WAIT_S (the
+        other process is gone, or was never scheduled)."""
+        deadline = time.monotonic() + PROBE_WAIT_S
+        while self.turn[0] != value:
+            if time.monotonic() > deadline:
+                return False
+        return True
 
     def read_ns(self) -> tuple[float, float]:
         """(the other core's data, this core's own): median ns per 64-byte line of one probe.
@@ -405,10 +412,8 @@ class CrossCoreProbe:
             os.sched_setaffinity(0, {self.cpus[1]})
             for i in range(1, PROBE_ROUNDS + 1):
                 self.turn[0] = 2 * i - 1
-                deadline = time.monotonic() + PROBE_WAIT_S
-                while self.turn[0] != 2 * i:
-                    if time.monotonic() > deadline:  # the writer died (or was never scheduled): no hang
-                        raise RuntimeError(f"{unanswered} within {PROBE_WAIT_S:g} s")
+                if not self._wait_for_turn(2 * i):
+                    raise RuntimeError(f"{unanswered} within {PROBE_WAIT_S:g} s")
                 t = time.perf_counter_ns()
                 np.copyto(self.copy, self.data)
                 other.append(time.perf_counter_ns() - t)
@@ -480,8 +485,8 @@ def main() -> None:
         ap.error("--layers: needs --threads N (the GEMMs alone are timed on the threads the engine gives them)")
     if a.phases is not None and not a.phases >= 0:
         ap.error(f"--phases: expected a number of seconds >= 0; found {a.phases}")
-    if a.phases is not None and len(os.sched_getaffinity(0)) < 2:
-        ap.error(f"--phases: needs two CPUs; this process may run on {len(os.sched_getaffinity(0))}")
+    if a.phases is not None and (usable := len(os.sched_getaffinity(0))) < 2:
+        ap.error(f"--phases: needs two CPUs; this process may run on {usable}")
     spec = default_model()
     netdef = load_net(spec.prototxt, spec.weights)
     if a.gemms:
