@@ -55,9 +55,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tracker.blas_idle import bound_idle_spin  # noqa: E402
+
+bound_idle_spin()  # before numpy loads OpenBLAS, as the `tracker` command does
+
+import numpy as np  # noqa: E402
+
 # TensorFlow's C++ info chatter off (tracker.backends.tensorflow does the same when it imports it).
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

@@ -4,7 +4,7 @@
     .venv/bin/python scripts/engine_timing.py [--batches 1,8,256] [--seconds 1.5] [--modes caffe,dl]
                                               [--threads N] [--workspace-mb 64] [--layers] [--gemms]
                                               [--elementwise] [--against onnxruntime] [--scaling]
-                                              [--phases SECONDS]
+                                              [--phases SECONDS] [--idle-cpu]
 
 Prints, per mode and batch size, the median per-image milliseconds over repeated forward passes
 (at least 3 passes, at most 100, for about --seconds each) and the process's peak RSS so far
@@ -46,6 +46,12 @@ round. On the AMD EPYC VM of the README, the read cost and the two-thread pass m
 while the host ran the VM's two cores far apart (the other core's data 1.8-2.8x as slow to read
 as its own), the "caffe" pass on two threads took twice its time. Needs two CPUs.
 
+--idle-cpu first measures what OpenBLAS's idle threads cost between frames (see tracker.blas_idle):
+per mode, IDLE_PASSES batch-1 forward passes IDLE_GAP_S apart on every usable core, and the
+seconds spent in them against the process CPU time over them. This script, like the `tracker`
+command, bounds OpenBLAS's idle polling first unless OPENBLAS_THREAD_TIMEOUT is set; run it with
+OPENBLAS_THREAD_TIMEOUT=28 for OpenBLAS's own default.
+
 --gemms first times the GEMM of every convolution of the face CNN in both orientations
 (`tracker.model.ops`: channel-major (O, K) @ (K, P), pixel-major (P, K) @ (K, O)), one
 thread, at 1 and 8 images, and the face CNN's conv3 pixel-major GEMM before and after
@@ -67,9 +73,13 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tracker.blas_idle import bound_idle_spin  # noqa: E402
+
+bound_idle_spin()  # before numpy loads OpenBLAS, as the `tracker` command does
+
+import numpy as np  # noqa: E402
 
 from tracker.backends import create_backend  # noqa: E402
 from tracker.bench.interleave import time_interleaved  # noqa: E402
@@ -464,6 +474,31 @@ def watch_phases(netdef, total_seconds: float, seconds: float) -> None:
                 break
 
 
+IDLE_PASSES, IDLE_GAP_S = 20, 0.05  # --idle-cpu: a camera's pace, faster than the default poll ends
+
+
+def idle_cpu(netdef) -> None:
+    """--idle-cpu: per mode, IDLE_PASSES batch-1 passes IDLE_GAP_S apart on every usable core; the
+    seconds in the passes and the process CPU seconds over the whole run."""
+    threads = len(os.sched_getaffinity(0))
+    x = np.random.default_rng(0).standard_normal((1, 1, 88, 88)).astype(np.float32)
+    timeout = os.environ.get("OPENBLAS_THREAD_TIMEOUT", "unset (OpenBLAS's default, 28)")
+    print(f"idle: OPENBLAS_THREAD_TIMEOUT {timeout}; {IDLE_PASSES} batch-1 passes {1000 * IDLE_GAP_S:.0f} ms apart "
+          f"on {threads} BLAS threads:", flush=True)
+    for mode in ("caffe", "dl"):
+        net = Net(netdef, np.float32, mode, threads=threads)
+        for _ in range(5):
+            net.forward(x, ["prob"])
+        time.sleep(0.5)  # the warm-up's polling over (on x86 at least) before the count starts
+        busy, cpu = 0.0, time.process_time()
+        for _ in range(IDLE_PASSES):
+            start = time.perf_counter()
+            net.forward(x, ["prob"])
+            busy += time.perf_counter() - start
+            time.sleep(IDLE_GAP_S)
+        print(f"  {mode:5s} {busy:.3f} s in forward passes, {time.process_time() - cpu:.3f} s of process CPU time", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", default="1,8,256")
@@ -480,6 +515,7 @@ def main() -> None:
     ap.add_argument("--phases", type=float, metavar="SECONDS",
                     help="first, for SECONDS, rounds of the cost of reading another core's writes, the caffe mode on 2 and 1 "
                          "threads and the dl mode on 2 workers")
+    ap.add_argument("--idle-cpu", action="store_true", help="first, the process CPU time of batch-1 passes at a camera's pace")
     a = ap.parse_args()
     if a.layers and a.threads is None:
         ap.error("--layers: needs --threads N (the GEMMs alone are timed on the threads the engine gives them)")
@@ -497,6 +533,8 @@ def main() -> None:
         two_core_scaling(netdef, a.seconds)
     if a.phases is not None:
         watch_phases(netdef, a.phases, a.seconds)
+    if a.idle_cpu:
+        idle_cpu(netdef)
     batches = [int(b) for b in a.batches.split(",")]
     x0 = np.random.default_rng(0).standard_normal((max(batches), 1, 88, 88)).astype(np.float32)
     other = create_backend(a.against, spec, threads=a.threads) if a.against else None

@@ -24,10 +24,14 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+
+from tracker.blas_idle import bound_idle_spin  # noqa: E402
+
+bound_idle_spin()  # before numpy loads OpenBLAS, as the `tracker` command does
+
+import numpy as np  # noqa: E402
 
 from tracker.backends import create_backend  # noqa: E402
 from tracker.backends.base import BackendBase  # noqa: E402

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracker.arguments import ArgumentParser, positive_int, seconds
+from tracker.blas_idle import bound_idle_spin
 from tracker.errors import EXIT_UNEXPECTED, InputError, TrackerError
 
 if TYPE_CHECKING:
@@ -187,6 +188,7 @@ def configure_logging(level: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    bound_idle_spin()  # first: OpenBLAS reads it when numpy loads it (nothing above imports numpy)
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] in SUBCOMMANDS:
