@@ -6,10 +6,10 @@ polling, for 2**28 ticks of the CPU's counter, before it sleeps (OpenBLAS 0.3.31
 19.2 MHz counter of a Raspberry Pi 3, whose OpenBLAS polls with `nop`s and never yields the core.
 So a guard that runs one face at a time on several BLAS threads (the Caffe engine picks all cores
 when that is faster) kept every helper's core busy between frames: on the Intel Xeon of the README,
-20 batch-1 forward passes 50 ms apart took 0.03-0.04 s of inference and 1.07 s of process CPU time;
-with the bound, 0.07 s (`scripts/engine_timing.py --idle-cpu`, both modes). The polling also takes
-the core from whatever else the process runs meanwhile: of two Python threads sharing a convolution
-after a two-thread GEMM, one ran its half at half the other's speed.
+20 batch-1 forward passes 50 ms apart took 0.03-0.04 s of inference and 1.06-1.07 s of process CPU
+time; with the bound, 0.07 s (`scripts/engine_timing.py --idle-cpu`, both modes). The polling also
+takes the core from whatever else the process runs meanwhile: of two Python threads sharing a
+convolution after a two-thread GEMM, one ran its half at half the other's speed.
 
 OPENBLAS_THREAD_TIMEOUT sets that wait, as log2 of the ticks (OpenBLAS clamps it to 4-30), and
 OpenBLAS reads it once, when it is loaded: `bound_idle_spin` must run before anything imports
