@@ -16,9 +16,9 @@ OpenBLAS reads it once, when it is loaded: `bound_idle_spin` must run before any
 numpy. The bounds below still cover the gaps between one forward pass's GEMMs (an im2col, a
 pooling: 0.1-0.2 ms on the Xeon, about ten times that on a Pi), so that OpenBLAS does not sleep
 and wake between them: with 2**16 ticks (about 25 us) the "caffe" mode's passes took 1.03-1.20x
-their time with 2**28; with 2**20, the bound below, the two read the same within the host's noise
-(`tracker.model.engine` at batch 1, 8 and 64 on two threads, three processes of each alternating:
-"caffe" 0.94-1.15 ms per image against 0.94-1.14, "dl" 0.46-0.99 against 0.45-0.96).
+their time with 2**28 (a trial script); with 2**20, the bound below, both modes read the same as
+with 2**28 within the host's noise (`scripts/engine_timing.py --modes caffe,dl --threads 2`, three
+processes of each alternating, batch 1 to 64; README, "The project's Caffe engine").
 """
 
 from __future__ import annotations
