@@ -42,9 +42,9 @@ def blas_threads(n: int):
     """Run the block with every loaded BLAS limited to `n` threads, then restore each library's
     limit (the limit is process-wide). Each limit is read and set directly, and only where it
     differs from n: threadpoolctl's own `limit` context gathers every library's full description
-    on entry, which cost every forward pass 0.015-0.022 ms (the face CNN at batch 1, Intel Xeon
-    of the README, both modes, one BLAS thread or two, seven runs alternating the two ways in one
-    process; "dl" on two threads took 0.95-1.11 ms against 0.97-1.13)."""
+    on entry, which cost every forward pass 0.015-0.022 ms (a trial script: the face CNN at batch
+    1, Intel Xeon of the README, both modes, one BLAS thread or two, seven runs alternating the two
+    ways in one process; "dl" on two threads took 0.95-1.11 ms against 0.97-1.13)."""
     libraries = _blas_libraries()
     before = [library.num_threads for library in libraries]
     for library, limit in zip(libraries, before):
