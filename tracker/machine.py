@@ -71,8 +71,11 @@ def machine_key() -> dict:
 
 
 def blas_info() -> dict:
-    """numpy's BLAS: name, version, CPU kernel set and thread count (threadpoolctl, then numpy's build config)."""
-    blas: dict[str, str | int | None] = {"name": None, "version": None, "architecture": None, "threads": None}
+    """numpy's BLAS: name, version, CPU kernel set and thread count (threadpoolctl, then numpy's build config),
+    and how long its idle threads poll (OPENBLAS_THREAD_TIMEOUT, see tracker.blas_idle; None: OpenBLAS's default)."""
+    timeout = os.environ.get("OPENBLAS_THREAD_TIMEOUT", "")
+    blas: dict[str, str | int | None] = {"name": None, "version": None, "architecture": None, "threads": None,
+                                         "idle_poll_log2_ticks": int(timeout) if timeout.isdigit() else None}
     try:
         from threadpoolctl import threadpool_info
 

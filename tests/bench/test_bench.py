@@ -124,6 +124,8 @@ def test_benchmark_writes_table_json_csv_plots_and_profile(capsys, config_file, 
     assert isinstance(machine["cores"], int) and machine["cores"] >= 1
     assert isinstance(machine["arch"], str) and machine["arch"]
     assert machine["blas"]["name"] and machine["blas"]["version"]
+    timeout = os.environ.get("OPENBLAS_THREAD_TIMEOUT")  # the command set it (tracker.blas_idle)
+    assert machine["blas"]["idle_poll_log2_ticks"] == (int(timeout) if timeout else None)
     assert machine["sgemm_peak_gflops"] > 0
     assert len(machine["load_average"]["start"]) == len(machine["load_average"]["end"]) == 3
     assert doc["versions"]["python"] == sys.version.split()[0]

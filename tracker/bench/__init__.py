@@ -45,7 +45,8 @@ backend named explicitly cannot run here.
 results.json (schema 1):
     schema: 1;  complete: bool (false if interrupted)
     machine: {cpu: str, cores: int, arch: str, system: str, memory_mb: float|null,
-              blas: {name, version, architecture, threads}, sgemm_peak_gflops: float,
+              blas: {name, version, architecture, threads, idle_poll_log2_ticks: int|null
+                     (OPENBLAS_THREAD_TIMEOUT; null: OpenBLAS's default)}, sgemm_peak_gflops: float,
               sgemm: {n, repeats, best_s},
               load_average: {start: [1, 5, 15 min], end: [..]|null}}  how busy the machine was
     versions: {python, numpy, tracker, runtimes: {label: {module: version}}}
