@@ -90,6 +90,7 @@ INPUT = (1, 88, 88)  # the face CNN's (C, H, W); peer_bench's runners are fixed 
 ORT_OPTIONS = ("intra_op_num_threads", "inter_op_num_threads", "execution_mode", "execution_order",
                "graph_optimization_level", "enable_cpu_mem_arena", "enable_mem_pattern", "enable_mem_reuse",
                "use_deterministic_compute", "use_per_session_threads")
+ORT_CONFIG_ENTRIES = ("session.force_spinning_stop", "session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
 
 Runner = Callable[[np.ndarray], Any]  # f(x), x (N, 1, 88, 88) float32 NCHW; the result is not used
 
@@ -407,9 +408,18 @@ def describe_onnx(backend, precision: str, spec: ModelSpec, peer: ModuleType | N
     used, default = backend._session.get_session_options(), ort.SessionOptions()
     differ = [f"{a} {getattr(used, a)} (default {getattr(default, a)})" for a in ORT_OPTIONS
               if str(getattr(used, a)) != str(getattr(default, a))]
+    differ += [f"{key} {value} (default unset)" for key in ORT_CONFIG_ENTRIES if (value := config_entry(used, key)) is not None]
     lines.append(f"backend's session options that differ from the defaults (raw and file use the defaults; "
                  f"0 threads: one per physical core): {', '.join(differ) or 'none'}")
     return lines
+
+
+def config_entry(options, key: str) -> str | None:
+    """An ONNX Runtime session's config entry (add_session_config_entry), None where it is not set."""
+    try:
+        return options.get_session_config_entry(key)
+    except RuntimeError:  # ONNX Runtime's answer for a key that was never set
+        return None
 
 
 def tflite_ops(content: bytes) -> tuple[list[str], int]:

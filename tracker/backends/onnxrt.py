@@ -4,7 +4,8 @@ The model comes from the converter cache (tracker.model.convert, target "onnx"):
 so batches go in as they are. fp32, or int8 (static QDQ quantisation calibrated on face crops,
 with float32 outputs; its softmax runs in float32).
 `threads` sets intra_op_num_threads (default: every core this process may use); inter-op
-parallelism is 1 (the graph is a chain, nothing runs side by side).
+parallelism is 1 (the graph is a chain, nothing runs side by side). The pool's threads stop
+spinning when a run returns (`session.force_spinning_stop`), and spin again only within the next.
 """
 
 from __future__ import annotations
@@ -41,6 +42,13 @@ class OnnxRuntime(BackendBase):
         settings.inter_op_num_threads = 1
         settings.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         settings.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # By default the pool's threads keep spinning after a run returns, waiting for the next:
+        # at a camera's pace (20 batch-1 calls 50 ms apart, two threads, the Intel Xeon of the
+        # README) they took 0.51-0.54 s of process CPU time beyond the calls' own, about 0 with
+        # this (the paced child of tests/backends/test_backend_onnxrt.py). Back to back, the
+        # backend stays within 1.03x of the raw runtime with its defaults
+        # (`scripts/backend_overhead.py --backends onnxruntime`).
+        settings.add_session_config_entry("session.force_spinning_stop", "1")
         self._session = convert(
             model, "onnx", precision, calibration=options.get("calibration"), cache_dir=options.get("cache_dir"),
             load=lambda path: ort.InferenceSession(
