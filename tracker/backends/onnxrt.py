@@ -44,7 +44,7 @@ class OnnxRuntime(BackendBase):
         settings.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         # By default the pool's threads keep spinning after a run returns, waiting for the next:
         # at a camera's pace (20 batch-1 calls 50 ms apart, two threads, the Intel Xeon of the
-        # README) they took 0.51-0.54 s of process CPU time beyond the calls' own, about 0 with
+        # README) they took 0.50-0.54 s of process CPU time beyond the calls' own, about 0 with
         # this (the paced child of tests/backends/test_backend_onnxrt.py). Back to back, the
         # backend stays within 1.03x of the raw runtime with its defaults
         # (`scripts/backend_overhead.py --backends onnxruntime`).
