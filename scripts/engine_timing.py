@@ -83,6 +83,7 @@ import numpy as np  # noqa: E402
 
 from tracker.backends import create_backend  # noqa: E402
 from tracker.bench.interleave import time_interleaved  # noqa: E402
+from tracker.machine import cores  # noqa: E402
 from tracker.model import layers as L  # noqa: E402
 from tracker.model import ops as O  # noqa: E402
 from tracker.model import shapes as S  # noqa: E402
@@ -480,7 +481,7 @@ IDLE_PASSES, IDLE_GAP_S = 20, 0.05  # --idle-cpu: a camera's pace, faster than t
 def idle_cpu(netdef) -> None:
     """--idle-cpu: per mode, IDLE_PASSES batch-1 passes IDLE_GAP_S apart on every usable core; the
     seconds in the passes and the process CPU seconds over the whole run."""
-    threads = len(os.sched_getaffinity(0))
+    threads = cores()
     x = np.random.default_rng(0).standard_normal((1, 1, 88, 88)).astype(np.float32)
     timeout = os.environ.get("OPENBLAS_THREAD_TIMEOUT", "unset (OpenBLAS's default, 28)")
     print(f"idle: OPENBLAS_THREAD_TIMEOUT {timeout}; {IDLE_PASSES} batch-1 passes {1000 * IDLE_GAP_S:.0f} ms apart "
@@ -521,7 +522,7 @@ def main() -> None:
         ap.error("--layers: needs --threads N (the GEMMs alone are timed on the threads the engine gives them)")
     if a.phases is not None and not a.phases >= 0:
         ap.error(f"--phases: expected a number of seconds >= 0; found {a.phases}")
-    if a.phases is not None and (usable := len(os.sched_getaffinity(0))) < 2:
+    if a.phases is not None and (usable := cores()) < 2:
         ap.error(f"--phases: needs two CPUs; this process may run on {usable}")
     spec = default_model()
     netdef = load_net(spec.prototxt, spec.weights)
