@@ -332,6 +332,20 @@ CASES = [
         (1, 0),
     ),
     pool_case("pool-max-2x2-tiles", "kernel_size: 2 stride: 2", (2, 3, 8, 6), "MAX", (2, 2), (2, 2)),
+    # MAX pools rows, then columns: overlapping windows along H, one-row and one-column windows
+    pool_case("pool-max-hw-overlap", "kernel_h: 3 kernel_w: 2 stride_h: 1 stride_w: 2 pad_h: 1 pad_w: 0", (2, 3, 7, 9),
+              "MAX", (3, 2), (1, 2), (1, 0)),
+    pool_case("pool-max-1-row", "kernel_h: 1 kernel_w: 3 stride: 2", (2, 3, 7, 10), "MAX", (1, 3), (2, 2)),
+    pool_case("pool-max-1-column", "kernel_h: 2 kernel_w: 1 stride_h: 2 stride_w: 1", (2, 3, 7, 5), "MAX", (2, 1), (2, 1)),
+    Case(
+        # the windows never read the last row and columns: the row pass covers only what they read
+        "pool-max-floor",
+        single("Pooling", "pooling_param { pool: MAX kernel_size: 3 stride: 2 round_mode: FLOOR }"),
+        (2, 2, 10, 12),
+        lambda x, nd: ref_pool(x, "MAX", (3, 3), (2, 2), ceil=False),
+        opencv=False,
+        note="OpenCV 4.x's importer fails on BVLC's round_mode field",
+    ),
     # Large enough that pooling runs in blocks of images, the last one shorter (float32: 3, 3, 1;
     # float64: one image each): test_pooling_blocks_split_these_cases.
     pool_case("pool-max-ceil-pad-blocks", "kernel_size: 3 stride: 2 pad: 1", POOL_BLOCKS_SHAPE, "MAX", (3, 3), (2, 2), (1, 1)),

@@ -366,15 +366,10 @@ class Pooling(Op):
         self.then_relu = False
 
     def scratch_sizes(self, in_shapes):
-        _, c, h, w = in_shapes[0]
-        need_h = (self.out_hw[0] - 1) * self.stride[0] + self.kernel[0]
-        need_w = (self.out_hw[1] - 1) * self.stride[1] + self.kernel[1]
-        pads = any(self.pad) or need_h > h + self.pad[0] or need_w > w + self.pad[1]
-        return [L.pool_block_len(in_shapes[0], self.dtype.itemsize) * c * need_h * need_w if pads else 0]
+        return [L.pool_scratch_len(in_shapes[0], self.dtype.itemsize, self.method, self.kernel, self.stride, self.pad, self.out_hw)]
 
     def run(self, ins, outs, scratch, threads: int = 1):
-        sc = scratch[0] if scratch and scratch[0].size else None
-        out = L.pool2d(ins[0], self.method, self.kernel, self.stride, self.pad, self.out_hw, out=outs[0], scratch=sc)
+        out = L.pool2d(ins[0], self.method, self.kernel, self.stride, self.pad, self.out_hw, out=outs[0], scratch=scratch[0])
         if self.then_bias is not None:
             out += self.then_bias
         if self.then_relu:
