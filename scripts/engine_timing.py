@@ -124,8 +124,9 @@ def gemm_shapes(op: O.Op, shapes: S.LayerShapes, mode: str, blas: int) -> list[t
         return [(op.weight.shape, (op.weight.shape[1], rows * op.out_hw[1]), "channel-major")] * bands
     if isinstance(op, O.Convolution):
         o_g, pixels = op.out_c // op.group, math.prod(op.out_hw)
-        if mode == "caffe":
-            return [((o_g, op.k_g), (op.k_g, pixels), "channel-major")] * (op.group * n)
+        if mode == "caffe":  # with the bias as one more column of weights, if it is folded in
+            k = op.k_g if op.weight_and_bias is None else op.k_g + 1
+            return [((o_g, k), (k, pixels), "channel-major")] * (op.group * n)
         if op.is_1x1 and not op.pixel_major:
             return [((o_g, op.k_g), (op.k_g, n * pixels), "channel-major")] * op.group
         if op.pixel_major and blas == 1 and op.dilation[0] == 1:  # one GEMM per output row, stacked

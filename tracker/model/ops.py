@@ -123,6 +123,12 @@ class Convolution(Op):
         self.weight = weight.reshape(self.group, o_g, self.k_g)  # per-group GEMM left operands
         self.bias = self.blob(1).reshape(-1, 1) if p.bias_term else None
         self.is_1x1 = self.kernel == (1, 1) and self.stride == (1, 1) and self.pad == (0, 0)
+        # "caffe": the bias as one more column of each group's weights, for the row of ones the
+        # column buffer has below each group's columns (see _run_caffe); None without a bias, and
+        # for 1x1 convolutions, whose column buffer is the image itself
+        self.weight_and_bias = None
+        if mode == "caffe" and self.bias is not None and not self.is_1x1:
+            self.weight_and_bias = np.concatenate([self.weight, self.bias.reshape(self.group, o_g, 1)], axis=2)
         # "dl": pixel-major when each patch row is copied in runs of at least a cache line
         # (16 floats); below that, numpy's per-run cost makes the im2col slower than the GEMM
         # gains (conv1 of the face CNN, one input channel: 0.48 against 0.08 ms per image).
@@ -139,12 +145,13 @@ class Convolution(Op):
 
     def scratch_sizes(self, in_shapes):
         """Both modes run one image at a time through the column buffer: its columns ("dl": at
-        most one band's, but a band may be the whole image), its padded copy (pixel-major: its
-        NHWC copy, padded or not), and ("caffe") the copy unfolded along W that `_im2col` fills
-        the columns from."""
+        most one band's, but a band may be the whole image; "caffe": and a row of ones per group
+        if the bias is folded in), its padded copy (pixel-major: its NHWC copy, padded or not), and
+        ("caffe") the copy unfolded along W that `_im2col` fills the columns from."""
         if self.is_1x1 and not self.pixel_major:
             return [0, 0, 0]
-        cols = self.in_c * self.kernel[0] * self.kernel[1] * self.out_hw[0] * self.out_hw[1]
+        rows = self.in_c * self.kernel[0] * self.kernel[1] + (self.group if self.weight_and_bias is not None else 0)
+        cols = rows * self.out_hw[0] * self.out_hw[1]
         if self.pixel_major:  # or its row-unfolded copy, larger only for strides over the kernel
             cols = max(cols, self.unfolded_size())
         padded = self.in_c * math.prod(self.padded_hw()) if any(self.pad) or self.pixel_major else 0
@@ -156,9 +163,10 @@ class Convolution(Op):
         return (self.out_hw[0] - 1) * self.stride[0] + (self.kernel[0] - 1) * self.dilation[0] + 1
 
     def _im2col(self, img: np.ndarray, cols: np.ndarray, padded: np.ndarray | None, along_w: np.ndarray) -> None:
-        """Caffe's im2col of one image (C, H, W) into the contiguous cols (C*kh*kw, OH*OW), in two
-        copies: first the image unfolded along W, along_w[c, kx, y, ox] = src[c, y, ox*sw + kx*dw],
-        then each column-buffer row (c, ky, kx) from along_w[c, kx, ky*dh + oy*sh, :] (for stride 1
+        """Caffe's im2col of one image (C, H, W) into the first C/g*kh*kw rows of each group's
+        block of cols (g, rows, OH*OW) (the rows below them are left as they are), in two copies:
+        first the image unfolded along W, along_w[c, kx, y, ox] = src[c, y, ox*sw + kx*dw], then
+        each column-buffer row (c, ky, kx) from along_w[c, kx, ky*dh + oy*sh, :] (for stride 1
         along H, one contiguous run of OH*OW values). The same columns as copying the windows
         directly, whose runs are only OW long: on the AMD EPYC dev machine, one image of the face
         CNN's conv2 took 0.12 against 0.20 ms, conv3 0.023 against 0.075, conv1 0.060 against
@@ -170,8 +178,10 @@ class Convolution(Op):
         np.copyto(unfolded, np.lib.stride_tricks.as_strided(
             src, shape=unfolded.shape, strides=(s_c, dw * s_w, s_h, sw * s_w), writeable=False))
         u_c, u_kx, u_y, u_x = unfolded.strides
-        np.copyto(cols.reshape(self.in_c, kh, kw, oh, ow), np.lib.stride_tricks.as_strided(
-            unfolded, shape=(self.in_c, kh, kw, oh, ow), strides=(u_c, dh * u_y, u_kx, sh * u_y, u_x), writeable=False))
+        c_g = self.in_c // self.group
+        np.copyto(cols[:, : self.k_g].reshape(self.group, c_g, kh, kw, oh, ow), np.lib.stride_tricks.as_strided(
+            unfolded, shape=(self.group, c_g, kh, kw, oh, ow), strides=(c_g * u_c, u_c, dh * u_y, u_kx, sh * u_y, u_x),
+            writeable=False))
 
     def run(self, ins, outs, scratch, threads: int = 1):
         if self.mode == "caffe":
@@ -179,21 +189,34 @@ class Convolution(Op):
         return [self._run_dl(ins[0], outs[0], scratch, threads)]
 
     def _run_caffe(self, x, out, scratch):
+        """Caffe's forward: per image, its im2col and one GEMM per group, then the bias. Caffe
+        adds the bias with a second GEMM, the bias times a row of ones accumulated onto the output
+        on the BLAS's threads. numpy's matmul cannot accumulate, so the column buffer has that row
+        of ones below each group's columns and the weights the bias as their last column: the one
+        GEMM adds it, the same sum in another order (float32 rounding), each BLAS thread to the
+        outputs it computed. Added in numpy after the GEMM, it read half of them from the other
+        core's cache: the face CNN's conv1, conv2 and conv3 took 0.156, 0.557 and 0.120 ms per
+        image against 0.138, 0.512 and 0.116 on two threads, 0.175, 0.686 and 0.123 against 0.163,
+        0.669 and 0.121 on one (Intel Xeon, batch 64, a trial script). A 1x1 convolution reads the
+        image itself as its columns (Caffe's shortcut, no copy), so its bias is added after."""
         n = x.shape[0]
         p = self.out_hw[0] * self.out_hw[1]
         out3 = out.reshape(n, self.out_c, p)
         o_g = self.out_c // self.group
+        weight = self.weight if self.weight_and_bias is None else self.weight_and_bias
         if not self.is_1x1:
-            cols = scratch[0][: self.k_g * self.group * p].reshape(self.k_g * self.group, p)
+            cols = scratch[0][: self.group * weight.shape[2] * p].reshape(self.group, weight.shape[2], p)
+            if self.weight_and_bias is not None:
+                cols[:, -1] = 1  # im2col writes only the rows above it
             padded = scratch[1].reshape(self.in_c, *self.padded_hw()) if any(self.pad) else None
         for i in range(n):
             if self.is_1x1:
-                cols = x[i].reshape(self.in_c, p)
+                cols = x[i].reshape(self.group, self.k_g, p)
             else:
                 self._im2col(x[i], cols, padded, scratch[2])
             for g in range(self.group):
-                np.matmul(self.weight[g], cols[g * self.k_g : (g + 1) * self.k_g], out=out3[i, g * o_g : (g + 1) * o_g])
-            if self.bias is not None:
+                np.matmul(weight[g], cols[g], out=out3[i, g * o_g : (g + 1) * o_g])
+            if self.is_1x1 and self.bias is not None:
                 out3[i] += self.bias
         return out
 
