@@ -36,7 +36,7 @@ after the type; `OPS` is built from the table, so a type without its operator fa
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -147,7 +147,7 @@ class Convolution(Op):
         """Both modes run one image at a time through the column buffer: its columns ("dl": at
         most one band's, but a band may be the whole image; "caffe": and a row of ones per group
         if the bias is folded in), its padded copy (pixel-major: its NHWC copy, padded or not), and
-        ("caffe") the copy unfolded along W that `_im2col` fills the columns from."""
+        ("caffe") the copy unfolded along W that `_im2col_of` fills the columns from."""
         if self.is_1x1 and not self.pixel_major:
             return [0, 0, 0]
         rows = self.in_c * self.kernel[0] * self.kernel[1] + (self.group if self.weight_and_bias is not None else 0)
@@ -162,26 +162,38 @@ class Convolution(Op):
         """Input rows (of the padded image) that the windows read, from the first."""
         return (self.out_hw[0] - 1) * self.stride[0] + (self.kernel[0] - 1) * self.dilation[0] + 1
 
-    def _im2col(self, img: np.ndarray, cols: np.ndarray, padded: np.ndarray | None, along_w: np.ndarray) -> None:
-        """Caffe's im2col of one image (C, H, W) into the first C/g*kh*kw rows of each group's
-        block of cols (g, rows, OH*OW) (the rows below them are left as they are), in two copies:
-        first the image unfolded along W, along_w[c, kx, y, ox] = src[c, y, ox*sw + kx*dw], then
-        each column-buffer row (c, ky, kx) from along_w[c, kx, ky*dh + oy*sh, :] (for stride 1
-        along H, one contiguous run of OH*OW values). The same columns as copying the windows
-        directly, whose runs are only OW long: on the AMD EPYC dev machine, one image of the face
-        CNN's conv2 took 0.12 against 0.20 ms, conv3 0.023 against 0.075, conv1 0.060 against
-        0.067 (a trial script)."""
-        src = L.pad_into(img, self.pad, self.pad, 0.0, out=padded) if any(self.pad) else img
+    def _im2col_of(self, x: np.ndarray, cols: np.ndarray, padded: np.ndarray | None, along_w: np.ndarray) -> Callable[[int], None]:
+        """A function of i that writes Caffe's im2col of image i of x (N, C, H, W) into the first
+        C/g*kh*kw rows of each group's block of cols (g, rows, OH*OW) (the rows below them are
+        left as they are). Two copies: first the image unfolded along W,
+        along_w[c, kx, y, ox] = src[c, y, ox*sw + kx*dw], then each column-buffer row (c, ky, kx)
+        from along_w[c, kx, ky*dh + oy*sh, :] (for stride 1 along H, one contiguous run of OH*OW
+        values). The same columns as copying the windows directly, whose runs are only OW long:
+        on the AMD EPYC dev machine, one image of the face CNN's conv2 took 0.12 against 0.20 ms,
+        conv3 0.023 against 0.075, conv1 0.060 against 0.067 (a trial script). The strided views
+        of both copies are made once per batch: numpy's as_strided costs about 3 us a call, a tenth
+        of conv3's whole im2col (Intel Xeon)."""
         (kh, kw), (sh, sw), (dh, dw), (oh, ow) = self.kernel, self.stride, self.dilation, self.out_hw
-        s_c, s_h, s_w = src.strides
         unfolded = along_w[: self.in_c * kw * self._rows_read() * ow].reshape(self.in_c, kw, self._rows_read(), ow)
-        np.copyto(unfolded, np.lib.stride_tricks.as_strided(
-            src, shape=unfolded.shape, strides=(s_c, dw * s_w, s_h, sw * s_w), writeable=False))
+        src = x if padded is None else padded[np.newaxis]  # (N or 1, C, H, W): the padded copy is one image's
+        s_n, s_c, s_h, s_w = src.strides
+        unfolding = np.lib.stride_tricks.as_strided(
+            src, shape=(src.shape[0], *unfolded.shape), strides=(s_n, s_c, dw * s_w, s_h, sw * s_w), writeable=False)
         u_c, u_kx, u_y, u_x = unfolded.strides
         c_g = self.in_c // self.group
-        np.copyto(cols[:, : self.k_g].reshape(self.group, c_g, kh, kw, oh, ow), np.lib.stride_tricks.as_strided(
-            unfolded, shape=(self.group, c_g, kh, kw, oh, ow), strides=(c_g * u_c, u_c, dh * u_y, u_kx, sh * u_y, u_x),
-            writeable=False))
+        rows = cols[:, : self.k_g].reshape(self.group, c_g, kh, kw, oh, ow)
+        rows_source = np.lib.stride_tricks.as_strided(
+            unfolded, shape=rows.shape, strides=(c_g * u_c, u_c, dh * u_y, u_kx, sh * u_y, u_x), writeable=False)
+
+        def im2col(i: int) -> None:
+            if padded is None:
+                np.copyto(unfolded, unfolding[i])
+            else:
+                L.pad_into(x[i], self.pad, self.pad, 0.0, out=padded)
+                np.copyto(unfolded, unfolding[0])
+            np.copyto(rows, rows_source)
+
+        return im2col
 
     def run(self, ins, outs, scratch, threads: int = 1):
         if self.mode == "caffe":
@@ -209,11 +221,12 @@ class Convolution(Op):
             if self.weight_and_bias is not None:
                 cols[:, -1] = 1  # im2col writes only the rows above it
             padded = scratch[1].reshape(self.in_c, *self.padded_hw()) if any(self.pad) else None
+            im2col = self._im2col_of(x, cols, padded, scratch[2])
         for i in range(n):
             if self.is_1x1:
                 cols = x[i].reshape(self.group, self.k_g, p)
             else:
-                self._im2col(x[i], cols, padded, scratch[2])
+                im2col(i)
             for g in range(self.group):
                 np.matmul(weight[g], cols[g], out=out3[i, g * o_g : (g + 1) * o_g])
             if self.is_1x1 and self.bias is not None:
