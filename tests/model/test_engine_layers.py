@@ -213,6 +213,13 @@ def pool_case(id, param, shape, method, kernel, stride, pad=(0, 0)):
     return Case(id, body, shape, lambda x, nd: ref_pool(x, method, kernel, stride, pad))
 
 
+def floor_pool_case(id, method, shape):
+    """3 x 3 windows 2 apart, with Caffe's FLOOR rounding (no partial window)."""
+    body = single("Pooling", f"pooling_param {{ pool: {method} kernel_size: 3 stride: 2 round_mode: FLOOR }}")
+    return Case(id, body, shape, lambda x, nd: ref_pool(x, method, (3, 3), (2, 2), ceil=False),
+                opencv=False, note="OpenCV 4.x's importer fails on BVLC's round_mode field")
+
+
 def conv_pool_case(id, conv_param, pool_param, window, shape, relu_between, **conv_kw):
     """A Convolution "c" (then an in-place ReLU if relu_between) pooled by MAX `window` windows,
     as many apart, into "out"."""
@@ -337,27 +344,13 @@ CASES = [
               "MAX", (3, 2), (1, 2), (1, 0)),
     pool_case("pool-max-1-row", "kernel_h: 1 kernel_w: 3 stride: 2", (2, 3, 7, 10), "MAX", (1, 3), (2, 2)),
     pool_case("pool-max-1-column", "kernel_h: 2 kernel_w: 1 stride_h: 2 stride_w: 1", (2, 3, 7, 5), "MAX", (2, 1), (2, 1)),
-    Case(
-        # the windows never read the last row and columns: the row pass covers only what they read
-        "pool-max-floor",
-        single("Pooling", "pooling_param { pool: MAX kernel_size: 3 stride: 2 round_mode: FLOOR }"),
-        (2, 2, 10, 12),
-        lambda x, nd: ref_pool(x, "MAX", (3, 3), (2, 2), ceil=False),
-        opencv=False,
-        note="OpenCV 4.x's importer fails on BVLC's round_mode field",
-    ),
+    # the windows never read the last row and columns: MAX's row pass covers only what they read
+    floor_pool_case("pool-max-floor", "MAX", (2, 2, 10, 12)),
     # Large enough that pooling runs in blocks of images, the last one shorter (float32: 3, 3, 1;
     # float64: one image each): test_pooling_blocks_split_these_cases.
     pool_case("pool-max-ceil-pad-blocks", "kernel_size: 3 stride: 2 pad: 1", POOL_BLOCKS_SHAPE, "MAX", (3, 3), (2, 2), (1, 1)),
     pool_case("pool-ave-ceil-pad-blocks", "kernel_size: 3 stride: 2 pad: 1", POOL_BLOCKS_SHAPE, "AVE", (3, 3), (2, 2), (1, 1)),
-    Case(
-        "pool-ave-floor",
-        single("Pooling", "pooling_param { pool: AVE kernel_size: 3 stride: 2 round_mode: FLOOR }"),
-        (1, 2, 10, 9),
-        lambda x, nd: ref_pool(x, "AVE", (3, 3), (2, 2), ceil=False),
-        opencv=False,
-        note="OpenCV 4.x's importer fails on BVLC's round_mode field",
-    ),
+    floor_pool_case("pool-ave-floor", "AVE", (1, 2, 10, 9)),
     pool_case("pool-global-ave", "global_pooling: true", (2, 3, 5, 7), "AVE", (5, 7), (1, 1)),
     pool_case("pool-global-max", "global_pooling: true", (2, 3, 5, 7), "MAX", (5, 7), (1, 1)),
     Case("relu", single("ReLU"), (2, 3, 4, 5), lambda x, nd: relu(x)),
