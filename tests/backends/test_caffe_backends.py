@@ -102,16 +102,16 @@ def test_results_are_owned_by_the_caller(name):
 
 
 def _threads_seen(monkeypatch, backend, x, stall_caller: bool = False) -> tuple[set[int], set[int]]:
-    """Run infer and record, at every im2col of every convolution, the BLAS thread limit in
-    force and the Python thread doing it. `stall_caller` holds the calling thread for 0.3 s at
-    its first im2col, so that helpers, which only take work nobody has claimed yet, surely
-    get some even on a busy machine."""
+    """Run infer and record, at every run of a Convolution op (both modes run the face CNN's
+    conv2 and conv3 as one), the BLAS thread limit in force and the Python thread doing it.
+    `stall_caller` holds the calling thread for 0.3 s at its first, so that helpers, which only
+    take work nobody has claimed yet, surely get some even on a busy machine."""
     from threadpoolctl import threadpool_info
 
-    from tracker.model import layers
+    from tracker.model.ops import Convolution
 
     seen_blas, seen_threads = set(), set()
-    windows = layers.windows
+    run = Convolution.run
     caller = threading.get_ident()
     stalled = []
 
@@ -121,11 +121,11 @@ def _threads_seen(monkeypatch, backend, x, stall_caller: bool = False) -> tuple[
         if stall_caller and not stalled and threading.get_ident() == caller:
             stalled.append(True)
             time.sleep(0.3)
-        return windows(*args, **kwargs)
+        return run(*args, **kwargs)
 
-    monkeypatch.setattr(layers, "windows", spy)
+    monkeypatch.setattr(Convolution, "run", spy)
     backend.infer(x)
-    monkeypatch.setattr(layers, "windows", windows)
+    monkeypatch.setattr(Convolution, "run", run)
     return seen_blas, seen_threads
 
 
