@@ -8,11 +8,12 @@ NCHW-shaped view, so nothing here assumes C-contiguity unless it says so.
 
 Functions that take `out=` write their result there (it may alias the input: Caffe's in-place
 layers) and return it; with `out=None` they allocate. Geometry helpers are pure integer maths.
-No function here imports anything but numpy.
+No function here imports anything but numpy and Python's `math`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -117,7 +118,7 @@ POOL_BLOCK_BYTES = 1 << 20
 def pool_block_len(shape: Sequence[int], itemsize: int) -> int:
     """How many items of the first axis of an input of this shape (ndim >= 3) `pool2d` pools at
     a time: as many as fit in POOL_BLOCK_BYTES, at least one, at most all."""
-    item_bytes = int(np.prod(shape[1:], dtype=np.int64)) * itemsize
+    item_bytes = math.prod(shape[1:]) * itemsize
     return max(1, min(shape[0], POOL_BLOCK_BYTES // max(item_bytes, 1)))
 
 
@@ -130,7 +131,7 @@ def pool_scratch_len(shape: Sequence[int], itemsize: int, method: int, kernel: t
     need_h, need_w, after = _window_extent(shape[-2:], kernel, stride, pad, out_hw)
     padded = need_h * need_w if _pads(pad, after) else 0
     rows = out_hw[0] * need_w if method == POOL_MAX else 0
-    return int(np.prod(lead, dtype=np.int64)) * (padded + rows)
+    return math.prod(lead) * (padded + rows)
 
 
 def pool2d(
@@ -194,7 +195,7 @@ def _pads(pad: tuple[int, int], after: tuple[int, int]) -> bool:
 def _pool2d_block(x, method, kernel, stride, pad, out_hw, out, scratch, div) -> None:
     """`pool2d` of one block into out; div: the AVE divisors (OH, OW), None for MAX."""
     *lead, h, w = x.shape
-    count = int(np.prod(lead, dtype=np.int64))
+    count = math.prod(lead)
     need_h, need_w, after = _window_extent((h, w), kernel, stride, pad, out_hw)
     if _pads(pad, after):
         fill = -np.inf if method == POOL_MAX else 0.0
@@ -306,8 +307,7 @@ def inner_product(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, ax
                   out: np.ndarray | None = None) -> np.ndarray:
     """Caffe InnerProduct: x flattened to (M, K) at `axis` times W^T (weight (N, K)), or times W
     (weight (K, N)) when `transpose`; plus bias (N,). Returns shape x.shape[:axis] + (N,)."""
-    m = int(np.prod(x.shape[:axis], dtype=np.int64))
-    k = int(np.prod(x.shape[axis:], dtype=np.int64))
+    m, k = math.prod(x.shape[:axis]), math.prod(x.shape[axis:])
     x2 = x.reshape(m, k)
     w = weight if transpose else weight.T
     n_out = w.shape[1]
