@@ -185,6 +185,17 @@ def test_failure_while_loading():
     assert err.value.lost_inputs == 0
 
 
+def test_an_error_sent_just_before_the_child_exits_is_the_failure(exit_within_one_wait):
+    """A child that fails sends its error and exits at once; when both come within one wait on
+    the pipe, the failure is still the child's own message, not its death."""
+    from tracker.backends import worker
+
+    waited = exit_within_one_wait(worker)
+    with pytest.raises(WorkerFailure, match="RuntimeError in the worker during loading: faulty engine broke on call 1"):
+        faulty("crash", after=1)
+    assert waited, "the child's exit was never waited for: the race did not run"
+
+
 def test_hang_times_out_and_the_child_is_killed():
     w = faulty("hang", call_timeout_s=1.5)
     with pytest.raises(WorkerFailure, match=r"timeout after 1.5 s during the infer of 2 inputs") as err:
