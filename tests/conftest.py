@@ -44,6 +44,35 @@ def backend_caches(tmp_path_factory):
     return cache
 
 
+@pytest.fixture
+def exit_within_one_wait(monkeypatch):
+    """A function of a module that waits on its children's pipes with `select.select`: it makes
+    that module's first wait end with nothing ready, but only once the newest child of this
+    process has exited (left unreaped for the code under test). The child's last message and its
+    exit then both fall between that wait and the check of whether the child still runs: the race
+    a loaded machine gives now and then, made certain. Returns the list the first wait appends the
+    child's exit to, so that a test can show the race was really run."""
+    import select
+    from types import SimpleNamespace
+
+    import psutil
+
+    waited: list = []
+
+    def select_after_an_exit(rlist, wlist, xlist, timeout=None):
+        if not waited:
+            child = max(psutil.Process().children(), key=lambda p: p.create_time())
+            waited.append(os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT))
+            return [], [], []
+        return select.select(rlist, wlist, xlist, timeout)
+
+    def arm(module) -> list:
+        monkeypatch.setattr(module, "select", SimpleNamespace(select=select_after_an_exit))
+        return waited
+
+    return arm
+
+
 # What scripts/test-aarch64 runs under emulation, and why: scripts/aarch64/suite.txt (README: "aarch64").
 AARCH64_SUITE = REPO / "scripts" / "aarch64" / "suite.txt"
 
@@ -97,31 +126,3 @@ def pytest_collection_modifyitems(config, items):
                 if unavailable[name]:
                     item.add_marker(pytest.mark.skip(reason=f"not in the Raspberry Pi install: {unavailable[name]}"))
 
-
-@pytest.fixture
-def exit_within_one_wait(monkeypatch):
-    """A function of a module that waits on its children's pipes with `select.select`: it makes
-    that module's first wait end with nothing ready, but only once the newest child of this
-    process has exited (left unreaped for the code under test). The child's last message and its
-    exit then both fall between that wait and the check of whether the child still runs: the race
-    a loaded machine gives now and then, made certain. Returns the list the first wait appends the
-    child's exit to, so that a test can show the race was really run."""
-    import select
-    from types import SimpleNamespace
-
-    import psutil
-
-    waited: list = []
-
-    def select_after_an_exit(rlist, wlist, xlist, timeout=None):
-        if not waited:
-            child = max(psutil.Process().children(), key=lambda p: p.create_time())
-            waited.append(os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT))
-            return [], [], []
-        return select.select(rlist, wlist, xlist, timeout)
-
-    def arm(module) -> list:
-        monkeypatch.setattr(module, "select", SimpleNamespace(select=select_after_an_exit))
-        return waited
-
-    return arm
