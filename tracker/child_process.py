@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -148,6 +149,14 @@ class ChildProcess:
         """Reap the child if it exited: its returncode, None while it runs."""
         self._wait4(block=False)
         return self.returncode
+
+    def exited_with_nothing_to_read(self, fd: int) -> bool:
+        """True if the child has exited (reaping it) and `fd`, a pipe it writes to, holds nothing
+        to read. A child may write its last message and exit between a caller's wait on the pipe
+        and that caller's check of poll(): the message is still in the pipe, and the caller must
+        read it before it reports the child gone. The pipe's end is not waited for: a grandchild
+        may hold it open."""
+        return self.poll() is not None and not select.select([fd], [], [], 0)[0]
 
     def kill(self) -> None:
         """SIGKILL and reap (os.kill, not Popen.kill: that could reap it and lose the rusage)."""

@@ -332,7 +332,7 @@ class WorkerBackend:
                 if not chunk:
                     self._fail_dead(what, lost)
                 self._rbuf += chunk
-            elif self._child_gone():
+            elif self._child.exited_with_nothing_to_read(self._rep):
                 self._fail_dead(what, lost)
 
     def _await(self, what: str, deadline: float, lost: int, before_hello: bool = False) -> dict:
@@ -368,14 +368,8 @@ class WorkerBackend:
                 if not got:
                     self._fail_dead(what, lost)
                 view = view[got:]
-            elif self._child_gone():
+            elif self._child.exited_with_nothing_to_read(self._rep):
                 self._fail_dead(what, lost)
-
-    def _child_gone(self) -> bool:
-        """True if the child has exited and left nothing to read. A child that fails sends its
-        error and exits at once: if both fall between a wait on the pipe and this check, the
-        error is still in the pipe, and the caller's loop reads it instead of reporting a death."""
-        return self._child.poll() is not None and not select.select([self._rep], [], [], 0)[0]
 
     def _deadline(self, timeout_s: float) -> float:
         self._wait_s = timeout_s

@@ -74,10 +74,7 @@ class _Child:
                     break
                 last = time.monotonic()
                 self._dispatch(chunk, on_message)
-            elif self.process.poll() is not None and not select.select([self._read_fd], [], [], 0)[0]:
-                # exited and nothing left to read: what it wrote between the wait above and its exit
-                # is in the pipe, and the loop reads it first (a grandchild may keep the pipe open,
-                # so its end is not waited for)
+            elif self.process.exited_with_nothing_to_read(self._read_fd):
                 break
             if time.monotonic() - last > timeout_s:
                 self.process.kill()
