@@ -90,7 +90,8 @@ INPUT = (1, 88, 88)  # the face CNN's (C, H, W); peer_bench's runners are fixed 
 ORT_OPTIONS = ("intra_op_num_threads", "inter_op_num_threads", "execution_mode", "execution_order",
                "graph_optimization_level", "enable_cpu_mem_arena", "enable_mem_pattern", "enable_mem_reuse",
                "use_deterministic_compute", "use_per_session_threads")
-ORT_CONFIG_ENTRIES = ("session.force_spinning_stop", "session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
+ORT_CONFIG_ENTRIES = ("session.intra_op.spin_duration_us", "session.force_spinning_stop", "session.intra_op.allow_spinning",
+                      "session.inter_op.allow_spinning")
 
 Runner = Callable[[np.ndarray], Any]  # f(x), x (N, 1, 88, 88) float32 NCHW; the result is not used
 

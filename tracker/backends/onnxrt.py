@@ -4,8 +4,9 @@ The model comes from the converter cache (tracker.model.convert, target "onnx"):
 so batches go in as they are. fp32, or int8 (static QDQ quantisation calibrated on face crops,
 with float32 outputs; its softmax runs in float32).
 `threads` sets intra_op_num_threads (default: every core this process may use); inter-op
-parallelism is 1 (the graph is a chain, nothing runs side by side). The pool's threads stop
-spinning when a run returns (`session.force_spinning_stop`), and spin again only within the next.
+parallelism is 1 (the graph is a chain, nothing runs side by side). An idle pool thread spins
+for at most SPIN_US before it sleeps (`session.intra_op.spin_duration_us`, ONNX Runtime 1.26 and
+later).
 """
 
 from __future__ import annotations
@@ -16,6 +17,18 @@ from tracker.machine import cores
 from tracker.model.convert import convert
 from tracker.model.spec import ModelSpec
 from tracker.types import Inference
+
+# How long an idle pool thread spins, waiting for work, before it sleeps (microseconds). By default
+# it spins on for a count of iterations: at a camera's pace (20 batch-1 calls 50 ms apart, two
+# threads; the paced child of tests/backends/test_backend_onnxrt.py, on the Intel Xeon of the
+# README) 0.50-0.51 s of process CPU time beyond the calls' own, which on a Pi is the detector's.
+# Stopping the spin whenever a run returns (`session.force_spinning_stop`, this backend's former
+# setting) cost about 0 there, but woke the pool's threads for every run: back to back, the
+# backend took 1.006-1.045x the raw runtime's time at batch 1 (`scripts/backend_overhead.py
+# --backends onnxruntime`, runs of the README). With 1 ms the paced child read 0.03-0.04 s, and
+# the backend 0.995-1.001x the raw runtime at batch 1 to 256. ONNX Runtime's own guidance for this
+# setting is 500-2000 us.
+SPIN_US = 1000
 
 
 class OnnxRuntime(BackendBase):
@@ -42,13 +55,7 @@ class OnnxRuntime(BackendBase):
         settings.inter_op_num_threads = 1
         settings.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         settings.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # By default the pool's threads keep spinning after a run returns, waiting for the next:
-        # at a camera's pace (20 batch-1 calls 50 ms apart, two threads, the Intel Xeon of the
-        # README) they took 0.50-0.54 s of process CPU time beyond the calls' own, about 0 with
-        # this (the paced child of tests/backends/test_backend_onnxrt.py). Back to back, the
-        # backend stays within 1.03x of the raw runtime with its defaults
-        # (`scripts/backend_overhead.py --backends onnxruntime`).
-        settings.add_session_config_entry("session.force_spinning_stop", "1")
+        settings.add_session_config_entry("session.intra_op.spin_duration_us", str(SPIN_US))
         self._session = convert(
             model, "onnx", precision, calibration=options.get("calibration"), cache_dir=options.get("cache_dir"),
             load=lambda path: ort.InferenceSession(
