@@ -26,8 +26,8 @@ from tracker.types import Inference
 # setting) cost about 0 there, but woke the pool's threads for every run: back to back, the
 # backend took 1.006-1.045x the raw runtime's time at batch 1 (`scripts/backend_overhead.py
 # --backends onnxruntime`, runs of the README). With 1 ms the paced child read 0.03-0.04 s, and
-# the backend 0.995-1.001x the raw runtime at batch 1 to 256. ONNX Runtime's own guidance for this
-# setting is 500-2000 us.
+# the backend 0.986-1.014x the raw runtime at batch 1 to 256 (three runs of the README). ONNX
+# Runtime's own guidance for this setting is 500-2000 us.
 SPIN_US = 1000
 
 
