@@ -125,4 +125,3 @@ def pytest_collection_modifyitems(config, items):
                     unavailable[name] = availability(name)
                 if unavailable[name]:
                     item.add_marker(pytest.mark.skip(reason=f"not in the Raspberry Pi install: {unavailable[name]}"))
-
