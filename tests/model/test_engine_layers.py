@@ -238,6 +238,7 @@ def single(type_, param=""):
 
 
 POOL_BLOCKS_SHAPE = (7, 16, 60, 70)
+KERNEL_ROWS_SHAPE = (2, 16, 48, 95)
 
 CASES = [
     conv_case("conv-3x3-pad", "num_output: 5 kernel_size: 3 pad: 1", (2, 3, 9, 7), pad=(1, 1)),
@@ -269,7 +270,8 @@ CASES = [
     # At least 16 floats per patch run (C * kw): "dl" runs these pixel-major (NHWC, one GEMM
     # row per patch); the cases above run channel-major. On one BLAS thread (several images),
     # one GEMM per output row over a row-unfolded copy, unless dilated along H; on several (one
-    # image) and when dilated along H, in bands of output rows over an im2col.
+    # image), at stride 1 along H and not dilated along it, one GEMM per group of kernel rows;
+    # otherwise in bands of output rows over an im2col.
     conv_case(
         "conv-pixel-major-rows-stride-pad-wdilation",
         "num_output: 4 kernel_h: 3 kernel_w: 2 stride_h: 2 stride_w: 3 pad_h: 1 pad_w: 2 dilation: 1 dilation: 2",
@@ -280,6 +282,16 @@ CASES = [
     ),
     # strides over the kernel: the row-unfolded copy is larger than the columns
     conv_case("conv-pixel-major-rows-stride-over-kernel", "num_output: 3 kernel_size: 2 stride: 3", (2, 16, 10, 11), stride=(3, 3)),
+    # large enough that one image's 3 kernel rows take 2 GEMMs in float32 (1 row, then 2) and 3
+    # in float64 (see test_kernel_row_groups_of_the_large_case)
+    conv_case(
+        "conv-pixel-major-kernel-rows-pad-wstride-wdilation",
+        "num_output: 5 kernel_size: 3 pad: 1 stride: 1 stride: 2 dilation: 1 dilation: 2",
+        KERNEL_ROWS_SHAPE,
+        pad=(1, 1),
+        stride=(1, 2),
+        dilation=(1, 2),
+    ),
     conv_case(
         "conv-pixel-major-stride-pad-dilation",
         "num_output: 5 kernel_size: 3 stride: 2 pad: 2 dilation: 2",
@@ -602,23 +614,29 @@ def test_pooling_blocks_split_these_cases():
 
 
 PIXEL_MAJOR_CASES = ["conv-pixel-major-rows-stride-pad-wdilation", "conv-pixel-major-rows-stride-over-kernel",
-                     "conv-pixel-major-stride-pad-dilation", "pixel-major-chain"]
+                     "conv-pixel-major-kernel-rows-pad-wstride-wdilation", "conv-pixel-major-stride-pad-dilation",
+                     "pixel-major-chain"]
 
 
 @pytest.mark.parametrize("case_id", PIXEL_MAJOR_CASES)
-def test_pixel_major_convolutions_run_by_rows_on_one_blas_thread_unless_dilated_along_h(case_id, built, monkeypatch):
-    """Which of the two pixel-major algorithms each case above exercises: by rows for several
-    images (one BLAS thread per worker) unless dilated along H, by bands for one image (two BLAS
-    threads). The values are checked by test_layer_against_float64_reference."""
+def test_pixel_major_convolutions_take_the_path_their_threads_and_geometry_call_for(case_id, built, monkeypatch):
+    """Which of the three pixel-major algorithms each case above exercises: by rows for several
+    images (one BLAS thread per worker) unless dilated along H; for one image (two BLAS threads)
+    by groups of kernel rows at stride 1 along H, not dilated along it; by bands otherwise. The
+    values are checked by test_layer_against_float64_reference."""
     netdef = built[case_id][2]
-    by_rows: list[str] = []
-    unspied = O.Convolution._pixel_major_by_rows
+    calls: dict[str, list[str]] = {"_pixel_major_by_rows": [], "_pixel_major_by_kernel_rows": []}
 
-    def spy(self, src, r, scratch):
-        by_rows.append(self.name)
-        return unspied(self, src, r, scratch)
+    def spy_on(method: str):
+        unspied, names = getattr(O.Convolution, method), calls[method]
 
-    monkeypatch.setattr(O.Convolution, "_pixel_major_by_rows", spy)
+        def spy(self, src, r, scratch):
+            names.append(self.name)
+            return unspied(self, src, r, scratch)
+        return spy
+
+    for method in calls:
+        monkeypatch.setattr(O.Convolution, method, spy_on(method))
     net = Net(netdef, np.float32, "dl", threads=2)
     pixel_major = [s.op for s in net._plan.steps if isinstance(s.op, O.Convolution) and s.op.pixel_major]
     assert pixel_major
@@ -626,11 +644,31 @@ def test_pixel_major_convolutions_run_by_rows_on_one_blas_thread_unless_dilated_
     x = case_input(case).astype(np.float32)
     assert x.shape[0] > 1
     net.forward(x, ["out"])
-    expected = sorted(op.name for op in pixel_major if op.dilation[0] == 1 for _ in range(x.shape[0]))
-    assert sorted(by_rows) == expected and (expected or case_id == "conv-pixel-major-stride-pad-dilation")
-    by_rows.clear()
+    by_rows = sorted(op.name for op in pixel_major if op.dilation[0] == 1 for _ in range(x.shape[0]))
+    assert sorted(calls["_pixel_major_by_rows"]) == by_rows and (by_rows or case_id == "conv-pixel-major-stride-pad-dilation")
+    assert calls["_pixel_major_by_kernel_rows"] == []
+    calls["_pixel_major_by_rows"].clear()
     net.forward(x[:1], ["out"])
-    assert by_rows == []
+    by_kernel_rows = [op.name for op in pixel_major if op.stride[0] == 1 and op.dilation[0] == 1]
+    assert calls == {"_pixel_major_by_rows": [], "_pixel_major_by_kernel_rows": by_kernel_rows}
+    assert by_kernel_rows or case_id in ("conv-pixel-major-rows-stride-pad-wdilation", "conv-pixel-major-rows-stride-over-kernel",
+                                         "conv-pixel-major-stride-pad-dilation")
+
+
+def test_kernel_row_groups(built):
+    """The large kernel-rows case above runs its 3 kernel rows as a shorter group and a full one
+    in float32 and one row per GEMM in float64, so the float64 reference checks both; the face
+    CNN's conv2 takes its 6 rows 2 at a time (the README's figures), conv3 its 5 at once."""
+    from tracker.model.spec import default_model
+
+    def kernel_rows(netdef, dtype) -> dict[str, int]:
+        net = Net(netdef, dtype, "dl")
+        return {s.op.name: s.op.kernel_rows_per_gemm() for s in net._plan.steps if isinstance(s.op, O.Convolution) and s.op.pixel_major}
+
+    netdef = built["conv-pixel-major-kernel-rows-pad-wstride-wdilation"][2]
+    assert kernel_rows(netdef, np.float32) == {"out": 2} and kernel_rows(netdef, np.float64) == {"out": 1}
+    spec = default_model()
+    assert kernel_rows(load_net(spec.prototxt, spec.weights), np.float32) == {"conv2": 2, "conv3": 5}
 
 
 OPENCV_CASES = [c for c in CASES if c.opencv]

@@ -22,9 +22,11 @@ Two execution modes exist for the layers whose algorithm differs:
     read through an NHWC copy when it is not NHWC already. Each column-buffer row is one patch,
     copied in runs of kw*C floats, and OpenBLAS runs this orientation faster when O is small: on
     the EPYC dev machine, single-threaded, the face CNN's conv2 GEMM (O 48, K 576) ran at 35-43
-    GFLOP/s pixel-major against 24-32 channel-major (`scripts/engine_timing.py --gemms`). On one
-    BLAS thread, unless dilated along H, the bands give way to one GEMM per output row over a
-    row-unfolded copy that needs no im2col (`Convolution._pixel_major_by_rows`).
+    GFLOP/s pixel-major against 24-32 channel-major (`scripts/engine_timing.py --gemms`). Unless
+    dilated along H, the bands give way to copies that need no im2col: on one BLAS thread, one
+    GEMM per output row over a row-unfolded copy (`Convolution._pixel_major_by_rows`); on several,
+    at stride 1 along H, one GEMM per group of kernel rows over a copy unfolded along W
+    (`Convolution._pixel_major_by_kernel_rows`).
   A channel-major convolution and the MAX pooling of its top can run as one `PooledConvolution`
   (the engine's schedule decides). An InnerProduct keeps its weights as (K, N) in "dl" mode,
   whatever Caffe's `transpose` (the same products, a faster GEMM for few images).
@@ -152,8 +154,8 @@ class Convolution(Op):
             return [0, 0, 0]
         rows = self.in_c * self.kernel[0] * self.kernel[1] + (self.group if self.weight_and_bias is not None else 0)
         cols = rows * self.out_hw[0] * self.out_hw[1]
-        if self.pixel_major:  # or its row-unfolded copy, larger only for strides over the kernel
-            cols = max(cols, self.unfolded_size())
+        if self.pixel_major:  # or its unfolded copies (see `_pixel_major_by_rows`, `_by_kernel_rows`)
+            cols = max(cols, self.unfolded_size(), self.kernel_rows_size())
         padded = self.in_c * math.prod(self.padded_hw()) if any(self.pad) or self.pixel_major else 0
         along_w = self.in_c * self.kernel[1] * self._rows_read() * self.out_hw[1] if self.mode == "caffe" else 0
         return [cols, padded, along_w]
@@ -237,8 +239,10 @@ class Convolution(Op):
         """Both "dl" orientations: per image, bands of output rows, each its own im2col, GEMM,
         bias and ReLU while the band's columns are in cache (on the dev machine a chunk of 9
         images ran its conv2 at 2.4-2.7 ms per image in one im2col and one GEMM, 2.0-2.3 in
-        bands); pixel-major on one BLAS thread, not dilated along H, by rows instead (see
-        `_pixel_major_by_rows`). `threads`: the BLAS threads each GEMM is split between."""
+        bands). Pixel-major ones not dilated along H run without an im2col instead: on one BLAS
+        thread by output rows (`_pixel_major_by_rows`), on several, if also of stride 1 along H,
+        by groups of kernel rows (`_pixel_major_by_kernel_rows`). `threads`: the BLAS threads
+        each GEMM is split between."""
         n = x.shape[0]
         oh, ow = self.out_hw
         if self.is_1x1 and not self.pixel_major:  # no im2col: the input is the column buffer
@@ -270,14 +274,7 @@ class Convolution(Op):
                 np.copyto(region.reshape(r1 - r0, ow, *self.kernel, self.in_c), win[..., r0:r1, :].transpose(3, 4, 1, 2, 0))
                 r = res[i, r0 * ow : r1 * ow]
                 np.matmul(region.reshape(m, self.k_g), self.weight_pm, out=r)
-                # (rows, OW*O): numpy streams long rows faster (bias: 22 against 33 µs for the
-                # face CNN's conv2 image on the EPYC dev machine, `engine_timing.py
-                # --elementwise`; ReLU: see L.relu)
-                pixel_rows = r.reshape(r1 - r0, ow * self.out_c)
-                if self.bias_run is not None:
-                    pixel_rows += self.bias_run
-                if self.fuse_relu:
-                    L.relu(pixel_rows, out=pixel_rows)
+                self._bias_and_relu(r.reshape(r1 - r0, ow * self.out_c))
             else:  # (C, kh, kw, rows, OW): one pixel per GEMM column
                 np.copyto(region.reshape(self.in_c, *self.kernel, r1 - r0, ow), win[..., r0:r1, :])
                 self._channel_major_gemm(region.reshape(k_all, m), res[:, i, r0 * ow : r1 * ow])
@@ -285,6 +282,10 @@ class Convolution(Op):
         if self.pixel_major and threads == 1 and self.dilation[0] == 1:
             for i in range(n):
                 self._pixel_major_by_rows(source(i)[0].transpose(1, 2, 0), res[i].reshape(oh, ow, self.out_c), cols)
+            return out
+        if self.pixel_major and self.stride[0] == 1 and self.dilation[0] == 1:
+            for i in range(n):
+                self._pixel_major_by_kernel_rows(source(i)[0].transpose(1, 2, 0), res[i], cols)
             return out
         rows = self.rows_per_band(threads)
         for i in range(n):
@@ -320,7 +321,58 @@ class Convolution(Op):
         patches = np.lib.stride_tricks.as_strided(
             unfolded, shape=(oh, ow, kh * run), strides=(sh * run * size, rows_needed * run * size, size), writeable=False)
         np.matmul(patches, self.weight_pm, out=r)
-        pixel_rows = r.reshape(oh, ow * self.out_c)  # (rows, OW*O): see band() for why
+        self._bias_and_relu(r.reshape(oh, ow * self.out_c))
+
+    def _pixel_major_by_kernel_rows(self, src: np.ndarray, r: np.ndarray, scratch: np.ndarray) -> None:
+        """One image of a pixel-major convolution on several BLAS threads, its GEMM's depth split
+        by kernel rows instead of an im2col: src (Hp, Wp, C), the padded input in any strides; r
+        (OH*OW, O), the output, C-contiguous; scratch: at least `kernel_rows_size()` elements.
+        Needs stride 1 and dilation 1 along H.
+
+        With g = `kernel_rows_per_gemm()`, the copy holds each input row unfolded along W together
+        with the g - 1 rows below it: unfolded[y, ox, dy, kx, c] = src[y + dy, ox*sw + kx*dw, c].
+        For kernel rows [a, a + g), every output pixel's share of its patch, the rows
+        oy + a .. oy + a + g - 1 of its window, is then unfolded[oy + a, ox], and these lie
+        g*kw*C apart for all OH*OW pixels in order: one (OH*OW, g*kw*C) GEMM operand as it lies, in
+        the weights' (ky, kx, c) row order. Each group of kernel rows is one GEMM on all the BLAS
+        threads (a shorter group first, if kh is not a multiple of g, reading the first dy of the
+        same copy), and the groups' products are summed.
+
+        Against bands of an im2col (the engine's other path on several threads), each pixel is
+        copied g*kw times instead of kh*kw, and the last sum, like the bias and ReLU after it,
+        runs on the calling thread, which the next layer runs on too (the face CNN's pool2 after
+        it: 0.061 against 0.068 ms in the pass, `engine_timing.py --threads 2 --layers`).
+        The face CNN's conv2 (kh 6, 576-deep patches) at batch 1 on the two BLAS threads of the
+        Intel Xeon Emerald Rapids VM of the README (a trial script, seven alternating rounds of
+        200 calls): 0.37-0.40 ms with groups of 2 rows against 0.47-0.49 in bands; the whole pass
+        0.85 ms against 0.98 (nine rounds), groups of 1 or 3 rows 0.87 and 0.88; conv3 (kh 5, a
+        0.3 MB copy) in one group 0.109-0.112 against 0.114-0.116. On one BLAS thread the rows of
+        `_pixel_major_by_rows` stay faster (conv2 0.50 against 0.50-0.53, conv3 0.087 against
+        0.100).
+        """
+        (oh, ow), (kh, kw), c = self.out_hw, self.kernel, self.in_c
+        g, run = self.kernel_rows_per_gemm(), kw * self.in_c
+        s_h, s_w, s_c = src.strides
+        unfolded_rows = oh + kh - g
+        size = unfolded_rows * ow * g * run
+        unfolded = scratch[:size].reshape(unfolded_rows, ow, g, kw, c)
+        np.copyto(unfolded, np.lib.stride_tricks.as_strided(
+            src, shape=unfolded.shape, strides=(s_h, self.stride[1] * s_w, s_h, self.dilation[1] * s_w, s_c), writeable=False))
+        patches = unfolded.reshape(unfolded_rows * ow, g * run)
+        partial = scratch[size : size + r.size].reshape(r.shape)
+        first = kh % g or g
+        for a, b in [(0, first)] + [(a, a + g) for a in range(first, kh, g)]:
+            product = r if a == 0 else partial
+            np.matmul(patches[a * ow : (a + oh) * ow, : (b - a) * run], self.weight_pm[a * run : b * run], out=product)
+            if a:
+                np.add(r, partial, out=r)
+        self._bias_and_relu(r.reshape(oh, ow * self.out_c))
+
+    def _bias_and_relu(self, pixel_rows: np.ndarray) -> None:
+        """Add the bias to pixel-major output rows (rows, OW*O) and the fused ReLU, in place. Long
+        rows because numpy streams them faster: the bias of the face CNN's conv2 image took 22
+        against 33 µs over rows of O floats (EPYC dev machine, `engine_timing.py --elementwise`;
+        the ReLU: see L.relu)."""
         if self.bias_run is not None:
             pixel_rows += self.bias_run
         if self.fuse_relu:
@@ -329,6 +381,22 @@ class Convolution(Op):
     def unfolded_size(self) -> int:
         """Elements of `_pixel_major_by_rows`'s row-unfolded copy of one image."""
         return self.out_hw[1] * ((self.out_hw[0] - 1) * self.stride[0] + self.kernel[0]) * self.kernel[1] * self.in_c
+
+    def kernel_rows_per_gemm(self) -> int:
+        """Kernel rows per GEMM of `_pixel_major_by_kernel_rows`: the most whose left operand (OH*OW
+        patch shares of g*kw*C values) fits BAND_BYTES, at least 1, at most kh. The face CNN's
+        conv2 gets 2 (1.0 MB), the fastest of 1-3 measured; conv3 all 5 (0.3 MB)."""
+        share = math.prod(self.out_hw) * self.kernel[1] * self.in_c * self.dtype.itemsize
+        return max(1, min(self.kernel[0], BAND_BYTES // share))
+
+    def kernel_rows_size(self) -> int:
+        """Elements of `_pixel_major_by_kernel_rows`'s scratch for one image: its copy (OH + kh - g
+        unfolded rows) and a group's product; 0 where that path does not run."""
+        if self.stride[0] != 1 or self.dilation[0] != 1:
+            return 0
+        g = self.kernel_rows_per_gemm()
+        oh, ow = self.out_hw
+        return (oh + self.kernel[0] - g) * ow * g * self.kernel[1] * self.in_c + oh * ow * self.out_c
 
     def rows_per_band(self, threads: int = 1) -> int:
         """Output rows per "dl" band (see `rows_per_band`)."""
