@@ -44,6 +44,7 @@ from typing import ClassVar
 import numpy as np
 
 from tracker.errors import ModelError
+from tracker.model import cache_aligned
 from tracker.model import layers as L
 from tracker.model import shapes as S
 
@@ -81,7 +82,8 @@ class Op:
         return ModelError(f"layer {self.name!r} ({self.type}): {what}")
 
     def blob(self, i: int) -> np.ndarray:
-        """Parameter blob i, checked against the shape Caffe expects and cast to the engine dtype."""
+        """Parameter blob i, checked against the shape Caffe expects and cast to the engine dtype,
+        on a cache line (see `tracker.model.cache_aligned`; the caffemodel's own array if it already is)."""
         blobs = self._layer.blobs
         expected = self.shapes.params
         if len(blobs) != len(expected):
@@ -89,7 +91,7 @@ class Op:
         arr = np.asarray(blobs[i])
         if arr.size != math.prod(expected[i]):
             raise self.error(f"parameter blob {i} has shape {arr.shape}; expected {expected[i]}")
-        return np.ascontiguousarray(arr.reshape(expected[i]), dtype=self.dtype)
+        return cache_aligned.contiguous(arr.reshape(expected[i]), self.dtype)
 
     def scratch_sizes(self, in_shapes: Sequence[Shape]) -> list[int]:
         """Element counts of the temporaries one run on bottoms of `in_shapes` needs."""
@@ -130,13 +132,13 @@ class Convolution(Op):
         # for 1x1 convolutions, whose column buffer is the image itself
         self.weight_and_bias = None
         if mode == "caffe" and self.bias is not None and not self.is_1x1:
-            self.weight_and_bias = np.concatenate([self.weight, self.bias.reshape(self.group, o_g, 1)], axis=2)
+            self.weight_and_bias = cache_aligned.copy(np.concatenate([self.weight, self.bias.reshape(self.group, o_g, 1)], axis=2))
         # "dl": pixel-major when each patch row is copied in runs of at least a cache line
         # (16 floats); below that, numpy's per-run cost makes the im2col slower than the GEMM
         # gains (conv1 of the face CNN, one input channel: 0.48 against 0.08 ms per image).
         self.pixel_major = mode == "dl" and self.group == 1 and self.in_c * self.kernel[1] >= PIXEL_MAJOR_MIN_RUN
         if self.pixel_major:  # (kh*kw*C, O): the GEMM's right operand, rows in patch order
-            self.weight_pm = np.ascontiguousarray(weight.transpose(2, 3, 1, 0).reshape(self.k_g, self.out_c))
+            self.weight_pm = cache_aligned.copy(weight.transpose(2, 3, 1, 0).reshape(self.k_g, self.out_c))
             # the bias of one output row of pixels, (OW*O,): added to a band seen as (rows, OW*O)
             self.bias_run = None if self.bias is None else np.tile(self.bias.reshape(-1), self.out_hw[1])
         # True only on the copy `engine.schedule.with_relu` makes ("dl": an in-place ReLU follows)
@@ -527,7 +529,7 @@ class PooledConvolution(Op):
         for dy in range(ph):
             for dx in range(pw):
                 left[dy, dx, :, :, dy * sh : dy * sh + kh, dx * sw : dx * sw + kw] = kernel
-        self.weight = left.reshape(ph * pw * o, c * self.patch[0] * self.patch[1])
+        self.weight = cache_aligned.copy(left.reshape(ph * pw * o, c * self.patch[0] * self.patch[1]))
         self.windows = ph * pw
         # the bias of every pooled pixel, (O, OH*OW): a band's is a slice, added row to row rather
         # than broadcast from an (O, 1) column (numpy streams whole rows faster: see bias_run)
@@ -665,8 +667,8 @@ class InnerProduct(Op):
             # Net 2.9 MB of RSS: fc1's, permuted by `engine.schedule.reading_nhwc` (the others
             # are the caffemodel's own arrays).
             rows_first = not self.transpose
-            self.weight_rows = self.weight if rows_first else np.ascontiguousarray(self.weight.T)
-            self.weight = np.ascontiguousarray(self.weight.T) if rows_first else self.weight
+            self.weight_rows = self.weight if rows_first else cache_aligned.copy(self.weight.T)
+            self.weight = cache_aligned.copy(self.weight.T) if rows_first else self.weight
             self.transpose = True
         self.bias = self.blob(1) if p.bias_term else None
         # True only on the copy `engine.schedule.with_relu` makes ("dl": an in-place ReLU follows)

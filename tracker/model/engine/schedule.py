@@ -34,8 +34,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import numpy as np
-
+from tracker.model import cache_aligned
 from tracker.model import layers as L
 from tracker.model import ops as O
 
@@ -128,10 +127,10 @@ def reading_nhwc(op: O.InnerProduct) -> O.InnerProduct:
     a "dl" op, whose weights are (K, N) and (N, K) rows (see ops.InnerProduct)."""
     c, h, w = op.shapes.bottoms[0][1:]
     fused = copy.copy(op)
-    fused.weight = np.ascontiguousarray(op.weight.reshape(c, h, w, -1).transpose(1, 2, 0, 3).reshape(c * h * w, -1))
+    fused.weight = cache_aligned.copy(op.weight.reshape(c, h, w, -1).transpose(1, 2, 0, 3).reshape(c * h * w, -1))
     rows = op.weight_rows
     assert rows is not None  # every "dl" InnerProduct has them
-    fused.weight_rows = np.ascontiguousarray(rows.reshape(-1, c, h, w).transpose(0, 2, 3, 1).reshape(rows.shape[0], -1))
+    fused.weight_rows = cache_aligned.copy(rows.reshape(-1, c, h, w).transpose(0, 2, 3, 1).reshape(rows.shape[0], -1))
     fused.bottom_nhwc = True
     return fused
 

@@ -21,12 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tracker.model import cache_aligned
 from tracker.model import shapes as S
 from tracker.model.engine.schedule import Step
 from tracker.model.netdef import NetDef
 
 DEFAULT_WORKSPACE_BYTES = 64 << 20
-_ALIGN = 64  # bytes; every workspace slot starts on a cache line
+_ALIGN = cache_aligned.CACHE_LINE  # every workspace slot starts on a cache line
 
 
 @dataclass
@@ -143,10 +144,7 @@ class Workspace:
         if self._arena is None or self._arena.nbytes < need:
             self._arena = None  # release the old arena before making the new one
             self._views.clear()
-            # numpy aligns its buffers to 16 bytes only: start the arena on a cache line
-            raw = np.empty(need + _ALIGN, np.uint8)
-            start = -raw.ctypes.data % _ALIGN
-            self._arena = raw[start : start + need]
+            self._arena = cache_aligned.empty(need, np.uint8)
         for worker in range(workers):
             for m in sizes:
                 self.arrays(worker, chunk, m)
