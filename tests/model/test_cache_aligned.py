@@ -24,14 +24,3 @@ def test_copy_keeps_values_casts_and_never_shares():
         np.testing.assert_array_equal(a, source)
         assert not np.shares_memory(a, source)
 
-
-def test_contiguous_copies_only_what_is_not_already_on_a_line():
-    raw = np.zeros(100, np.float32)
-    start = -raw.ctypes.data % 64 // 4
-    on_line, off_line = raw[start : start + 32], raw[start + 4 : start + 36]  # 16 bytes past a line
-    assert cache_aligned.contiguous(on_line) is on_line
-    moved = cache_aligned.contiguous(off_line)
-    assert moved is not off_line and moved.ctypes.data % 64 == 0
-    np.testing.assert_array_equal(moved, off_line)
-    assert cache_aligned.contiguous(on_line, np.float64).dtype == np.float64
-    assert cache_aligned.contiguous(on_line[::2]).flags.c_contiguous

@@ -1,5 +1,6 @@
-"""Arrays that start on a 64-byte cache line: the engine's weights, its workspace and the
-caffemodel's blobs (which the engine reads in place).
+"""Arrays that start on a 64-byte cache line: the engine's workspace and every copy of a weight
+it makes in another layout (the caffemodel's own arrays it reads where they are: copying them
+all would hold the face CNN's 4 MB of weights twice).
 
 numpy aligns its buffers to 16 bytes only (a large one comes from mmap, 16 bytes past a page
 start), and OpenBLAS's GEMMs too small for it to pack their operands ran faster when the weights
@@ -36,10 +37,3 @@ def copy(a, dtype=None) -> np.ndarray:
     np.copyto(out, a, casting="unsafe")
     return out
 
-
-def contiguous(a, dtype=None) -> np.ndarray:
-    """`a` itself if it is C-contiguous, of `dtype` (if given) and on a cache line; else `copy`."""
-    a = np.asarray(a)
-    if a.flags.c_contiguous and (dtype is None or a.dtype == np.dtype(dtype)) and a.ctypes.data % CACHE_LINE == 0:
-        return a
-    return copy(a, dtype)

@@ -25,7 +25,7 @@ from google.protobuf import text_format
 
 from tracker.errors import ModelError
 from tracker.files import atomic_write
-from tracker.model import cache_aligned, caffe_pb
+from tracker.model import caffe_pb
 from tracker.model.netdef import LayerDef, NetDef
 from tracker.model.shapes import LAYER_TYPES, infer_layer_shapes, infer_shapes, layer_costs  # noqa: F401
 
@@ -340,7 +340,7 @@ def _is_legacy(blob) -> bool:
 
 def blob_to_array(blob, expected: tuple[int, ...] | None = None, where: str = "blob"
                   ) -> np.ndarray:
-    """A BlobProto as a float32 array on a cache line, in `expected` shape when given and compatible.
+    """A BlobProto as a float32 array, in `expected` shape when given and compatible.
 
     A legacy 4-D blob matches `expected` when `expected` left-padded with 1s to 4 axes equals
     (num, channels, height, width) -- Caffe's ShapeEquals -- and is then reshaped to `expected`.
@@ -351,7 +351,7 @@ def blob_to_array(blob, expected: tuple[int, ...] | None = None, where: str = "b
     count = int(np.prod(shape, dtype=np.int64))
     if len(values) != count:
         raise ModelError(f"{where} has {len(values)} values but its shape {shape} needs {count}")
-    array = cache_aligned.copy(np.asarray(values, dtype=np.float32)).reshape(shape)  # the engine reads it in place
+    array = np.array(values, dtype=np.float32).reshape(shape)
     if expected is None:
         return array
     expected = tuple(int(d) for d in expected)

@@ -82,8 +82,7 @@ class Op:
         return ModelError(f"layer {self.name!r} ({self.type}): {what}")
 
     def blob(self, i: int) -> np.ndarray:
-        """Parameter blob i, checked against the shape Caffe expects and cast to the engine dtype,
-        on a cache line (see `tracker.model.cache_aligned`; the caffemodel's own array if it already is)."""
+        """Parameter blob i, checked against the shape Caffe expects and cast to the engine dtype."""
         blobs = self._layer.blobs
         expected = self.shapes.params
         if len(blobs) != len(expected):
@@ -91,7 +90,7 @@ class Op:
         arr = np.asarray(blobs[i])
         if arr.size != math.prod(expected[i]):
             raise self.error(f"parameter blob {i} has shape {arr.shape}; expected {expected[i]}")
-        return cache_aligned.contiguous(arr.reshape(expected[i]), self.dtype)
+        return np.ascontiguousarray(arr.reshape(expected[i]), dtype=self.dtype)
 
     def scratch_sizes(self, in_shapes: Sequence[Shape]) -> list[int]:
         """Element counts of the temporaries one run on bottoms of `in_shapes` needs."""
