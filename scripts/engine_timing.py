@@ -84,6 +84,7 @@ import numpy as np  # noqa: E402
 from tracker.backends import create_backend  # noqa: E402
 from tracker.bench.interleave import time_interleaved  # noqa: E402
 from tracker.machine import cores  # noqa: E402
+from tracker.model import cache_aligned  # noqa: E402
 from tracker.model import layers as L  # noqa: E402
 from tracker.model import ops as O  # noqa: E402
 from tracker.model import shapes as S  # noqa: E402
@@ -150,15 +151,16 @@ def gemm_shapes(op: O.Op, shapes: S.LayerShapes, mode: str, blas: int) -> list[t
 
 def time_gemms(gemms, seconds: float, blas: int = 1) -> float:
     """Milliseconds of running these products once each, the BLAS on `blas` threads, on random
-    float32."""
+    float32 operands on cache lines, as the engine's weights and workspace are
+    (`tracker.model.cache_aligned`)."""
     rng = np.random.default_rng(0)
     operands = {}
     for a_shape, b_shape, how in gemms:
         if (a_shape, b_shape) not in operands:
-            a = rng.standard_normal(a_shape, dtype=np.float32)
+            a = cache_aligned.copy(rng.standard_normal(a_shape, dtype=np.float32))
             # "x @ W.T": an InnerProduct's (N, K) weights read transposed, as ops.py reads them
-            b = rng.standard_normal(b_shape[::-1], dtype=np.float32).T if how == "x @ W.T" else rng.standard_normal(b_shape, dtype=np.float32)
-            operands[(a_shape, b_shape)] = (a, b, np.empty((*a_shape[:-1], b_shape[1]), np.float32))
+            b = cache_aligned.copy(rng.standard_normal(b_shape[::-1] if how == "x @ W.T" else b_shape, dtype=np.float32))
+            operands[(a_shape, b_shape)] = (a, b.T if how == "x @ W.T" else b, cache_aligned.empty((*a_shape[:-1], b_shape[1]), np.float32))
 
     def run() -> None:
         for a_shape, b_shape, _ in gemms:
