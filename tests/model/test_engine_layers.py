@@ -283,7 +283,7 @@ CASES = [
     # strides over the kernel: the row-unfolded copy is larger than the columns
     conv_case("conv-pixel-major-rows-stride-over-kernel", "num_output: 3 kernel_size: 2 stride: 3", (2, 16, 10, 11), stride=(3, 3)),
     # large enough that one image's 3 kernel rows take 2 GEMMs in float32 (1 row, then 2) and 3
-    # in float64 (see test_kernel_row_groups_of_the_large_case)
+    # in float64 (see test_kernel_row_groups)
     conv_case(
         "conv-pixel-major-kernel-rows-pad-wstride-wdilation",
         "num_output: 5 kernel_size: 3 pad: 1 stride: 1 stride: 2 dilation: 1 dilation: 2",

@@ -348,8 +348,8 @@ class Convolution(Op):
         200 calls): 0.37-0.40 ms with groups of 2 rows against 0.47-0.49 in bands; the whole pass
         0.85 ms against 0.98 (nine rounds), groups of 1 or 3 rows 0.87 and 0.88; conv3 (kh 5, a
         0.3 MB copy) in one group 0.109-0.112 against 0.114-0.116. On one BLAS thread the rows of
-        `_pixel_major_by_rows` stay faster (conv2 0.50 against 0.50-0.53, conv3 0.087 against
-        0.100).
+        `_pixel_major_by_rows` stay faster (conv2 0.50 against 0.50-0.56, conv3 0.087 against
+        0.099-0.107).
         """
         (oh, ow), (kh, kw), c = self.out_hw, self.kernel, self.in_c
         g, run = self.kernel_rows_per_gemm(), kw * self.in_c
