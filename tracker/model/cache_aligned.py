@@ -9,8 +9,8 @@ CNN's conv2 as one GEMM per output row ((36, 576) @ (576, 48)) took 0.39 against
 per image, conv3's ((8, 1200) @ (1200, 96)) 0.082-0.085 against 0.114-0.120, in Nets whose
 weights had landed on a line or not (a trial script); the whole "dl" pass at batch 8 and 64 took
 0.85-0.89x the time with every GEMM weight on a line against 16 or 48 bytes off (interleaved; no
-change at batch 1 nor in the "caffe" mode, whose GEMMs are all larger). The cause inside OpenBLAS
-was not looked into.
+change at batch 1 nor in the "caffe" mode, whose convolutions' GEMMs are larger). The cause inside
+OpenBLAS was not looked into.
 """
 
 from __future__ import annotations
