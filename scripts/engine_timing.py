@@ -133,8 +133,8 @@ def gemm_shapes(op: O.Op, shapes: S.LayerShapes, mode: str, blas: int) -> list[t
         if op.pixel_major and blas == 1 and op.dilation[0] == 1:  # one GEMM per output row, stacked
             return [((*op.out_hw, op.k_g), (op.k_g, op.out_c), "pixel-major by rows")] * n
         if op.pixel_major and op.stride[0] == 1 and op.dilation[0] == 1:  # one GEMM per group of kernel rows
-            kh, g, run = op.kernel[0], op.kernel_rows_per_gemm(), op.kernel[1] * op.in_c
-            depths = [(kh % g or g) * run] + [g * run] * ((kh - 1) // g)
+            run = op.kernel[1] * op.in_c
+            depths = [(b - a) * run for a, b in op.kernel_row_groups()]
             return [((pixels, k), (k, op.out_c), "pixel-major by kernel rows") for k in depths] * n
         rows = op.rows_per_band(blas)
         bands = n * -(-op.out_hw[0] // rows)

@@ -361,8 +361,7 @@ class Convolution(Op):
             src, shape=unfolded.shape, strides=(s_h, self.stride[1] * s_w, s_h, self.dilation[1] * s_w, s_c), writeable=False))
         patches = unfolded.reshape(unfolded_rows * ow, g * run)
         partial = scratch[size : size + r.size].reshape(r.shape)
-        first = kh % g or g
-        for a, b in [(0, first)] + [(a, a + g) for a in range(first, kh, g)]:
+        for a, b in self.kernel_row_groups():
             product = r if a == 0 else partial
             np.matmul(patches[a * ow : (a + oh) * ow, : (b - a) * run], self.weight_pm[a * run : b * run], out=product)
             if a:
@@ -389,6 +388,13 @@ class Convolution(Op):
         conv2 gets 2 (1.0 MB), the fastest of 1-3 measured; conv3 all 5 (0.3 MB)."""
         share = math.prod(self.out_hw) * self.kernel[1] * self.in_c * self.dtype.itemsize
         return max(1, min(self.kernel[0], BAND_BYTES // share))
+
+    def kernel_row_groups(self) -> list[tuple[int, int]]:
+        """The [a, b) kernel rows of each GEMM of `_pixel_major_by_kernel_rows`, in order: groups of
+        `kernel_rows_per_gemm()`, the shorter one first if kh is not a multiple of it."""
+        kh, g = self.kernel[0], self.kernel_rows_per_gemm()
+        first = kh % g or g
+        return [(0, first)] + [(a, a + g) for a in range(first, kh, g)]
 
     def kernel_rows_size(self) -> int:
         """Elements of `_pixel_major_by_kernel_rows`'s scratch for one image: its copy (OH + kh - g
