@@ -15,8 +15,12 @@ Prints, per mode and batch size, the median per-image milliseconds over repeated
 image (a step is a layer, or a layer with its ReLU fused) and, for steps that run GEMMs, the
 time of those GEMMs alone: the same matrix products on arrays of the same shapes in the same
 orientation, on as many BLAS threads as the engine gives them, so that the rest of the step
-(im2col, bias, ReLU, Python) is the difference. With several worker threads (several images)
-a step's time is summed over the workers that ran it.
+(im2col, bias, ReLU, Python) is the difference. Then, from a second run in which every numpy
+call of the engine's operators is timed (`NumpyCalls`), each step's numpy calls per image and
+their milliseconds per image by kind of work: GEMMs (in the pass, on the columns it just wrote),
+copies (im2col, layout), element-wise (bias, ReLU, pooling, softmax), other (allocations); and
+outside numpy, the rest of the step's time: its Python, the views it makes, per call. With
+several worker threads (several images) a step's time is summed over the workers that ran it.
 
 --elementwise first times what the engine's element-wise and chunking choices rest on: the ReLU of
 conv1's output at batch 8 as np.maximum(x, 0) and as tracker.model.layers.relu; conv2's bias
@@ -171,49 +175,181 @@ def time_gemms(gemms, seconds: float, blas: int = 1) -> float:
         return median_ms(run, seconds)
 
 
+# numpy functions by the kind of work --layers files their calls under; ufuncs not named here are
+# "element-wise", any other function "other" (allocations, mostly)
+WORK_KINDS = {"matmul": "gemm", "dot": "gemm", "copyto": "copies", "concatenate": "copies",
+              "max": "element-wise", "min": "element-wise", "sum": "element-wise"}
+KIND_COLUMNS = ("gemm", "copies", "element-wise", "other")
+
+
+class NumpyCalls:
+    """While active (a context manager), times every call that `tracker.model.ops` and
+    `tracker.model.layers` make to a numpy function, ufuncs included, by step and kind of work
+    (WORK_KINDS): those modules' name `np` is bound to a stand-in that wraps each function in a
+    timer. Each call is timed around the real call, so the wrapper's own cost is left out of it;
+    the thread's current step is `current.step` (set by whoever runs the steps). Array operators
+    and methods (`a += b`, `a.sum()`) call no numpy function and are not seen: the face CNN's
+    paths make their arithmetic numpy calls (see tracker.model.ops)."""
+
+    MODULES = (O, L)
+
+    def __init__(self) -> None:
+        self.current = threading.local()
+        self.seconds: dict[tuple[str, str], float] = defaultdict(float)  # (step, kind) -> seconds
+        self.calls: dict[str, int] = defaultdict(int)  # step -> calls
+        self._lock = threading.Lock()
+        self._wrappers: dict[str, object] = {}
+
+    def __enter__(self) -> NumpyCalls:
+        for module in self.MODULES:
+            module.np = _TimedNumpy(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for module in self.MODULES:
+            module.np = np
+
+    def take(self) -> tuple[dict[tuple[str, str], float], dict[str, int]]:
+        """The seconds and calls recorded since the last take, and start again from none."""
+        with self._lock:
+            taken = dict(self.seconds), dict(self.calls)
+            self.seconds.clear()
+            self.calls.clear()
+        return taken
+
+    def wrapper(self, name: str, function):
+        """A timed stand-in for numpy's `function`, made once per name."""
+        if name not in self._wrappers:
+            kind = WORK_KINDS.get(name, "element-wise" if isinstance(function, np.ufunc) else "other")
+            self._wrappers[name] = _TimedCall(self, function, kind)
+        return self._wrappers[name]
+
+    def wrapping_cost(self, calls: int = 2000) -> float:
+        """Seconds per call that timing a call adds outside the time recorded for it (looking the
+        function up on the stand-in, the wrapper, recording): the median of 5 runs of `calls`
+        calls of a ufunc on one float. Not recorded."""
+        one = np.zeros(1, np.float32)
+        timed_numpy = _TimedNumpy(self)
+        costs = []
+        for _ in range(5):
+            self.take()
+            t = time.perf_counter()
+            for _ in range(calls):
+                timed_numpy.add(one, one, out=one)
+            wall = time.perf_counter() - t
+            costs.append((wall - sum(self.take()[0].values())) / calls)
+        return float(np.median(costs))
+
+    def record(self, kind: str, seconds: float) -> None:
+        step = getattr(self.current, "step", "(no step)")
+        with self._lock:
+            self.seconds[(step, kind)] += seconds
+            self.calls[step] += 1
+
+
+class _TimedNumpy:
+    """numpy, with its functions (not its types, modules or constants) wrapped by `NumpyCalls`."""
+
+    def __init__(self, timer: NumpyCalls) -> None:
+        self._timer = timer
+
+    def __getattr__(self, name: str):
+        value = getattr(np, name)
+        if callable(value) and not isinstance(value, type):
+            return self._timer.wrapper(name, value)
+        return value
+
+
+class _TimedCall:
+    """One numpy function, timed on every call; its attributes (a ufunc's `outer`) are the real
+    function's, untimed."""
+
+    def __init__(self, timer: NumpyCalls, function, kind: str) -> None:
+        self._timer, self._function, self._kind = timer, function, kind
+
+    def __call__(self, *args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return self._function(*args, **kwargs)
+        finally:
+            self._timer.record(self._kind, time.perf_counter() - t)
+
+    def __getattr__(self, name: str):
+        return getattr(self._function, name)
+
+
 def layer_breakdown(net: Net, netdef, x: np.ndarray, seconds: float, cores: int) -> list[str]:
-    """One line per step: its median ms per image in `net` running on `cores` cores, and its
-    GEMMs' ms per image alone, on as many BLAS threads as the engine gives them.
+    """Per step of `net` running on `cores` cores, ms per image: one line with its median time
+    and its GEMMs' time alone, on as many BLAS threads as the engine gives them; then a block
+    with the step's numpy calls per image and their medians by kind of work (`NumpyCalls`,
+    timed in a second run), and outside numpy: the step's time in that run less those and less
+    what timing them cost (`NumpyCalls.wrapping_cost` per call): its Python and the views it
+    makes. Both from one run, so that a host whose speed drifts does not skew the difference.
 
     Times steps by wrapping each step's op.run (a private part of Net: this is a tuning tool).
     """
-    spent: dict[str, list[float]] = defaultdict(list)
-    current: dict[str, float] = defaultdict(float)
+    numpy_calls = NumpyCalls()
+    step_seconds = time_steps(net, x, seconds, numpy_calls)
+    with numpy_calls:
+        by_kind = time_steps(net, x, seconds, numpy_calls)
+        wrapping = numpy_calls.wrapping_cost()
+    n = x.shape[0]
+    layer_shapes = dict(zip((layer.name for layer in netdef.layers), S.infer_layer_shapes(netdef, n)))
+    lines, kinds = [], [f"    {'step':<11} {'calls':>6} " + " ".join(f"{k:>12}" for k in KIND_COLUMNS) + f" {'outside numpy':>14}"]
+    for step in net._plan.steps:
+        op = step.op
+        ms = 1000 * step_seconds[(op.name, "time")] / n
+        blas = cores if net.mode == "caffe" else thread_plan(n, cores, False)[1]
+        gemms = gemm_shapes(op, layer_shapes[op.layer_names[0]], net.mode, blas)
+        gemm = f"  gemm {time_gemms(gemms, seconds / 4, blas) / n:7.3f} ({gemms[0][2]})" if gemms else ""
+        lines.append(f"    {op.name:<11} {label(op):<42} {ms:7.3f}{gemm}")
+        calls = by_kind[(op.name, "calls")]
+        spent = [1000 * by_kind[(op.name, k)] / n for k in KIND_COLUMNS]
+        outside = 1000 * (by_kind[(op.name, "time")] - calls * wrapping) / n - sum(spent)
+        kinds.append(f"    {op.name:<11} {calls / n:6.1f} " + " ".join(f"{v:12.3f}" for v in spent) + f" {outside:14.3f}")
+    return lines + [f"  {net.mode} batch {n}: numpy calls per image and ms per image by kind of work "
+                    f"(a second run, each call's timing cost of {1e6 * wrapping:.2f} us taken out)", *kinds]
+
+
+def time_steps(net: Net, x: np.ndarray, seconds: float, numpy_calls: NumpyCalls) -> dict[tuple[str, str], float]:
+    """Forward passes of x for about `seconds`, each step's op.run wrapped to time it and to name
+    the step to `numpy_calls` (which records only while active). Medians over the passes (0 where
+    a pass had none), for the batch, by (step name, what): "time" the step's seconds, a kind of
+    work (KIND_COLUMNS) its numpy calls' seconds of that kind, "calls" how many it made."""
+    passes: list[dict[tuple[str, str], float]] = []
+    step_times: dict[tuple[str, str], float] = defaultdict(float)
+    lock = threading.Lock()  # with several workers, steps end on several threads
     originals = []
     for step in net._plan.steps:
         op = step.op
         originals.append((op, op.run))
 
         def timed(ins, outs, scratch, threads=1, _run=op.run, _name=op.name):
+            numpy_calls.current.step = _name
             t = time.perf_counter()
             try:
                 return _run(ins, outs, scratch, threads)
             finally:
-                current[_name] += time.perf_counter() - t
+                took = time.perf_counter() - t
+                with lock:
+                    step_times[(_name, "time")] += took
 
         op.run = timed
-    try:
-        def forward() -> None:
-            current.clear()
-            net.forward(x, ["prob", "fc1"])
-            for name, s in current.items():
-                spent[name].append(s)
 
+    def forward() -> None:
+        step_times.clear()
+        numpy_calls.take()
+        net.forward(x, ["prob", "fc1"])
+        seconds_by_kind, calls = numpy_calls.take()
+        passes.append({**step_times, **seconds_by_kind, **{(name, "calls"): count for name, count in calls.items()}})
+
+    try:
         median_ms(forward, seconds)
     finally:
         for op, run in originals:
             op.run = run
-    n = x.shape[0]
-    layer_shapes = dict(zip((layer.name for layer in netdef.layers), S.infer_layer_shapes(netdef, n)))
-    lines = []
-    for step in net._plan.steps:
-        op = step.op
-        ms = 1000 * float(np.median(spent[op.name])) / n
-        blas = cores if net.mode == "caffe" else thread_plan(n, cores, False)[1]
-        gemms = gemm_shapes(op, layer_shapes[op.layer_names[0]], net.mode, blas)
-        gemm = f"  gemm {time_gemms(gemms, seconds / 4, blas) / n:7.3f} ({gemms[0][2]})" if gemms else ""
-        lines.append(f"    {op.name:<11} {label(op):<42} {ms:7.3f}{gemm}")
-    return lines
+    keys = {key for one in passes for key in one}
+    return defaultdict(float, {key: float(np.median([one.get(key, 0.0) for one in passes])) for key in keys})
 
 
 def concurrent_gain(a_shape: tuple[int, int], b_shape: tuple[int, int], calls: int = 200) -> float:

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,11 +46,45 @@ def test_scaling_elementwise_and_layers_print_every_part():
         ratios = [float(r) for r in re.findall(rf"{NUMBER}x", way)]
         assert len(ratios) == 3 and all(r > 0 for r in ratios), way
     # --layers: the summary line, then one line per step of the "dl" schedule
-    assert re.match(rf"dl +2:{NUMBER}ms\(rss \d+MB\)$", lines[-9])
-    steps = lines[-7:]
-    assert [s.split()[0] for s in steps] == ["conv1+pool1", "conv2", "pool2", "conv3", "fc1", "fc2", "prob"]
+    (summary,) = [i for i, line in enumerate(lines) if line.startswith("dl ")]
+    assert re.match(rf"dl +2:{NUMBER}ms\(rss \d+MB\)$", lines[summary])
+    assert lines[summary + 1] == "  dl batch 2: ms per image, by step"
+    names = ["conv1+pool1", "conv2", "pool2", "conv3", "fc1", "fc2", "prob"]
+    steps = lines[summary + 2 : summary + 9]
+    assert [s.split()[0] for s in steps] == names
     assert all(float(re.findall(NUMBER, s)[0]) > 0 for s in steps)
     assert "gemm" in steps[4] and "(x @ W)" in steps[4]  # fc1 runs on (K, N) weights
+    # then the same steps by kind of work: calls, four kinds and outside numpy
+    assert re.fullmatch(rf"  dl batch 2: numpy calls per image and ms per image by kind of work \(a second run, each call's "
+                        rf"timing cost of {NUMBER} us taken out\)", lines[summary + 9])
+    assert lines[summary + 10].split() == ["step", "calls", "gemm", "copies", "element-wise", "other", "outside", "numpy"]
+    kinds = {line.split()[0]: [float(v) for v in line.split()[1:]] for line in lines[summary + 11 :]}
+    assert list(kinds) == names and all(len(v) == 6 for v in kinds.values())
+    assert all(v[0] > 0 for v in kinds.values())  # every step calls numpy
+    assert all(kinds[name][1] > 0 for name in ("conv1+pool1", "conv2", "conv3", "fc1", "fc2"))  # its GEMMs
+    assert kinds["conv2"][2] > 0 and kinds["prob"][3] > 0  # conv2 copies its input; the softmax is element-wise
+
+
+def test_numpy_calls_times_the_operators_calls_by_step_and_kind_and_then_lets_numpy_be():
+    script = load_script()
+    from tracker.model import layers as L
+    from tracker.model import ops as O
+
+    x = np.arange(-8, 8, dtype=np.float32).reshape(1, 1, 4, 4)
+    with script.NumpyCalls() as numpy_calls:
+        assert O.np is not np and L.np is not np
+        numpy_calls.current.step = "relu"
+        relu = L.relu(x)
+        numpy_calls.current.step = "ave"  # AVE pooling reads np.multiply.outer: an attribute of a ufunc
+        ave = L.pool2d(x, L.POOL_AVE, (2, 2), (2, 2), (0, 0), (2, 2))
+        seconds, calls = numpy_calls.take()
+        assert numpy_calls.wrapping_cost() > 0
+        assert numpy_calls.take() == ({}, {})  # the cost's own calls are not recorded
+    assert O.np is np and L.np is np
+    np.testing.assert_array_equal(relu, np.maximum(x, 0))
+    np.testing.assert_array_equal(ave, x.reshape(2, 2, 2, 2).mean(axis=(1, 3)).reshape(1, 1, 2, 2))
+    assert calls["relu"] == 2 and set(k for s, k in seconds if s == "relu") == {"other", "element-wise"}  # zeros, maximum
+    assert calls["ave"] >= 1 and all(v > 0 for v in seconds.values())
 
 
 def test_phases_print_a_round_of_cross_core_reads_and_both_thread_counts():

@@ -313,15 +313,15 @@ def inner_product(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, ax
     n_out = w.shape[1]
     res = np.matmul(x2, w, out=None if out is None else out.reshape(m, n_out))
     if bias is not None:
-        res += bias
+        np.add(res, bias, out=res)
     return res.reshape(*x.shape[:axis], n_out)
 
 
 def softmax(x: np.ndarray, axis: int, out: np.ndarray | None = None) -> np.ndarray:
     """Caffe Softmax along `axis`: exp(x - max) / sum(exp(x - max))."""
-    out = np.subtract(x, x.max(axis=axis, keepdims=True), out=out)
+    out = np.subtract(x, np.max(x, axis=axis, keepdims=True), out=out)
     np.exp(out, out=out)
-    out /= out.sum(axis=axis, keepdims=True)
+    np.divide(out, np.sum(out, axis=axis, keepdims=True), out=out)
     return out
 
 

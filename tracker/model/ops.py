@@ -33,6 +33,11 @@ Two execution modes exist for the layers whose algorithm differs:
 
 Each type of the one table of layer types (`shapes.LAYER_TYPES`) has its `Op` subclass here, named
 after the type; `OPS` is built from the table, so a type without its operator fails at import.
+
+The face CNN's paths here and in `tracker.model.layers` do their arithmetic on arrays as calls to
+numpy's functions (`np.add(r, bias, out=r)`, not `r += bias`: the same ufunc), because calls are
+what `scripts/engine_timing.py --layers` times to split each step into GEMMs, copies, element-wise
+work and what runs outside numpy.
 """
 
 from __future__ import annotations
@@ -233,7 +238,7 @@ class Convolution(Op):
             for g in range(self.group):
                 np.matmul(weight[g], cols[g], out=out3[i, g * o_g : (g + 1) * o_g])
             if self.is_1x1 and self.bias is not None:
-                out3[i] += self.bias
+                np.add(out3[i], self.bias, out=out3[i])
         return out
 
     def _run_dl(self, x, out, scratch, threads):
@@ -374,7 +379,7 @@ class Convolution(Op):
         against 33 µs over rows of O floats (EPYC dev machine, `engine_timing.py --elementwise`;
         the ReLU: see L.relu)."""
         if self.bias_run is not None:
-            pixel_rows += self.bias_run
+            np.add(pixel_rows, self.bias_run, out=pixel_rows)
         if self.fuse_relu:
             L.relu(pixel_rows, out=pixel_rows)
 
@@ -425,7 +430,7 @@ class Convolution(Op):
         for g in range(self.group):
             np.matmul(self.weight[g], cols[g * self.k_g : (g + 1) * self.k_g], out=r[g * o_g : (g + 1) * o_g])
         if self.bias is not None:
-            r += self.bias
+            np.add(r, self.bias, out=r)
         if self.fuse_relu:
             L.relu(r, out=r)
 
@@ -482,7 +487,7 @@ class Pooling(Op):
     def run(self, ins, outs, scratch, threads: int = 1):
         out = L.pool2d(ins[0], self.method, self.kernel, self.stride, self.pad, self.out_hw, out=outs[0], scratch=scratch[0])
         if self.then_bias is not None:
-            out += self.then_bias
+            np.add(out, self.then_bias, out=out)
         if self.then_relu:
             L.relu(out, out=out)
         return [out]
@@ -583,7 +588,7 @@ class PooledConvolution(Op):
                 for w in range(1, self.windows):
                     np.maximum(pooled, grid[w], out=pooled)
                 if self.bias_plane is not None:
-                    pooled += self.bias_plane[:, :m]
+                    np.add(pooled, self.bias_plane[:, :m], out=pooled)
                 top = res[:, i, r0 * ow : r1 * ow]
                 if self.fuse_relu:
                     L.relu(pooled, out=top)
