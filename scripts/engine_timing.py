@@ -18,9 +18,10 @@ orientation, on as many BLAS threads as the engine gives them, so that the rest 
 (im2col, bias, ReLU, Python) is the difference. Then, from a second run in which every numpy
 call of the engine's operators is timed (`NumpyCalls`), each step's numpy calls per image and
 their milliseconds per image by kind of work: GEMMs (in the pass, on the columns it just wrote),
-copies (im2col, layout), element-wise (bias, ReLU, pooling, softmax), other (allocations); and
-outside numpy, the rest of the step's time: its Python, the views it makes, per call. With
-several worker threads (several images) a step's time is summed over the workers that ran it.
+copies (im2col, layout), element-wise (bias, ReLU, pooling, softmax), other (allocations, the
+pooling's sort of its axes by stride); and
+outside numpy, the rest of the step's time: its Python and the views it makes. With several
+worker threads (several images) a step's time is summed over the workers that ran it.
 
 --elementwise first times what the engine's element-wise and chunking choices rest on: the ReLU of
 conv1's output at batch 8 as np.maximum(x, 0) and as tracker.model.layers.relu; conv2's bias
@@ -176,9 +177,9 @@ def time_gemms(gemms, seconds: float, blas: int = 1) -> float:
 
 
 # numpy functions by the kind of work --layers files their calls under; ufuncs not named here are
-# "element-wise", any other function "other" (allocations, mostly)
+# "element-wise", any other function "other" (allocations, and the pooling's argsort of 4 strides)
 WORK_KINDS = {"matmul": "gemm", "dot": "gemm", "copyto": "copies", "concatenate": "copies",
-              "max": "element-wise", "min": "element-wise", "sum": "element-wise"}
+              "ascontiguousarray": "copies", "max": "element-wise", "min": "element-wise", "sum": "element-wise"}
 KIND_COLUMNS = ("gemm", "copies", "element-wise", "other")
 
 
@@ -187,9 +188,11 @@ class NumpyCalls:
     `tracker.model.layers` make to a numpy function, ufuncs included, by step and kind of work
     (WORK_KINDS): those modules' name `np` is bound to a stand-in that wraps each function in a
     timer. Each call is timed around the real call, so the wrapper's own cost is left out of it;
-    the thread's current step is `current.step` (set by whoever runs the steps). Array operators
-    and methods (`a += b`, `a.sum()`) call no numpy function and are not seen: the face CNN's
-    paths make their arithmetic numpy calls (see tracker.model.ops)."""
+    the thread's current step is `current.step` (set by whoever runs the steps). Not seen, so
+    counted outside numpy: array operators and methods (`a += b`, `a.sum()`; the face CNN's paths
+    make their arithmetic numpy calls, see tracker.model.ops), a ufunc's methods
+    (`np.multiply.outer`), fills by slice assignment (the "caffe" column buffer's row of ones,
+    once per batch) and views (`as_strided`)."""
 
     MODULES = (O, L)
 
@@ -199,15 +202,17 @@ class NumpyCalls:
         self.calls: dict[str, int] = defaultdict(int)  # step -> calls
         self._lock = threading.Lock()
         self._wrappers: dict[str, object] = {}
+        self._replaced: list = []
 
     def __enter__(self) -> NumpyCalls:
+        self._replaced = [module.np for module in self.MODULES]
         for module in self.MODULES:
             module.np = _TimedNumpy(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        for module in self.MODULES:
-            module.np = np
+        for module, replaced in zip(self.MODULES, self._replaced):
+            module.np = replaced
 
     def take(self) -> tuple[dict[tuple[str, str], float], dict[str, int]]:
         """The seconds and calls recorded since the last take, and start again from none."""
@@ -224,27 +229,28 @@ class NumpyCalls:
             self._wrappers[name] = _TimedCall(self, function, kind)
         return self._wrappers[name]
 
-    def wrapping_cost(self, calls: int = 2000) -> float:
-        """Seconds per call that timing a call adds outside the time recorded for it (looking the
-        function up on the stand-in, the wrapper, recording): the median of 5 runs of `calls`
-        calls of a ufunc on one float. Not recorded."""
-        one = np.zeros(1, np.float32)
-        timed_numpy = _TimedNumpy(self)
-        costs = []
-        for _ in range(5):
-            self.take()
-            t = time.perf_counter()
-            for _ in range(calls):
-                timed_numpy.add(one, one, out=one)
-            wall = time.perf_counter() - t
-            costs.append((wall - sum(self.take()[0].values())) / calls)
-        return float(np.median(costs))
-
     def record(self, kind: str, seconds: float) -> None:
         step = getattr(self.current, "step", "(no step)")
         with self._lock:
             self.seconds[(step, kind)] += seconds
             self.calls[step] += 1
+
+    @staticmethod
+    def wrapping_cost(calls: int = 2000) -> float:
+        """Seconds per call that timing a call adds outside the time recorded for it (looking the
+        function up on the stand-in, the wrapper, recording): the median of 5 runs of `calls`
+        calls of a ufunc on one float, on a timer of its own, by one thread (with several, the
+        calls also wait for the interpreter's lock and the timer's, which this leaves in)."""
+        timer, one = NumpyCalls(), np.zeros(1, np.float32)
+        timed_numpy = _TimedNumpy(timer)
+        costs = []
+        for _ in range(5):
+            t = time.perf_counter()
+            for _ in range(calls):
+                timed_numpy.add(one, one, out=one)
+            wall = time.perf_counter() - t
+            costs.append((wall - sum(timer.take()[0].values())) / calls)
+        return float(np.median(costs))
 
 
 class _TimedNumpy:
@@ -280,42 +286,50 @@ class _TimedCall:
 
 def layer_breakdown(net: Net, netdef, x: np.ndarray, seconds: float, cores: int) -> list[str]:
     """Per step of `net` running on `cores` cores, ms per image: one line with its median time
-    and its GEMMs' time alone, on as many BLAS threads as the engine gives them; then a block
-    with the step's numpy calls per image and their medians by kind of work (`NumpyCalls`,
-    timed in a second run), and outside numpy: the step's time in that run less those and less
-    what timing them cost (`NumpyCalls.wrapping_cost` per call): its Python and the views it
-    makes. Both from one run, so that a host whose speed drifts does not skew the difference.
+    and its GEMMs' time alone, on as many BLAS threads as the engine gives them; then, from a
+    second run with its numpy calls timed (`NumpyCalls`), a block with the step's numpy calls
+    per image, their time by kind of work and outside numpy: in each pass of that run, the
+    step's time less its numpy calls' and less what timing them cost (`wrapping_cost` per call),
+    so its Python and the views it makes (with several workers, also their waits for the
+    interpreter's lock). Each column is a median over the passes.
 
     Times steps by wrapping each step's op.run (a private part of Net: this is a tuning tool).
     """
     numpy_calls = NumpyCalls()
-    step_seconds = time_steps(net, x, seconds, numpy_calls)
+    step_times = time_steps(net, x, seconds, numpy_calls)
+    wrapping = NumpyCalls.wrapping_cost()
     with numpy_calls:
-        by_kind = time_steps(net, x, seconds, numpy_calls)
-        wrapping = numpy_calls.wrapping_cost()
+        timed_calls = time_steps(net, x, seconds, numpy_calls)
     n = x.shape[0]
     layer_shapes = dict(zip((layer.name for layer in netdef.layers), S.infer_layer_shapes(netdef, n)))
     lines, kinds = [], [f"    {'step':<11} {'calls':>6} " + " ".join(f"{k:>12}" for k in KIND_COLUMNS) + f" {'outside numpy':>14}"]
     for step in net._plan.steps:
         op = step.op
-        ms = 1000 * step_seconds[(op.name, "time")] / n
+        ms = 1000 * median_of(step_times, (op.name, "time")) / n
         blas = cores if net.mode == "caffe" else thread_plan(n, cores, False)[1]
         gemms = gemm_shapes(op, layer_shapes[op.layer_names[0]], net.mode, blas)
         gemm = f"  gemm {time_gemms(gemms, seconds / 4, blas) / n:7.3f} ({gemms[0][2]})" if gemms else ""
         lines.append(f"    {op.name:<11} {label(op):<42} {ms:7.3f}{gemm}")
-        calls = by_kind[(op.name, "calls")]
-        spent = [1000 * by_kind[(op.name, k)] / n for k in KIND_COLUMNS]
-        outside = 1000 * (by_kind[(op.name, "time")] - calls * wrapping) / n - sum(spent)
-        kinds.append(f"    {op.name:<11} {calls / n:6.1f} " + " ".join(f"{v:12.3f}" for v in spent) + f" {outside:14.3f}")
+        for one in timed_calls:
+            one[(op.name, "outside")] = (one.get((op.name, "time"), 0.0) - one.get((op.name, "calls"), 0) * wrapping
+                                         - sum(one.get((op.name, k), 0.0) for k in KIND_COLUMNS))
+        calls = median_of(timed_calls, (op.name, "calls")) / n
+        spent = [1000 * median_of(timed_calls, (op.name, k)) / n for k in (*KIND_COLUMNS, "outside")]
+        kinds.append(f"    {op.name:<11} {calls:6.2f} " + " ".join(f"{v:12.3f}" for v in spent[:-1]) + f" {spent[-1]:14.3f}")
     return lines + [f"  {net.mode} batch {n}: numpy calls per image and ms per image by kind of work "
                     f"(a second run, each call's timing cost of {1e6 * wrapping:.2f} us taken out)", *kinds]
 
 
-def time_steps(net: Net, x: np.ndarray, seconds: float, numpy_calls: NumpyCalls) -> dict[tuple[str, str], float]:
+def median_of(passes: list[dict[tuple[str, str], float]], key: tuple[str, str]) -> float:
+    """The median over passes of one figure of `time_steps` (0 in a pass that lacks it)."""
+    return float(np.median([one.get(key, 0.0) for one in passes]))
+
+
+def time_steps(net: Net, x: np.ndarray, seconds: float, numpy_calls: NumpyCalls) -> list[dict[tuple[str, str], float]]:
     """Forward passes of x for about `seconds`, each step's op.run wrapped to time it and to name
-    the step to `numpy_calls` (which records only while active). Medians over the passes (0 where
-    a pass had none), for the batch, by (step name, what): "time" the step's seconds, a kind of
-    work (KIND_COLUMNS) its numpy calls' seconds of that kind, "calls" how many it made."""
+    the step to `numpy_calls` (which records only while active). Per timed pass, its figures for
+    the batch by (step name, what): "time" the step's seconds, a kind of work (KIND_COLUMNS) its
+    numpy calls' seconds of that kind, "calls" how many it made."""
     passes: list[dict[tuple[str, str], float]] = []
     step_times: dict[tuple[str, str], float] = defaultdict(float)
     lock = threading.Lock()  # with several workers, steps end on several threads
@@ -348,8 +362,7 @@ def time_steps(net: Net, x: np.ndarray, seconds: float, numpy_calls: NumpyCalls)
     finally:
         for op, run in originals:
             op.run = run
-    keys = {key for one in passes for key in one}
-    return defaultdict(float, {key: float(np.median([one.get(key, 0.0) for one in passes])) for key in keys})
+    return passes[1:]  # the first was median_ms's untimed warm-up
 
 
 def concurrent_gain(a_shape: tuple[int, int], b_shape: tuple[int, int], calls: int = 200) -> float:

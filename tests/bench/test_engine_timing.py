@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -58,7 +59,7 @@ def test_scaling_elementwise_and_layers_print_every_part():
     assert re.fullmatch(rf"  dl batch 2: numpy calls per image and ms per image by kind of work \(a second run, each call's "
                         rf"timing cost of {NUMBER} us taken out\)", lines[summary + 9])
     assert lines[summary + 10].split() == ["step", "calls", "gemm", "copies", "element-wise", "other", "outside", "numpy"]
-    kinds = {line.split()[0]: [float(v) for v in line.split()[1:]] for line in lines[summary + 11 :]}
+    kinds = {line.split()[0]: [float(v) for v in line.split()[1:]] for line in lines[summary + 11 : summary + 18]}
     assert list(kinds) == names and all(len(v) == 6 for v in kinds.values())
     assert all(v[0] > 0 for v in kinds.values())  # every step calls numpy
     assert all(kinds[name][1] > 0 for name in ("conv1+pool1", "conv2", "conv3", "fc1", "fc2"))  # its GEMMs
@@ -76,14 +77,23 @@ def test_numpy_calls_times_the_operators_calls_by_step_and_kind_and_then_lets_nu
         numpy_calls.current.step = "relu"
         relu = L.relu(x)
         numpy_calls.current.step = "ave"  # AVE pooling reads np.multiply.outer: an attribute of a ufunc
+
+        def on_another_thread() -> None:  # as a "dl" worker runs its steps: named on its own thread
+            numpy_calls.current.step = "worker"
+            L.relu(x)
+
+        worker = threading.Thread(target=on_another_thread)
+        worker.start()
+        worker.join()
         ave = L.pool2d(x, L.POOL_AVE, (2, 2), (2, 2), (0, 0), (2, 2))
         seconds, calls = numpy_calls.take()
-        assert numpy_calls.wrapping_cost() > 0
-        assert numpy_calls.take() == ({}, {})  # the cost's own calls are not recorded
+        assert script.NumpyCalls.wrapping_cost() > 0
+        assert numpy_calls.take() == ({}, {})  # measuring that cost recorded nothing here
     assert O.np is np and L.np is np
     np.testing.assert_array_equal(relu, np.maximum(x, 0))
     np.testing.assert_array_equal(ave, x.reshape(2, 2, 2, 2).mean(axis=(1, 3)).reshape(1, 1, 2, 2))
-    assert calls["relu"] == 2 and set(k for s, k in seconds if s == "relu") == {"other", "element-wise"}  # zeros, maximum
+    for step in ("relu", "worker"):  # np.zeros and np.maximum
+        assert calls[step] == 2 and {k for s, k in seconds if s == step} == {"other", "element-wise"}
     assert calls["ave"] >= 1 and all(v > 0 for v in seconds.values())
 
 
