@@ -19,9 +19,9 @@ orientation, on as many BLAS threads as the engine gives them, so that the rest 
 call of the engine's operators is timed (`NumpyCalls`), each step's numpy calls per image and
 their milliseconds per image by kind of work: GEMMs (in the pass, on the columns it just wrote),
 copies (im2col, layout), element-wise (bias, ReLU, pooling, softmax), other (allocations, the
-pooling's sort of its axes by stride); and
-outside numpy, the rest of the step's time: its Python and the views it makes. With several
-worker threads (several images) a step's time is summed over the workers that ran it.
+pooling's sort of its axes by stride); and outside numpy, the rest of the step's time: its
+Python and the views it makes. With several worker threads (several images) a step's time is
+summed over the workers that ran it.
 
 --elementwise first times what the engine's element-wise and chunking choices rest on: the ReLU of
 conv1's output at batch 8 as np.maximum(x, 0) and as tracker.model.layers.relu; conv2's bias
@@ -177,7 +177,7 @@ def time_gemms(gemms, seconds: float, blas: int = 1) -> float:
 
 
 # numpy functions by the kind of work --layers files their calls under; ufuncs not named here are
-# "element-wise", any other function "other" (allocations, and the pooling's argsort of 4 strides)
+# "element-wise", any other function "other" (allocations, and the pooling's sort of its axes by stride)
 WORK_KINDS = {"matmul": "gemm", "dot": "gemm", "copyto": "copies", "concatenate": "copies",
               "ascontiguousarray": "copies", "max": "element-wise", "min": "element-wise", "sum": "element-wise"}
 KIND_COLUMNS = ("gemm", "copies", "element-wise", "other")
