@@ -133,11 +133,12 @@ def gemm_shapes(op: O.Op, shapes: S.LayerShapes, mode: str, blas: int) -> list[t
         if mode == "caffe":  # with the bias as one more column of weights, if it is folded in
             k = op.k_g if op.weight_and_bias is None else op.k_g + 1
             return [((o_g, k), (k, pixels), "channel-major")] * (op.group * n)
-        if op.is_1x1 and not op.pixel_major:
+        path = op.dl_path(blas)
+        if path == "1x1":
             return [((o_g, op.k_g), (op.k_g, n * pixels), "channel-major")] * op.group
-        if op.pixel_major and blas == 1 and op.dilation[0] == 1:  # one GEMM per output row, stacked
+        if path == "rows":  # one GEMM per output row, stacked
             return [((*op.out_hw, op.k_g), (op.k_g, op.out_c), "pixel-major by rows")] * n
-        if op.pixel_major and op.stride[0] == 1 and op.dilation[0] == 1:  # one GEMM per group of kernel rows
+        if path == "kernel rows":  # one GEMM per group of kernel rows
             run = op.kernel[1] * op.in_c
             depths = [(b - a) * run for a, b in op.kernel_row_groups()]
             return [((pixels, k), (k, op.out_c), "pixel-major by kernel rows") for k in depths] * n

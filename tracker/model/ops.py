@@ -251,7 +251,8 @@ class Convolution(Op):
         each GEMM is split between."""
         n = x.shape[0]
         oh, ow = self.out_hw
-        if self.is_1x1 and not self.pixel_major:  # no im2col: the input is the column buffer
+        path = self.dl_path(threads)
+        if path == "1x1":
             return self._run_1x1(x, out)
         if self.pixel_major:
             res = _nhwc_rows(out).reshape(n, oh * ow, self.out_c)  # a view: image i's (OH*OW, O)
@@ -285,11 +286,11 @@ class Convolution(Op):
                 np.copyto(region.reshape(self.in_c, *self.kernel, r1 - r0, ow), win[..., r0:r1, :])
                 self._channel_major_gemm(region.reshape(k_all, m), res[:, i, r0 * ow : r1 * ow])
 
-        if self.pixel_major and threads == 1 and self.dilation[0] == 1:
+        if path == "rows":
             for i in range(n):
                 self._pixel_major_by_rows(source(i)[0].transpose(1, 2, 0), res[i].reshape(oh, ow, self.out_c), cols)
             return out
-        if self.pixel_major and self.stride[0] == 1 and self.dilation[0] == 1:
+        if path == "kernel rows":
             for i in range(n):
                 self._pixel_major_by_kernel_rows(source(i)[0].transpose(1, 2, 0), res[i], cols)
             return out
@@ -299,6 +300,19 @@ class Convolution(Op):
             for r0 in range(0, oh, rows):
                 band(win, i, r0, min(oh, r0 + rows))
         return out
+
+    def dl_path(self, threads: int) -> str:
+        """Which "dl" algorithm `_run_dl` runs with the BLAS on `threads` threads: "1x1" (the
+        input is the column buffer, `_run_1x1`), "rows" (`_pixel_major_by_rows`), "kernel rows"
+        (`_pixel_major_by_kernel_rows`) or "bands" (an im2col per band of output rows)."""
+        if self.is_1x1 and not self.pixel_major:
+            return "1x1"
+        if self.pixel_major and self.dilation[0] == 1:
+            if threads == 1:
+                return "rows"
+            if self.stride[0] == 1:
+                return "kernel rows"
+        return "bands"
 
     def _pixel_major_by_rows(self, src: np.ndarray, r: np.ndarray, scratch: np.ndarray) -> None:
         """One image of a pixel-major convolution on one BLAS thread, as one GEMM per output row
