@@ -20,7 +20,6 @@ def test_copy_keeps_values_casts_and_never_shares():
     same = cache_aligned.copy(source)
     cast = cache_aligned.copy(source, np.float32)
     for a, dtype in ((same, np.float64), (cast, np.float32)):
-        assert a.dtype == dtype and a.flags.c_contiguous and a.ctypes.data % 64 == 0
+        assert a.dtype == dtype and a.flags.c_contiguous and a.ctypes.data % cache_aligned.CACHE_LINE == 0
         np.testing.assert_array_equal(a, source)
         assert not np.shares_memory(a, source)
-

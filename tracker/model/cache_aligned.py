@@ -36,4 +36,3 @@ def copy(a, dtype=None) -> np.ndarray:
     out = empty(a.shape, dtype or a.dtype)
     np.copyto(out, a, casting="unsafe")
     return out
-
