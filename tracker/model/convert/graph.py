@@ -317,7 +317,7 @@ def int8_float_ops(graph: Graph) -> tuple[str, ...]:
     the backends: with numpy's softmax in the backend, LiteRT's int8 backend ran at 1.11-1.13x
     its own file at batch 1 (a wrapper cost of 30-47 us a call on a 0.24 ms pass); with the
     softmax in the file, at 1.00x (2 us), `scripts/backend_overhead.py` on a 2-core EPYC VM
-    (README, "Measured here")."""
+    (docs/BENCHMARKS.md, the AMD EPYC set)."""
     last = final_softmax(graph)
     return int8_float_prefix(graph) + ((last.name,) if last is not None else ())
 
