@@ -512,8 +512,8 @@ class Pooling(Op):
 # --------------------------------------------------------------------------------------------
 
 # The most GEMM work a PooledConvolution may add: the face CNN's conv1 + pool1 does 1.31x the
-# multiply-adds of conv1 and took about half the time of the two layers (README, "The project's
-# Caffe engine"); larger ratios were not measured, and 1x1 kernels (4x) would lose.
+# multiply-adds of conv1 and took about half the time of the two layers (docs/ENGINE.md, "conv1
+# and pool1 as one GEMM"); larger ratios were not measured, and 1x1 kernels (4x) would lose.
 POOLED_CONV_MAX_WORK = 1.5
 
 
