@@ -18,7 +18,8 @@ pooling: 0.1-0.2 ms on the Xeon, about ten times that on a Pi), so that OpenBLAS
 and wake between them: with 2**16 ticks (about 25 us) the "caffe" mode's passes took 1.03-1.20x
 their time with 2**28 (a trial script); with 2**20, the bound below, both modes read the same as
 with 2**28 within the host's noise (`scripts/engine_timing.py --modes caffe,dl --threads 2`, three
-processes of each alternating, batch 1 to 64; docs/ENGINE.md).
+processes of each alternating, batch 1 to 64; docs/ENGINE.md, "OpenBLAS's and ONNX Runtime's idle
+threads put to sleep").
 """
 
 from __future__ import annotations

@@ -658,7 +658,7 @@ def test_pixel_major_convolutions_take_the_path_their_threads_and_geometry_call_
 def test_kernel_row_groups(built):
     """The large kernel-rows case above runs its 3 kernel rows as a shorter group and a full one
     in float32 and one row per GEMM in float64, so the float64 reference checks both; the face
-    CNN's conv2 takes its 6 rows 2 at a time (the README's figures), conv3 its 5 at once."""
+    CNN's conv2 takes its 6 rows 2 at a time (docs/ENGINE.md's figures), conv3 its 5 at once."""
     from tracker.model.spec import default_model
 
     def kernel_rows(netdef, dtype) -> dict[str, int]:
