@@ -14,15 +14,15 @@ prototxt and weights and run under the same bound on OpenBLAS's idle threads (`t
 on --threads cores.
 
 Prints, per mode and batch size, for each stage of the net and for the whole pass, the range over
-the rounds of each commit's median milliseconds per image, and the median over the rounds of
-after / before. A stage runs from one layer with weights to the next (conv1 to pool1, conv2 to
-pool2, conv3 to relu3, fc1 to relu4, fc2 to prob), whichever ops do its work: the engine has come
-to fuse layers differently (conv1 with pool1, conv2's bias and ReLU after pool2), so layers are not
-comparable across commits but stages are. A stage's time is the sum of its ops' `run` calls (with
-several worker threads, the "dl" mode's from batch 2, each running its own images, summed over
-them, so about twice their wall time), timed in passes of their own; the whole pass is wall time,
-in passes without that timing. A bad option (--before not a commit of this repository, an unknown
-mode, a count or time that is not a positive number) is one line on stderr and exit status 2.
+the rounds of each commit's median milliseconds per image, and the median over the rounds of after /
+before. A stage runs from one layer with weights to the next (conv1 to pool1, conv2 to pool2, conv3
+to relu3, fc1 to relu4, fc2 to prob), whichever ops do its work: the engine has come to fuse layers
+differently (conv1 with pool1, conv2's bias and ReLU after pool2), so layers are not comparable
+across commits but stages are. A stage's time is the sum of its ops' `run` calls (with several
+worker threads each running its own images, as the "dl" mode's do for batches of several, summed
+over them, so about twice their wall time), timed in passes of their own; the whole pass is wall
+time, in passes without that timing. A bad option (--before not a commit of this repository, an
+unknown mode, a count or time that is not a positive number): one line on stderr, exit status 2.
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@ machine is otherwise idle, but many times slower when other processes compete fo
 waiting for its helper thread to be scheduled; worker threads that must meet after every layer
 suffer the same way, less). The host of a virtual machine can do it too: while it runs the
 VM's two cores far apart, the "caffe" mode's pass on two BLAS threads took 1.5x its time on one
-(docs/BENCHMARKS.md, "The host's slow phases"). No fixed setting is right in every situation, and a Pi
-running the guard also runs capture and face detection next to the CNN. So when the caller does
-not fix the thread count, the engine treats the candidate settings ("arms", e.g. 1 core or all
-cores) as a small bandit, per batch-size class:
+(docs/BENCHMARKS.md, "The host's slow phases"). No fixed setting is right in every situation,
+and a Pi running the guard also runs capture and face detection next to the CNN. So when the
+caller does not fix the thread count, the engine treats the candidate settings ("arms", e.g. 1
+core or all cores) as a small bandit, per batch-size class:
 
 - each arm first gets `SAMPLES` passes (an arm whose first pass is `REJECT` times slower than
   the best arm's median is not sampled further);
