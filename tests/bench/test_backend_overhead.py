@@ -6,7 +6,6 @@ medians say.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo_scripts import load_script
 
 from tracker import shared_data
 from tracker.backends import availability
@@ -82,10 +82,7 @@ def test_bad_argument_is_one_line_and_exit_2(args, option, value):
 
 
 def test_missing_peer_bench_is_one_line_and_no_raw(monkeypatch, tmp_path):
-    spec = importlib.util.spec_from_file_location("backend_overhead", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("backend_overhead")
     monkeypatch.setattr(script.shared_data, "find", lambda relative: None)
     peer, why = script.load_peer_bench()
     assert peer is None

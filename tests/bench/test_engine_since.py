@@ -6,7 +6,6 @@ temporary folder is left behind, after a failure too.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -16,17 +15,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from repo_scripts import load_script
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "engine_since.py"
 NUMBER = r"(\d+\.\d+)"
 FACE_CNN_STAGES = ["conv1..pool1", "conv2..pool2", "conv3..relu3", "fc1..relu4", "fc2..prob"]
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("engine_since", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def worktrees(repo: Path) -> list[str]:
@@ -38,11 +32,11 @@ def test_stages_run_from_one_layer_with_weights_to_the_next():
     from tracker.model.caffe_io import load_net
 
     netdef = load_net(REPO / "models" / "face_cnn.prototxt", None)
-    stage = load_script().stage_of_layers([(layer.name, layer.type) for layer in netdef.layers])
+    stage = load_script("engine_since").stage_of_layers([(layer.name, layer.type) for layer in netdef.layers])
     assert list(dict.fromkeys(stage.values())) == FACE_CNN_STAGES
     assert stage["relu2"] == stage["pool2"] == "conv2..pool2" and stage["prob"] == "fc2..prob"
     # layers before the first with weights make a stage of their own; a lone layer is named alone
-    assert load_script().stage_of_layers([("norm", "LRN"), ("conv", "Convolution"), ("fc", "InnerProduct")]) == {
+    assert load_script("engine_since").stage_of_layers([("norm", "LRN"), ("conv", "Convolution"), ("fc", "InnerProduct")]) == {
         "norm": "norm", "conv": "conv", "fc": "fc"}
 
 
@@ -50,7 +44,7 @@ def test_report_gives_each_commits_range_and_the_median_ratio_after_over_before(
     def rounds(*pass_ms):  # one round per figure: every pass of it that many ms, conv1 a tenth
         return [{"dl/8": {"pass": [ms / 1000] * 3, "stages": {"conv1": [ms / 10000] * 3}}} for ms in pass_ms]
 
-    lines = load_script().report({"before": rounds(2.0, 2.2, 2.4), "after": rounds(1.0, 1.0, 1.5)}, "abc123")
+    lines = load_script("engine_since").report({"before": rounds(2.0, 2.2, 2.4), "after": rounds(1.0, 1.0, 1.5)}, "abc123")
     assert lines[0] == "dl batch 8: ms per image, range over 3 rounds (abc123 -> this checkout)"
     assert re.findall(NUMBER, lines[1]) == ["0.200", "0.240", "0.100", "0.150", "0.50"] and "x0.50" in lines[1]
     assert lines[2].split()[:3] == ["whole", "pass", "(wall)"] and lines[2].endswith("x0.50")  # 1/2, 1/2.2, 1.5/2.4

@@ -5,7 +5,6 @@ with positive figures, in the shape its docstring gives.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import signal
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from repo_scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "engine_timing.py"
@@ -67,7 +67,7 @@ def test_scaling_elementwise_and_layers_print_every_part():
 
 
 def test_numpy_calls_times_the_operators_calls_by_step_and_kind_and_then_lets_numpy_be():
-    script = load_script()
+    script = load_script("engine_timing")
     from tracker.model import layers as L
     from tracker.model import ops as O
 
@@ -116,13 +116,6 @@ def test_phases_on_one_cpu_is_a_clear_usage_error():
     assert proc.stderr.splitlines()[-1].endswith("--phases: needs two CPUs; this process may run on 1")
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("engine_timing", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
-
-
 def process_state(pid: int) -> str:
     """The one-letter state of process pid from /proc ("R" running, "S" asleep, "Z" exited and
     not yet reaped), or "gone"."""
@@ -143,7 +136,7 @@ def wait_for_state(pid: int, states: set[str], seconds: float = 10.0) -> str:
 def test_phases_probe_raises_instead_of_hanging_when_its_writer_dies(monkeypatch):
     """The writer cannot be pinned to a CPU that does not exist and exits at once: the probe gives
     up (at the latest after PROBE_WAIT_S), with this process's CPU affinity as it was."""
-    script = load_script()
+    script = load_script("engine_timing")
     monkeypatch.setattr(script, "PROBE_WAIT_S", 0.2)
     before = os.sched_getaffinity(0)
     with script.CrossCoreProbe((1 << 20, min(before))) as probe, \
@@ -155,7 +148,7 @@ def test_phases_probe_raises_instead_of_hanging_when_its_writer_dies(monkeypatch
 def test_phases_probe_writer_sleeps_between_probes_and_serves_each():
     """One writer serves every probe, and between probes it is asleep on its pipe, not spinning:
     the passes timed between probes have both cores."""
-    script = load_script()
+    script = load_script("engine_timing")
     cpus = sorted(os.sched_getaffinity(0))[:2]
     with script.CrossCoreProbe((cpus[0], cpus[-1])) as probe:
         for _ in range(2):
@@ -184,4 +177,4 @@ def test_phases_probe_writer_leaves_when_its_reader_is_killed(tmp_path):
     assert proc.returncode == -signal.SIGKILL, out.read_text()
     writer = int(out.read_text().split()[0])
     # sooner than PROBE_WAIT_S, after which a writer spinning for its turn would leave anyway
-    assert wait_for_state(writer, {"gone", "Z"}, seconds=load_script().PROBE_WAIT_S / 2) in {"gone", "Z"}
+    assert wait_for_state(writer, {"gone", "Z"}, seconds=load_script("engine_timing").PROBE_WAIT_S / 2) in {"gone", "Z"}
