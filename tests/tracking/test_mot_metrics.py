@@ -74,6 +74,12 @@ def test_switch_fragmentation_and_mostly_tracked():
     assert m.idtp == 4 and m.idf1 == pytest.approx(2 * 4 / (10 + 8))
 
 
+def test_nothing_paired():
+    # One object, one hypothesis far from it: no pair, so no overlap to average (MOTP 0, not 1).
+    m = evaluate(table([(1, 1, 0.0)]), table([(1, 2, 100.0)]))
+    assert (m.num_matches, m.misses, m.false_positives, m.motp, m.mota) == (0, 1, 1, 0.0, -1.0)
+
+
 def test_mostly_lost_and_partially_tracked_thresholds():
     gt = table([(f, 1, 0.0) for f in range(1, 11)] + [(f, 2, 50.0) for f in range(1, 11)])
     hyp = table([(1, 5, 0.0)] + [(f, 6, 50.0) for f in range(1, 3)])  # 1/10 and 2/10 tracked
@@ -109,14 +115,19 @@ def test_hungarian_pairs_minimise_total_distance():
 
 
 def test_parse_formats_and_errors(tmp_path):
-    t = parse_mot("1,3,10,20,30,40,0.9,-1,-1,-1\n\n2 3 11 21 30 40\n", "tracks", "x")
-    assert t.frames.tolist() == [1, 2] and t.ids.tolist() == [3, 3] and t.conf.tolist() == [0.9, 1.0]
+    t = parse_mot("1,3,10,20,30,40,0.9,-1,-1,-1\n\n2 3 11 21 30 40\n3, 3, 12, 22, 30, 40, 0.8, , ,\n", "tracks", "x")
+    assert t.frames.tolist() == [1, 2, 3] and t.ids.tolist() == [3, 3, 3] and t.conf.tolist() == [0.9, 1.0, 0.8]
     assert t.boxes[1].tolist() == [11, 21, 30, 40]
     assert parse_mot("1,5,0,0,1,1,0\n", "gt", "x").frames.size == 0  # ignore row dropped
     bad = {
         "1,1,0,0,1\n": "expected at least 6",
         "0,1,0,0,1,1,1\n": "frames count from 1",
         "1.5,1,0,0,1,1,1\n": "expected an integer",
+        "1000001,1,0,0,1,1,1\n": "'1000001'; expected an integer from 1 to 1000000",
+        "1e20,1,0,0,1,1,1\n": "expected an integer from 1 to 1000000",
+        "1,2147483648,0,0,1,1,1\n": "field 'id' is '2147483648'; expected an integer from -2147483648 to 2147483647",
+        "1,1,,10,20,30,0.9\n": "field 'x' is empty",
+        "1,1,5,10,20,30,,0\n": "field 'conf' is empty",
         "1,1,zero,0,1,1,1\n": "field 'x' is 'zero'; expected a number",
         "1,1,0,0,0,1,1\n": "expected w > 0 and h > 0",
         "1,1,0,0,1,1,nan\n": "finite",

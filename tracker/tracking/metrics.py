@@ -13,7 +13,8 @@ Written from the metric definitions, matching the MOTChallenge devkit's conventi
   last tracked frame. Per object, the tracked ratio (frames paired / frames present) makes it mostly
   tracked (>= 0.8), mostly lost (< 0.2) or partially tracked (in between).
 - MOTA = 1 - (FN + FP + IDsw) / (ground-truth boxes); MOTP = 1 - mean IoU distance of the pairs,
-  i.e. the mean IoU (larger is better).
+  i.e. the mean IoU (larger is better), and 0 when nothing was paired (as TrackEval reports it: a
+  mean over no pairs is undefined, and 1 would read as perfect overlap).
 - IDF1 (Ristani et al. 2016): whole trajectories are matched one-to-one to maximise the number of
   frames in which matched trajectories may correspond (a global minimum-cost bipartite matching of
   IDFN + IDFP); IDTP counts those frames, IDFN = gt boxes - IDTP, IDFP = hypothesis boxes - IDTP,
@@ -194,7 +195,7 @@ def evaluate(gt: MotTable, hyp: MotTable, match_iou: float = MATCH_IOU) -> MotMe
         id_switches=switches,
         fragmentations=fragmentations,
         mota=1.0 - _ratio(fn + fp + switches, n_gt),
-        motp=1.0 - _ratio(distance_sum, matches),
+        motp=_ratio(matches - distance_sum, matches),
         num_gt_boxes=n_gt,
         num_hyp_boxes=n_hyp,
         num_matches=matches,

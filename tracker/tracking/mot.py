@@ -1,6 +1,6 @@
 """MOTChallenge text files: detections, ground truth and tracker output.
 
-One box a line, comma-separated (whitespace is accepted too):
+One box a line, comma-separated (or, in a line without commas, whitespace-separated):
 
     frame, id, x, y, w, h, conf, ...        (frames count from 1; x, y top-left; pixels)
 
@@ -9,14 +9,15 @@ One box a line, comma-separated (whitespace is accepted too):
 - tracks (tracker output): (frame, id) unique; we write `frame,id,x,y,w,h,conf,-1,-1,-1`.
 
 Columns after the seventh (world coordinates, class, visibility) are read past and ignored. A
-missing seventh column counts as conf 1. A malformed line raises `InputError` naming the file,
-the line number, the field and what was expected.
+missing seventh column counts as conf 1. Frames run from 1 to MAX_FRAME, ids (gt, tracks) within
+a signed 32-bit integer. A malformed line (an empty field among the first seven too: it would shift
+the columns after it) raises `InputError` naming the file, the line number, the field and what was
+expected.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +29,11 @@ from tracker.errors import InputError
 
 Kind = Literal["detections", "gt", "tracks"]
 
-_SPLIT = re.compile(r"[,\s]+")
 _FIELDS = ("frame", "id", "x", "y", "w", "h", "conf")
+# The tracker steps through every frame up to the last (`evaluate.track_detections`): a million is
+# over nine hours at 30 fps, and a frame number past it is far more likely a wrong column than video.
+MAX_FRAME = 1_000_000
+_ID_RANGE = (-(2**31), 2**31 - 1)  # ids pass through float64 and int64 arrays: exact well beyond this
 
 
 @dataclass(frozen=True)
@@ -84,10 +88,10 @@ def _number(text: str, where: str, name: str) -> float:
     return value
 
 
-def _integer(text: str, where: str, name: str) -> int:
+def _integer(text: str, where: str, name: str, low: int, high: int, why: str = "") -> int:
     value = _number(text, where, name)
-    if value != int(value):
-        raise InputError(f"{where}: field {name!r} is {text!r}; expected an integer")
+    if value != int(value) or not low <= value <= high:
+        raise InputError(f"{where}: field {name!r} is {text!r}; expected an integer from {low} to {high}{why}")
     return int(value)
 
 
@@ -101,15 +105,16 @@ def parse_mot(text: str, kind: Kind, origin: str) -> MotTable:
         if not line:
             continue
         where = f"{kind} file {origin!r} line {lineno}"
-        parts = [p for p in _SPLIT.split(line) if p]
+        parts = [p.strip() for p in line.split(",")] if "," in line else line.split()
         if len(parts) < 6:
             raise InputError(
                 f"{where}: {len(parts)} fields in {line[:60]!r}; expected at least 6: frame, id, x, y, w, h[, conf, ...]"
             )
-        frame = _integer(parts[0], where, "frame")
-        if frame < 1:
-            raise InputError(f"{where}: field 'frame' is {parts[0]!r}; expected an integer >= 1 (frames count from 1)")
-        ident = _integer(parts[1], where, "id") if kind != "detections" else -1
+        for name, part in zip(_FIELDS, parts):
+            if not part:
+                raise InputError(f"{where}: field {name!r} is empty in {line[:60]!r}; expected a number")
+        frame = _integer(parts[0], where, "frame", 1, MAX_FRAME, " (frames count from 1)")
+        ident = _integer(parts[1], where, "id", *_ID_RANGE) if kind != "detections" else -1
         x, y, w, h = (_number(parts[k], where, _FIELDS[k]) for k in range(2, 6))
         if w <= 0 or h <= 0:
             raise InputError(f"{where}: box size w={parts[4]} h={parts[5]}; expected w > 0 and h > 0")
