@@ -32,6 +32,34 @@ def test_people_enrolled_with_other_weights_are_skipped(tmp_path, caplog):
     assert "other model weights" in caplog.text
 
 
+def test_damaged_enrolment_files_are_skipped_with_a_warning_and_the_others_load(tmp_path, caplog):
+    """A file that is not a whole archive of the expected members is one warning, never a crash
+    of the guard at start-up (an empty file raised EOFError, a .npy array TypeError)."""
+    from tracker.identity import kept_crops, person_chip, refresh_people
+
+    save_person(tmp_path, "ann", np.ones((1, 4)), "sha-A", "box-v1", np.zeros((1, 1, 88, 88), np.float32))
+    people = tmp_path / "people"
+    whole = (people / "ann.npz").read_bytes()
+    (people / "empty.npz").write_bytes(b"")
+    (people / "cut.npz").write_bytes(whole[: len(whole) // 2])
+    with np.load(people / "ann.npz") as data:
+        mean_bytes = data["mean"].tobytes()
+    flipped = bytearray(whole)
+    flipped[whole.index(mean_bytes)] ^= 0xFF  # inside the mean: its member's CRC no longer matches
+    (people / "flipped.npz").write_bytes(bytes(flipped))
+    np.save(people / "array.npy", np.ones(4))
+    (people / "array.npy").rename(people / "array.npz")
+    (people / "text.npz").write_text("not an archive")
+    np.savez(people / "nomean.npz", model=np.str_("sha-A"))
+    damaged = ("array", "cut", "empty", "flipped", "nomean", "text")
+    assert Gallery.load(tmp_path, "sha-A", threshold=0.5, crop="box-v1").names == ("ann",)
+    for name in damaged:
+        assert f"skipping {people / name}.npz: unreadable" in caplog.text
+        if name != "flipped":  # whose chips are whole
+            assert kept_crops(tmp_path, name, "box-v1") is None and person_chip(tmp_path, name) is None
+    assert refresh_people(tmp_path, None, "sha-A", "box-v1") == ([], [])  # ann is current; the others unreadable
+
+
 def test_the_embeddings_key_names_the_weights_and_how_their_card_embeds(tmp_path):
     """People enrolled with the same bytes but another embedding recipe are not comparable: the
     key tells them apart, so the guard recomputes them (refresh_people) rather than mixing."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-import zipfile
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ import numpy as np
 
 from tracker.crops import CROP_BOX
 from tracker.errors import ConfigError, InputError
-from tracker.files import atomic_write
+from tracker.files import NPZ_UNREADABLE, atomic_write, load_npz
 
 UNKNOWN = "unknown"
 UNTRAINED_THRESHOLD = 0.5  # weights that bring no calibrated threshold
@@ -145,12 +144,12 @@ def kept_crops(state_dir: Path, name: str, crop: str) -> np.ndarray | None:
     """The network inputs person `name` was enrolled from, (k, 1, 88, 88) float32 in [0, 1], if
     kept and made by crop definition `crop`; else None."""
     try:
-        with np.load(Path(state_dir) / "people" / f"{validate_name(name)}.npz") as data:
+        with load_npz(Path(state_dir) / "people" / f"{validate_name(name)}.npz") as data:
             made_with = str(data["crop"]) if "crop" in data.files else CROP_BOX
             if "chips" not in data.files or made_with != crop:
                 return None
             return _as_crops(data["chips"])
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+    except NPZ_UNREADABLE:
         return None
 
 
@@ -158,9 +157,9 @@ def person_chip(state_dir: Path, name: str) -> np.ndarray | None:
     """The first face chip person `name` was enrolled from, (88, 88) grey uint8, or None (not
     enrolled, unreadable, or enrolled without kept crops)."""
     try:
-        with np.load(Path(state_dir) / "people" / f"{validate_name(name)}.npz") as data:
+        with load_npz(Path(state_dir) / "people" / f"{validate_name(name)}.npz") as data:
             return data["chips"][0] if "chips" in data.files and len(data["chips"]) else None
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+    except NPZ_UNREADABLE:
         return None
 
 
@@ -182,11 +181,11 @@ def refresh_people(state_dir: Path, backend, model_key: str, crop: str) -> tuple
     refreshed, stale = [], []
     for path in people_files(state_dir):
         try:
-            with np.load(path) as data:
+            with load_npz(path) as data:
                 model = str(data["model"])
                 made_with = str(data["crop"]) if "crop" in data.files else CROP_BOX
                 chips = data["chips"] if "chips" in data.files else None
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+        except NPZ_UNREADABLE:
             continue  # unreadable: Gallery.load says so
         if model == model_key:
             continue
@@ -215,10 +214,10 @@ class Gallery:
         names, means = [], []
         for path in people_files(state_dir):
             try:
-                with np.load(path) as data:
+                with load_npz(path) as data:
                     mean, model = data["mean"].astype(np.float32), str(data["model"])
                     made_with = str(data["crop"]) if "crop" in data.files else CROP_BOX
-            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
+            except NPZ_UNREADABLE as err:
                 log.warning("identity: skipping %s: unreadable (%s)", path, err)
                 continue
             if model != model_key:

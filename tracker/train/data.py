@@ -30,7 +30,7 @@ from tracker.crops import CROP_SIZE, crop_definition, face_pixels
 from tracker.detect import FaceDetector
 from tracker.enroll import IMAGE_SUFFIXES, central_face
 from tracker.errors import InputError
-from tracker.files import atomic_write
+from tracker.files import NPZ_UNREADABLE, atomic_write, load_npz
 
 
 @dataclass(frozen=True)
@@ -128,10 +128,10 @@ class CropCache:
         self._rows: dict[str, np.ndarray | None] = {}
         if self.path.exists():
             try:
-                with np.load(self.path) as data:
+                with load_npz(self.path) as data:
                     for k, found, crop in zip(data["keys"], data["found"], data["crops"]):
                         self._rows[str(k)] = crop if found else None
-            except (OSError, ValueError, KeyError):
+            except NPZ_UNREADABLE:
                 self._rows = {}  # unreadable: cut again (and rewrite it)
         self._dirty = False
 

@@ -19,14 +19,15 @@ from pathlib import Path
 import numpy as np
 
 from tracker.errors import InputError
+from tracker.files import NPZ_UNREADABLE, load_npz
 
 
 def read_teacher(path: Path) -> dict[str, np.ndarray]:
     """Relative image path -> descriptor (D,) float32; InputError for a file of another shape."""
     try:
-        with np.load(path) as data:
+        with load_npz(path) as data:
             paths, descriptors = data["paths"], np.asarray(data["descriptor"], np.float32)
-    except (OSError, ValueError, KeyError) as err:
+    except NPZ_UNREADABLE as err:
         raise InputError(f"train: teacher file {str(path)!r}: unreadable ({err}); expected an .npz with "
                          "'paths' and 'descriptor' arrays") from None
     if descriptors.ndim != 2 or len(paths) != len(descriptors):
