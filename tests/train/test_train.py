@@ -1,7 +1,8 @@
 """`tracker train` end to end on a small subset of ../shared/datasets (a few steps, not an epoch of
 the real thing): the loss falls, the exported caffemodel loads and matches the trained torch net on
 the project's Caffe engine, the card holds a threshold measured on pairs; --resume, a checkpoint of
-another run, a full disk during checkpointing and data without faces. Needs PyTorch (native only)."""
+another run, a full disk during checkpointing or at the export, data without faces, and mistakes
+that must fail before any work. Needs PyTorch (native only)."""
 
 from __future__ import annotations
 
@@ -231,3 +232,73 @@ def test_a_list_naming_missing_photos_and_an_unusable_pairs_file(tmp_path):
                           capture_output=True, text=True, env=isolated_env(tmp_path), cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "1 left out" in proc.stderr and (tmp_path / "x.caffemodel.json").exists()
+
+
+@pytest.mark.parametrize("case", ["out is a folder", "work is a file", "teacher is a .npy", "teacher is cut short"])
+def test_mistakes_in_the_outputs_and_teachers_fail_before_any_photo_is_cut(tmp_path, case):
+    """In-process (the CLI's one line and exit 2 for an InputError are tested with the other
+    commands): each mistake used to surface only after the photos were cut or the training ran."""
+    from tracker.errors import InputError
+    from tracker.train.command import train_command
+
+    if not LFW.is_dir():
+        pytest.skip(f"training data not found at {LFW}")
+    teacher = LFW / "dlib_descriptors.npz"
+    args = {"--out": str(tmp_path / "x.caffemodel"), "--work": str(tmp_path / "work"), "--teacher": str(teacher)}
+    if case == "out is a folder":
+        args["--out"], expected = str(tmp_path), "is a folder; expected the caffemodel file to write"
+    elif case == "work is a file":
+        (tmp_path / "afile").write_text("")
+        args["--work"], expected = str(tmp_path / "afile"), "--work '" + str(tmp_path / "afile") + "' is a file"
+    elif case == "teacher is a .npy":
+        np.save(tmp_path / "t.npy", np.zeros((3, 128), np.float32))
+        args["--teacher"], expected = str(tmp_path / "t.npy"), "unreadable (a single array (.npy), not an .npz archive)"
+    else:
+        (tmp_path / "t.npz").write_bytes(teacher.read_bytes()[:100_000])
+        args["--teacher"], expected = str(tmp_path / "t.npz"), "unreadable (File is not a zip file)"
+    with pytest.raises(InputError, match=r"^train: ") as err:
+        train_command(["--data", str(LFW / "images"), "--limit", "16", *[x for kv in args.items() for x in kv]])
+    assert expected in str(err.value) and "\n" not in str(err.value)
+    assert not list(tmp_path.rglob("crops-*.npz"))
+
+
+@pytest.mark.parametrize("lr", ["-1", "0", "nan", "inf", "fast"])
+def test_the_learning_rate_must_be_a_positive_number(lr):
+    from tracker.errors import InputError
+    from tracker.train.command import _parser
+
+    with pytest.raises(InputError, match=f"--lr: bad value '{lr}'; expected a number > 0"):
+        _parser().parse_args(["--out", "x.caffemodel", "--lr", lr])
+
+
+def test_a_damaged_crop_cache_is_cut_again(tmp_path):
+    from tracker.train.data import CropCache
+
+    cache = CropCache(tmp_path, "key")
+    cache.put("a.jpg", np.full((88, 88), 7, np.uint8))
+    cache.put("b.jpg", None)
+    cache.save()
+    assert CropCache(tmp_path, "key").get("a.jpg")[0] and CropCache(tmp_path, "key").get("b.jpg") == (True, None)
+    whole = cache.path.read_bytes()
+    cache.path.write_bytes(whole[: len(whole) // 2])
+    assert CropCache(tmp_path, "key").get("a.jpg") == (False, None)  # unknown: cut again, and rewritten
+
+
+def test_a_full_disk_at_the_export_keeps_the_training_for_resume(tmp_path):
+    """The caffemodel that cannot be written is one line naming it and the checkpoint; the next
+    run with --resume writes it (to a folder it makes) without training again."""
+    if not LFW.is_dir():
+        pytest.skip(f"training data not found at {LFW}")
+    pairs = small_pairs(tmp_path / "pairs.txt")
+    args = ("--steps", "1", "--epochs", "1", "--pairs", str(pairs), "--pairs-images", str(LFW / "images"))
+    with tmpfs(tmp_path / "small", "size=1m") as small:  # the caffemodel is about 4 MB
+        full = run_train(tmp_path, *args, "--out", str(small / "face.caffemodel"))
+        assert full.returncode == 2 and "Traceback" not in full.stderr, full.stderr
+        assert last_line(full).startswith(f"tracker: error: train: cannot write '{small / 'face.caffemodel'}'")
+        assert "run again with --resume" in last_line(full)
+        assert list(small.iterdir()) == []  # no staged file left behind
+    out = tmp_path / "new" / "folder" / "face.caffemodel"
+    again = run_train(tmp_path, *args, "--resume", "--out", str(out))
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "resumed from" in again.stderr and "epoch 1/1" not in again.stderr  # not trained again
+    assert out.is_file() and json.loads(out.with_name(out.name + ".json").read_text())["training"]["steps"] == 1

@@ -21,7 +21,8 @@ What it does, in order (scripts/train-face-cnn is the command that made the ship
    measures the pairs (default: LFW's pairsDevTrain when present) through that engine, embedding
    faces the EMBEDDING way (mirror-mean) and then the other ways, and only then puts it in place
    with its card (`tracker.model.card`: the embedding, the thresholds for a THRESHOLD_FAR
-   false-accept rate). The teacher files and the pairs file are checked before any work.
+   false-accept rate). The teacher files, the pairs file and the --out and --work folders (made
+   if absent) are checked before any work: a mistake there fails at once, not after the training.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import queue
 import sys
 import threading
@@ -60,7 +62,7 @@ DEFAULT_PAIRS_IMAGES = "datasets/lfw-devtrain/images"
 
 
 def _parser():
-    from tracker.arguments import ArgumentParser, positive_int
+    from tracker.arguments import ArgumentParser, positive_float, positive_int
 
     p = ArgumentParser(prog="tracker train", description="Train the face CNN on face photographs and write a caffemodel.")
     p.add_argument("--data", type=Path, action="append",
@@ -78,7 +80,7 @@ def _parser():
                    help="crop cache and checkpoint folder (default: ./train-work)")
     p.add_argument("--epochs", type=positive_int, default=30)
     p.add_argument("--batch", type=positive_int, default=128)
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--lr", type=positive_float, default=3e-3)
     p.add_argument("--seed", type=int, default=20161129)
     p.add_argument("--steps", type=positive_int, help="stop after this many steps in all (a short trial)")
     p.add_argument("--limit", type=positive_int, help="use only the first N photos of each data set (a short trial)")
@@ -97,6 +99,20 @@ def _require_torch():
         raise BackendUnavailable(f"tracker train needs PyTorch ({err}); install it with: "
                                  "pip install 'tracker[train]' (torch==2.13.0, CPU)") from None
     return torch
+
+
+def _writable_folder(folder: Path, what: str) -> None:
+    """Make `folder` (and its parents) if absent; InputError (exit 2) unless it is then a folder
+    this process may write in."""
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"train: {what} {str(folder)!r} is a file; expected a folder to write in")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"train: {what} {str(folder)!r} cannot be made ({err.strerror}); expected a folder "
+                         "to write in") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"train: {what} {str(folder)!r} is not writable; expected a folder to write in")
 
 
 def choose_classes(identities: list[str], count: int) -> list[str]:
@@ -225,10 +241,16 @@ def train_command(argv: list[str]) -> int:
     if args.teacher is None:
         args.teacher = [path for path in map(shared_data.find, DEFAULT_TEACHER) if path is not None]
     prototxt, out = config.model.prototxt, args.out
+    if out.is_dir():
+        raise InputError(f"train: --out {str(out)!r} is a folder; expected the caffemodel file to write")
+    _writable_folder(out.parent, "--out's folder")
+    _writable_folder(args.work, "--work")
+    teachers = []
     for teacher_file in args.teacher:
         if not teacher_file.is_file():
             raise InputError(f"train: --teacher {str(teacher_file)!r} does not exist; expected an .npz of "
                              "'paths' and 'descriptor'")
+        teachers.append(read_teacher(teacher_file))  # all in memory from here: 7 MB for the LFW set's
     pairs = None  # (pairs file, its image folder) to set the threshold on
     pairs_file = args.pairs or shared_data.find(DEFAULT_PAIRS)
     if pairs_file is not None:
@@ -273,8 +295,7 @@ def train_command(argv: list[str]) -> int:
     targets = np.zeros((len(samples), width), np.float32)
     has_target = np.zeros(len(samples), bool)
     descriptors, rows = [], []
-    for teacher_file in args.teacher:
-        teacher = read_teacher(teacher_file)
+    for teacher in teachers:
         for i, (sample, root) in enumerate(zip(samples, roots)):
             # a photo outside its data set's folder (an absolute path in a list) has no teacher entry
             inside = sample.path.is_relative_to(root)
@@ -401,9 +422,12 @@ def train_command(argv: list[str]) -> int:
         finally:
             backend.close()
         staged.replace(out)
+        write_card(out, card)
+    except OSError as err:  # a full disk, a folder removed since the start
+        raise InputError(f"train: cannot write {str(out)!r} or its card ({err.strerror or err}); the checkpoint "
+                         f"{str(checkpoint)!r} holds the training: make room and run again with --resume") from None
     finally:
         staged.unlink(missing_ok=True)
-    write_card(out, card)
     print(f"train: wrote {out} ({out.stat().st_size:,} bytes) after {epoch} epoch(s), {step} steps, {minutes:.1f} min; "
           f"loss {card['training']['first_loss']} -> {card['training']['last_loss']}; Caffe engine parity {worst:.1e}; "
           f"identity threshold {card.get('identity_threshold')}")
