@@ -132,6 +132,26 @@ def test_crop_batch_aligns_faces_with_landmarks_only(testdata):
     assert np.array_equal(batch[1], batch[2]) and not np.allclose(batch[0], batch[1])
 
 
+def test_detections_whose_landmarks_could_not_be_their_faces_are_dropped():
+    """Landmarks far outside their box, or both eyes on one point, would make the aligned crop
+    copy a region of their spread's size or find no transform (tracker.crops.aligned_face)."""
+    from tracker.crops import aligned_face
+    from tracker.detect.windowed import _to_detections
+
+    good = [100, 80, 40, 40, 110, 95, 130, 95, 120, 105, 112, 112, 128, 112, 0.9]
+    far = list(good)
+    far[4:6] = (3000, -2000)
+    same_eyes = list(good)
+    same_eyes[6:8] = same_eyes[4:6]
+    at_edge = list(good)
+    at_edge[4] = 100 - 20  # half the box's side outside it: still kept
+    rows = np.array([good, far, same_eyes, at_edge], np.float32)
+    kept = _to_detections(rows, 1.0, 1.0, 0.0, 0.0, 320, 240, 0.5)
+    assert [d.landmarks[0][0] for d in kept] == [110, 80]
+    image = np.full((240, 320, 3), 128, np.uint8)
+    assert all(aligned_face(image, d.landmarks).shape == (CROP_SIZE, CROP_SIZE) for d in kept)
+
+
 def test_weighted_nms_averages_overlapping_boxes_by_score():
     rows = np.zeros((3, 15), np.float32)
     rows[0, :4], rows[0, 14] = (10, 10, 20, 20), 0.9

@@ -82,7 +82,8 @@ class WindowedDetector:
 def _to_detections(rows: np.ndarray, kx: float, ky: float, x0: float, y0: float, width: int, height: int,
                    threshold: float) -> list[Detection]:
     """(N, 15) window rows -> Detections in full-frame pixels, dropping rows that are not finite,
-    below the threshold, of no size, or whose box is not mostly inside the frame."""
+    below the threshold, of no size, whose box is not mostly inside the frame, or whose landmarks
+    could not be a face's (`_face_landmarks`)."""
     result = []
     for row in np.asarray(rows, np.float64).reshape(-1, 15):
         if not np.isfinite(row).all() or row[14] < threshold or row[2] <= 0 or row[3] <= 0:
@@ -94,5 +95,21 @@ def _to_detections(rows: np.ndarray, kx: float, ky: float, x0: float, y0: float,
         if ix <= 0 or iy <= 0 or ix * iy < 0.5 * bw * bh:
             continue
         points = tuple((float(x0 + row[4 + 2 * i] * kx), float(y0 + row[5 + 2 * i] * ky)) for i in range(5))
-        result.append(Detection(Box(float(bx), float(by), float(bw), float(bh)), float(row[14]), points))
+        box = Box(float(bx), float(by), float(bw), float(bh))
+        if _face_landmarks(points, box):
+            result.append(Detection(box, float(row[14]), points))
     return result
+
+
+def _face_landmarks(points: tuple[tuple[float, float], ...], box: Box) -> bool:
+    """Whether five landmarks (full-frame pixels) could be those of the face in `box`: all within
+    the box grown by half its larger side on every side (a face's lie inside its box:
+    tests/detect/test_detectors.py) and the eyes at least a pixel apart. The aligned crop needs
+    both (tracker.crops.aligned_face): coincident points have no similarity transform, and points
+    far apart ask for a region as large as their spread (3,000 px apart on a 320 x 240 frame: a
+    580 MB copy)."""
+    slack = max(box.w, box.h) / 2.0
+    inside = all(box.x - slack <= x <= box.x + box.w + slack and box.y - slack <= y <= box.y + box.h + slack
+                 for x, y in points)
+    (rx, ry), (lx, ly) = points[0], points[1]
+    return inside and float(np.hypot(lx - rx, ly - ry)) >= 1.0
