@@ -65,6 +65,9 @@ def test_pairs_files_in_lfw_format(tmp_path):
     ("1\nAnn\t1\t3\nAnn\t1\tBob\t1\n", r"pairs.txt:2: image .*Ann_0003.jpg' does not exist"),
     ("1\nAnn\t1\t2\nAnn\tone\tBob\t1\n", r"pairs.txt:3: .*expected 'name i j' or 'name1 i name2 j'"),
     ("1\nAnn\t1\t2\n", r"1 pairs; expected matched and mismatched pairs"),
+    ("Ann\t1\t2\nAnn\t1\tBob\t1\n", r"pairs.txt:1: 'Ann\\t1\\t2'; expected LFW's header line: 'N' \(View 1\) or 'folds N'"),
+    ("", r"pairs.txt:1: ''; expected LFW's header line"),
+    ("10 300 2\nAnn\t1\t2\nAnn\t1\tBob\t1\n", r"pairs.txt:1: '10 300 2'; expected LFW's header line"),
 ])
 def test_bad_pairs_files_name_the_line_and_what_is_expected(tmp_path, text, message):
     images = _lfw(tmp_path / "images", {"Ann": 2, "Bob": 1})

@@ -25,12 +25,17 @@ from tracker.errors import InputError
 
 
 def read_pairs(path: Path, images: Path) -> list[tuple[Path, Path, bool]]:
-    """(image a, image b, same person) per pair line; InputError naming the line for a malformed
-    line or an image that does not exist."""
+    """(image a, image b, same person) per pair line; InputError naming the line for a missing
+    header (it was skipped unread, and with it a first pair), a malformed line or an image that
+    does not exist."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as err:
         raise InputError(f"pairs file {str(path)!r}: cannot read ({err}); expected LFW's pairs format") from None
+    header = lines[0].split() if lines else []
+    if not 1 <= len(header) <= 2 or not all(field.isdigit() for field in header):
+        raise InputError(f"pairs file {path}:1: {(lines or [''])[0][:80]!r}; expected LFW's header line: 'N' "
+                         "(View 1) or 'folds N' (View 2)")
     pairs = []
     for number, line in enumerate(lines[1:], 2):
         parts = line.split()
