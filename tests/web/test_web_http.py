@@ -2,8 +2,10 @@
 weights, YuNet), spoken to over HTTP: what it serves, and every bad input of issue 14 -- a photo
 that is not an image, is huge or has no or several faces, a name with path tricks, a wrong password
 (rate-limited), a snapshot outside the snapshot folder, a viewer that goes away mid-stream, ten
-viewers at once, a request without the CSRF token, from another site or by another host name --
-each answered with a 4xx and one line while the guard keeps processing frames."""
+viewers at once, a request without the CSRF token, from another site or by another host name,
+bodies that are not JSON, chunked, stalled and too many uploads, connections that never finish a
+request and one too many -- each answered with a 4xx or 503 and one line while the guard keeps
+processing frames."""
 
 from __future__ import annotations
 
@@ -230,6 +232,22 @@ def test_the_live_view_streams_jpegs_to_a_bounded_number_of_viewers_and_drops_no
     assert head.startswith(b"HTTP/1.1 200")
 
 
+def test_a_viewer_that_takes_no_frames_gives_its_place_up(client, page, monkeypatch):
+    """Three viewers that stopped reading kept every other viewer out for good."""
+    from tracker.web import server
+
+    guard, port = page
+    monkeypatch.setattr(server, "LIVE_WRITE_TIMEOUT_S", 1.0)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills after a few frames
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(f"GET /live.mjpg HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: {auth.COOKIE}={client.cookie}\r\n\r\n".encode())
+    wait_for(lambda: client.json("GET", "/api/state")[1]["viewers"] == 1, "the viewer to be counted")
+    wait_for(lambda: client.json("GET", "/api/state")[1]["viewers"] == 0, "the viewer that reads nothing to be dropped")
+    sock.close()
+    frames_go_on(guard)
+
+
 # ---- events --------------------------------------------------------------------------------
 
 
@@ -320,6 +338,99 @@ def test_a_huge_upload_is_refused_before_it_is_read(client, page):
         status, _, body = client.request("POST", "/api/people", data, {"Content-Type": content_type} if content_type else {})
         assert status == 400 and json.loads(body)["error"].startswith("expected a multipart form with a name and photos")
     frames_go_on(guard)
+
+
+def raw_request(port: int, data: bytes) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=120)
+    sock.sendall(data)
+    return sock
+
+
+def read_answer(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    answer = b""
+    while chunk := sock.recv(65536):
+        answer += chunk
+    sock.close()
+    return answer
+
+
+def upload_head(port: int, cookie: str, csrf: str, length: int, boundary: str = "b") -> bytes:
+    return (f"POST /api/people HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: {auth.COOKIE}={cookie}\r\n"
+            f"{auth.CSRF_HEADER}: {csrf}\r\nContent-Type: multipart/form-data; boundary={boundary}\r\n"
+            f"Content-Length: {length}\r\nConnection: close\r\n\r\n").encode()
+
+
+def test_uploads_are_bounded_in_parts_length_number_and_time(client, page, monkeypatch):
+    """What an upload may hold in memory: a Content-Length it must have, at most MAX_FILES photos and
+    a name as parts (refused ones count), MAX_UPLOADS at once, each whole within UPLOAD_TIMEOUT_S."""
+    from tracker.web import server
+
+    guard, port = page
+    part = '--b\r\nContent-Disposition: form-data; name="photos"; filename="x.png"\r\n\r\n\r\n'
+    status, _, body = client.request("POST", "/api/people", (part * (server.MAX_FILES + 2) + "--b--\r\n").encode(),
+                                     {"Content-Type": "multipart/form-data; boundary=b"})
+    assert status == 400 and f"more than {server.MAX_FILES} photos and a name at a time" in json.loads(body)["error"]
+    chunked = raw_request(port, upload_head(port, client.cookie, client.csrf, 0).replace(
+        b"Content-Length: 0", b"Transfer-Encoding: chunked") + b"5\r\n--b--\r\n0\r\n\r\n")
+    answer = read_answer(chunked)
+    assert answer.startswith(b"HTTP/1.1 411") and b"an upload needs a Content-Length" in answer
+    broken = '--b\r\nContent-Disposition form-data\r\n\r\nx\r\n--b--\r\n'  # a part header without its colon
+    status, _, body = client.request("POST", "/api/people", broken.encode(), {"Content-Type": "multipart/form-data; boundary=b"})
+    assert status == 400 and json.loads(body)["error"].startswith("expected a multipart form with a name and photos")
+
+    monkeypatch.setattr(server, "UPLOAD_TIMEOUT_S", 2.0)
+    start = b'--b\r\nContent-Disposition: form-data; name="photos"; filename="a.png"\r\n\r\n' + b"\x89PNG"
+    stalled = [raw_request(port, upload_head(port, client.cookie, client.csrf, 100_000) + start)
+               for _ in range(server.MAX_UPLOADS)]
+    wait_for(lambda: guard.stages.web._uploads == server.MAX_UPLOADS, "the stalled uploads to be received")
+    status, answer = client.upload("late", [("astronaut.png", ASTRONAUT.read_bytes())])
+    assert status == 503 and answer["error"] == f"{server.MAX_UPLOADS} uploads are being received already; try again in a moment"
+    for sock in stalled:
+        answer = read_answer(sock)
+        assert answer.startswith(b"HTTP/1.1 408") and b"the upload took longer than 2 s" in answer
+    assert guard.stages.web._uploads == 0
+    frames_go_on(guard)
+
+
+def test_connections_are_bounded_in_number_and_in_the_time_their_first_request_takes(client, page, monkeypatch):
+    """Connections that send half a request and wait used to stay open for good, until the guard's
+    process ran out of file descriptors."""
+    from tracker.web import server
+
+    guard, port = page
+    monkeypatch.setattr(server, "MAX_CONNECTIONS", 5)
+    monkeypatch.setattr(server, "HEAD_TIMEOUT_S", 2.0)
+    half = f"GET /api/state HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode()  # no blank line: never whole
+    silent = [raw_request(port, half) for _ in range(5)]
+    time.sleep(0.5)  # accepted and counted before the next one comes
+    answer = read_answer(raw_request(port, b""))
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503") and b"X-Frame-Options: DENY" in head
+    assert json.loads(body)["error"] == "5 connections to this page are open already; try again later"
+    for sock in silent:  # each closed by the server within HEAD_TIMEOUT_S, without an answer
+        assert read_answer(sock) == b""
+    assert client.json("GET", "/api/state")[0] == 200  # room again
+    frames_go_on(guard)
+
+
+@pytest.mark.parametrize("content_type, body", [
+    ("application/json; charset=bogus", b'{"password": "x"}'),
+    ("application/json", b"[" * 30_000 + b"]" * 30_000),  # deeper than Python's recursion limit
+])
+def test_bodies_that_are_not_json_get_a_4xx_with_one_line(client, content_type, body):
+    status, headers, answer = client.request("POST", "/api/login", body, {"Content-Type": content_type})
+    assert status == 400 and json.loads(answer) == {"error": "this page has no password; just open it"}
+
+
+@pytest.mark.parametrize("method, path, status", [("GET", "/nowhere", 404), ("PUT", "/api/people", 405),
+                                                   ("GET", "/api/state", 401)])
+def test_the_servers_own_errors_are_json_with_the_security_headers(client, page, method, path, status):
+    guard, port = page
+    got, headers, body = (client if status != 401 else Client(port)).request(method, path)
+    assert got == status and set(json.loads(body)) == {"error"} and "\n" not in json.loads(body)["error"]
+    assert headers["x-frame-options"] == "DENY" and "default-src 'self'" in headers["content-security-policy"]
+    assert headers["content-type"].startswith("application/json")
 
 
 def test_an_events_snapshot_teaches_the_guard_a_face(client, page):

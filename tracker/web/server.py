@@ -24,7 +24,15 @@ Routes (JSON errors are {"error": one line} with a 4xx/5xx status):
 Security (auth.py for sessions, CSRF and login limits; uploads.py for photos): a password is
 required unless the page listens on a loopback address only; then requests must also name the
 page by a loopback host (a web site that rebinds its own name to 127.0.0.1 cannot read the page).
-Every response forbids framing and sniffing and allows only the page's own scripts.
+Every response, the server's own errors too, forbids framing and sniffing and allows only the
+page's own scripts; every error is JSON.
+
+Bounded, so that no client can exhaust the guard's process (its file descriptors, memory or
+threads): at most MAX_CONNECTIONS open connections (one more is answered 503 and closed); a
+connection's first request must arrive whole within HEAD_TIMEOUT_S and an idle one is closed after
+KEEPALIVE_S; a JSON body must arrive within BODY_TIMEOUT_S, an upload within UPLOAD_TIMEOUT_S and at
+most MAX_UPLOADS at once (each up to web.max_upload_mb); a live viewer that takes no frame for
+LIVE_WRITE_TIMEOUT_S, once its LIVE_SEND_BUFFER is full, is dropped.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import json
 import logging
 import secrets
 import shutil
+import socket
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from importlib.resources import files
@@ -41,6 +50,7 @@ from pathlib import Path
 
 import cv2
 from aiohttp import BodyPartReader, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from tracker.config import Config
 from tracker.enroll import enroll
@@ -58,6 +68,18 @@ log = logging.getLogger(__name__)
 
 WORKERS = 2
 MAX_FILES = 20
+# A browser opens up to 6 connections to a page; with web.max_viewers (at most 16) streams open,
+# 64 leaves room for several, and is far below a systemd service's 1024 file descriptors.
+MAX_CONNECTIONS = 64
+HEAD_TIMEOUT_S = 10.0
+KEEPALIVE_S = 15.0  # aiohttp's default keeps an idle connection for an hour
+BODY_TIMEOUT_S = 10.0  # login and from-event bodies: a few bytes
+UPLOAD_TIMEOUT_S = 120.0  # web.max_upload_mb (at most 64 MB) at 0.5 MB/s, a slow phone on Wi-Fi
+MAX_UPLOADS = 2  # uploads received at once: each is held in memory (up to web.max_upload_mb) until stored
+LIVE_WRITE_TIMEOUT_S = 10.0
+# A live stream's kernel send buffer, fixed: Linux grows it to 4 MB for a viewer that stops reading
+# (about 20 s of frames before a write even waits); 256 kB holds a second of them at any stream_width.
+LIVE_SEND_BUFFER = 256 * 1024
 _FORM_OVERHEAD = 64 * 1024  # multipart headers and boundaries around the photos
 JOB_TIMEOUT_S = 120.0  # enrolling 20 photos on a Pi 3 takes a few seconds; the guard may be restarting a backend
 _STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
@@ -100,6 +122,9 @@ class WebServer:
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self.address: tuple[str, int] | None = None  # where it listens, once started
+        # The server's loop only: connections whose first request has not arrived, and uploads being read.
+        self._first_request_due: set = set()
+        self._uploads = 0
 
     # -- the guard's side ------------------------------------------------------------------------
 
@@ -129,10 +154,10 @@ class WebServer:
     def _serve(self) -> None:
         loop = self._loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
-        runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=1.0)
+        runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=1.0, keepalive_timeout=KEEPALIVE_S)
         try:
             loop.run_until_complete(runner.setup())
-            loop.run_until_complete(web.TCPSite(runner, self.host, self.port, reuse_address=True).start())
+            loop.run_until_complete(_BoundedSite(runner, self.host, self.port, self._first_request_due).start())
             self.address = runner.addresses[0][:2]
         except OSError as err:
             log.error("web: cannot listen on %s (%s); the guard runs on without its page", self.config.web.listen,
@@ -160,6 +185,7 @@ class WebServer:
         # JSON bodies (login, from-event) are tiny: aiohttp refuses a bigger body with 413. Uploads
         # are streamed and capped by _enrol itself.
         app = web.Application(middlewares=[self._guard_request], client_max_size=64 * 1024)
+        app.on_response_prepare.append(_add_security_headers)  # every answer, errors included
         app.add_routes([
             web.get("/", self._index),
             web.get("/static/{name}", self._static),
@@ -188,6 +214,7 @@ class WebServer:
 
     @web.middleware
     async def _guard_request(self, request: web.Request, handler) -> web.StreamResponse:
+        self._first_request_due.discard(request.protocol)  # this connection's request came whole
         if self.password is None and not _loopback_host(request.host):
             return _error(421, f"host {request.host!r} is not this page's; open it as http://127.0.0.1:{self.port}/")
         if self.password is None and any(h in request.headers for h in _PROXY_HEADERS):
@@ -205,9 +232,13 @@ class WebServer:
             if request.path != "/api/login" and (session is None or not auth.csrf_ok(
                     session, request.headers.get(auth.CSRF_HEADER))):
                 return _error(403, f"missing or wrong {auth.CSRF_HEADER}; reload the page")
-        response = await handler(request)
-        response.headers.update(_HEADERS)
-        return response
+        try:
+            return await handler(request)
+        except web.HTTPException as err:  # aiohttp's own answers (no route, method, body too large): JSON too
+            if err.status < 400:
+                raise
+            return _error(err.status, f"{err.reason}: {request.method} {request.path}" + (
+                f" ({err.text})" if err.text and "\n" not in err.text and not err.text.startswith(str(err.status)) else ""))
 
     # -- the page and its session ----------------------------------------------------------------
 
@@ -271,8 +302,10 @@ class WebServer:
         if not self.live.join():
             return _error(503, f"{self.live.max_viewers} viewers already watch (web.max_viewers); try again later")
         try:
-            response = web.StreamResponse(headers={"Content-Type": "multipart/x-mixed-replace; boundary=frame",
-                                                   **_HEADERS})
+            response = web.StreamResponse(headers={"Content-Type": "multipart/x-mixed-replace; boundary=frame"})
+            sock = request.transport.get_extra_info("socket") if request.transport else None
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, LIVE_SEND_BUFFER)
             await response.prepare(request)
             sent = 0
             poll_s = min(0.1, self.live.interval_ns / 2e9)
@@ -282,10 +315,14 @@ class WebServer:
                     await asyncio.sleep(poll_s)
                     continue
                 sent, jpeg = frame
-                await response.write(b"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: "
-                                     + str(len(jpeg)).encode() + b"\r\n\r\n" + jpeg + b"\r\n")
+                await asyncio.wait_for(response.write(b"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: "
+                                                      + str(len(jpeg)).encode() + b"\r\n\r\n" + jpeg + b"\r\n"),
+                                       LIVE_WRITE_TIMEOUT_S)
         except (ConnectionError, asyncio.CancelledError):
             return response  # the viewer went away, or the server is closing
+        except TimeoutError:  # a viewer that takes no frames holds a place other viewers may want
+            request.protocol.force_close()
+            return response
         finally:
             self.live.leave()
 
@@ -355,18 +392,28 @@ class WebServer:
 
     async def _enrol(self, request: web.Request) -> web.Response:
         """Multipart: `name`, then up to MAX_FILES `photos`, within web.max_upload_mb together (413
-        otherwise: by its Content-Length before anything is read, or as soon as the bytes read pass
-        it). Each photo is checked (uploads.py) before anything decodes it; the ones refused are
-        reported beside enroll's own per-photo lines."""
+        otherwise: by its Content-Length, which it must have, before anything is read, or as soon as
+        the bytes read pass it). Each photo is checked (uploads.py) before anything decodes it; the
+        ones refused are reported beside enroll's own per-photo lines."""
         budget = int(self.config.web.max_upload_mb * 1e6)
         too_large = _error(413, f"upload larger than web.max_upload_mb ({self.config.web.max_upload_mb:g} MB); "
                                 "expected fewer or smaller photos")
-        if request.content_length is not None and request.content_length > budget + _FORM_OVERHEAD:
+        if request.content_length is None:  # chunked: nothing would bound what the form's part headers hold
+            return _error(411, "an upload needs a Content-Length (browsers send one); expected a form of photos")
+        if request.content_length > budget + _FORM_OVERHEAD:
             return too_large
+        if self._uploads >= MAX_UPLOADS:
+            return _error(503, f"{MAX_UPLOADS} uploads are being received already; try again in a moment")
+        self._uploads += 1
         try:
-            form = await _read_enrol_form(await request.multipart(), budget)
-        except (AssertionError, KeyError, ValueError) as err:  # not multipart (no or another type), broken, nested
-            return _error(400, f"expected a multipart form with a name and photos ({err})")
+            async with asyncio.timeout(UPLOAD_TIMEOUT_S):
+                form = await _read_enrol_form(await request.multipart(), budget)
+        except TimeoutError:
+            return _error(408, f"the upload took longer than {UPLOAD_TIMEOUT_S:.0f} s; expected fewer or smaller photos")
+        except (AssertionError, KeyError, ValueError, HttpProcessingError) as err:  # not multipart, broken, nested
+            return _error(400, f"expected a multipart form with a name and photos ({_one_line(err)})")
+        finally:
+            self._uploads -= 1
         if form is None:
             return too_large
         name, photos, messages = form
@@ -504,9 +551,13 @@ async def _read_enrol_form(reader, budget: int) -> tuple[str, list[tuple[str, by
     name = ""
     photos: list[tuple[str, bytes]] = []
     messages: list[str] = []
+    parts = photo_parts = 0
     async for part in reader:
         if not isinstance(part, BodyPartReader):
             raise ValueError("a nested multipart part")
+        parts += 1  # every part, refused photos and unknown ones too: their headers and lines cost memory
+        if parts > MAX_FILES + 1:
+            raise ValueError(f"more than {MAX_FILES} photos and a name at a time")
         data = await _read_part(part, budget)
         if data is None:
             return None
@@ -514,9 +565,8 @@ async def _read_enrol_form(reader, budget: int) -> tuple[str, list[tuple[str, by
         if part.name == "name":
             name = data.decode("utf-8", "replace")
         elif part.name == "photos":
-            if len(photos) >= MAX_FILES:
-                raise ValueError(f"more than {MAX_FILES} photos at a time")
-            label = part.filename or f"photo {len(photos) + 1}"
+            photo_parts += 1
+            label = part.filename or f"photo {photo_parts}"
             try:
                 check_image(data, label)
             except InputError as err:
@@ -538,10 +588,69 @@ async def _read_part(part: BodyPartReader, budget: int) -> bytes | None:
 
 
 async def _json_body(request: web.Request):
+    """The request's JSON body, or None for one that is not JSON (a bad charset, nesting deeper
+    than Python's recursion allows) or is not whole within BODY_TIMEOUT_S."""
     try:
-        return await request.json()
-    except ValueError:
+        async with asyncio.timeout(BODY_TIMEOUT_S):
+            return await request.json()
+    except (ValueError, LookupError, RecursionError, TimeoutError):
         return None
+
+
+def _one_line(err: Exception) -> str:
+    return " ".join(str(err).split())
+
+
+async def _add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers.update(_HEADERS)
+
+
+class _BoundedSite(web.BaseSite):
+    """aiohttp's TCPSite with the connection bounds of the module docstring: one more connection
+    than MAX_CONNECTIONS gets a 503 and is closed, and a connection whose first request has not
+    reached the middleware (which takes it out of `first_request_due`) after HEAD_TIMEOUT_S is
+    closed. aiohttp has neither: 300 connections that each sent half a request stayed open, and the
+    guard's process ran out of file descriptors."""
+
+    def __init__(self, runner: web.AppRunner, host: str, port: int, first_request_due: set) -> None:
+        super().__init__(runner)
+        self._host, self._port, self._first_request_due = host, port, first_request_due
+
+    @property
+    def name(self) -> str:
+        return f"http://{self._host}:{self._port}"
+
+    async def start(self) -> None:
+        await super().start()
+        loop = asyncio.get_running_loop()
+        server = self._runner.server
+        assert server is not None  # the runner was set up
+
+        def accept() -> asyncio.BaseProtocol:
+            if len(server.connections) >= MAX_CONNECTIONS:
+                return _Refusal()
+            handler = server()
+            self._first_request_due.add(handler)
+            loop.call_later(HEAD_TIMEOUT_S, self._close_if_silent, handler)
+            return handler
+
+        self._server = await loop.create_server(accept, self._host, self._port, reuse_address=True)
+
+    def _close_if_silent(self, handler) -> None:
+        if handler in self._first_request_due:
+            self._first_request_due.discard(handler)
+            handler.force_close()
+
+
+class _Refusal(asyncio.Protocol):
+    """A connection beyond MAX_CONNECTIONS: a 503 with the page's headers, then closed."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        body = json.dumps({"error": f"{MAX_CONNECTIONS} connections to this page are open already; try again later"})
+        head = "".join(f"{k}: {v}\r\n" for k, v in _HEADERS.items())
+        transport.write(f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json; charset=utf-8\r\n"  # type: ignore[attr-defined]
+                        f"Content-Length: {len(body)}\r\nConnection: close\r\n{head}\r\n{body}".encode())
+        transport.close()
 
 
 def _read_static(name: str) -> bytes:
