@@ -14,10 +14,14 @@ private files (enrolments).
 
 `load_npz(path)`: numpy's archive of `path`, to read in a `with` block; any failure to open it or
 to read a member from it is one of `NPZ_UNREADABLE`.
+
+`LineFile(path, what)`: a log the guard appends lines to as it runs (events, latency), where a full
+disk must neither stop the guard nor leave half a line (see the class).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 import zipfile
@@ -25,6 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 # What opening an .npz or reading one of its members raises for a file that is not a whole archive
 # of the expected members: missing or unreadable (OSError), empty (EOFError), truncated or damaged
@@ -63,3 +69,64 @@ def atomic_write(path: Path, content: bytes | memoryview | Callable[[Path], None
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+class LineFile:
+    """Whole lines appended to the file at `path` (made, with its folder, if absent), each in one
+    write(2), so a crash loses at most the line being written. A line that cannot be written whole
+    (a full disk, the file removed from under it, a device that refuses it) is taken back out of
+    the file, counted in `lost` and never raised: the first of a run of failures is logged as an
+    error naming `what`, the return to writing as a warning with the count. After `close()` (or a
+    line that could not be taken back), the next line opens the file again. Not thread-safe (one
+    writer)."""
+
+    def __init__(self, path: Path, what: str) -> None:
+        self.path, self.what = Path(path), what
+        self.lost = 0  # lines not written, over the file's life
+        self._lost_in_run = 0  # since the last line that was written
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def size(self) -> int:
+        """Bytes in the file now (0 while it cannot be opened)."""
+        return os.fstat(self._fd).st_size if self._fd is not None else 0
+
+    def append(self, line: str) -> bool:
+        """Write `line` (ending in a newline) whole, or not at all; True if written."""
+        data = line.encode("utf-8")
+        start = None
+        try:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            start = os.fstat(self._fd).st_size
+            written = os.write(self._fd, data)
+            if written != len(data):  # the disk filled up inside the line
+                raise OSError(f"{written} of {len(data)} bytes written")
+        except OSError as err:
+            self._take_back(start)
+            self.lost += 1
+            self._lost_in_run += 1
+            if self._lost_in_run == 1:
+                log.error("%s: cannot write %s (%s); lines are lost until it can (counted)", self.what, self.path,
+                          err.strerror or err)
+            return False
+        if self._lost_in_run:
+            log.warning("%s: writing %s again; %d line(s) lost meanwhile", self.what, self.path, self._lost_in_run)
+            self._lost_in_run = 0
+        return True
+
+    def _take_back(self, start: int | None) -> None:
+        """Cut a partly written line off the end, or, if that fails too, close the file (the next
+        line opens it again)."""
+        if self._fd is None or start is None:
+            return
+        try:
+            if os.fstat(self._fd).st_size > start:
+                os.ftruncate(self._fd, start)
+        except OSError:
+            self.close()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)

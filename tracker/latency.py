@@ -6,19 +6,26 @@ milliseconds of the monotonic clock:
     motion_ms, detect_ms, infer_ms, track_ms, publish_ms   each stage's own time; infer_ms is the
                 time of the backend call that carried the frame's crops (shared by its batch)
     total_ms    from capture to the end of publishing the frame's results
-`dropped` is the capture queue's running count of frames dropped before processing.
-The file rotates by size (`path`, `path.1`, ... `path.<backups>`), so the disk use is bounded.
+`dropped` is the running count of frames lost before tracking: dropped by the capture queue, or
+whose crops a failed backend call lost.
+The file rotates by size (`path`, `path.1`, ... `path.<backups>`), so the disk use is bounded; a
+full disk loses lines (logged, counted) but never stops the guard (tracker.files.LineFile).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+
+from tracker.files import LineFile
+
+log = logging.getLogger(__name__)
 
 STAGES = ("capture_ms", "motion_ms", "detect_ms", "infer_ms", "track_ms", "publish_ms", "total_ms")
 
@@ -43,31 +50,47 @@ class FrameLatency:
 class LatencyLog:
     """Appends FrameLatency records as JSON lines, rotating at `max_bytes` keeping `backups` files.
 
-    Lines are flushed to the OS as written so a crash loses at most the line being written.
+    Each line is written whole as it comes (a crash loses at most the line being written); one the
+    disk refuses is lost and counted, never raised (`LineFile`).
     """
 
     def __init__(self, path: Path, max_bytes: int = 10_000_000, backups: int = 3):
         self.path = Path(path)
         self.max_bytes = max_bytes
         self.backups = backups
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8", buffering=1)
+        self._file = LineFile(self.path, "latency log")
+        self._rotation_failed = False
 
     def write(self, record: FrameLatency) -> None:
         line = json.dumps(asdict(record), separators=(",", ":")) + "\n"
-        if self._file.tell() + len(line) > self.max_bytes and self._file.tell() > 0:
+        size = self._file.size()
+        if size + len(line) > self.max_bytes and size > 0:
             self._rotate()
-        self._file.write(line)
+        self._file.append(line)
 
     def _rotate(self) -> None:
+        """Shift the files one along (the oldest goes; the next line opens `path` afresh). A rename
+        the file system refuses is logged once, and the lines go on into the current file."""
         self._file.close()
-        if self.backups == 0:
-            self.path.unlink(missing_ok=True)
-        for i in range(self.backups, 0, -1):
-            older = self.path.with_name(f"{self.path.name}.{i - 1}") if i > 1 else self.path
-            if older.exists():
-                os.replace(older, self.path.with_name(f"{self.path.name}.{i}"))
-        self._file = open(self.path, "a", encoding="utf-8", buffering=1)
+        try:
+            if self.backups == 0:
+                self.path.unlink(missing_ok=True)
+            for i in range(self.backups, 0, -1):
+                older = self.path.with_name(f"{self.path.name}.{i - 1}") if i > 1 else self.path
+                if older.exists():
+                    os.replace(older, self.path.with_name(f"{self.path.name}.{i}"))
+        except OSError as err:
+            if not self._rotation_failed:
+                log.error("latency log: cannot rotate %s (%s); it grows past latency.max_bytes until it can",
+                          self.path, err.strerror or err)
+            self._rotation_failed = True
+        else:
+            self._rotation_failed = False
+
+    @property
+    def lost(self) -> int:
+        """Lines the disk refused, over the log's life."""
+        return self._file.lost
 
     def close(self) -> None:
         self._file.close()

@@ -2,11 +2,13 @@
 
 "Best" is the largest detected box (closest to the camera, most pixels of the face). Memory: one
 small image (at most `side` x `side` BGR) per live track; disk: at most `keep` JPEG files in
-`<state_dir>/snapshots/`, the oldest removed first.
+`<state_dir>/snapshots/`, the oldest removed first. A snapshot the disk refuses (full, or the folder
+gone) is logged, and its event goes on without a file: the sinks still get the JPEG.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from pathlib import Path
 
@@ -15,6 +17,8 @@ import numpy as np
 
 from tracker.crops import square_region
 from tracker.types import Box
+
+log = logging.getLogger(__name__)
 
 
 class SnapshotStore:
@@ -27,6 +31,7 @@ class SnapshotStore:
         self._best: dict[int, tuple[float, np.ndarray]] = {}
         self._written: OrderedDict[Path, None] = OrderedDict(
             (p, None) for p in sorted(self.folder.glob("*.jpg"), key=lambda p: p.stat().st_mtime))
+        self._failures = 0  # snapshots not written since the last one that was
 
     def offer(self, track_id: int, image: np.ndarray, box: Box) -> None:
         """Keep this face of track `track_id` if it is the track's largest so far.
@@ -40,8 +45,8 @@ class SnapshotStore:
         self._best[track_id] = (area, np.ascontiguousarray(face))
 
     def save(self, track_id: int, event_id: str) -> tuple[str | None, bytes | None]:
-        """Write the track's best face as `<event_id>.jpg`; returns (path, JPEG bytes), or
-        (None, None) if the track has no face yet."""
+        """Write the track's best face as `<event_id>.jpg`; returns (path, JPEG bytes), (None, JPEG
+        bytes) if the file could not be written, or (None, None) if the track has no face yet."""
         best = self._best.get(track_id)
         if best is None:
             return None, None
@@ -50,11 +55,28 @@ class SnapshotStore:
             return None, None
         jpeg = encoded.tobytes()
         path = self.folder / f"{event_id}.jpg"
-        path.write_bytes(jpeg)
+        try:
+            path.write_bytes(jpeg)  # no fsync, on the guard's own thread: a snapshot is not worth one
+        except OSError as err:
+            try:
+                path.unlink(missing_ok=True)  # half a file, outside the `keep` bound
+            except OSError:
+                pass
+            self._failures += 1
+            if self._failures == 1:
+                log.error("snapshots: cannot write %s (%s); events go on without their snapshot files until it can",
+                          path, err.strerror or err)
+            return None, jpeg
+        if self._failures:
+            log.warning("snapshots: writing again; %d snapshot(s) were not kept meanwhile", self._failures)
+            self._failures = 0
         self._written[path] = None
         while len(self._written) > self.keep:
             oldest, _ = self._written.popitem(last=False)
-            oldest.unlink(missing_ok=True)
+            try:
+                oldest.unlink(missing_ok=True)
+            except OSError as err:  # not ours to remove any more: it stays, the next ones still go
+                log.warning("snapshots: cannot remove %s (%s)", oldest, err.strerror or err)
         return str(path), jpeg
 
     def forget(self, track_id: int) -> None:

@@ -1,0 +1,84 @@
+"""A full disk, or a log path that refuses writes, never stops the guard and never leaves half a
+line: the events log and the latency log (tracker.files.LineFile) lose the lines the disk refuses,
+say so once and count them, and write again when they can; a snapshot the disk refuses leaves its
+event without a file. Unit cases on /dev/full and on small tmpfs mounts, then the guard itself."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+from test_pipeline_e2e import run_demo
+from tmpfs import tmpfs
+
+from tracker.files import LineFile
+from tracker.latency import FrameLatency, LatencyLog
+from tracker.snapshots import SnapshotStore
+from tracker.types import Box
+
+LINE = json.dumps({"payload": "x" * 900}) + "\n"  # about 1 kB
+
+
+def fill(folder, leave: int) -> None:
+    """Fill the file system of `folder` up to `leave` bytes of room (in whole 4 kB pages: tmpfs)."""
+    import os
+
+    free = os.statvfs(folder).f_bavail * os.statvfs(folder).f_frsize
+    (folder / "filler").write_bytes(b"\0" * max(0, free - leave))
+
+
+def test_a_device_that_refuses_every_line_is_logged_once_and_counted(caplog):
+    log = LineFile("/dev/full", "events log")
+    assert [log.append(LINE) for _ in range(3)] == [False, False, False] and log.lost == 3
+    assert caplog.text.count("events log: cannot write /dev/full (No space left on device)") == 1
+    latency = LatencyLog("/dev/full")
+    latency.write(FrameLatency(1, 0, "b", 0, 0, *([0.0] * 7), 0))
+    assert latency.lost == 1
+    log.close()
+    latency.close()
+
+
+def test_a_line_the_disk_fills_inside_is_taken_back_and_writing_resumes(tmp_path, caplog):
+    caplog.set_level(logging.WARNING)
+    with tmpfs(tmp_path / "disk", "size=64k") as disk:
+        log = LineFile(disk / "events.jsonl", "events log")
+        fill(disk, 4096 + 100)  # room for the file's first page and a bit
+        written = 0
+        while log.append(LINE):
+            written += 1
+        assert 3 <= written <= 5 and log.lost == 1
+        content = (disk / "events.jsonl").read_text()
+        assert content == LINE * written  # whole lines only: the one cut short was taken back
+        assert not log.append(LINE) and log.lost == 2
+        (disk / "filler").unlink()
+        assert log.append(LINE) and (disk / "events.jsonl").read_text() == LINE * (written + 1)
+        assert "events log: writing " in caplog.text and "2 line(s) lost meanwhile" in caplog.text
+        log.close()
+
+
+def test_a_snapshot_the_disk_refuses_leaves_no_file_and_its_event_keeps_the_jpeg(tmp_path, caplog):
+    with tmpfs(tmp_path / "snaps", "size=64k") as folder:
+        store = SnapshotStore(folder, keep=5)
+        store.offer(1, np.full((240, 320, 3), 90, np.uint8), Box(10, 10, 200, 200))
+        fill(folder, 0)
+        path, jpeg = store.save(1, "ev1")
+        assert path is None and jpeg[:3] == b"\xff\xd8\xff"
+        assert sorted(p.name for p in folder.iterdir()) == ["filler"]  # no half snapshot
+        (folder / "filler").unlink()
+        path, again = store.save(1, "ev2")
+        assert path == str(folder / "ev2.jpg") and again == jpeg
+        assert caplog.text.count("snapshots: cannot write") == 1 and "1 snapshot(s) were not kept" in caplog.text
+
+
+def test_the_guard_guards_on_when_its_logs_and_snapshots_cannot_be_written(tmp_path):
+    """The demo with both logs on /dev/full and its snapshot folder read-only: every event still
+    reaches the console, each log says once that it cannot write, and the run ends normally."""
+    snapshots = tmp_path / "state" / "demo" / "snapshots"
+    with tmpfs(snapshots, "ro,size=64k"):
+        proc, _ = run_demo(tmp_path, 120, latency={"path": "/dev/full"}, sinks={"jsonl": "/dev/full"})
+    printed = [line for line in proc.stdout.splitlines() if " track " in line]
+    assert any("entered" in line for line in printed) and any("left" in line for line in printed), proc.stdout
+    assert proc.stderr.count("events log: cannot write /dev/full") == 1
+    assert proc.stderr.count("latency log: cannot write /dev/full") == 1
+    assert proc.stderr.count("snapshots: cannot write") == 1, proc.stderr[-3000:]
