@@ -24,6 +24,7 @@ from test_pipeline_e2e import isolated_env, tracker_command, write_config
 import tracker.pipeline as pipeline
 import tracker.stages as stages
 from tracker.config import parse_config
+from tracker.errors import InputError
 from tracker.sources import SourceUnavailable
 from tracker.sources.base import SourceBase
 from tracker.sources.opencv_source import OpenCVSource
@@ -181,6 +182,39 @@ def test_guard_survives_a_live_video_source_that_goes_missing_and_ends(tmp_path,
     # ones depends on timing); the last one is always processed, and it comes after two reopens.
     seqs = [r["seq"] for r in latency_rows(config)]
     assert seqs == sorted(set(seqs)) and max(seqs) == 24
+
+
+class FailingFiles(SourceBase):
+    """A recording that delivers its frames, then fails for good (a file that cannot be read on)."""
+
+    def __init__(self, frames: list[np.ndarray]):
+        super().__init__()
+        self.description = "video file test-failing"
+        self._frames = frames
+
+    def open(self) -> None:
+        pass
+
+    def read(self):
+        if self._seq == len(self._frames):
+            raise InputError(f"{self.description}: unreadable from frame {self._seq}; expected a whole video")
+        return self._frame(self._frames[self._seq])
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_source_that_fails_for_good_still_gets_every_left_announced(tmp_path, monkeypatch, scene_frames):
+    """Home Assistant would otherwise keep the people in view "present" after the guard stopped."""
+    monkeypatch.setattr(stages, "make_source", lambda *args, **kwargs: FailingFiles(scene_frames))
+    config = guard_config(tmp_path, frames=100)
+    guard = pipeline.Guard(config, stages.build_stages(config))
+    with pytest.raises(InputError, match="unreadable from frame 40"):
+        guard.run()
+    events = [json.loads(line) for line in (config.resolved_state_dir() / "events.jsonl").read_text().splitlines()]
+    entered = {e["track_id"] for e in events if e["kind"] == "entered"}
+    assert entered and {e["track_id"] for e in events if e["kind"] == "left"} == entered
+    assert len(latency_rows(config)) == 40  # every frame delivered was tracked
 
 
 # -- bad input through the CLI ------------------------------------------------------------------

@@ -101,7 +101,8 @@ class Guard:
 
     def run(self) -> int:
         """Process frames until the source ends or `stop()`; then flush, announce every `left`,
-        and close the stages. Returns the exit code (0)."""
+        and close the stages. Returns the exit code (0). An error that ends the run (a source that
+        fails for good) still gets the flush and the `left` events first, then propagates."""
         cfg, stages = self.config, self.stages
         try:
             log.info("guard: %s, detector %s at %d px%s, backend %s (%s), %d people enrolled, state in %s",
@@ -111,7 +112,15 @@ class Guard:
             if self._stop.is_set():  # stopped while starting up
                 return 0
             self._capture.start()
-            self._loop()
+            try:
+                self._loop()
+            except BaseException:
+                try:
+                    self._finish()
+                except Exception:  # the first error is the one to report
+                    log.exception("guard: could not announce the end of the run after an error")
+                raise
+            self._finish()
             return 0
         finally:
             self._capture.stop()
@@ -159,8 +168,12 @@ class Guard:
             web = self.stages.web
             if web is not None and web.jobs.run_next(self.stages.detector, self.stages.backend):
                 self.stages.reload_people()  # the page enrolled or forgot someone: from the next frame on
+
+    def _finish(self) -> None:
+        """The end of a run: the batcher's last frames tracked, every announced track's `left`,
+        the last report and state."""
         daemon.stopping()
-        batch = batcher.flush()
+        batch = self.stages.batcher.flush()
         if batch is not None:
             self._process(batch)
         # Nobody in view is followed any more: every announced track gets its `left`.

@@ -4,9 +4,11 @@ stop(), and the bad inputs (absent camera, missing/corrupt video, non-images in 
 from __future__ import annotations
 
 import logging
+import struct
 import sys
 import threading
 import time
+import zlib
 from pathlib import Path
 
 import cv2
@@ -265,6 +267,8 @@ def test_folder_skips_non_images_with_a_clear_line(tmp_path, caplog):
         cv2.imwrite(str(tmp_path / name), np.full((40, 30), level, np.uint8))  # grey files
     (tmp_path / "notes.txt").write_text("not an image")
     (tmp_path / "broken.jpg").write_bytes(b"this is not a JPEG")
+    ihdr = b"IHDR" + struct.pack(">IIBBBBB", 100_000, 100_000, 8, 2, 0, 0, 0)  # 10^10 pixels, says its header
+    (tmp_path / "huge.png").write_bytes(b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + ihdr + struct.pack(">I", zlib.crc32(ihdr)))
     with caplog.at_level(logging.WARNING, logger="tracker.sources"):
         with Capture(FolderSource(tmp_path), 8) as capture:
             frames = list(capture)
@@ -272,6 +276,7 @@ def test_folder_skips_non_images_with_a_clear_line(tmp_path, caplog):
     assert all(f.image.shape == (40, 30, 3) for f in frames)  # grey converted to BGR
     assert "skipping 'notes.txt': not an image file (suffix '.txt'" in caplog.text
     assert "skipping 'broken.jpg': not a decodable image" in caplog.text
+    assert "skipping 'huge.png': not a decodable image (corrupt, too large" in caplog.text  # cv2.error, caught
 
 
 def test_folder_without_images_is_an_input_error(tmp_path):

@@ -62,9 +62,12 @@ class FolderSource(SourceBase):
             except OSError as err:
                 log.warning("%s: skipping %r: cannot read it (%s)", self.description, path.name, err.strerror)
                 continue
-            image = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
+            try:
+                image = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
+            except cv2.error:  # OpenCV refuses to decode what its header says is too large
+                image = None
             if image is None:
-                log.warning("%s: skipping %r: not a decodable image (corrupt, or not really %s)",
+                log.warning("%s: skipping %r: not a decodable image (corrupt, too large, or not really %s)",
                             self.description, path.name, path.suffix)
                 continue
             return self._frame(image)
