@@ -1,5 +1,8 @@
+import dataclasses
 import io
 import json
+
+import pytest
 
 from tracker.sinks.console import ConsoleSink
 from tracker.sinks.jsonl import JsonlSink
@@ -31,3 +34,10 @@ def test_console_prints_one_readable_line_per_event():
     assert line.count("\n") == 1
     assert "identified" in line and "track 7" in line and "ann (0.81)" in line and "30x40" in line
     assert line.endswith("30x40, 0:04.1 into the video\n")
+
+
+@pytest.mark.parametrize("media_s, shown", [(119.97, "2:00.0"), (59.94, "0:59.9"), (3599.96, "60:00.0"), (0.0, "0:00.0")])
+def test_console_times_into_a_video_never_read_60_seconds(media_s, shown):
+    out = io.StringIO()
+    ConsoleSink(out).publish_event(dataclasses.replace(event("entered", "ann"), media_s=media_s), None)
+    assert out.getvalue().endswith(f", {shown} into the video\n")

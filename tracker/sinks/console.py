@@ -17,7 +17,7 @@ class ConsoleSink:
         when = datetime.fromtimestamp(event.wall_time).strftime("%H:%M:%S.%f")[:-3]
         b = event.box
         # In a recording, where to find the moment: minutes:seconds into the video.
-        media = "" if event.media_s is None else f", {int(event.media_s // 60)}:{event.media_s % 60:04.1f} into the video"
+        media = "" if event.media_s is None else f", {_minutes_seconds(event.media_s)} into the video"
         print(
             f"{when} {event.kind:<10} track {event.track_id:<4} {event.identity} "
             f"({event.confidence:.2f}) at x={b.x:.0f} y={b.y:.0f} {b.w:.0f}x{b.h:.0f}{media}",
@@ -30,3 +30,9 @@ class ConsoleSink:
 
     def close(self) -> None:
         self._stream.flush()
+
+
+def _minutes_seconds(seconds: float) -> str:
+    """m:ss.s, rounded to a tenth first (119.97 s is 2:00.0, not 1:60.0)."""
+    minutes, tenths = divmod(round(seconds * 10), 600)
+    return f"{minutes}:{tenths / 10:04.1f}"

@@ -80,7 +80,9 @@ def discovery_payload(prefix: str, device_id: str, device_name: str) -> dict:
             ),
             "latency": component(
                 "sensor", "latency", "Frame latency p95", unit_of_measurement="ms", device_class="duration",
-                value_template="{{ value_json.latency_ms.total_ms.p95 | default(none) }}", **diagnostic,
+                # Until the first frame the state has no latency_ms, or an empty one: no value, not an error.
+                value_template="{{ value_json.latency_ms.total_ms.p95 if value_json.latency_ms is defined and "
+                               "value_json.latency_ms.total_ms is defined else none }}", **diagnostic,
             ),
             "dropped": component(
                 "sensor", "dropped", "Events dropped",

@@ -12,7 +12,7 @@ Topics, schema 1 (`<base>` = `<mqtt.prefix>/<device.id>`):
                                          Last Will, when the broker loses the guard (crash, kill -9)
     <base>/events        QoS 1           tracker.events.event_payload(event) as JSON
     <base>/state         retained QoS 0  JSON {schema, ts, <the pipeline's state dict>, events_dropped,
-                                         outbox_pending}; MQTT 5 expires it after 3 intervals
+                                         outbox_pending}; MQTT 5 expires it after 3 intervals, 60 s at least
     <base>/snapshot      retained QoS 0  the latest event's face as JPEG bytes
     <discovery>/device/<node>/config     retained QoS 1  Home Assistant discovery (homeassistant.py)
 
@@ -203,6 +203,8 @@ class MqttSink:
 
         if self._v5:
             self._state_props: Properties | None = Properties(PacketTypes.PUBLISH)
+            # A minute at least: a short interval must not let a retained state expire while the guard
+            # merely reconnects to its broker (a subscriber would see the guard's numbers vanish).
             self._state_props.MessageExpiryInterval = int(max(3 * config.state_interval_s, 60))
             client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=mqtt.MQTTv5)
         else:
