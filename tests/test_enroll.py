@@ -149,6 +149,23 @@ def test_enrol_with_yunet_aligns_the_chips_and_records_it(tmp_path, johns):
     assert Gallery.load(loaded.resolved_state_dir(), file_sha256(loaded.model.weights), 0.5, "aligned-v1").names == ()
 
 
+def test_enrolling_from_more_faces_than_a_person_keeps_says_which_are_used(tmp_path, johns):
+    """The images beyond MAX_KEPT were dropped in silence, though the count said all were used."""
+    from tracker.enroll import MAX_KEPT
+
+    folder = tmp_path / "many"
+    folder.mkdir()
+    chips = johns["John_Simm"]
+    for i in range(MAX_KEPT + 2):
+        shutil.copy(chips[i % len(chips)], folder / f"chip{i:03d}.jpg")
+    proc = enroll_cli(tmp_path, state_config(tmp_path, "yunet"), "John_Simm", folder)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{MAX_KEPT + 2} images show a face; the last {MAX_KEPT} are used (at most {MAX_KEPT} a person)" in proc.stderr
+    assert f"from {MAX_KEPT} image(s) (2 skipped)" in proc.stdout
+    with np.load(tmp_path / "state" / "people" / "John_Simm.npz") as data:
+        assert len(data["chips"]) == int(data["count"]) == MAX_KEPT
+
+
 @pytest.fixture
 def no_face_image(tmp_path) -> Path:
     """A plain wall with a door: no face anywhere."""

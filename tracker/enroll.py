@@ -32,7 +32,7 @@ from tracker.types import Box, Detection
 
 # --aligned chips are padded by this fraction of their side on every side before detection.
 CHIP_PAD = 0.4
-MAX_KEPT = 64  # faces a person's enrolment keeps when faces are added to it (7.7 kB each)
+MAX_KEPT = 64  # faces a person's enrolment is made from and keeps, the latest (7.7 kB each)
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 
@@ -90,6 +90,8 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
            backend=None, detector: FaceDetector | None = None) -> tuple[Path, int, int]:
     """Enroll `name` from the images in `inputs` (tight face chips if `aligned`); returns
     (file written, images used, images skipped). Raises InputError when no image gave one face.
+    At most the last MAX_KEPT faces are used (and kept for a later refresh); the images beyond
+    are reported and counted as skipped.
     `add`: keep the faces `name` was enrolled from (the latest MAX_KEPT in all) and add these,
     rather than replace them (the web page's "this was alice" on an event's snapshot).
     `backend`, `detector`: open ones to use (default: made from `config` for this call)."""
@@ -120,6 +122,9 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
     crop = crop_definition(detector.gives_landmarks)
     kept = kept_crops(config.resolved_state_dir(), name, crop) if add else None
     batch = np.ascontiguousarray(np.concatenate(([kept] if kept is not None else []) + crops)[-MAX_KEPT:])
+    used = min(len(crops), MAX_KEPT)
+    if used < len(crops):
+        report(f"enroll: {len(crops)} images show a face; the last {MAX_KEPT} are used (at most {MAX_KEPT} a person)")
     own_backend = backend is None
     if own_backend:
         backend = open_backend(config)
@@ -129,7 +134,7 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
         if own_backend:
             backend.close()
     path = save_person(config.resolved_state_dir(), name, embeddings, embeddings_key(config), crop, batch)
-    return path, len(crops), len(files) - len(crops)
+    return path, used, len(files) - used
 
 
 def open_backend(config: Config, name: str | None = None, precision: str | None = None):
