@@ -87,15 +87,42 @@ def test_a_bad_value_inside_an_alias_expansion_is_shown_short(tmp_path, capsys):
     ("backend:\n  name: caffe-turbo\n", "key 'backend.name': unknown backend 'caffe-turbo'; expected one of caffe-openblas"),
     ("backend:\n  name: opencv-dnn\n  precision: int8\n", "key 'backend.precision': backend 'opencv-dnn' has no 'int8' model"),
     ("model:\n  prototxt: /nonexistent/face.prototxt\n", "/nonexistent/face.prototxt"),
+    ("source:\n  kind: opencv\n", "key 'source.uri': empty for source kind 'opencv'"),
+    ("source:\n  faces_dir: /nonexistent\n", "synthetic scene: 0 people found in '/nonexistent'"),
+    ("source:\n  width: 48\n  height: 48\n", "synthetic scene: size 48x48 too small; expected at least 64x64"),
+    ("source:\n  kind: opencv\n  uri: /nonexistent/hall.mp4\n", "video file '/nonexistent/hall.mp4': no such file"),
+    ("latency:\n  path: /tmp/x/one.jsonl\nsinks:\n  jsonl: /tmp/x/../x/one.jsonl\n",
+     "key 'sinks.jsonl': '/tmp/x/../x/one.jsonl' is also 'latency.path'; expected a file of its own"),
 ])
 def test_check_config_refuses_what_the_run_would(tmp_path, capsys, yaml_text, fragment):
     path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\n" + yaml_text)
     assert_one_line(*check(capsys, path), fragment)
 
 
+def test_check_config_opens_a_video_file_or_folder_but_never_a_camera(tmp_path, capsys):
+    """An absent camera is retried by the guard, not refused; a folder with no image is refused."""
+    path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\nsinks:\n  console: false\n")
+    assert check(capsys, path, "--source", "/dev/video63")[0] == 0
+    (tmp_path / "empty").mkdir()
+    assert_one_line(*check(capsys, path, "--source", str(tmp_path / "empty")), "no image files in it")
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("--worker",), "--worker: only with --benchmark"),
+    (("--passes", "5"), "--passes: only with --benchmark"),
+    (("--out", "x"), "--out: only with --benchmark"),
+    (("--memory-limit", "900"), "--memory-limit: only with --benchmark"),
+    (("--demo", "--source", "hall.mp4"), "--source 'hall.mp4': --demo runs the built-in synthetic scene"),
+])
+def test_options_that_the_run_would_ignore_are_refused(capsys, args, fragment):
+    assert_one_line(main(list(args)), capsys.readouterr().err, fragment)
+
+
 @pytest.mark.parametrize("args, fragment", [
     (("--backend", "nope"), "key 'backend.name': unknown backend 'nope'; expected one of caffe-openblas"),
     (("--backend", "opencv-dnn", "--precision", "int8"), "key 'backend.precision': backend 'opencv-dnn' has no 'int8'"),
+    (("--source", "picamera2:x"), "picamera2 camera number 'x' is not an integer"),
+    (("--source", "/nonexistent/hall.mp4"), "video file '/nonexistent/hall.mp4': no such file"),
 ])
 def test_check_config_applies_the_command_line_overrides(tmp_path, capsys, args, fragment):
     path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\n")

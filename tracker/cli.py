@@ -83,6 +83,11 @@ def _main_parser() -> ArgumentParser:
     return p
 
 
+# Options that only the benchmark reads: given without --benchmark they would be ignored in silence.
+_BENCHMARK_ONLY = ("batches", "passes", "warmup", "out", "timeout", "memory_limit", "detectors", "profile_when_busy",
+                   "worker")
+
+
 def _load_config(args):
     from tracker.config import load_config
 
@@ -110,24 +115,32 @@ def effective_config(config: Config, args: argparse.Namespace) -> Config:
 
 
 def _run_main(argv: list[str]) -> int:
-    args = _main_parser().parse_args(argv)
+    parser = _main_parser()
+    args = parser.parse_args(argv)
+    if not args.benchmark:
+        given = [name for name in _BENCHMARK_ONLY if getattr(args, name) != parser.get_default(name)]
+        if given:
+            option = "--" + given[0].replace("_", "-")
+            raise InputError(f"{option}: only with --benchmark; expected tracker --benchmark {option} ...")
+    if args.demo and args.source:
+        raise InputError(f"--source {args.source!r}: --demo runs the built-in synthetic scene; expected one of the two")
     guard = not (args.check_config or args.list_backends or args.benchmark)
     configure_logging(args.log_level or ("INFO" if guard else "WARNING"))
     config = _load_config(args)
     if args.check_config:
         from tracker.config import DEFAULT_CONFIG
-        from tracker.preflight import check_runnable
+        from tracker.preflight import check_runnable, check_source
 
-        # --backend/--precision/--demo change what the run would refuse: check the config the run uses
-        detector = check_runnable(effective_config(config, args))
+        # --backend/--precision/--demo/--source change what the run would refuse: check what the run uses
+        effective = effective_config(config, args)
+        detector = check_runnable(effective)
+        check_source(effective, args.source)
         print(f"config ok: {args.config or DEFAULT_CONFIG} (detector {detector})")
         return 0
     if args.list_backends:
         from tracker.bench import print_backend_list
 
         return print_backend_list(config)
-    if args.detectors and not args.benchmark:
-        raise InputError("--detectors: only with --benchmark; expected tracker --benchmark --detectors all")
     if args.benchmark:
         _require_bench_extra()
         from tracker.bench import run_benchmark_command

@@ -4,7 +4,9 @@ the guard and `tracker enroll` all run these, so the check catches what the run 
 - `check_runnable(config)`: the backend name and precision (from the registry, no runtime loaded),
   the prototxt and caffemodel (read and shape-checked), the detector's model file (sha256), the
   state directory and every file the guard writes (latency log, events, outbox): each must be,
-  or be creatable as, what it should be; nothing is created.
+  or be creatable as, what it should be, and no two the same file; nothing is created.
+- `check_source(config, spec)`: `--check-config`'s check of the source the guard would open (the
+  guard meets the same refusals when it opens it).
 - `prepare_state_dir(path)`: creates the state directory 0700 and makes every file the process
   creates afterwards private (umask 077: face snapshots, enrolments, the outbox and the logs are
   the household's), whatever umask the user has; warns when an existing directory is readable by
@@ -97,12 +99,16 @@ def check_runnable(config) -> str:
     detector = check_detector(config.detect)
     state_dir = config.resolved_state_dir()
     check_directory("state_dir", state_dir)
-    check_file("latency.path", config.latency.path or state_dir / "latency.jsonl")
-    check_file("sinks.jsonl", config.sinks.jsonl or state_dir / "events.jsonl")
+    files = {"latency.path": config.latency.path or state_dir / "latency.jsonl",
+             "sinks.jsonl": config.sinks.jsonl or state_dir / "events.jsonl"}
+    if config.mqtt.enabled:
+        files["mqtt.outbox.path"] = config.mqtt.outbox.path or state_dir / "outbox.sqlite3"
+    for key, path in files.items():
+        check_file(key, path)
+    _check_distinct(files)
     if config.mqtt.enabled:
         from tracker.sinks.mqtt import read_password, tls_context
 
-        check_file("mqtt.outbox.path", config.mqtt.outbox.path or state_dir / "outbox.sqlite3")
         read_password(config.mqtt)  # the password file and the TLS files, as the sink reads them
         tls_context(config.mqtt)
     if config.web.enabled:
@@ -110,6 +116,35 @@ def check_runnable(config) -> str:
 
         web_password(config.web)  # a page beyond loopback without a password is refused now
     return detector
+
+
+def _check_distinct(files: dict[str, Path]) -> None:
+    """No two of the guard's files are one file: the latency log's rotation would delete the
+    events written into it. Devices (/dev/null, /dev/full) may be shared: nothing rotates them."""
+    seen: dict[Path, str] = {}
+    for key, path in files.items():
+        resolved = Path(os.path.abspath(path)).resolve()
+        if str(resolved).startswith("/dev/"):
+            continue
+        if resolved in seen:
+            raise InputError(f"config: key {key!r}: {str(path)!r} is also {seen[resolved]!r}; expected a file "
+                             "of its own (the latency log's rotation would remove the other's lines)")
+        seen[resolved] = key
+
+
+def check_source(config, spec: str | None) -> None:
+    """The source the guard would open (`spec`: the command line's --source, else the config's):
+    made as the run makes it (its kind, uri, camera number, the synthetic scene's size and faces),
+    and a video file or an image folder opened and closed once. A camera or a stream is not opened:
+    one that is absent is retried at run time, not refused."""
+    from tracker.sources import make_source
+    from tracker.sources.folder import FolderSource
+    from tracker.sources.opencv_source import OpenCVSource
+
+    source = make_source(config.source, spec=spec, realtime=False)
+    if isinstance(source, FolderSource) or (isinstance(source, OpenCVSource) and source.kind == "file"):
+        source.open()
+        source.close()
 
 
 def prepare_state_dir(path: Path) -> Path:
