@@ -165,3 +165,12 @@ def test_random_yaml_structures_give_a_config_or_a_config_error(document):
                 max_size=40).map("".join))
 def test_random_yaml_text_gives_a_config_or_a_config_error(text):
     check_document(text)
+
+
+def test_a_home_folder_in_a_path_is_expanded(tmp_path, monkeypatch):
+    """YAML is not read by a shell: '~/trk' made a folder named '~' in the working directory."""
+    from tracker.config import parse_config
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    config = parse_config({"state_dir": "~/trk", "latency": {"path": "~/logs/latency.jsonl"}})
+    assert config.resolved_state_dir() == tmp_path / "trk" and config.latency.path == tmp_path / "logs" / "latency.jsonl"

@@ -93,6 +93,11 @@ def test_a_bad_value_inside_an_alias_expansion_is_shown_short(tmp_path, capsys):
     ("source:\n  kind: opencv\n  uri: /nonexistent/hall.mp4\n", "video file '/nonexistent/hall.mp4': no such file"),
     ("latency:\n  path: /tmp/x/one.jsonl\nsinks:\n  jsonl: /tmp/x/../x/one.jsonl\n",
      "key 'sinks.jsonl': '/tmp/x/../x/one.jsonl' is also 'latency.path'; expected a file of its own"),
+    ("source:\n  frames: true\n", "key 'source.frames': bad value True; expected a valid integer"),
+    ("mqtt:\n  port: true\n", "key 'mqtt.port': bad value True; expected a valid integer"),
+    ("tracking:\n  iou_threshold: false\n", "key 'tracking.iou_threshold': bad value False; expected a valid number"),
+    ("mqtt:\n  prefix: a/b/\n", "bad value 'a/b/'; expected a string matching pattern '^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$'"),
+    ("model:\n  prototxt: ''\n", "key 'model.prototxt': bad value ''; expected a file path"),
 ])
 def test_check_config_refuses_what_the_run_would(tmp_path, capsys, yaml_text, fragment):
     path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\n" + yaml_text)
@@ -170,7 +175,7 @@ def test_an_unusable_state_dir_is_exit_2_for_check_config_guard_and_enroll(tmp_p
 def test_a_read_only_state_dir_is_exit_2_for_check_config_guard_and_enroll(tmp_path, capsys, testdata):
     with tmpfs(tmp_path / "ro", "ro,size=1m") as state:
         path = write(tmp_path, f"state_dir: {str(state)!r}\n")
-        assert_one_line(*check(capsys, path), "key 'state_dir': cannot write in", "Read-only file system")
+        assert_one_line(*check(capsys, path), f"key 'state_dir': cannot write in '{state}'", "Read-only file system")
         # the demo keeps its state in <state_dir>/demo, which cannot be created there
         assert_one_line(main(["--demo", "--frames", "3", "--config", str(path)]), capsys.readouterr().err,
                         "key 'state_dir'", "Read-only file system")

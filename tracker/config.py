@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictFloat, StrictInt, ValidationError, model_validator
 
 from tracker.errors import ConfigError
 from tracker.model.card import Embedding
@@ -40,7 +40,12 @@ def _existing_file(path: Path) -> Path:
     return path
 
 
-ExistingFile = Annotated[Path, AfterValidator(_existing_file)]
+def _expanded(path: Path) -> Path:
+    """~ and ~user as the shell would expand them (a YAML file is not read by a shell)."""
+    return path.expanduser()
+
+
+ExistingFile = Annotated[Path, AfterValidator(_expanded), AfterValidator(_existing_file)]
 
 
 def _not_empty(value: object) -> object:
@@ -50,11 +55,12 @@ def _not_empty(value: object) -> object:
     return value
 
 
-FilePath = Annotated[Path, BeforeValidator(_not_empty)]
+FilePath = Annotated[Path, BeforeValidator(_not_empty), AfterValidator(_expanded)]
 
 
 class Section(BaseModel):
-    # inf/nan would pass range checks like gt=0 and then break timers and sleeps at run time
+    # inf/nan would pass range checks like gt=0 and then break timers and sleeps at run time. Numbers
+    # are StrictInt / StrictFloat: pydantic would take YAML's true as 1 (an int also serves a float).
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
@@ -66,32 +72,32 @@ class DeviceConfig(Section):
 class SourceConfig(Section):
     kind: Literal["synthetic", "opencv", "folder", "picamera2"] = "synthetic"
     uri: str = ""  # opencv: device index, /dev/videoN, URL or file; folder: a directory
-    width: int = Field(640, ge=32, le=4096)
-    height: int = Field(480, ge=32, le=4096)
-    fps: float = Field(10.0, gt=0, le=120)
-    frames: int | None = Field(None, ge=1)  # stop after this many frames (None: until the source ends)
-    queue_size: int = Field(4, ge=1, le=64)
-    seed: int = Field(0, ge=0, le=2**63 - 1)  # synthetic scene (numpy seeds are non-negative)
-    faces_dir: Path | None = None  # synthetic scene: <person>/<image> faces (default: the shared dlib chips)
+    width: StrictInt = Field(640, ge=32, le=4096)
+    height: StrictInt = Field(480, ge=32, le=4096)
+    fps: StrictFloat = Field(10.0, gt=0, le=120)
+    frames: StrictInt | None = Field(None, ge=1)  # stop after this many frames (None: until the source ends)
+    queue_size: StrictInt = Field(4, ge=1, le=64)
+    seed: StrictInt = Field(0, ge=0, le=2**63 - 1)  # synthetic scene (numpy seeds are non-negative)
+    faces_dir: FilePath | None = None  # synthetic scene: <person>/<image> faces (default: the shared dlib chips)
     realtime: bool = True  # synthetic scene: paced at fps like a camera (False: as fast as consumed)
 
 
 class MotionConfig(Section):
     enabled: bool = True
-    downscale_width: int = Field(160, ge=16, le=1024)
-    threshold: int = Field(18, ge=1, le=255)
-    min_area_fraction: float = Field(0.002, ge=0.0, le=1.0)
+    downscale_width: StrictInt = Field(160, ge=16, le=1024)
+    threshold: StrictInt = Field(18, ge=1, le=255)
+    min_area_fraction: StrictFloat = Field(0.002, ge=0.0, le=1.0)
 
 
 class DetectConfig(Section):
     detector: Literal["auto", "yunet", "blazeface", "haar"] = "auto"
     model: ExistingFile | None = None  # yunet / blazeface: the model file (default: the search path)
-    detect_width: int = Field(320, ge=64, le=4096)
-    score_threshold: float | None = Field(None, gt=0.0, lt=1.0)  # yunet / blazeface; None: the detector's own
+    detect_width: StrictInt = Field(320, ge=64, le=4096)
+    score_threshold: StrictFloat | None = Field(None, gt=0.0, lt=1.0)  # yunet / blazeface; None: the detector's own
     regions: bool = True  # search only where something moved and around live tracks
-    scale_factor: float = Field(1.1, gt=1.0, le=2.0)  # haar
-    min_neighbors: int = Field(5, ge=0, le=50)  # haar
-    min_face_px: int = Field(24, ge=8, le=1024)  # haar
+    scale_factor: StrictFloat = Field(1.1, gt=1.0, le=2.0)  # haar
+    min_neighbors: StrictInt = Field(5, ge=0, le=50)  # haar
+    min_face_px: StrictInt = Field(24, ge=8, le=1024)  # haar
 
     @model_validator(mode="after")
     def _model_needs_a_cnn_detector(self):
@@ -102,8 +108,8 @@ class DetectConfig(Section):
 
 
 class ModelConfig(Section):
-    prototxt: Path = MODELS_DIR / "face_cnn.prototxt"
-    weights: Path = MODELS_DIR / "face_cnn.caffemodel"
+    prototxt: FilePath = MODELS_DIR / "face_cnn.prototxt"
+    weights: FilePath = MODELS_DIR / "face_cnn.caffemodel"
     probs: str = "prob"
     embedding: str = "fc1"
 
@@ -115,42 +121,42 @@ class ModelConfig(Section):
 class BackendConfig(Section):
     name: str = "caffe-openblas-dl"
     precision: Literal["fp32", "int8"] = "fp32"
-    threads: int | None = Field(None, ge=1, le=64)
+    threads: StrictInt | None = Field(None, ge=1, le=64)
     worker: bool = False
 
 
 class BatcherConfig(Section):
-    max_batch: int = Field(8, ge=1, le=256)
-    max_wait_ms: float = Field(30.0, ge=0.0, le=5000.0)
+    max_batch: StrictInt = Field(8, ge=1, le=256)
+    max_wait_ms: StrictFloat = Field(30.0, ge=0.0, le=5000.0)
 
 
 class IdentityConfig(Section):
     # cosine at or above which a face is an enrolled person; None: the model card's (tracker.identity)
-    threshold: float | None = Field(None, ge=-1.0, le=1.0)
+    threshold: StrictFloat | None = Field(None, ge=-1.0, le=1.0)
     # how a face becomes its embedding (tracker.backends.mirror); None: as the model card says
     embedding: Embedding | None = None
-    min_faces: int = Field(3, ge=1, le=1000)  # faces a track needs before its identity is said
-    margin: float = Field(0.2, ge=0.0, le=1.0)  # the winner's lead over the runner-up, share of all votes
+    min_faces: StrictInt = Field(3, ge=1, le=1000)  # faces a track needs before its identity is said
+    margin: StrictFloat = Field(0.2, ge=0.0, le=1.0)  # the winner's lead over the runner-up, share of all votes
 
 
 class TrackingConfig(Section):
-    min_hits: int = Field(3, ge=1, le=100)
-    max_age: int = Field(10, ge=1, le=1000)
-    iou_threshold: float = Field(0.3, ge=0.0, le=1.0)
-    embedding_weight: float = Field(0.3, ge=0.0, le=1.0)
+    min_hits: StrictInt = Field(3, ge=1, le=100)
+    max_age: StrictInt = Field(10, ge=1, le=1000)
+    iou_threshold: StrictFloat = Field(0.3, ge=0.0, le=1.0)
+    embedding_weight: StrictFloat = Field(0.3, ge=0.0, le=1.0)
     # detections scoring below this only continue tracks (ByteTrack); None: all are high-score
-    high_score: float | None = Field(None, ge=0.0)
+    high_score: StrictFloat | None = Field(None, ge=0.0)
     observation_centric: bool = False  # OC-SORT: recover by the last observed box, re-update after a gap
     reid: bool = True  # a face lost and found again within reid_window_s keeps its track (trained weights only)
-    reid_threshold: float | None = Field(None, ge=-1.0, le=1.0)  # None: the weights' card threshold
-    reid_window_s: float = Field(10.0, ge=0.0, le=3600.0)
+    reid_threshold: StrictFloat | None = Field(None, ge=-1.0, le=1.0)  # None: the weights' card threshold
+    reid_window_s: StrictFloat = Field(10.0, ge=0.0, le=3600.0)
 
 
 class LatencyConfig(Section):
     path: FilePath | None = None  # default: <state_dir>/latency.jsonl
-    max_bytes: int = Field(10_000_000, ge=10_000)
-    backups: int = Field(3, ge=0, le=100)
-    report_every_s: float = Field(10.0, gt=0)
+    max_bytes: StrictInt = Field(10_000_000, ge=10_000)
+    backups: StrictInt = Field(3, ge=0, le=100)
+    report_every_s: StrictFloat = Field(10.0, gt=0)
 
 
 class SinksConfig(Section):
@@ -179,25 +185,25 @@ class TLSConfig(Section):
 
 class OutboxConfig(Section):
     path: FilePath | None = None  # default: <state_dir>/outbox.sqlite3
-    max_events: int = Field(10_000, ge=1)
-    max_age_s: float = Field(7 * 24 * 3600, gt=0, le=366 * 24 * 3600)
+    max_events: StrictInt = Field(10_000, ge=1)
+    max_age_s: StrictFloat = Field(7 * 24 * 3600, gt=0, le=366 * 24 * 3600)
 
 
 class MQTTConfig(Section):
     enabled: bool = False
     host: str = Field("localhost", min_length=1, max_length=253)
-    port: int = Field(1883, ge=1, le=65535)
+    port: StrictInt = Field(1883, ge=1, le=65535)
     protocol: Literal["v5", "v311"] = "v5"  # v5: PUBACK reason codes, session take-over reason
     prefix: str = Field("tracker", pattern=r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$")
     username: str | None = Field(None, min_length=1)
     password_file: ExistingFile | None = None  # default: $CREDENTIALS_DIRECTORY/mqtt-password if it exists
     tls: TLSConfig = TLSConfig()
-    keepalive_s: int = Field(30, ge=5, le=3600)
-    reconnect_min_s: int = Field(1, ge=1, le=3600)
-    reconnect_max_s: int = Field(120, ge=1, le=3600)
-    max_inflight: int = Field(20, ge=1, le=1000)  # events handed to paho and not yet acknowledged
-    flush_timeout_s: float = Field(2.0, ge=0.0, le=3.0)  # on close: wait this long for PUBACKs
-    state_interval_s: float = Field(30.0, ge=1.0, le=24 * 3600)
+    keepalive_s: StrictInt = Field(30, ge=5, le=3600)
+    reconnect_min_s: StrictInt = Field(1, ge=1, le=3600)
+    reconnect_max_s: StrictInt = Field(120, ge=1, le=3600)
+    max_inflight: StrictInt = Field(20, ge=1, le=1000)  # events handed to paho and not yet acknowledged
+    flush_timeout_s: StrictFloat = Field(2.0, ge=0.0, le=3.0)  # on close: wait this long for PUBACKs
+    state_interval_s: StrictFloat = Field(30.0, ge=1.0, le=24 * 3600)
     outbox: OutboxConfig = OutboxConfig()
     discovery: bool = True
     discovery_prefix: str = Field("homeassistant", pattern=r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$")
@@ -226,11 +232,11 @@ class WebConfig(Section):
     enabled: bool = True
     listen: Annotated[str, AfterValidator(_listen_address)] = "127.0.0.1:8080"
     password_file: ExistingFile | None = None  # default: $CREDENTIALS_DIRECTORY/web-password if it exists
-    session_hours: float = Field(12.0, gt=0, le=24 * 31)
-    max_viewers: int = Field(3, ge=1, le=16)
-    stream_fps: float = Field(5.0, gt=0, le=30)
-    stream_width: int = Field(640, ge=160, le=1920)
-    max_upload_mb: float = Field(8.0, gt=0, le=64)
+    session_hours: StrictFloat = Field(12.0, gt=0, le=24 * 31)
+    max_viewers: StrictInt = Field(3, ge=1, le=16)
+    stream_fps: StrictFloat = Field(5.0, gt=0, le=30)
+    stream_width: StrictInt = Field(640, ge=160, le=1920)
+    max_upload_mb: StrictFloat = Field(8.0, gt=0, le=64)
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -294,7 +300,13 @@ def _describe(error) -> str:
         return f"config: key {path!r}: {str(error['ctx']['error'])}"
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         return f"config: key {path!r}: bad value {_short(error['input'])}; expected a mapping of keys (a YAML section)"
-    return f"config: key {path!r}: bad value {_short(error['input'])}; expected {error['msg'].lower()}"
+    message = error["msg"]  # pydantic's "Input should be a valid integer": "a valid integer"
+    for prefix, instead in (("Input should be ", ""), ("String should match ", "a string matching ")):
+        if message.startswith(prefix):
+            message = instead + message[len(prefix):]
+            break
+    # lower-case its first letter only: the rest may quote a pattern or a type
+    return f"config: key {path!r}: bad value {_short(error['input'])}; expected {message[:1].lower()}{message[1:]}"
 
 
 def parse_config(data: object, origin: str = "config") -> Config:

@@ -57,7 +57,7 @@ def check_directory(key: str, path: Path) -> None:
         raise InputError(f"config: key {key!r}: {str(path)!r} is {what}; expected a writable directory")
     why = _can_create_in(existing)
     if why is not None:
-        verb = "write in" if existing == path else f"create it in {str(existing)!r}"
+        verb = f"write in {str(path)!r}" if existing == path else f"create {str(path)!r} in {str(existing)!r}"
         raise InputError(f"config: key {key!r}: cannot {verb} ({why}); expected a writable directory")
     if existing != path:  # e.g. under /proc: the parent takes files but refuses directories
         try:
