@@ -98,6 +98,7 @@ def test_a_bad_value_inside_an_alias_expansion_is_shown_short(tmp_path, capsys):
     ("tracking:\n  iou_threshold: false\n", "key 'tracking.iou_threshold': bad value False; expected a valid number"),
     ("mqtt:\n  prefix: a/b/\n", "bad value 'a/b/'; expected a string matching pattern '^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$'"),
     ("model:\n  prototxt: ''\n", "key 'model.prototxt': bad value ''; expected a file path"),
+    ("latency:\n  path: \"/tmp/a\\0b\"\n", "key 'latency.path': bad value '/tmp/a\\x00b'; expected a path without a NUL"),
 ])
 def test_check_config_refuses_what_the_run_would(tmp_path, capsys, yaml_text, fragment):
     path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\n" + yaml_text)
@@ -128,6 +129,7 @@ def test_options_that_the_run_would_ignore_are_refused(capsys, args, fragment):
     (("--backend", "opencv-dnn", "--precision", "int8"), "key 'backend.precision': backend 'opencv-dnn' has no 'int8'"),
     (("--source", "picamera2:x"), "picamera2 camera number 'x' is not an integer"),
     (("--source", "/nonexistent/hall.mp4"), "video file '/nonexistent/hall.mp4': no such file"),
+    (("--source", "/tmp/" + "a" * 5000), "no such file"),  # longer than a file name may be: OSError before
 ])
 def test_check_config_applies_the_command_line_overrides(tmp_path, capsys, args, fragment):
     path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\n")

@@ -49,9 +49,12 @@ ExistingFile = Annotated[Path, AfterValidator(_expanded), AfterValidator(_existi
 
 
 def _not_empty(value: object) -> object:
-    """An empty string would become Path('.'), the working directory: refuse it."""
+    """An empty string would become Path('.'), the working directory: refuse it, and a path no
+    system call takes (a NUL in it, longer than Linux's PATH_MAX)."""
     if isinstance(value, str) and not value.strip():
         raise ValueError(f"bad value {value!r}; expected a file path (or null for the default)")
+    if isinstance(value, str) and ("\0" in value or len(value.encode("utf-8", "surrogateescape")) >= 4096):
+        raise ValueError(f"bad value {_short(value)}; expected a path without a NUL character, under 4096 bytes")
     return value
 
 

@@ -66,6 +66,8 @@ def _parse_spec(spec: str) -> tuple[str, str]:
         return "synthetic", ""
     if text == "picamera2" or text.startswith("picamera2:"):
         return "picamera2", text.partition(":")[2]
-    if Path(text).is_dir():
-        return "folder", text
-    return "opencv", text
+    try:
+        folder = Path(text).is_dir()
+    except (OSError, ValueError):  # a name too long or with a NUL in it: the video file's check says so
+        folder = False
+    return ("folder" if folder else "opencv"), text

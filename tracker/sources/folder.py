@@ -38,9 +38,13 @@ class FolderSource(SourceBase):
         self._next = 0
 
     def open(self) -> None:
-        if not self.folder.is_dir():
-            raise InputError(f"{self.description}: not a directory; expected a folder of images")
-        files = sorted((p for p in self.folder.iterdir() if p.is_file()), key=_natural_key)
+        try:
+            if not self.folder.is_dir():
+                raise InputError(f"{self.description}: not a directory; expected a folder of images")
+            files = sorted((p for p in self.folder.iterdir() if p.is_file()), key=_natural_key)
+        except (OSError, ValueError) as err:  # no permission, a name too long, a NUL in it
+            raise InputError(f"{self.description}: cannot read it ({getattr(err, 'strerror', None) or err}); "
+                             "expected a readable folder of images") from None
         self._files = []
         for path in files:
             if path.suffix.lower() in IMAGE_SUFFIXES:

@@ -82,7 +82,7 @@ class OpenCVSource(SourceBase):
                 cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, STREAM_TIMEOUT_MS, cv2.CAP_PROP_READ_TIMEOUT_MSEC, STREAM_TIMEOUT_MS])
         else:
             path = Path(self.uri)
-            if not path.is_file():
+            if not _is_file(path):
                 self._fail(f"{self.description}: no such file; expected a video file, a camera (0 or /dev/video0) "
                            "or an rtsp/http URL")
             cap = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
@@ -130,3 +130,12 @@ class OpenCVSource(SourceBase):
     def _fail(self, message: str) -> None:
         """A failure: worth retrying for a live source, the user's mistake for a file."""
         raise SourceUnavailable(message) if self.live else InputError(message)
+
+
+def _is_file(path: Path) -> bool:
+    """path.is_file(), False for a name the OS cannot look up (too long, a NUL in it), as for
+    one that does not exist."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
