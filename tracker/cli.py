@@ -96,9 +96,10 @@ def _load_config(args):
 
 def effective_config(config: Config, args: argparse.Namespace) -> Config:
     """The config with the command line's overrides (--backend, --precision, --frames, --demo)
-    applied and validated like the file. --demo: the synthetic scene paced at its fps, DEMO_FRAMES
-    long unless --frames says otherwise, state in `<state_dir>/demo` so that the demo's enrolments
-    never mix with real ones. (--source is parsed by `make_source`.)"""
+    applied and validated like the file. --demo: the synthetic scene (paced at its fps unless the
+    config's source.realtime is false), DEMO_FRAMES long unless --frames says otherwise, state in
+    `<state_dir>/demo` so that the demo's enrolments never mix with real ones. (--source is parsed
+    by `make_source`.)"""
     from tracker.config import parse_config
 
     data = config.model_dump()

@@ -326,7 +326,9 @@ def parse_config(data: object, origin: str = "config") -> Config:
 
 class _BoundedLoader(yaml.SafeLoader):
     """SafeLoader that refuses more than MAX_ALIASES aliases (a "billion laughs" file expands a few
-    hundred bytes into gigabytes) and nesting deeper than MAX_DEPTH (PyYAML recurses per level)."""
+    hundred bytes into gigabytes), nesting deeper than MAX_DEPTH (PyYAML recurses per level), and a
+    key written twice in one mapping (PyYAML keeps the last in silence: an edit that appends a key
+    already set above would change nothing)."""
 
     def __init__(self, stream) -> None:
         super().__init__(stream)
@@ -349,6 +351,17 @@ class _BoundedLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+    def construct_mapping(self, node, deep=False):
+        lines: dict[str, int] = {}
+        for key_node, _ in node.value:  # before merges ("<<") are applied: a merged key may be overridden
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                line = key_node.start_mark.line + 1
+                if key_node.value in lines:
+                    raise ConfigError(f"key {key_node.value!r} twice in one section (lines {lines[key_node.value]} and "
+                                      f"{line}); expected each key once")
+                lines[key_node.value] = line
+        return super().construct_mapping(node, deep)
 
 
 def load_config(path: Path | None = None) -> Config:

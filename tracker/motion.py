@@ -58,11 +58,6 @@ class MotionGate:
         """From a `tracker.config.MotionConfig`."""
         return cls(config.enabled, config.downscale_width, config.threshold, config.min_area_fraction)
 
-    def reset(self) -> None:
-        """Forget the background (e.g. after the camera was reopened)."""
-        self._background = None
-        self._key = None
-
     def update(self, frame: Frame | np.ndarray) -> Motion:
         """Judge one frame: a `Frame` (its `luma` plane is used when it has one) or an image, BGR
         (H, W, 3) or grey (H, W) uint8. Regions are in that frame's (image's) pixels."""
