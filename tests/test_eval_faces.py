@@ -182,3 +182,24 @@ def test_a_folder_with_no_face_to_test_is_exit_2(tmp_path, johns):
     cv2.imwrite(str(folder / "B" / "grey.png"), grey)  # B, a stranger without a face
     error = one_error_line(eval_faces(tmp_path, yunet_config(tmp_path), "--folder", folder, "--chips", "--enroll", "2"))
     assert "no face found in any image to test" in error
+
+
+def test_photos_are_held_as_pixels_with_a_progress_line_and_embed_as_the_guard_crops(testdata, capsys, monkeypatch):
+    """The cut faces are kept as uint8 pixels (a quarter of float32's memory) and become exactly the
+    network input the guard makes of them; long runs say how far they are."""
+    import tracker.evaluate_faces as evaluate
+    from tracker.config import parse_config
+    from tracker.crops import crop_batch
+    from tracker.detect import create_detector
+    from tracker.enroll import central_face
+
+    files = sorted((testdata / "faces" / "dlib" / "johns").glob("*/*.jpg"))[:5]
+    detector = create_detector(parse_config({"detect": {"detector": "yunet"}}).detect, quiet=True)
+    monkeypatch.setattr(evaluate, "PROGRESS_EVERY", 2)
+    pixels, found = evaluate.photo_crops(files, detector)
+    assert pixels.dtype == np.uint8 and pixels.shape == (int(found.sum()), 88, 88) and found.sum() >= 4
+    assert capsys.readouterr().err.splitlines() == ["eval-faces: 2 of 5 photos cut", "eval-faces: 4 of 5 photos cut"]
+    first = files[int(np.flatnonzero(found)[0])]
+    image = cv2.imread(str(first))
+    expected = crop_batch(image, [central_face(image, detector)])
+    assert np.array_equal(evaluate.network_input(pixels[:1]), expected)

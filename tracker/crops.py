@@ -149,6 +149,15 @@ def face_crop(image: np.ndarray, face: Detection | Box, margin: float = CROP_MAR
     return out
 
 
+def network_input(pixels: np.ndarray) -> np.ndarray:
+    """Face pixels (k, 88, 88) grey uint8 (`face_pixels` of k faces) -> the network input they make,
+    (k, 1, 88, 88) C-contiguous float32 in [0, 1], as `face_crop` scales them. Kept faces are held
+    as pixels, a quarter of the memory."""
+    out = np.empty((len(pixels), 1, CROP_SIZE, CROP_SIZE), np.float32)
+    np.multiply(pixels, _SCALE, out=out[:, 0], casting="unsafe")
+    return out
+
+
 def crop_batch(image: np.ndarray, faces: Sequence[Detection | Box], margin: float = CROP_MARGIN) -> np.ndarray:
     """All faces of one frame (see `face_crop`): (N, 1, 88, 88) C-contiguous float32 (N may be 0)."""
     batch = np.empty((len(faces), 1, CROP_SIZE, CROP_SIZE), np.float32)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tracker.crops import CROP_BOX
+from tracker.crops import CROP_BOX, network_input
 from tracker.errors import ConfigError, InputError
 from tracker.files import NPZ_UNREADABLE, atomic_write, load_npz
 
@@ -135,11 +135,6 @@ def people_files(state_dir: Path) -> list[Path]:
     return sorted((Path(state_dir) / "people").glob("*.npz"))
 
 
-def _as_crops(chips: np.ndarray) -> np.ndarray:
-    """Kept chips (k, 88, 88) uint8 -> the network inputs they were, (k, 1, 88, 88) float32 in [0, 1]."""
-    return np.ascontiguousarray((chips.astype(np.float32) * np.float32(1.0 / 255.0))[:, None])
-
-
 def kept_crops(state_dir: Path, name: str, crop: str) -> np.ndarray | None:
     """The network inputs person `name` was enrolled from, (k, 1, 88, 88) float32 in [0, 1], if
     kept and made by crop definition `crop`; else None."""
@@ -148,7 +143,7 @@ def kept_crops(state_dir: Path, name: str, crop: str) -> np.ndarray | None:
             made_with = str(data["crop"]) if "crop" in data.files else CROP_BOX
             if "chips" not in data.files or made_with != crop:
                 return None
-            return _as_crops(data["chips"])
+            return network_input(data["chips"])
     except NPZ_UNREADABLE:
         return None
 
@@ -192,7 +187,7 @@ def refresh_people(state_dir: Path, backend, model_key: str, crop: str) -> tuple
         if chips is None or made_with != crop:
             stale.append(path.stem)
             continue
-        crops = _as_crops(chips)
+        crops = network_input(chips)
         embeddings = backend.infer(crops).embedding
         save_person(state_dir, path.stem, embeddings, model_key, made_with, crops)
         refreshed.append(path.stem)
