@@ -8,8 +8,10 @@ have in common (ARCHITECTURE.md, section 2).
 
 Parent side: `ChildProcess` starts a child with its output (stdout and stderr together) kept as a
 bounded tail (`OutputTail`, the last 16 KiB: never on disk, never unbounded), reaps it with wait4
-so that its peak RSS is known even when it was killed, and kills (SIGKILL) and reaps it on request,
-so that no child is left behind; `describe_exit` and `short_exit` say in words how a child ended.
+so that its peak RSS is known even when it was killed, and kills (SIGKILL) it and every process
+below it, then reaps it, on request, so that no child nor grandchild is left behind (a benchmark
+cell's worker runs in a session of its own, which a signal to the cell's group would miss);
+`describe_exit` and `short_exit` say in words how a child ended.
 Child side: `one_line` (an error as one line for the parent), `RUNTIME_MODULES` and
 `loaded_versions` (which runtimes the child's backend loaded, at which versions).
 
@@ -159,12 +161,14 @@ class ChildProcess:
         return self.poll() is not None and not select.select([fd], [], [], 0)[0]
 
     def kill(self) -> None:
-        """SIGKILL and reap (os.kill, not Popen.kill: that could reap it and lose the rusage)."""
+        """SIGKILL the child and every process below it, and reap the child (os.kill, not
+        Popen.kill: that could reap it and lose the rusage); init reaps the others."""
         if self.returncode is None:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            for pid in [*_descendants(self.pid), self.pid]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             self._wait4(block=True)
 
     def reap(self, grace_s: float) -> None:
@@ -192,6 +196,32 @@ class ChildProcess:
         """Kill the child if it still runs, reap it, and let the reader finish its output."""
         self.kill()
         self._output.join(_OUTPUT_GRACE_S)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid`, from the parent of each in /proc/<pid>/stat (Linux; [] where
+    there is no /proc). A process started after the scan is not in it."""
+    parents: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:  # it ended meanwhile
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])  # after "(comm)": state, then ppid
+        parents.setdefault(ppid, []).append(int(entry))
+    found, queue = [], [pid]
+    while queue:
+        below = parents.get(queue.pop(), [])
+        found += below
+        queue += below
+    return found
 
 
 # ---------------------------------------------------------------------- child side

@@ -394,9 +394,11 @@ def test_a_child_that_answers_and_exits_within_one_wait_is_heard(exit_within_one
     assert probes["caffe-openblas-dl"].available, probes
 
 
-def test_ctrl_c_keeps_and_prints_what_was_measured(tmp_path, config_file):
-    """SIGINT to the benchmark while a cell hangs: the cell's child dies, the finished cells are
-    printed and stay in results.json, exit 130."""
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_ctrl_c_keeps_and_prints_what_was_measured(tmp_path, config_file, signum):
+    """SIGINT (Ctrl-C), SIGTERM or SIGHUP to the benchmark while a cell hangs: the cell's child
+    dies, the finished cells are printed and stay in results.json, exit 130. (SIGTERM used to end
+    the benchmark at once and leave the cell's child running.)"""
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)])}
     code = (
@@ -415,8 +417,11 @@ def test_ctrl_c_keeps_and_prints_what_was_measured(tmp_path, config_file):
             time.sleep(0.1)  # the first cell is recorded; the second one then hangs
         assert (out / "results.json").exists(), proc.stderr.read() if proc.poll() is not None else "no results.json"
         time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
+        children = _children(proc.pid)
+        assert children, "the hanging cell's child"
+        proc.send_signal(signum)
         stdout, stderr = proc.communicate(timeout=60)
+        assert not [pid for pid in children if os.path.exists(f"/proc/{pid}")], "the cell's child outlived the benchmark"
     finally:
         proc.kill()
     assert proc.returncode == 130, stderr
@@ -425,6 +430,21 @@ def test_ctrl_c_keeps_and_prints_what_was_measured(tmp_path, config_file):
     assert doc["complete"] is False
     assert [(r["batch"], r["status"]) for r in doc["rows"]] == [(1, "ok")]
     assert (out / "per_image_ms_linear.png").exists()
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(child) for child in f.read().split()]
+
+
+def test_results_that_cannot_be_written_are_a_warning_and_the_table_is_printed(capsys, config_file, tmp_path):
+    out = tmp_path / "out"
+    (out / "results.json").mkdir(parents=True)  # what a full disk does to every write, on one file
+    code, stdout, stderr = bench(capsys, config_file, out, "--backend", "caffe-openblas-dl", "--batches", "1", "--passes", "2")
+    assert code == 0, stderr
+    assert stderr.count("tracker: warning: cannot write results.json and results.csv in") == 1  # once, not per cell
+    assert "caffe-openblas-dl" in stdout and "ms/image" in stdout.lower()
+    assert f"wrote {out / 'per_image_ms_linear.png'}" in stdout  # the plots were written; the data files are not named
 
 
 def test_int8_column_gets_a_quality_line_against_fp32(capsys, config_file, tmp_path, test_backends):

@@ -5,13 +5,16 @@ precisions, the output directory, the model files, runtimes of explicitly named 
 the sgemm peak; then one child per cell, backend after backend, batch sizes ascending; then, when
 the run writes the calibration profile, the runoffs of the fastest cells' backends (tracker.bench.runoff),
 one child each; then `auto`'s columns, which read that profile. After each cell and runoff
-results.json, results.csv and the profile are rewritten, after each column the plots. Ctrl-C
-kills the running child, prints what was measured and exits 130.
+results.json, results.csv and the profile are rewritten, after each column the plots (a file that
+cannot be written is a warning: the measurements stay in memory and are printed at the end). Ctrl-C,
+SIGTERM or SIGHUP kills the running child and everything below it, prints what was measured and
+exits 130.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -185,6 +188,27 @@ def run_benchmark_command(config, args) -> int:
     failed: set[tuple[str, str, int]] = set()
     held = recorded_at_start(profile, machine_key())
 
+    unwritable: set[str] = set()  # the files whose last write failed (and were warned about)
+
+    def save(what: str, write):
+        """write(), or, if the disk refuses it, a warning (once until a write succeeds again) and
+        None: the run goes on."""
+        try:
+            written = write()
+        except OSError as err:
+            if what not in unwritable:
+                unwritable.add(what)
+                _warn(f"cannot write {what} in {out} ({err.strerror or err}); the run goes on and prints its table")
+            return None
+        unwritable.discard(what)
+        return written
+
+    def write_data() -> None:
+        save("results.json and results.csv", lambda: results.write_data(out))
+
+    def write_plots() -> list[Path]:
+        return save("the plots", lambda: results.write_plots(out)) or []
+
     def record_profile() -> None:
         nonlocal profile_ok
         if not profile_ok:
@@ -234,15 +258,15 @@ def run_benchmark_command(config, args) -> int:
             else:
                 failed.add(key)
             bar.write(summary_line(row), file=sys.stderr)
-            results.write_data(out)
+            write_data()
             record_profile()
         if column.precision != "fp32" and "fp32" in probes[column.backend].precisions:
             bar.set_description(f"{column.label} quality")
             quality = run_job({**cell_job(column, batches[-1]), "mode": "quality"}, timeout_s, "quality")
             results.add_quality({"backend": column.backend, "precision": column.precision, "reference": "fp32", **quality})
             bar.write(quality_line(results.quality[-1]), file=sys.stderr)
-            results.write_data(out)
-        results.write_plots(out)
+            write_data()
+        write_plots()
 
     def run_off(plan: runoff.Runoff) -> None:
         """One runoff (tracker.bench.runoff); its medians replace the candidates' in the profile."""
@@ -271,11 +295,14 @@ def run_benchmark_command(config, args) -> int:
             medians = runoff.profile_medians(got["ms_per_image"], entry["cell_median_ms_per_image"])
             measured.update({(name, plan.precision, plan.batch): ms for name, ms in medians.items()})
         bar.write("runoff " + runoff_line(entry), file=sys.stderr)
-        results.write_data(out)
+        write_data()
         record_profile()
 
     from tqdm import tqdm
 
+    # SIGTERM (systemd, a shell's kill) and SIGHUP (a closed terminal) end the run as Ctrl-C does:
+    # the running child is killed with everything below it, and what was measured is kept.
+    before = {signum: signal.signal(signum, signal.default_int_handler) for signum in (signal.SIGTERM, signal.SIGHUP)}
     total = len(columns) * len(batches) * (passes + 1)
     bar = tqdm(total=total, unit="pass", file=sys.stderr, disable=None, dynamic_ncols=True)
     interrupted = False
@@ -298,8 +325,10 @@ def run_benchmark_command(config, args) -> int:
         interrupted = True
     finally:
         bar.close()
-    results.write_data(out)
-    plots = results.write_plots(out)
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+    write_data()
+    plots = write_plots()
     try:
         record_last_run(state_dir, out)
     except OSError as err:
@@ -308,7 +337,7 @@ def run_benchmark_command(config, args) -> int:
     print()
     print(results.details())
     print()
-    files = [out / "results.json", out / "results.csv", *plots]
+    files = [*([] if "results.json and results.csv" in unwritable else [out / "results.json", out / "results.csv"]), *plots]
     print("wrote " + ", ".join(str(f) for f in files) + (f"; calibration profile {profile}" if profile_ok and measured else ""))
     if profile_ok and measured:
         print("\n".join(_auto_picks(state_dir)))
