@@ -40,6 +40,22 @@ def positive_int(text: str) -> int:
     return value
 
 
+def int_between(low: int, high: int):
+    """argparse type factory: an integer from `low` to `high` (a huge one overflowed where it was
+    used: a float timeout, setrlimit)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"bad value {text!r}; expected an integer from {low} to {high}")
+        return value
+
+    return parse
+
+
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0."""
     try:

@@ -28,7 +28,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracker.arguments import ArgumentParser, positive_int, seconds
+from tracker.arguments import ArgumentParser, int_between, positive_int, seconds
 from tracker.blas_idle import bound_idle_spin
 from tracker.errors import EXIT_UNEXPECTED, InputError, TrackerError
 
@@ -42,13 +42,17 @@ BENCH_MODULES = ("matplotlib", "tqdm", "psutil")
 DEMO_FRAMES = 400  # 40 s of the synthetic scene at its default 10 fps: two people cross, one waits
 
 
-def _positive_int_list(text: str) -> list[int]:
+MAX_BENCH_BATCH = 256  # the study's largest batch, and the backend worker's default max_batch
+
+
+def _batch_list(text: str) -> list[int]:
     try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:  # an empty part ("1,,2") too
         values = []
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"bad value {text!r}; expected comma-separated integers >= 1, e.g. 1,2,4,8")
+    if not values or any(not 1 <= v <= MAX_BENCH_BATCH for v in values):
+        raise argparse.ArgumentTypeError(f"bad value {text!r}; expected comma-separated batch sizes from 1 to "
+                                         f"{MAX_BENCH_BATCH}, e.g. 1,2,4,8")
     return values
 
 
@@ -66,13 +70,13 @@ def _main_parser() -> ArgumentParser:
     p.add_argument("--check-config", action="store_true", help="validate the config and exit")
     p.add_argument("--list-backends", action="store_true", help="list backends and whether they run here")
     p.add_argument("--benchmark", action="store_true", help="time forward passes per batch size")
-    p.add_argument("--batches", type=_positive_int_list, default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
-    p.add_argument("--passes", type=positive_int, default=100, help="forward passes per batch size")
+    p.add_argument("--batches", type=_batch_list, default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
+    p.add_argument("--passes", type=int_between(1, 100_000), default=100, help="forward passes per batch size")
     p.add_argument("--warmup", type=seconds, metavar="S",
                    help="benchmark: untimed passes for this many seconds before each cell's timed ones, at least one (default 1)")
     p.add_argument("--out", type=Path, default=Path("bench-out"), help="benchmark output directory")
-    p.add_argument("--timeout", type=positive_int, help="benchmark: kill a cell after this many seconds without progress (default 600)")
-    p.add_argument("--memory-limit", type=positive_int, metavar="MB",
+    p.add_argument("--timeout", type=int_between(1, 86_400), help="benchmark: kill a cell after this many seconds without progress (default 600)")
+    p.add_argument("--memory-limit", type=int_between(1, 1 << 20), metavar="MB",
                    help="benchmark: memory limit of each cell's processes (a memory cgroup; address space where none can be made), "
                         "e.g. to emulate a 1 GB device")
     p.add_argument("--detectors", help="benchmark: the face detectors to measure, a comma list or 'all' (with --backend too: both benchmarks)")
@@ -118,11 +122,15 @@ def effective_config(config: Config, args: argparse.Namespace) -> Config:
 def _run_main(argv: list[str]) -> int:
     parser = _main_parser()
     args = parser.parse_args(argv)
-    if not args.benchmark:
-        given = [name for name in _BENCHMARK_ONLY if getattr(args, name) != parser.get_default(name)]
-        if given:
-            option = "--" + given[0].replace("_", "-")
-            raise InputError(f"{option}: only with --benchmark; expected tracker --benchmark {option} ...")
+    given = [name for name in _BENCHMARK_ONLY if getattr(args, name) != parser.get_default(name)]
+    if given and not args.benchmark:
+        option = "--" + given[0].replace("_", "-")
+        raise InputError(f"{option}: only with --benchmark; expected tracker --benchmark {option} ...")
+    backend_only = [name for name in given if name not in ("out", "detectors")]
+    if backend_only and args.detectors and not args.backend:  # the detector benchmark has no cells
+        option = "--" + backend_only[0].replace("_", "-")
+        raise InputError(f"{option}: the detector benchmark does not take it; expected it with --backend (the backends' "
+                         "benchmark)")
     if args.demo and args.source:
         raise InputError(f"--source {args.source!r}: --demo runs the built-in synthetic scene; expected one of the two")
     guard = not (args.check_config or args.list_backends or args.benchmark)
@@ -147,9 +155,13 @@ def _run_main(argv: list[str]) -> int:
         from tracker.bench import run_benchmark_command
 
         if args.detectors:
+            from tracker.bench.command import parse_backend_names
             from tracker.bench.detectors import parse_detector_names, run_detector_benchmark
 
-            code = run_detector_benchmark(config, parse_detector_names(args.detectors), args.out)
+            names = parse_detector_names(args.detectors)
+            if args.backend:  # a mistake in the second benchmark's request is said before the first runs
+                parse_backend_names(args.backend)
+            code = run_detector_benchmark(config, names, args.out)
             if code or not args.backend:
                 return code
         return run_benchmark_command(config, args)

@@ -485,13 +485,19 @@ def test_unavailable_backend_is_exit_3_naming_the_extra(capsys, config_file, tmp
     [
         (["--backend", "caffe-openblas,nosuch"], "unknown backend 'nosuch'; expected one of caffe-openblas, caffe-openblas-dl"),
         (["--backend", "caffe-openblas,,caffe-openblas-dl"], "empty name"),
-        (["--batches", "0"], "argument --batches: bad value '0'; expected comma-separated integers >= 1"),
+        (["--batches", "0"], "argument --batches: bad value '0'; expected comma-separated batch sizes from 1 to 256"),
+        (["--batches", "1,,2"], "argument --batches: bad value '1,,2'"),
+        (["--batches", "512"], "argument --batches: bad value '512'; expected comma-separated batch sizes from 1 to 256"),
         (["--batches", "-1"], "argument --batches: bad value '-1'"),
         (["--batches", "a,b"], "argument --batches: bad value 'a,b'"),
         (["--batches", "1,,x"], "argument --batches: bad value '1,,x'"),
-        (["--passes", "0"], "argument --passes: bad value '0'; expected an integer >= 1"),
+        (["--passes", "0"], "argument --passes: bad value '0'; expected an integer from 1 to 100000"),
         (["--passes", "many"], "argument --passes: bad value 'many'"),
         (["--timeout", "-5"], "argument --timeout: bad value '-5'"),
+        (["--timeout", "1" + "0" * 400], "expected an integer from 1 to 86400"),  # OverflowError before
+        (["--memory-limit", "20000000000000"], "argument --memory-limit: bad value '20000000000000'; expected an integer from 1 to 1048576"),
+        (["--detectors", "haar", "--backend", "nosuch"], "unknown backend 'nosuch'"),  # before the detectors run
+        (["--detectors", "haar", "--passes", "7"], "--passes: the detector benchmark does not take it"),
         (["--warmup", "-1"], "argument --warmup: bad value '-1'; expected a number of seconds >= 0"),
         (["--warmup", "nan"], "argument --warmup: bad value 'nan'"),
         (["--backend", "caffe-openblas", "--precision", "int8"], "backend 'caffe-openblas' has no 'int8' model"),

@@ -63,3 +63,41 @@ def test_detector_names_are_checked():
 def test_detectors_without_benchmark_is_a_user_mistake(capsys):
     assert main(["--detectors", "all"]) == 2
     assert "only with --benchmark" in capsys.readouterr().err
+
+
+def test_an_interrupted_detector_benchmark_keeps_and_prints_its_rows(tmp_path):
+    """SIGTERM after the first row: the rows measured stay in detectors.json (not complete), the
+    table is printed, exit 130. (Nothing was written before the whole run had ended.)"""
+    import signal
+    import subprocess
+    import time
+
+    from test_pipeline_e2e import isolated_env, tracker_command
+
+    config = tmp_path / "tracker.yaml"
+    config.write_text(f"state_dir: {tmp_path / 'state'}\n")
+    out = tmp_path / "out"
+    proc = subprocess.Popen([*tracker_command(), "--config", str(config), "--benchmark", "--detectors", "haar,yunet",
+                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=isolated_env(tmp_path))
+    try:
+        deadline = time.monotonic() + 300
+        while not (out / "detectors.json").exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr[-2000:]
+    result = json.loads((out / "detectors.json").read_text())
+    assert result["complete"] is False and result["rows"] and result["budget"] is None
+    assert "frame budget: not measured (the run was interrupted)" in stdout and "Traceback" not in stderr
+
+
+def test_an_output_folder_that_is_a_file_is_one_line(tmp_path, capsys):
+    config = tmp_path / "tracker.yaml"
+    config.write_text(f"state_dir: {tmp_path / 'state'}\n")
+    (tmp_path / "afile").write_text("")
+    assert main(["--config", str(config), "--benchmark", "--detectors", "haar", "--out", str(tmp_path / "afile")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--out: cannot use" in err and "expected a writable directory" in err

@@ -13,7 +13,6 @@ exits 130.
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ import tracker.bench.runoff as runoff
 from tracker.backends import REGISTRY
 from tracker.bench.memory_cap import cap_method
 from tracker.bench.profile import profile_path, record_last_run, recorded_at_start, update_profile
-from tracker.bench.report import Column, Results, make_row, quality_line, runoff_line, summary_line
+from tracker.bench.report import Column, Results, make_row, prepare_out, quality_line, runoff_line, summary_line
 from tracker.bench.runner import Probe, probe_backends, run_cell, run_job
 from tracker.errors import BackendUnavailable, InputError, TrackerError
 from tracker.machine import base_versions, load_average, machine_info, machine_key, memory_mb, sgemm_peak
@@ -60,17 +59,6 @@ def parse_backend_names(text: str) -> tuple[list[str], bool]:
 def _entries(names: list[str]) -> list[tuple[str, list]]:
     """(name, registry entry as a list) for the children, which rebuild the entry field by field."""
     return [(name, list(REGISTRY[name])) for name in names]
-
-
-def _prepare_out(out: Path) -> Path:
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as err:
-        raise InputError(f"--out: cannot use {str(out)!r} as the output directory ({err.strerror or err}); expected a writable directory") from None
-    return out
 
 
 def _model(config) -> tuple[ModelSpec, dict]:
@@ -137,7 +125,7 @@ def run_benchmark_command(config, args) -> int:
     warmup_s = DEFAULT_WARMUP_S if warmup_s is None else float(warmup_s)
     memory_limit = getattr(args, "memory_limit", None)
     worker = bool(getattr(args, "worker", False) or config.backend.worker)
-    out = _prepare_out(Path(args.out))
+    out = prepare_out(Path(args.out))
     spec, model_info = _model(config)
     state_dir = Path(config.resolved_state_dir())
     profile = profile_path(state_dir)

@@ -19,7 +19,9 @@ setting on the scene at the configured source size, plus the crops, plus the con
 forward pass at the mean number of faces per searched frame (measured here, in-process), plus
 the tracker's update: as frames per second.
 
-Outputs in --out: detectors.json, detectors.csv, detectors_ms_linear.png, detectors_ms_log.png.
+Outputs in --out: detectors.json and detectors.csv, rewritten after each row ("complete" false
+until the frame budget is in), then detectors_ms_linear.png and detectors_ms_log.png. Ctrl-C,
+SIGTERM or SIGHUP stops the run with what was measured written and printed (exit 130).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import signal
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -38,6 +41,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from tracker import shared_data
+from tracker.bench.report import prepare_out
 from tracker.config import Config
 from tracker.crops import crop_batch
 from tracker.detect import DETECTORS, create_detector, resolve_detector
@@ -187,49 +191,71 @@ def _dlib(detector_name: str, config) -> dict:
 
 
 def run_detector_benchmark(config: Config, names: list[str], out: Path, frames: int = FRAMES) -> int:
-    out.mkdir(parents=True, exist_ok=True)
+    """Measure `names` (see the module docstring), rewriting the outputs in `out` after each row;
+    Ctrl-C, SIGTERM or SIGHUP stops it with what was measured written and printed, exit 130."""
+    prepare_out(out)
     load_start = load_average()
     rows: list[Row] = []
     dlib: dict[str, dict] = {}
     unavailable: dict[str, str] = {}
-    steps = [(n, s, m) for n in names for s in SIZES for m in MODES]
-    for i, (name, (width, height), mode) in enumerate(steps, 1):
-        if name in unavailable:
-            continue
-        try:
-            detector = create_detector(detect_settings(config, name, detect_width=width), quiet=True)
-        except (ModelError, BackendUnavailable) as err:
-            unavailable[name] = str(err)
-            print(f"benchmark: {name}: not available: {err}", file=sys.stderr)
-            continue
-        print(f"benchmark [{i}/{len(steps)}] {name} {width}x{height} {mode} ...", file=sys.stderr, flush=True)
-        row, _ = _run_scene(detector, width, height, mode, frames)
-        rows.append(row)
-        if name not in dlib:
-            dlib[name] = _dlib(name, config)
-    budget = _frame_budget(config, frames)
+    budget: dict | None = None
     cpu = cpu_model()
-    machine = {"cpu": cpu, "load_average": {"start": load_start, "end": load_average()}}
-    result = {
-        "schema": 1,
-        "machine": machine,
-        "settings": {"frames": frames, "scene": "synthetic, seed 0, 10 fps", "sizes": [f"{w}x{h}" for w, h in SIZES],
-                     "modes": list(MODES), "detect_width": "the frame's width"},
-        "rows": [r.summary() for r in rows],
-        "dlib": dlib,
-        "unavailable": unavailable,
-        "budget": budget,
-    }
-    atomic_write(out / "detectors.json", (json.dumps(result, indent=2) + "\n").encode())
-    text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=CSV_FIELDS)
-    writer.writeheader()
-    for r in rows:
-        writer.writerow(r.summary())
-    atomic_write(out / "detectors.csv", text.getvalue().encode())
-    _plots(rows, out, cpu)
+
+    def write(plots: bool = False) -> dict:
+        """The outputs as they stand (the budget None until it is measured), the plots only when
+        asked (at the end: matplotlib takes a while); returns the result."""
+        result = {
+            "schema": 1,
+            "complete": budget is not None,
+            "machine": {"cpu": cpu, "load_average": {"start": load_start, "end": load_average()}},
+            "settings": {"frames": frames, "scene": "synthetic, seed 0, 10 fps", "sizes": [f"{w}x{h}" for w, h in SIZES],
+                         "modes": list(MODES), "detect_width": "the frame's width"},
+            "rows": [r.summary() for r in rows],
+            "dlib": dlib,
+            "unavailable": unavailable,
+            "budget": budget,
+        }
+        try:
+            atomic_write(out / "detectors.json", (json.dumps(result, indent=2) + "\n").encode())
+            text = io.StringIO()
+            writer = csv.DictWriter(text, fieldnames=CSV_FIELDS)
+            writer.writeheader()
+            for r in rows:
+                writer.writerow(r.summary())
+            atomic_write(out / "detectors.csv", text.getvalue().encode())
+            if plots and rows:
+                _plots(rows, out, cpu)
+        except OSError as err:  # a full disk: the run goes on, and its table is printed at the end
+            print(f"tracker: warning: cannot write the detector results in {out} ({err.strerror or err})", file=sys.stderr)
+        return result
+
+    steps = [(n, s, m) for n in names for s in SIZES for m in MODES]
+    before = {signum: signal.signal(signum, signal.default_int_handler) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        for i, (name, (width, height), mode) in enumerate(steps, 1):
+            if name in unavailable:
+                continue
+            try:
+                detector = create_detector(detect_settings(config, name, detect_width=width), quiet=True)
+            except (ModelError, BackendUnavailable) as err:
+                unavailable[name] = str(err)
+                print(f"benchmark: {name}: not available: {err}", file=sys.stderr)
+                continue
+            print(f"benchmark [{i}/{len(steps)}] {name} {width}x{height} {mode} ...", file=sys.stderr, flush=True)
+            row, _ = _run_scene(detector, width, height, mode, frames)
+            rows.append(row)
+            if name not in dlib:
+                dlib[name] = _dlib(name, config)
+            write()
+        budget = _frame_budget(config, frames)
+    except KeyboardInterrupt:
+        print("benchmark: interrupted; what was measured is kept", file=sys.stderr)
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+    result = write(plots=True)
     print(detector_table(result))
-    return 0
+    return 0 if budget is not None else 130
 
 
 def _frame_budget(config: Config, frames: int) -> dict:
@@ -276,6 +302,9 @@ def detector_table(result: dict) -> str:
     for name, why in result["unavailable"].items():
         lines.append(f"{name}: not available: {why}")
     b = result["budget"]
+    if b is None:
+        lines.append("frame budget: not measured (the run was interrupted)")
+        return "\n".join(lines)
     lines.append(f"frame budget ({b['detector']} at {b['detect_width']} px, {b['mode']}, {b['frame']} frames, backend "
                  f"{b['backend']} at {b['mean_faces_per_searched_frame']} faces per searched frame): detect+motion "
                  f"{b['detect_ms']:.2f} + crops {b['crop_ms']:.2f} + CNN {b['infer_ms']:.2f} + tracker "

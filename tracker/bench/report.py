@@ -1,7 +1,8 @@
 """The benchmark's results: one row per cell, the terminal table, results.json/.csv and the plots.
 
 Every file is written atomically (a temporary file in the same directory, then a rename), so an
-interrupted run leaves either the previous or the new complete file, never half of one.
+interrupted run leaves either the previous or the new complete file, never half of one. The output
+folder is made and probed first (`prepare_out`, for the detector benchmark too).
 """
 
 from __future__ import annotations
@@ -9,12 +10,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from tracker.bench.runner import CellOutcome
+from tracker.errors import InputError
 from tracker.files import atomic_write
 
 CSV_FIELDS = (
@@ -23,6 +26,19 @@ CSV_FIELDS = (
 )  # fmt: skip
 PLOT_FILES = {"linear": "per_image_ms_linear.png", "log": "per_image_ms_log.png"}
 _MARKERS = "os^Dv<>PXh*p"
+
+
+def prepare_out(out: Path) -> Path:
+    """Make the output folder `out` (with its parents) and probe that a file can be written in it;
+    InputError (exit 2) before anything is measured otherwise."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise InputError(f"--out: cannot use {str(out)!r} as the output directory ({err.strerror or err}); expected a writable directory") from None
+    return out
 
 
 @dataclass(frozen=True)
