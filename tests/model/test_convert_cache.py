@@ -106,3 +106,46 @@ def test_cache_dir_from_environment(tmp_path, model, monkeypatch):
     monkeypatch.setenv("TRACKER_CACHE_DIR", str(tmp_path / "env-cache"))
     path = convert(model, "onnx")
     assert path.is_relative_to(tmp_path / "env-cache")
+
+
+def test_a_cache_folder_that_cannot_be_written_is_one_line(tmp_path, model):
+    from tracker.errors import InputError
+
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(InputError, match=r"converted-model cache '.*afile/[0-9a-f]{64}': cannot write \(Not a directory\); "
+                                         r"expected a writable folder \(--cache-dir, or \$TRACKER_CACHE_DIR\)"):
+        convert(model, "onnx", cache_dir=tmp_path / "afile")
+
+
+def test_a_runtime_missing_when_loading_is_not_a_corrupt_entry(tmp_path, model, caplog):
+    """A cached file that is fine is kept when its runtime is what fails (a Pi without the runtime
+    would otherwise rebuild it, and say the rebuild's error instead of the real one)."""
+    from tracker.errors import BackendUnavailable
+
+    path = convert(model, "onnx", cache_dir=tmp_path / "cache")
+    before = path.stat().st_mtime_ns
+
+    def no_runtime(_path):
+        raise BackendUnavailable("onnxruntime is not installed")
+
+    with caplog.at_level(logging.WARNING, logger="tracker.model.convert.cache"):
+        with pytest.raises(BackendUnavailable, match="onnxruntime is not installed"):
+            convert(model, "onnx", cache_dir=tmp_path / "cache", load=no_runtime)
+    assert "corrupt" not in caplog.text and path.stat().st_mtime_ns == before
+
+
+def test_convert_out_on_a_full_disk_leaves_the_file_there_whole(tmp_path, model, capsys):
+    from tmpfs import tmpfs
+
+    from tracker.model.convert import convert_command
+
+    with tmpfs(tmp_path / "small", "size=4k") as small:  # one page: the previous model's
+        (small / "face.onnx").write_bytes(b"the previous model")
+        args = ["--to", "onnx", "--prototxt", str(model.prototxt), "--weights", str(model.weights),
+                     "--cache-dir", str(tmp_path / "cache"), "--out", str(small / "face.onnx")]
+        from tracker.errors import InputError
+
+        with pytest.raises(InputError, match="cannot write"):
+            convert_command(args)
+        assert (small / "face.onnx").read_bytes() == b"the previous model"
+        assert sorted(p.name for p in small.iterdir()) == ["face.onnx"]

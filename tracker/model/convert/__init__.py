@@ -37,6 +37,7 @@ import numpy as np
 
 from tracker.arguments import ArgumentParser
 from tracker.errors import BackendUnavailable, InputError
+from tracker.files import atomic_write
 from tracker.model.convert.cache import default_cache_dir, entry_for, fetch
 
 T = TypeVar("T")
@@ -200,9 +201,12 @@ def convert_command(argv: list[str]) -> int:
     model = ModelSpec(args.prototxt or base.prototxt, args.weights or base.weights, args.probs, args.embedding)
     path = convert(model, args.to, args.precision, calibration=args.calibration, cache_dir=args.cache_dir)
     if args.out is not None:
+        def copy_to(tmp: Path) -> None:
+            shutil.copyfile(path, tmp)
+
         try:
             args.out.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, args.out)
+            atomic_write(args.out, copy_to)  # a full disk leaves a file already there whole
         except OSError as err:
             raise InputError(f"--out {str(args.out)!r}: cannot write ({err.strerror or err}); "
                              f"expected a writable file path") from None

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from tracker.errors import ModelError
+from tracker.errors import BackendUnavailable, InputError, ModelError
 from tracker.files import atomic_write
 
 log = logging.getLogger(__name__)
@@ -109,14 +109,20 @@ def fetch(entry: Entry, build: Callable[[Path], None], load: Callable[[Path], T]
     if problem is None:
         try:
             return load(entry.path)
-        except Exception as err:  # any loader failure means the file is unusable; rebuild it
+        except BackendUnavailable:  # a runtime missing here says nothing of the file
+            raise
+        except Exception as err:  # any other loader failure means the file is unusable; rebuild it
             problem = f"is corrupt (it does not load: {err.__class__.__name__}: {str(err)[:200]})"
     if problem == "missing":
         log.info("converting %s -> %s", entry.key["target"], entry.path)
     else:
         log.warning("converted-model cache entry %s %s; rebuilding it", entry.path, problem)
-    entry.path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(entry.path, build)
-    meta = {"key": entry.key, "artifact_sha256": sha256_file(entry.path)}
-    atomic_write(entry.meta_path, (json.dumps(meta, indent=1) + "\n").encode())
+    try:
+        entry.path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(entry.path, build)
+        meta = {"key": entry.key, "artifact_sha256": sha256_file(entry.path)}
+        atomic_write(entry.meta_path, (json.dumps(meta, indent=1) + "\n").encode())
+    except OSError as err:
+        raise InputError(f"converted-model cache {str(entry.path.parent)!r}: cannot write ({err.strerror or err}); "
+                         "expected a writable folder (--cache-dir, or $TRACKER_CACHE_DIR)") from None
     return load(entry.path)
