@@ -142,3 +142,17 @@ def test_a_recorded_pick_holds_within_the_tie_margin_and_yields_beyond_it(tmp_pa
                                                      ("fp32", "two", "opencv-dnn")])
     picks = {batch: backend for batch, backend, _ in describe_picks(tmp_path)}
     assert picks == {1: "opencv-dnn", 2: "onnxruntime"}
+
+
+def test_entries_with_infinite_numbers_are_left_out_not_fatal(tmp_path):
+    """JSON's Infinity as a batch (int() overflows) or as a time: each entry is one bad entry, left
+    out; --list-backends, auto and the benchmark all read the profile through read_profile."""
+    write_profile(tmp_path, results=RESULTS + [("onnxruntime", "fp32", float("inf"), 1.0), ("opencv-dnn", "fp32", 8, float("inf"))],
+                  picks=[("fp32", float("inf"), "onnxruntime")])
+    assert sorted(describe_picks(tmp_path)) == sorted(describe_picks_of(tmp_path, RESULTS))
+
+
+def describe_picks_of(tmp_path, results):
+    other = tmp_path / "reference"
+    write_profile(other, results=results)
+    return describe_picks(other)

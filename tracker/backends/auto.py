@@ -96,9 +96,9 @@ def read_profile(path: Path, machine: dict) -> tuple[list[tuple[str, str, int, f
         try:
             backend, precision = str(entry["backend"]), str(entry["precision"])
             batch, ms = int(entry["batch"]), float(entry["ms_per_image"])
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: JSON's Infinity as a batch
             continue
-        if backend != "auto" and batch >= 1 and ms > 0:
+        if backend != "auto" and batch >= 1 and 0 < ms < float("inf"):
             measured.append((backend, precision, batch, ms))
     return measured, recorded_picks(data)
 
@@ -151,7 +151,7 @@ def recorded_picks(profile: dict) -> dict[tuple[str, int], str]:
     for entry in entries if isinstance(entries, list) else ():
         try:
             picks[(str(entry["precision"]), int(entry["batch"]))] = str(entry["backend"])
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             continue
     return picks
 
