@@ -55,7 +55,8 @@ results.json (schema 1):
                memory_limit_mb: int|null, memory_limit_method: "cgroup-v2"|"cgroup-v1"|"rlimit-as"|null,
                seed: int,
                model: {prototxt, weights, input_shape: [C,H,W], params, macs_per_image,
-                       flops_per_image}, process: str, rss: str, profile: path|null}
+                       flops_per_image}, process: str, worker: bool (each backend behind the
+               worker), rss: str, profile: path|null}
     unavailable: {name: reason}     backends that cannot run here (with --backend all)
     rows: [{backend, precision, label ("name" or "name int8"), batch, status: "ok"|"failed"|
             "unavailable", passes, warmup_passes (untimed, before them; null unless measured),
@@ -64,8 +65,9 @@ results.json (schema 1):
             rss_method, rss_processes, load_s, reason (short, for the table), error (cause, one line),
             error_detail (cause + tail of the child's output)}]
     quality: [{backend, precision, reference: "fp32", crops, set_id, top1_agreement (0..1),
-               embedding_cosine_mean, embedding_cosine_min} or {backend, precision, reference,
-               error}]      one per non-fp32 column: that backend at fp32 vs at its reduced
+               decided_crops, decided_gap, top1_agreement_decided (on the crops fp32 decides by
+               >= decided_gap nats: tracker.bench.quality), embedding_cosine_mean,
+               embedding_cosine_min} or {backend, precision, reference, error}]      one per non-fp32 column: that backend at fp32 vs at its reduced
                precision on the fixed quality set of face crops (tracker.model.convert.calibration)
     runoffs: [{precision, batch, backends: [name] (fastest cell first),
                cell_median_ms_per_image: {name: ms}, rounds, seconds_per_round,
