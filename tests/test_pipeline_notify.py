@@ -36,3 +36,46 @@ def test_guard_reports_ready_watchdog_status_and_stopping(tmp_path):
     assert any(line.startswith("STATUS=") and "fps" in line for line in lines)
     assert lines.index("READY=1") < lines.index("STOPPING=1")
     assert lines[lines.index("READY=1") + 1].startswith("STATUS=synthetic scene")
+
+
+def test_a_guard_waiting_on_an_absent_camera_says_ready_with_why(tmp_path, monkeypatch):
+    """READY waits for the first frame only so long: a camera absent at boot is retried by a
+    running guard, which the unit's start timeout would otherwise kill and restart."""
+    import tracker.pipeline as pipeline
+    import tracker.stages as stages
+    from tracker import daemon
+    from tracker.config import parse_config
+    from tracker.sources import SourceUnavailable
+    from tracker.sources.base import SourceBase
+
+    class AbsentCamera(SourceBase):
+        live = True
+        description = "camera test-absent"
+
+        def open(self) -> None:
+            raise SourceUnavailable(f"{self.description}: /dev/video9 does not exist (camera absent or unplugged?)")
+
+        def read(self):
+            raise AssertionError("never opened")
+
+    address = str(tmp_path / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(address)
+    sock.settimeout(60)
+    monkeypatch.setenv("NOTIFY_SOCKET", address)
+    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+    monkeypatch.setattr(daemon, "_last_watchdog", float("-inf"))
+    monkeypatch.setattr(pipeline, "READY_WITHOUT_FRAME_S", 0.5)
+    monkeypatch.setattr(stages, "make_source", lambda *args, **kwargs: AbsentCamera())
+    config = parse_config({"state_dir": str(tmp_path / "state"), "sinks": {"console": False}})
+    guard = pipeline.Guard(config, stages.build_stages(config))
+    thread = threading.Thread(target=guard.run, daemon=True)
+    thread.start()
+    try:
+        ready = sock.recv(4096).decode()
+    finally:
+        guard.stop()
+        thread.join(30)
+        sock.close()
+    assert ready.startswith("READY=1\nSTATUS=waiting for the first frame (retrying), camera test-absent"), ready
+    assert guard.frames_processed == 0 and not thread.is_alive()

@@ -1,7 +1,8 @@
 """systemd integration: the sd_notify protocol, written with the socket module (no dependency).
 
 The pipeline calls, from its processing loop:
-    ready(status)    once the camera, the backend and the first frame are up  -> READY=1 (+ STATUS=)
+    ready(status)    once the backend and the first frame are up (or the camera is being waited
+                     for: tracker.pipeline.READY_WITHOUT_FRAME_S)            -> READY=1 (+ STATUS=)
     watchdog()       every processed frame; sends WATCHDOG=1 at most every WatchdogSec/2 (cheap to call)
     status(text)     e.g. "12.3 fps, 2 tracks, backend caffe-openblas-dl"   -> STATUS=...
     stopping()       when SIGTERM arrived and shutdown begins                   -> STOPPING=1

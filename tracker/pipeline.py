@@ -46,6 +46,11 @@ from tracker.web.live import TrackMark
 
 log = logging.getLogger(__name__)
 
+# Up to this long, READY waits for the first frame (so `systemctl start` returns with the guard
+# seeing); then it is sent anyway: a camera absent at boot is retried as the guard runs, and the
+# unit's start timeout must not kill and restart a guard for waiting on it.
+READY_WITHOUT_FRAME_S = 30.0
+
 
 @dataclass(frozen=True)
 class _FrameWork:
@@ -130,13 +135,15 @@ class Guard:
         batcher = self.stages.batcher
         report_every_ns = int(self.config.latency.report_every_s * 1e9)
         next_report = next_state = time.monotonic_ns()
+        ready_by_ns = next_report + int(READY_WITHOUT_FRAME_S * 1e9)
         previous: tuple[Detection, ...] = ()
         ready = False
         while not self._stop.is_set():
             daemon.watchdog()  # every turn of the loop: a loop stuck anywhere stops the pings
-            if not ready and self.frames_processed:
-                ready = True  # camera, backend and the first frame are up
-                daemon.ready(f"{self.stages.source.description}, backend {self.config.backend.name}")
+            if not ready and (self.frames_processed or time.monotonic_ns() >= ready_by_ns):
+                ready = True  # camera, backend and the first frame are up, or the guard waits on its camera
+                what = "" if self.frames_processed else "waiting for the first frame (retrying), "
+                daemon.ready(f"{what}{self.stages.source.description}, backend {self.config.backend.name}")
             deadline = batcher.deadline_ns()
             wait_s = 0.5 if deadline is None else max(0.0, (deadline - time.monotonic_ns()) / 1e9)
             frame: Frame | None | bool  # False: no frame came within wait_s
