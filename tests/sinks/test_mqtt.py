@@ -155,6 +155,23 @@ def test_home_assistant_discovery(broker, sinks, tmp_path):
     sub.close()
 
 
+def test_turning_discovery_off_removes_the_device_from_home_assistant(broker, sinks, tmp_path):
+    """The retained discovery document of an earlier run stayed on the broker for good: Home
+    Assistant kept the device's entities, unavailable, after discovery was turned off."""
+    topic = "homeassistant/device/tracker_porch/config"
+    sub = Subscriber(broker, ["homeassistant/device/#"])
+    first = open_sink(sinks, broker, tmp_path / "on", "porch")
+    sub.wait_for(lambda m: any(t == topic and p for t, p, _ in m))
+    first.close()
+    open_sink(sinks, broker, tmp_path / "off", "porch", discovery=False)
+    sub.wait_for(lambda m: any(t == topic and p == b"" for t, p, _ in m))  # the removal
+    sub.close()
+    later = Subscriber(broker, ["homeassistant/device/#"])  # a Home Assistant that starts now
+    later.sync()
+    assert later.payloads(topic) == []  # nothing retained: no device to create
+    later.close()
+
+
 def test_two_guards_on_one_broker(broker, sinks, tmp_path):
     sub = Subscriber(broker, ["tracker/+/events", "tracker/+/availability", "homeassistant/device/#"])
     kitchen = open_sink(sinks, broker, tmp_path / "kitchen", "kitchen")

@@ -14,7 +14,8 @@ Topics, schema 1 (`<base>` = `<mqtt.prefix>/<device.id>`):
     <base>/state         retained QoS 0  JSON {schema, ts, <the pipeline's state dict>, events_dropped,
                                          outbox_pending}; MQTT 5 expires it after 3 intervals, 60 s at least
     <base>/snapshot      retained QoS 0  the latest event's face as JPEG bytes
-    <discovery>/device/<node>/config     retained QoS 1  Home Assistant discovery (homeassistant.py)
+    <discovery>/device/<node>/config     retained QoS 1  Home Assistant discovery (homeassistant.py);
+                                         with mqtt.discovery off, empty: the device is removed
 
 Delivery (never lose an event): `publish_event` writes the event to the SQLite outbox (outbox.py) and
 returns; a publisher thread hands pending events to paho in outbox order, at most `max_inflight` at
@@ -186,7 +187,7 @@ class MqttSink:
         self._next_state = 0.0
         self._snapshot: bytes | None = None
         self._snapshot_due = False
-        self._discovery_due = config.discovery
+        self._discovery_due = False  # due on each connect (_on_connect)
         self._problems: set[str] = set()  # connection problems logged in this outage (each once)
         self._connected_at = 0.0
         self._short_sessions = 0  # connections in a row that were dropped within _FLAP_S of their CONNACK
@@ -360,7 +361,7 @@ class MqttSink:
             self._early_acks.clear()
             self._state_due = True
             self._snapshot_due = self._snapshot is not None
-            self._discovery_due = self.config.discovery
+            self._discovery_due = True  # the document, or (discovery off) its removal
         # "online" takes its place in the window before the publisher may fill it with events
         self._publish_control(self.topics["availability"], b"online")
         if self.config.discovery:
@@ -583,8 +584,10 @@ class MqttSink:
                 return
             self._discovery_due = False
         topic = discovery_topic(self.config.discovery_prefix, self.config.prefix, self.device.id)
+        # With discovery off, an empty retained payload: Home Assistant removes the device an earlier
+        # run announced (and the broker drops the retained document), instead of keeping it for good.
         document = json.dumps(discovery_payload(self.config.prefix, self.device.id, self.device.name),
-                              separators=(",", ":")).encode()
+                              separators=(",", ":")).encode() if self.config.discovery else b""
         if self._fits("discovery", topic, len(document), qos=1) and not self._publish_control(topic, document):
             with self._wake:  # no room in the window now: after the next acknowledgement
                 self._discovery_due = True
