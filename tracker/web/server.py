@@ -24,13 +24,16 @@ Routes (JSON errors are {"error": one line} with a 4xx/5xx status):
 Security (auth.py for sessions, CSRF and login limits; uploads.py for photos): a password is
 required unless the page listens on a loopback address only; then requests must also name the
 page by a loopback host (a web site that rebinds its own name to 127.0.0.1 cannot read the page).
-Every response, the server's own errors too, forbids framing and sniffing and allows only the
-page's own scripts; every error is JSON.
+Every response the application gives, errors of its own routing too (no route, a method, a body
+too large) and a handler's crash (500), forbids framing and sniffing, allows only the page's own
+scripts, and is JSON when it is an error; a request too malformed to parse gets aiohttp's own plain
+400 before the application sees it.
 
 Bounded, so that no client can exhaust the guard's process (its file descriptors, memory or
 threads): at most MAX_CONNECTIONS open connections (one more is answered 503 and closed); a
-connection's first request must arrive whole within HEAD_TIMEOUT_S and an idle one is closed after
-KEEPALIVE_S; a JSON body must arrive within BODY_TIMEOUT_S, an upload within UPLOAD_TIMEOUT_S and at
+connection that sends no whole request for KEEPALIVE_S, idle or half-sent, is closed (aiohttp's
+keep-alive timer, which runs from the connection's start); a JSON body must arrive within
+BODY_TIMEOUT_S, an upload within UPLOAD_TIMEOUT_S and at
 most MAX_UPLOADS at once (each up to web.max_upload_mb); a live viewer that takes no frame for
 LIVE_WRITE_TIMEOUT_S, once its LIVE_SEND_BUFFER is full, is dropped.
 """
@@ -71,12 +74,14 @@ MAX_FILES = 20
 # A browser opens up to 6 connections to a page; with web.max_viewers (at most 16) streams open,
 # 64 leaves room for several, and is far below a systemd service's 1024 file descriptors.
 MAX_CONNECTIONS = 64
-HEAD_TIMEOUT_S = 10.0
-KEEPALIVE_S = 15.0  # aiohttp's default keeps an idle connection for an hour
+# aiohttp's default keeps a connection that sends nothing, or half a request, for an hour: 300 such
+# connections held the guard's process until it ran out of file descriptors.
+KEEPALIVE_S = 10.0
 BODY_TIMEOUT_S = 10.0  # login and from-event bodies: a few bytes
 UPLOAD_TIMEOUT_S = 120.0  # web.max_upload_mb (at most 64 MB) at 0.5 MB/s, a slow phone on Wi-Fi
 MAX_UPLOADS = 2  # uploads received at once: each is held in memory (up to web.max_upload_mb) until stored
 LIVE_WRITE_TIMEOUT_S = 10.0
+REFUSAL_LINGER_S = 1.0  # a refused connection's 503 reaches the client before the close
 # A live stream's kernel send buffer, fixed: Linux grows it to 4 MB for a viewer that stops reading
 # (about 20 s of frames before a write even waits); 256 kB holds a second of them at any stream_width.
 LIVE_SEND_BUFFER = 256 * 1024
@@ -122,9 +127,7 @@ class WebServer:
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self.address: tuple[str, int] | None = None  # where it listens, once started
-        # The server's loop only: connections whose first request has not arrived, and uploads being read.
-        self._first_request_due: set = set()
-        self._uploads = 0
+        self._uploads = 0  # uploads being read (the server's loop only)
 
     # -- the guard's side ------------------------------------------------------------------------
 
@@ -157,7 +160,7 @@ class WebServer:
         runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=1.0, keepalive_timeout=KEEPALIVE_S)
         try:
             loop.run_until_complete(runner.setup())
-            loop.run_until_complete(_BoundedSite(runner, self.host, self.port, self._first_request_due).start())
+            loop.run_until_complete(_BoundedSite(runner, self.host, self.port).start())
             self.address = runner.addresses[0][:2]
         except OSError as err:
             log.error("web: cannot listen on %s (%s); the guard runs on without its page", self.config.web.listen,
@@ -214,7 +217,6 @@ class WebServer:
 
     @web.middleware
     async def _guard_request(self, request: web.Request, handler) -> web.StreamResponse:
-        self._first_request_due.discard(request.protocol)  # this connection's request came whole
         if self.password is None and not _loopback_host(request.host):
             return _error(421, f"host {request.host!r} is not this page's; open it as http://127.0.0.1:{self.port}/")
         if self.password is None and any(h in request.headers for h in _PROXY_HEADERS):
@@ -239,6 +241,9 @@ class WebServer:
                 raise
             return _error(err.status, f"{err.reason}: {request.method} {request.path}" + (
                 f" ({err.text})" if err.text and "\n" not in err.text and not err.text.startswith(str(err.status)) else ""))
+        except Exception:  # a bug: logged whole, answered in one line (never a traceback to the client)
+            log.exception("web: %s %s failed", request.method, request.path)
+            return _error(500, f"{request.method} {request.path} failed inside the guard; its log says why")
 
     # -- the page and its session ----------------------------------------------------------------
 
@@ -606,15 +611,12 @@ async def _add_security_headers(request: web.Request, response: web.StreamRespon
 
 
 class _BoundedSite(web.BaseSite):
-    """aiohttp's TCPSite with the connection bounds of the module docstring: one more connection
-    than MAX_CONNECTIONS gets a 503 and is closed, and a connection whose first request has not
-    reached the middleware (which takes it out of `first_request_due`) after HEAD_TIMEOUT_S is
-    closed. aiohttp has neither: 300 connections that each sent half a request stayed open, and the
-    guard's process ran out of file descriptors."""
+    """aiohttp's TCPSite with a bound on open connections: one more than MAX_CONNECTIONS gets a
+    503 and is closed (aiohttp has none)."""
 
-    def __init__(self, runner: web.AppRunner, host: str, port: int, first_request_due: set) -> None:
+    def __init__(self, runner: web.AppRunner, host: str, port: int) -> None:
         super().__init__(runner)
-        self._host, self._port, self._first_request_due = host, port, first_request_due
+        self._host, self._port = host, port
 
     @property
     def name(self) -> str:
@@ -627,30 +629,27 @@ class _BoundedSite(web.BaseSite):
         assert server is not None  # the runner was set up
 
         def accept() -> asyncio.BaseProtocol:
-            if len(server.connections) >= MAX_CONNECTIONS:
-                return _Refusal()
-            handler = server()
-            self._first_request_due.add(handler)
-            loop.call_later(HEAD_TIMEOUT_S, self._close_if_silent, handler)
-            return handler
+            return _Refusal() if len(server.connections) >= MAX_CONNECTIONS else server()
 
         self._server = await loop.create_server(accept, self._host, self._port, reuse_address=True)
 
-    def _close_if_silent(self, handler) -> None:
-        if handler in self._first_request_due:
-            self._first_request_due.discard(handler)
-            handler.force_close()
-
 
 class _Refusal(asyncio.Protocol):
-    """A connection beyond MAX_CONNECTIONS: a 503 with the page's headers, then closed."""
+    """A connection beyond MAX_CONNECTIONS: a 503 with the page's headers, then the write side
+    shut and the connection closed a moment later. Closing at once, with the client's request
+    unread, would send a reset that may reach the client before the 503 does."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
         body = json.dumps({"error": f"{MAX_CONNECTIONS} connections to this page are open already; try again later"})
         head = "".join(f"{k}: {v}\r\n" for k, v in _HEADERS.items())
-        transport.write(f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json; charset=utf-8\r\n"  # type: ignore[attr-defined]
+        transport.write(f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json; charset=utf-8\r\n"
                         f"Content-Length: {len(body)}\r\nConnection: close\r\n{head}\r\n{body}".encode())
-        transport.close()
+        transport.write_eof()
+        asyncio.get_running_loop().call_later(REFUSAL_LINGER_S, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        """The request is read and dropped: it gets the 503 whatever it is."""
 
 
 def _read_static(name: str) -> bytes:
