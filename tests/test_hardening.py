@@ -92,18 +92,20 @@ def test_a_bad_value_inside_an_alias_expansion_is_shown_short(tmp_path, capsys):
     ("source:\n  faces_dir: /nonexistent\n", "synthetic scene: 0 people found in '/nonexistent'"),
     ("source:\n  width: 48\n  height: 48\n", "synthetic scene: size 48x48 too small; expected at least 64x64"),
     ("source:\n  kind: opencv\n  uri: /nonexistent/hall.mp4\n", "video file '/nonexistent/hall.mp4': no such file"),
-    ("latency:\n  path: /tmp/x/one.jsonl\nsinks:\n  jsonl: /tmp/x/../x/one.jsonl\n",
-     "key 'sinks.jsonl': '/tmp/x/../x/one.jsonl' is also 'latency.path'; expected a file of its own"),
+    ("latency:\n  path: {tmp}/x/one.jsonl\nsinks:\n  jsonl: {tmp}/x/../x/one.jsonl\n",
+     "key 'sinks.jsonl': '{tmp}/x/../x/one.jsonl' is also 'latency.path'; expected a file of its own"),
     ("source:\n  frames: true\n", "key 'source.frames': bad value True; expected a valid integer"),
     ("mqtt:\n  port: true\n", "key 'mqtt.port': bad value True; expected a valid integer"),
     ("tracking:\n  iou_threshold: false\n", "key 'tracking.iou_threshold': bad value False; expected a valid number"),
     ("mqtt:\n  prefix: a/b/\n", "bad value 'a/b/'; expected a string matching pattern '^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$'"),
     ("model:\n  prototxt: ''\n", "key 'model.prototxt': bad value ''; expected a file path"),
     ("latency:\n  path: \"/tmp/a\\0b\"\n", "key 'latency.path': bad value '/tmp/a\\x00b'; expected a path without a NUL"),
+    ("latency:\n  path: /tmp/" + "a" * 300 + "\n", "each name in it at most 255 bytes"),
+    ("latency:\n  path: ~nosuchuser8f3/l.jsonl\n", "key 'latency.path': bad value '~nosuchuser8f3/l.jsonl'; expected ~ or ~user"),
 ])
 def test_check_config_refuses_what_the_run_would(tmp_path, capsys, yaml_text, fragment):
-    path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\n" + yaml_text)
-    assert_one_line(*check(capsys, path), fragment)
+    path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\n" + yaml_text.replace("{tmp}", str(tmp_path)))
+    assert_one_line(*check(capsys, path), fragment.replace("{tmp}", str(tmp_path)))
 
 
 def test_check_config_opens_a_video_file_or_folder_but_never_a_camera(tmp_path, capsys):

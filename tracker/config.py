@@ -42,7 +42,10 @@ def _existing_file(path: Path) -> Path:
 
 def _expanded(path: Path) -> Path:
     """~ and ~user as the shell would expand them (a YAML file is not read by a shell)."""
-    return path.expanduser()
+    try:
+        return path.expanduser()
+    except RuntimeError:  # no such user, or no home directory to expand ~ to
+        raise ValueError(f"bad value {_short(str(path))}; expected ~ or ~user of a user with a home directory") from None
 
 
 ExistingFile = Annotated[Path, AfterValidator(_expanded), AfterValidator(_existing_file)]
@@ -50,11 +53,13 @@ ExistingFile = Annotated[Path, AfterValidator(_expanded), AfterValidator(_existi
 
 def _not_empty(value: object) -> object:
     """An empty string would become Path('.'), the working directory: refuse it, and a path no
-    system call takes (a NUL in it, longer than Linux's PATH_MAX)."""
+    system call takes (a NUL in it, longer than Linux's PATH_MAX, a name longer than NAME_MAX)."""
     if isinstance(value, str) and not value.strip():
         raise ValueError(f"bad value {value!r}; expected a file path (or null for the default)")
-    if isinstance(value, str) and ("\0" in value or len(value.encode("utf-8", "surrogateescape")) >= 4096):
-        raise ValueError(f"bad value {_short(value)}; expected a path without a NUL character, under 4096 bytes")
+    if isinstance(value, str) and ("\0" in value or len(value.encode("utf-8", "surrogateescape")) >= 4096
+                                   or any(len(part.encode("utf-8", "surrogateescape")) > 255 for part in value.split("/"))):
+        raise ValueError(f"bad value {_short(value)}; expected a path without a NUL character, under 4096 bytes, "
+                         "each name in it at most 255 bytes")
     return value
 
 
