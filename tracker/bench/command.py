@@ -13,7 +13,6 @@ exits 130.
 
 from __future__ import annotations
 
-import signal
 import sys
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from tracker.backends import REGISTRY
 from tracker.bench.memory_cap import cap_method
 from tracker.bench.profile import profile_path, record_last_run, recorded_at_start, update_profile
 from tracker.bench.report import Column, Results, make_row, prepare_out, quality_line, runoff_line, summary_line
-from tracker.bench.runner import Probe, probe_backends, run_cell, run_job
+from tracker.bench.runner import Probe, probe_backends, run_cell, run_job, stop_as_ctrl_c
 from tracker.errors import BackendUnavailable, InputError, TrackerError
 from tracker.machine import base_versions, load_average, machine_info, machine_key, memory_mb, sgemm_peak
 from tracker.model.spec import ModelSpec
@@ -288,33 +287,29 @@ def run_benchmark_command(config, args) -> int:
 
     from tqdm import tqdm
 
-    # SIGTERM (systemd, a shell's kill) and SIGHUP (a closed terminal) end the run as Ctrl-C does:
-    # the running child is killed with everything below it, and what was measured is kept.
-    before = {signum: signal.signal(signum, signal.default_int_handler) for signum in (signal.SIGTERM, signal.SIGHUP)}
     total = len(columns) * len(batches) * (passes + 1)
     bar = tqdm(total=total, unit="pass", file=sys.stderr, disable=None, dynamic_ncols=True)
     interrupted = False
     try:
-        # auto last: its cells then run on the profile this run's other columns and runoffs wrote
-        for column in [c for c in columns if c.backend != "auto"]:
-            measure(column)
-        if profile_ok:
-            plans = runoff.plan_runoffs(results.rows, memory_mb(available=True))
-            bar.total += runoff.ROUNDS * len(plans)
-            for plan in plans:
-                run_off(plan)
-        for column in [c for c in columns if c.backend == "auto"]:
-            measure(column)
-        # The machine is shared: the peak is the better of a measurement before and after the cells.
-        results.machine["load_average"]["end"] = load_average()
-        results.update_peak(sgemm_peak())
-        results.complete = True
-    except KeyboardInterrupt:
+        with stop_as_ctrl_c():
+            # auto last: its cells then run on the profile this run's other columns and runoffs wrote
+            for column in [c for c in columns if c.backend != "auto"]:
+                measure(column)
+            if profile_ok:
+                plans = runoff.plan_runoffs(results.rows, memory_mb(available=True))
+                bar.total += runoff.ROUNDS * len(plans)
+                for plan in plans:
+                    run_off(plan)
+            for column in [c for c in columns if c.backend == "auto"]:
+                measure(column)
+            # The machine is shared: the peak is the better of a measurement before and after the cells.
+            results.machine["load_average"]["end"] = load_average()
+            results.update_peak(sgemm_peak())
+            results.complete = True
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP: the running child and all below it are killed
         interrupted = True
     finally:
         bar.close()
-        for signum, handler in before.items():
-            signal.signal(signum, handler)
     write_data()
     plots = write_plots()
     try:

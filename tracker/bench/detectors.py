@@ -29,7 +29,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import signal
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -42,6 +41,7 @@ from scipy.optimize import linear_sum_assignment
 
 from tracker import shared_data
 from tracker.bench.report import prepare_out
+from tracker.bench.runner import stop_as_ctrl_c
 from tracker.config import Config
 from tracker.crops import crop_batch
 from tracker.detect import DETECTORS, create_detector, resolve_detector
@@ -230,29 +230,26 @@ def run_detector_benchmark(config: Config, names: list[str], out: Path, frames: 
         return result
 
     steps = [(n, s, m) for n in names for s in SIZES for m in MODES]
-    before = {signum: signal.signal(signum, signal.default_int_handler) for signum in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        for i, (name, (width, height), mode) in enumerate(steps, 1):
-            if name in unavailable:
-                continue
-            try:
-                detector = create_detector(detect_settings(config, name, detect_width=width), quiet=True)
-            except (ModelError, BackendUnavailable) as err:
-                unavailable[name] = str(err)
-                print(f"benchmark: {name}: not available: {err}", file=sys.stderr)
-                continue
-            print(f"benchmark [{i}/{len(steps)}] {name} {width}x{height} {mode} ...", file=sys.stderr, flush=True)
-            row, _ = _run_scene(detector, width, height, mode, frames)
-            rows.append(row)
-            if name not in dlib:
-                dlib[name] = _dlib(name, config)
-            write()
-        budget = _frame_budget(config, frames)
+        with stop_as_ctrl_c():
+            for i, (name, (width, height), mode) in enumerate(steps, 1):
+                if name in unavailable:
+                    continue
+                try:
+                    detector = create_detector(detect_settings(config, name, detect_width=width), quiet=True)
+                except (ModelError, BackendUnavailable) as err:
+                    unavailable[name] = str(err)
+                    print(f"benchmark: {name}: not available: {err}", file=sys.stderr)
+                    continue
+                print(f"benchmark [{i}/{len(steps)}] {name} {width}x{height} {mode} ...", file=sys.stderr, flush=True)
+                row, _ = _run_scene(detector, width, height, mode, frames)
+                rows.append(row)
+                if name not in dlib:
+                    dlib[name] = _dlib(name, config)
+                write()
+            budget = _frame_budget(config, frames)
     except KeyboardInterrupt:
         print("benchmark: interrupted; what was measured is kept", file=sys.stderr)
-    finally:
-        for signum, handler in before.items():
-            signal.signal(signum, handler)
     result = write(plots=True)
     print(detector_table(result))
     return 0 if budget is not None else 130
