@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 
 import numpy as np
 from test_pipeline_e2e import run_demo
@@ -20,11 +21,15 @@ from tracker.types import Box
 LINE = json.dumps({"payload": "x" * 900}) + "\n"  # about 1 kB
 
 
-def fill(folder, leave: int) -> None:
-    """Fill the file system of `folder` up to `leave` bytes of room (in whole 4 kB pages: tmpfs)."""
-    import os
+def page(folder) -> int:
+    """The file system's block: tmpfs gives room in whole pages (4 kB here, 16 or 64 kB on some
+    aarch64 kernels)."""
+    return os.statvfs(folder).f_frsize
 
-    free = os.statvfs(folder).f_bavail * os.statvfs(folder).f_frsize
+
+def fill(folder, leave: int) -> None:
+    """Fill the file system of `folder` up to `leave` bytes of room."""
+    free = os.statvfs(folder).f_bavail * page(folder)
     (folder / "filler").write_bytes(b"\0" * max(0, free - leave))
 
 
@@ -43,11 +48,11 @@ def test_a_line_the_disk_fills_inside_is_taken_back_and_writing_resumes(tmp_path
     caplog.set_level(logging.WARNING)
     with tmpfs(tmp_path / "disk", "size=64k") as disk:
         log = LineFile(disk / "events.jsonl", "events log")
-        fill(disk, 4096 + 100)  # room for the file's first page and a bit
+        fill(disk, page(disk) + 100)  # room for the file's first page and a bit
         written = 0
         while log.append(LINE):
             written += 1
-        assert 3 <= written <= 5 and log.lost == 1
+        assert written == page(disk) // len(LINE) and log.lost == 1  # the page's whole lines
         content = (disk / "events.jsonl").read_text()
         assert content == LINE * written  # whole lines only: the one cut short was taken back
         assert not log.append(LINE) and log.lost == 2
@@ -82,3 +87,13 @@ def test_the_guard_guards_on_when_its_logs_and_snapshots_cannot_be_written(tmp_p
     assert proc.stderr.count("events log: cannot write /dev/full") == 1
     assert proc.stderr.count("latency log: cannot write /dev/full") == 1
     assert proc.stderr.count("snapshots: cannot write") == 1, proc.stderr[-3000:]
+
+
+def test_a_log_removed_from_under_the_guard_is_made_again(tmp_path, caplog):
+    """Writes to a removed file succeed, into an inode nobody can read: the next line makes it anew."""
+    log = LineFile(tmp_path / "events.jsonl", "events log")
+    assert log.append(LINE)
+    (tmp_path / "events.jsonl").unlink()
+    assert log.append(LINE) and (tmp_path / "events.jsonl").read_text() == LINE
+    assert "events log: " + str(tmp_path / "events.jsonl") + " was removed; writing a new one" in caplog.text
+    log.close()

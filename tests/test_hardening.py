@@ -278,3 +278,20 @@ def test_check_config_reads_the_mqtt_password_and_tls_files_as_the_sink_would(tm
                     "mqtt.username is null")
     assert_one_line(*check(capsys, write(tmp_path, base + f"  tls:\n    ca: {str(not_pem)!r}\n")),
                     "mqtt.tls.ca: cannot load")
+
+
+def test_two_logs_in_one_file_are_refused_in_dev_shm_and_through_a_hard_link_but_devices_may_be_shared(tmp_path, capsys):
+    one = tmp_path / "one.jsonl"
+    one.write_text("")
+    (tmp_path / "link.jsonl").hardlink_to(one)
+    cases = {f"latency:\n  path: {one}\nsinks:\n  jsonl: {tmp_path / 'link.jsonl'}\n": "is also 'latency.path'",
+             f"latency:\n  path: /dev/shm/t-{os.getpid()}.jsonl\nsinks:\n  jsonl: /dev/shm/t-{os.getpid()}.jsonl\n":
+                 "is also 'latency.path'",
+             "latency:\n  path: /dev/null\nsinks:\n  jsonl: /dev/null\n": None}
+    for text, fragment in cases.items():
+        path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\n" + text)
+        code, err = check(capsys, path)
+        if fragment is None:
+            assert code == 0, err
+        else:
+            assert_one_line(code, err, fragment)

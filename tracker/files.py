@@ -74,10 +74,11 @@ def atomic_write(path: Path, content: bytes | memoryview | Callable[[Path], None
 class LineFile:
     """Whole lines appended to the file at `path` (made, with its folder, if absent), each in one
     write(2), so a crash loses at most the line being written. A line that cannot be written whole
-    (a full disk, the file removed from under it, a device that refuses it) is taken back out of
-    the file, counted in `lost` and never raised: the first of a run of failures is logged as an
-    error naming `what`, the return to writing as a warning with the count. After `close()` (or a
-    line that could not be taken back), the next line opens the file again. Not thread-safe (one
+    (a full disk, a device that refuses it) is taken back out of the file, counted in `lost` and
+    never raised: the first of a run of failures is logged as an error naming `what`, the return to
+    writing as a warning with the count. A file removed from under it (rotated away by hand, say) is
+    made again at the next line, not written on unseen. After `close()` (or a line that could not be
+    taken back), the next line opens the file again. One fstat(2) a line. Not thread-safe (one
     writer)."""
 
     def __init__(self, path: Path, what: str) -> None:
@@ -85,21 +86,33 @@ class LineFile:
         self.lost = 0  # lines not written, over the file's life
         self._lost_in_run = 0  # since the last line that was written
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd: int | None = None
+        self._size = 0  # the file's bytes as of the last line (0 while it is not open)
+        self._open()
+
+    def _open(self) -> int:
+        fd = self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._size = os.fstat(fd).st_size
+        return fd
 
     def size(self) -> int:
-        """Bytes in the file now (0 while it cannot be opened)."""
-        return os.fstat(self._fd).st_size if self._fd is not None else 0
+        """Bytes in the file as of the last line written (0 while it is not open)."""
+        return self._size
 
     def append(self, line: str) -> bool:
         """Write `line` (ending in a newline) whole, or not at all; True if written."""
         data = line.encode("utf-8")
         start = None
         try:
-            if self._fd is None:
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            start = os.fstat(self._fd).st_size
-            written = os.write(self._fd, data)
+            fd = self._fd if self._fd is not None else self._open()
+            found = os.fstat(fd)
+            if found.st_nlink == 0:  # removed: its lines would go nowhere anyone looks
+                log.warning("%s: %s was removed; writing a new one", self.what, self.path)
+                self.close()
+                fd = self._open()
+                found = os.fstat(fd)
+            start = found.st_size
+            written = os.write(fd, data)
             if written != len(data):  # the disk filled up inside the line
                 raise OSError(f"{written} of {len(data)} bytes written")
         except OSError as err:
@@ -110,6 +123,7 @@ class LineFile:
                 log.error("%s: cannot write %s (%s); lines are lost until it can (counted)", self.what, self.path,
                           err.strerror or err)
             return False
+        self._size = start + written
         if self._lost_in_run:
             log.warning("%s: writing %s again; %d line(s) lost meanwhile", self.what, self.path, self._lost_in_run)
             self._lost_in_run = 0
@@ -129,4 +143,5 @@ class LineFile:
     def close(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
+            self._size = 0
             os.close(fd)

@@ -6,8 +6,8 @@ milliseconds of the monotonic clock:
     motion_ms, detect_ms, infer_ms, track_ms, publish_ms   each stage's own time; infer_ms is the
                 time of the backend call that carried the frame's crops (shared by its batch)
     total_ms    from capture to the end of publishing the frame's results
-`dropped` is the running count of frames lost before tracking: dropped by the capture queue, or
-whose crops a failed backend call lost.
+`dropped` is the running count of frames dropped by the capture queue, plus the frames whose crops
+a failed backend call lost (those are tracked, without identities).
 The file rotates by size (`path`, `path.1`, ... `path.<backups>`), so the disk use is bounded; a
 full disk loses lines (logged, counted) but never stops the guard (tracker.files.LineFile).
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ import numpy as np
 from tracker.files import LineFile
 
 log = logging.getLogger(__name__)
+ROTATION_RETRY_NS = 60 * 10**9
 
 STAGES = ("capture_ms", "motion_ms", "detect_ms", "infer_ms", "track_ms", "publish_ms", "total_ms")
 
@@ -60,17 +62,19 @@ class LatencyLog:
         self.backups = backups
         self._file = LineFile(self.path, "latency log")
         self._rotation_failed = False
+        self._next_rotation_ns = 0  # after a failed rotation, the next try (monotonic ns)
 
     def write(self, record: FrameLatency) -> None:
         line = json.dumps(asdict(record), separators=(",", ":")) + "\n"
         size = self._file.size()
-        if size + len(line) > self.max_bytes and size > 0:
+        if size + len(line) > self.max_bytes and size > 0 and time.monotonic_ns() >= self._next_rotation_ns:
             self._rotate()
         self._file.append(line)
 
     def _rotate(self) -> None:
         """Shift the files one along (the oldest goes; the next line opens `path` afresh). A rename
-        the file system refuses is logged once, and the lines go on into the current file."""
+        the file system refuses is logged once and tried again a minute later (not on every frame),
+        and the lines go on into the current file meanwhile."""
         self._file.close()
         try:
             if self.backups == 0:
@@ -84,6 +88,7 @@ class LatencyLog:
                 log.error("latency log: cannot rotate %s (%s); it grows past latency.max_bytes until it can",
                           self.path, err.strerror or err)
             self._rotation_failed = True
+            self._next_rotation_ns = time.monotonic_ns() + ROTATION_RETRY_NS
         else:
             self._rotation_failed = False
 

@@ -119,17 +119,22 @@ def check_runnable(config) -> str:
 
 
 def _check_distinct(files: dict[str, Path]) -> None:
-    """No two of the guard's files are one file: the latency log's rotation would delete the
-    events written into it. Devices (/dev/null, /dev/full) may be shared: nothing rotates them."""
-    seen: dict[Path, str] = {}
+    """No two of the guard's files are one file (by its inode when it exists, a hard link too, else
+    by its resolved path): the latency log's rotation would delete the events written into it.
+    Character devices (/dev/null, /dev/full) may be shared: nothing rotates them."""
+    seen: dict[object, str] = {}
     for key, path in files.items():
-        resolved = Path(os.path.abspath(path)).resolve()
-        if str(resolved).startswith("/dev/"):
+        try:
+            found = os.stat(path)
+        except OSError:  # not there yet (check_file made sure it can be created)
+            found = None
+        if found is not None and stat.S_ISCHR(found.st_mode):
             continue
-        if resolved in seen:
-            raise InputError(f"config: key {key!r}: {str(path)!r} is also {seen[resolved]!r}; expected a file "
+        identity = (found.st_dev, found.st_ino) if found is not None else Path(os.path.abspath(path)).resolve()
+        if identity in seen:
+            raise InputError(f"config: key {key!r}: {str(path)!r} is also {seen[identity]!r}; expected a file "
                              "of its own (the latency log's rotation would remove the other's lines)")
-        seen[resolved] = key
+        seen[identity] = key
 
 
 def check_source(config, spec: str | None) -> None:
