@@ -17,6 +17,9 @@ to read a member from it is one of `NPZ_UNREADABLE`.
 
 `LineFile(path, what)`: a log the guard appends lines to as it runs (events, latency), where a full
 disk must neither stop the guard nor leave half a line (see the class).
+
+`make_writable_folder(folder)`: a folder that work will write into, made and proven writable before
+the work starts (OSError otherwise; each caller words it as its option's error).
 """
 
 from __future__ import annotations
@@ -37,6 +40,17 @@ log = logging.getLogger(__name__)
 # (zipfile.BadZipFile: no directory, a bad CRC), another format or a single .npy array
 # (ValueError, also raised by load_npz), a member absent (KeyError).
 NPZ_UNREADABLE = (OSError, EOFError, zipfile.BadZipFile, ValueError, KeyError)
+
+
+def make_writable_folder(folder: Path) -> None:
+    """Make `folder` with its parents if absent, and create and remove a file in it: OSError if
+    either fails (a file in the way, no permission, a read-only or full file system). A probe, not
+    os.access: root passes every permission check a read-only mount then refuses."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    probe = folder / f".write-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    probe.write_bytes(b"")
+    probe.unlink()
 
 
 def load_npz(path: Path) -> np.lib.npyio.NpzFile:

@@ -35,6 +35,7 @@ import numpy as np
 
 from tracker.backends.base import BackendBase
 from tracker.errors import BackendUnavailable, InputError, ModelError
+from tracker.files import load_npz
 from tracker.machine import cores
 from tracker.model.spec import ModelSpec
 from tracker.types import Inference
@@ -220,7 +221,7 @@ def convert(model: ModelSpec, cache_dir: Path | None = None) -> tuple[Path, Path
         return path
 
     def check_params(path: Path) -> Path:
-        with np.load(path) as stored:
+        with load_npz(path) as stored:
             stored.files  # noqa: B018 - reading the index proves the archive is whole
         return path
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import numpy as np
 
 from tracker.bench.runner import CellOutcome
 from tracker.errors import InputError
-from tracker.files import atomic_write
+from tracker.files import atomic_write, make_writable_folder
 
 CSV_FIELDS = (
     "backend", "precision", "batch", "status", "ms_per_image", "median_ms_per_image", "p50_ms", "p95_ms", "images_per_s",
@@ -32,10 +31,7 @@ def prepare_out(out: Path) -> Path:
     """Make the output folder `out` (with its parents) and probe that a file can be written in it;
     InputError (exit 2) before anything is measured otherwise."""
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
+        make_writable_folder(out)
     except OSError as err:
         raise InputError(f"--out: cannot use {str(out)!r} as the output directory ({err.strerror or err}); expected a writable directory") from None
     return out

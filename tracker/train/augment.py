@@ -51,8 +51,3 @@ def augment(crops: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     for i, crop in enumerate(crops):
         out[i, 0] = _one(crop, rng)
     return out
-
-
-def plain(crops: np.ndarray) -> np.ndarray:
-    """crops (N, 88, 88) uint8 -> (N, 1, 88, 88) float32 in [0, 1], unchanged (what the guard feeds)."""
-    return (crops.astype(np.float32) * np.float32(1.0 / 255.0))[:, None]

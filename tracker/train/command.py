@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import queue
 import sys
 import threading
@@ -42,7 +41,7 @@ import numpy as np
 
 from tracker import shared_data
 from tracker.errors import InputError, ModelError
-from tracker.files import atomic_write
+from tracker.files import atomic_write, make_writable_folder
 from tracker.machine import cores
 
 CE_WEIGHT = 0.3
@@ -103,16 +102,12 @@ def _require_torch():
 
 def _writable_folder(folder: Path, what: str) -> None:
     """Make `folder` (and its parents) if absent; InputError (exit 2) unless it is then a folder
-    this process may write in."""
-    if folder.exists() and not folder.is_dir():
-        raise InputError(f"train: {what} {str(folder)!r} is a file; expected a folder to write in")
+    this process can write in."""
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        make_writable_folder(folder)
     except OSError as err:
-        raise InputError(f"train: {what} {str(folder)!r} cannot be made ({err.strerror}); expected a folder "
-                         "to write in") from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise InputError(f"train: {what} {str(folder)!r} is not writable; expected a folder to write in")
+        raise InputError(f"train: {what} {str(folder)!r} cannot be written in ({err.strerror or err}); expected a "
+                         "folder to write in") from None
 
 
 def choose_classes(identities: list[str], count: int) -> list[str]:
@@ -402,18 +397,32 @@ def train_command(argv: list[str]) -> int:
     # 5. export, check, threshold, card
     from tracker.backends import create_backend
     from tracker.backends.mirror import embedder
+    from tracker.crops import network_input
     from tracker.model.card import EMBEDDINGS, write_card
     from tracker.model.spec import ModelSpec
-    from tracker.train.augment import plain
 
     # Staged beside `out` and checked first: a failing check never replaces the weights in use.
     staged = out.with_name(f".{out.name}.staged")
+
+    def write_or_say(write) -> None:
+        """write(); a full disk or a folder removed since the start is one line saying how the
+        training, safe in its checkpoint, gets exported."""
+        try:
+            write()
+        except OSError as err:
+            raise InputError(f"train: cannot write {str(out)!r} or its card ({err.strerror or err}); the checkpoint "
+                             f"{str(checkpoint)!r} holds the training: make room and run again with --resume") from None
+
+    def put_in_place() -> None:
+        staged.replace(out)
+        write_card(out, card)
+
     try:
-        write_caffemodel(staged, export_netdef(net, structure))
+        write_or_say(lambda: write_caffemodel(staged, export_netdef(net, structure)))
         backend = create_backend("caffe-openblas-dl", ModelSpec(prototxt, staged, config.model.probs,
                                                                 config.model.embedding))
         try:  # one engine for the parity check and the threshold
-            worst = check_export(torch, net, backend, staged, plain(crops[used[:32]]))
+            worst = check_export(torch, net, backend, staged, network_input(crops[used[:32]]))
             card = _card(staged, crop_name, classes, args, len(used), epoch, step, minutes, threads, losses)
             if pairs is not None:  # thresholds for the card's embedding, and for the others beside them
                 entries = threshold_cards(*pairs, detector, {name: embedder(backend, name) for name in EMBEDDINGS})
@@ -421,11 +430,7 @@ def train_command(argv: list[str]) -> int:
                 card["thresholds_for"] = entries
         finally:
             backend.close()
-        staged.replace(out)
-        write_card(out, card)
-    except OSError as err:  # a full disk, a folder removed since the start
-        raise InputError(f"train: cannot write {str(out)!r} or its card ({err.strerror or err}); the checkpoint "
-                         f"{str(checkpoint)!r} holds the training: make room and run again with --resume") from None
+        write_or_say(put_in_place)
     finally:
         staged.unlink(missing_ok=True)
     print(f"train: wrote {out} ({out.stat().st_size:,} bytes) after {epoch} epoch(s), {step} steps, {minutes:.1f} min; "

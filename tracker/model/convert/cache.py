@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from tracker.errors import BackendUnavailable, InputError, ModelError
-from tracker.files import atomic_write
+from tracker.files import atomic_write, make_writable_folder
 
 log = logging.getLogger(__name__)
 
@@ -118,11 +118,11 @@ def fetch(entry: Entry, build: Callable[[Path], None], load: Callable[[Path], T]
     else:
         log.warning("converted-model cache entry %s %s; rebuilding it", entry.path, problem)
     try:
-        entry.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(entry.path, build)
-        meta = {"key": entry.key, "artifact_sha256": sha256_file(entry.path)}
-        atomic_write(entry.meta_path, (json.dumps(meta, indent=1) + "\n").encode())
+        make_writable_folder(entry.path.parent)  # before the build: its own errors are its own
     except OSError as err:
         raise InputError(f"converted-model cache {str(entry.path.parent)!r}: cannot write ({err.strerror or err}); "
                          "expected a writable folder (--cache-dir, or $TRACKER_CACHE_DIR)") from None
+    atomic_write(entry.path, build)
+    meta = {"key": entry.key, "artifact_sha256": sha256_file(entry.path)}
+    atomic_write(entry.meta_path, (json.dumps(meta, indent=1) + "\n").encode())
     return load(entry.path)
