@@ -18,14 +18,16 @@ to read a member from it is one of `NPZ_UNREADABLE`.
 `LineFile(path, what)`: a log the guard appends lines to as it runs (events, latency), where a full
 disk must neither stop the guard nor leave half a line (see the class).
 
-`make_writable_folder(folder)`: a folder that work will write into, made and proven writable before
-the work starts (OSError otherwise; each caller words it as its option's error).
+`make_writable_folder(folder)`, `probe_writable(folder)`: a folder that work will write into, made
+(or not) and proven writable before the work starts (OSError otherwise; each caller words it as its
+option's error).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import uuid
 import zipfile
 from collections.abc import Callable
@@ -42,15 +44,20 @@ log = logging.getLogger(__name__)
 NPZ_UNREADABLE = (OSError, EOFError, zipfile.BadZipFile, ValueError, KeyError)
 
 
+def probe_writable(folder: Path) -> None:
+    """Create a file in `folder` and let it go at once (an unnamed one where the file system can:
+    a kill in between leaves nothing behind); OSError if it cannot be (no permission for this user,
+    a read-only file system, not a folder). A file system too full for the work may still pass:
+    an empty file takes no room."""
+    with tempfile.TemporaryFile(dir=folder):
+        pass
+
+
 def make_writable_folder(folder: Path) -> None:
-    """Make `folder` with its parents if absent, and create and remove a file in it: OSError if
-    either fails (a file in the way, no permission, a read-only or full file system). A probe, not
-    os.access: root passes every permission check a read-only mount then refuses."""
+    """Make `folder` with its parents if absent and `probe_writable` it: OSError if either fails."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    probe = folder / f".write-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    probe.write_bytes(b"")
-    probe.unlink()
+    probe_writable(folder)
 
 
 def load_npz(path: Path) -> np.lib.npyio.NpzFile:
@@ -90,8 +97,9 @@ class LineFile:
     write(2), so a crash loses at most the line being written. A line that cannot be written whole
     (a full disk, a device that refuses it) is taken back out of the file, counted in `lost` and
     never raised: the first of a run of failures is logged as an error naming `what`, the return to
-    writing as a warning with the count. A file removed from under it (rotated away by hand, say) is
-    made again at the next line, not written on unseen. After `close()` (or a line that could not be
+    writing as a warning with the count. A file deleted from under it is made again at the next
+    line, not written on unseen (a file renamed, as logrotate does by default, is written on under
+    its new name). After `close()` (or a line that could not be
     taken back), the next line opens the file again. One fstat(2) a line. Not thread-safe (one
     writer)."""
 

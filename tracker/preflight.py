@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from tracker.errors import InputError
+from tracker.files import probe_writable
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +41,12 @@ def _nearest_existing(path: Path) -> Path:
 
 
 def _can_create_in(folder: Path) -> str | None:
-    """None if a file can be created in `folder` (probed with a temporary file, removed at once),
-    else why not."""
+    """None if a file can be created in `folder` (files.probe_writable), else why not."""
     try:
-        with tempfile.TemporaryFile(dir=folder):
-            return None
+        probe_writable(folder)
     except OSError as err:
         return err.strerror or str(err)
+    return None
 
 
 def check_directory(key: str, path: Path) -> None:

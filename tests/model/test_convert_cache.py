@@ -113,7 +113,7 @@ def test_a_cache_folder_that_cannot_be_written_is_one_line(tmp_path, model):
 
     (tmp_path / "afile").write_text("")
     with pytest.raises(InputError, match=r"converted-model cache '.*afile/[0-9a-f]{64}': cannot write \(Not a directory\); "
-                                         r"expected a writable folder \(--cache-dir, or \$TRACKER_CACHE_DIR\)"):
+                                         r"expected a writable folder with room \(--cache-dir, or \$TRACKER_CACHE_DIR\)"):
         convert(model, "onnx", cache_dir=tmp_path / "afile")
 
 
@@ -149,3 +149,14 @@ def test_convert_out_on_a_full_disk_leaves_the_file_there_whole(tmp_path, model,
             convert_command(args)
         assert (small / "face.onnx").read_bytes() == b"the previous model"
         assert sorted(p.name for p in small.iterdir()) == ["face.onnx"]
+
+
+def test_a_cache_that_fills_up_while_converting_is_one_line(tmp_path, model):
+    from tmpfs import tmpfs
+
+    from tracker.errors import InputError
+
+    with tmpfs(tmp_path / "cache", "size=4k") as cache:  # room for the probe's empty file, not for the model
+        with pytest.raises(InputError, match=r"converted-model cache .*: cannot write \(No space left on device\); "
+                                             r"expected a writable folder with room"):
+            convert(model, "onnx", cache_dir=cache)

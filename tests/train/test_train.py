@@ -249,7 +249,7 @@ def test_mistakes_in_the_outputs_and_teachers_fail_before_any_photo_is_cut(tmp_p
         args["--out"], expected = str(tmp_path), "is a folder; expected the caffemodel file to write"
     elif case == "work is a file":
         (tmp_path / "afile").write_text("")
-        args["--work"], expected = str(tmp_path / "afile"), "--work '" + str(tmp_path / "afile") + "' cannot be written in (File exists)"
+        args["--work"], expected = str(tmp_path / "afile"), "--work '" + str(tmp_path / "afile") + "' is a file; expected a folder to write in"
     elif case == "teacher is a .npy":
         np.save(tmp_path / "t.npy", np.zeros((3, 128), np.float32))
         args["--teacher"], expected = str(tmp_path / "t.npy"), "unreadable (a single array (.npy), not an .npz archive)"

@@ -103,6 +103,8 @@ def _require_torch():
 def _writable_folder(folder: Path, what: str) -> None:
     """Make `folder` (and its parents) if absent; InputError (exit 2) unless it is then a folder
     this process can write in."""
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"train: {what} {str(folder)!r} is a file; expected a folder to write in")
     try:
         make_writable_folder(folder)
     except OSError as err:

@@ -241,8 +241,12 @@ class WebServer:
                 raise
             return _error(err.status, f"{err.reason}: {request.method} {request.path}" + (
                 f" ({err.text})" if err.text and "\n" not in err.text and not err.text.startswith(str(err.status)) else ""))
+        except ConnectionError:  # the client went away (a phone dropped mid-upload): nothing to answer
+            raise
         except Exception:  # a bug: logged whole, answered in one line (never a traceback to the client)
             log.exception("web: %s %s failed", request.method, request.path)
+            if request.writer is not None and request.writer.output_size > 0:
+                raise  # an answer is under way (the live stream): a status line now would corrupt it
             return _error(500, f"{request.method} {request.path} failed inside the guard; its log says why")
 
     # -- the page and its session ----------------------------------------------------------------
@@ -617,6 +621,7 @@ class _BoundedSite(web.BaseSite):
     def __init__(self, runner: web.AppRunner, host: str, port: int) -> None:
         super().__init__(runner)
         self._host, self._port = host, port
+        self._lingering: set[_Refusal] = set()  # refusals waiting for their 503 to arrive (the loop's only)
 
     @property
     def name(self) -> str:
@@ -629,27 +634,47 @@ class _BoundedSite(web.BaseSite):
         assert server is not None  # the runner was set up
 
         def accept() -> asyncio.BaseProtocol:
-            return _Refusal() if len(server.connections) >= MAX_CONNECTIONS else server()
+            if len(server.connections) < MAX_CONNECTIONS:
+                return server()
+            # A refusal lingers a moment for its 503 to arrive; a flood of them would hold as many
+            # descriptors as the bound is there to save: beyond MAX_CONNECTIONS lingering, at once.
+            return _Refusal(self._lingering, linger=len(self._lingering) < MAX_CONNECTIONS)
 
         self._server = await loop.create_server(accept, self._host, self._port, reuse_address=True)
 
 
 class _Refusal(asyncio.Protocol):
     """A connection beyond MAX_CONNECTIONS: a 503 with the page's headers, then the write side
-    shut and the connection closed a moment later. Closing at once, with the client's request
-    unread, would send a reset that may reach the client before the 503 does."""
+    shut and, with `linger`, the connection closed up to REFUSAL_LINGER_S later (or when the client
+    closes its side): closing at once, with the client's request unread, may send a reset that
+    reaches the client before the 503 does. `lingering`: the refusals waiting so, kept by the site."""
+
+    def __init__(self, lingering: set, linger: bool) -> None:
+        self._lingering, self._linger = lingering, linger
+        self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
         body = json.dumps({"error": f"{MAX_CONNECTIONS} connections to this page are open already; try again later"})
         head = "".join(f"{k}: {v}\r\n" for k, v in _HEADERS.items())
         transport.write(f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json; charset=utf-8\r\n"
                         f"Content-Length: {len(body)}\r\nConnection: close\r\n{head}\r\n{body}".encode())
+        if not self._linger:
+            transport.close()
+            return
         transport.write_eof()
+        self._lingering.add(self)
         asyncio.get_running_loop().call_later(REFUSAL_LINGER_S, transport.close)
 
     def data_received(self, data: bytes) -> None:
         """The request is read and dropped: it gets the 503 whatever it is."""
+
+    def eof_received(self) -> bool:
+        return False  # the client is done: close now
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lingering.discard(self)
 
 
 def _read_static(name: str) -> bytes:

@@ -14,6 +14,7 @@ Default cache dir: $TRACKER_CACHE_DIR, else ~/.cache/tracker.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -117,12 +118,20 @@ def fetch(entry: Entry, build: Callable[[Path], None], load: Callable[[Path], T]
         log.info("converting %s -> %s", entry.key["target"], entry.path)
     else:
         log.warning("converted-model cache entry %s %s; rebuilding it", entry.path, problem)
+    def unusable(err: OSError) -> InputError:
+        return InputError(f"converted-model cache {str(entry.path.parent)!r}: cannot write ({err.strerror or err}); "
+                          "expected a writable folder with room (--cache-dir, or $TRACKER_CACHE_DIR)")
+
     try:
-        make_writable_folder(entry.path.parent)  # before the build: its own errors are its own
+        make_writable_folder(entry.path.parent)  # before the build: a build's own errors stay its own
     except OSError as err:
-        raise InputError(f"converted-model cache {str(entry.path.parent)!r}: cannot write ({err.strerror or err}); "
-                         "expected a writable folder (--cache-dir, or $TRACKER_CACHE_DIR)") from None
-    atomic_write(entry.path, build)
-    meta = {"key": entry.key, "artifact_sha256": sha256_file(entry.path)}
-    atomic_write(entry.meta_path, (json.dumps(meta, indent=1) + "\n").encode())
+        raise unusable(err) from None
+    try:
+        atomic_write(entry.path, build)
+        meta = {"key": entry.key, "artifact_sha256": sha256_file(entry.path)}
+        atomic_write(entry.meta_path, (json.dumps(meta, indent=1) + "\n").encode())
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):  # a full disk, which the probe cannot foresee
+            raise
+        raise unusable(err) from None
     return load(entry.path)
