@@ -67,7 +67,7 @@ import numpy as np  # noqa: E402
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from tracker import shared_data  # noqa: E402
-from tracker.arguments import ArgumentParser, positive_int  # noqa: E402
+from tracker.arguments import ArgumentParser, positive_float, positive_int  # noqa: E402
 from tracker.backends import REGISTRY, availability, backend_class, create_backend  # noqa: E402
 from tracker.bench.interleave import time_interleaved  # noqa: E402
 from tracker.errors import TrackerError  # noqa: E402
@@ -121,17 +121,6 @@ def name_list(allowed: tuple[str, ...]) -> Callable[[str], list[str]]:
         return list(dict.fromkeys(values))
 
     return parse
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a number > 0 (seconds)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"bad value {text!r}; expected a number of seconds > 0")
-    return value
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

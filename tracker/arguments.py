@@ -29,31 +29,24 @@ def seconds(text: str) -> float:
     return value
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"bad value {text!r}; expected an integer >= 1")
-    return value
-
-
-def int_between(low: int, high: int):
-    """argparse type factory: an integer from `low` to `high` (a huge one overflowed where it was
-    used: a float timeout, setrlimit)."""
+def int_between(low: int, high: int | None = None):
+    """argparse type factory: an integer from `low` to `high`, or >= `low` without one (a bound
+    where a huge value would overflow where it is used: a float timeout, setrlimit)."""
+    expected = f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             value = low - 1
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"bad value {text!r}; expected an integer from {low} to {high}")
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"bad value {text!r}; expected {expected}")
         return value
 
     return parse
+
+
+positive_int = int_between(1)  # argparse type: an integer >= 1
 
 
 def positive_float(text: str) -> float:

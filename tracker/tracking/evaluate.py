@@ -33,7 +33,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tracker.arguments import ArgumentParser
+from tracker.arguments import ArgumentParser, int_between
 from tracker.errors import InputError
 from tracker.tracking.metrics import MotMetrics, evaluate
 from tracker.tracking.mot import MotTable, format_rows, read_mot, write_mot
@@ -75,19 +75,6 @@ def track_detections(detections: MotTable, tracker: Tracker, last_frame: int, *,
     return MotTable.from_rows(rows)
 
 
-def _int_in(lo: int, hi: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = lo - 1
-        if not lo <= value <= hi:
-            raise argparse.ArgumentTypeError(f"bad value {text!r}; expected an integer from {lo} to {hi}")
-        return value
-
-    return parse
-
-
 def _unit_float(text: str) -> float:
     try:
         value = float(text)
@@ -120,8 +107,8 @@ def _parser() -> ArgumentParser:
     p.add_argument("--gt", type=Path, help="MOTChallenge ground truth; prints CLEAR-MOT and IDF1")
     p.add_argument("--out", type=Path, help="write the tracks here (MOTChallenge format)")
     p.add_argument("--config", type=Path, help="YAML config whose tracking section gives the defaults (default: config/tracker.yaml)")
-    p.add_argument("--min-hits", type=_int_in(1, 100), help="default: the config's tracking.min_hits")
-    p.add_argument("--max-age", type=_int_in(1, 1000), help="default: the config's tracking.max_age")
+    p.add_argument("--min-hits", type=int_between(1, 100), help="default: the config's tracking.min_hits")
+    p.add_argument("--max-age", type=int_between(1, 1000), help="default: the config's tracking.max_age")
     p.add_argument("--iou-threshold", type=_unit_float, help="default: the config's tracking.iou_threshold")
     p.add_argument("--high-score", type=_score_or_none,
                    help="detections scoring below this only continue tracks (ByteTrack); none: every detection "
