@@ -119,9 +119,10 @@ def effective_config(config: Config, args: argparse.Namespace) -> Config:
     return parse_config(data, "command line")
 
 
-def _run_main(argv: list[str]) -> int:
-    parser = _main_parser()
-    args = parser.parse_args(argv)
+def _refuse_ignored_options(parser: ArgumentParser, args: argparse.Namespace) -> None:
+    """InputError for an option the run would ignore in silence: one only the benchmark reads,
+    without --benchmark; one only the backends' benchmark reads, with --detectors alone; --source
+    with --demo."""
     given = [name for name in _BENCHMARK_ONLY if getattr(args, name) != parser.get_default(name)]
     if given and not args.benchmark:
         option = "--" + given[0].replace("_", "-")
@@ -133,6 +134,12 @@ def _run_main(argv: list[str]) -> int:
                          "benchmark)")
     if args.demo and args.source:
         raise InputError(f"--source {args.source!r}: --demo runs the built-in synthetic scene; expected one of the two")
+
+
+def _run_main(argv: list[str]) -> int:
+    parser = _main_parser()
+    args = parser.parse_args(argv)
+    _refuse_ignored_options(parser, args)
     guard = not (args.check_config or args.list_backends or args.benchmark)
     configure_logging(args.log_level or ("INFO" if guard else "WARNING"))
     config = _load_config(args)
