@@ -99,9 +99,8 @@ class LineFile:
     never raised: the first of a run of failures is logged as an error naming `what`, the return to
     writing as a warning with the count. A file deleted from under it is made again at the next
     line, not written on unseen (a file renamed, as logrotate does by default, is written on under
-    its new name). After `close()` (or a line that could not be
-    taken back), the next line opens the file again. One fstat(2) a line. Not thread-safe (one
-    writer)."""
+    its new name). After `close()` (or a line that could not be taken back), the next line opens
+    the file again. One fstat(2) a line. Not thread-safe (one writer)."""
 
     def __init__(self, path: Path, what: str) -> None:
         self.path, self.what = Path(path), what
