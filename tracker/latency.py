@@ -61,8 +61,7 @@ class LatencyLog:
         self.max_bytes = max_bytes
         self.backups = backups
         self._file = LineFile(self.path, "latency log")
-        self._rotation_failed = False
-        self._next_rotation_ns = 0  # after a failed rotation, the next try (monotonic ns)
+        self._next_rotation_ns = 0  # after a failed rotation, the next try (monotonic ns); 0: none failed
 
     def write(self, record: FrameLatency) -> None:
         line = json.dumps(asdict(record), separators=(",", ":")) + "\n"
@@ -84,13 +83,12 @@ class LatencyLog:
                 if older.exists():
                     os.replace(older, self.path.with_name(f"{self.path.name}.{i}"))
         except OSError as err:
-            if not self._rotation_failed:
+            if not self._next_rotation_ns:
                 log.error("latency log: cannot rotate %s (%s); it grows past latency.max_bytes until it can",
                           self.path, err.strerror or err)
-            self._rotation_failed = True
             self._next_rotation_ns = time.monotonic_ns() + ROTATION_RETRY_NS
         else:
-            self._rotation_failed = False
+            self._next_rotation_ns = 0
 
     @property
     def lost(self) -> int:

@@ -200,10 +200,12 @@ def run_detector_benchmark(config: Config, names: list[str], out: Path, frames: 
     unavailable: dict[str, str] = {}
     budget: dict | None = None
     cpu = cpu_model()
+    warned = False  # about outputs that cannot be written: once
 
     def write(plots: bool = False) -> dict:
         """The outputs as they stand (the budget None until it is measured), the plots only when
         asked (at the end: matplotlib takes a while); returns the result."""
+        nonlocal warned
         result = {
             "schema": 1,
             "complete": budget is not None,
@@ -226,7 +228,10 @@ def run_detector_benchmark(config: Config, names: list[str], out: Path, frames: 
             if plots and rows:
                 _plots(rows, out, cpu)
         except OSError as err:  # a full disk: the run goes on, and its table is printed at the end
-            print(f"tracker: warning: cannot write the detector results in {out} ({err.strerror or err})", file=sys.stderr)
+            if not warned:
+                print(f"tracker: warning: cannot write the detector results in {out} ({err.strerror or err})",
+                      file=sys.stderr)
+            warned = True
         return result
 
     steps = [(n, s, m) for n in names for s in SIZES for m in MODES]

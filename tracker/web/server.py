@@ -55,6 +55,7 @@ import cv2
 from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from tracker.child_process import one_line
 from tracker.config import Config
 from tracker.enroll import enroll
 from tracker.errors import BackendFailure, InputError, TrackerError
@@ -420,7 +421,7 @@ class WebServer:
         except TimeoutError:
             return _error(408, f"the upload took longer than {UPLOAD_TIMEOUT_S:.0f} s; expected fewer or smaller photos")
         except (AssertionError, KeyError, ValueError, HttpProcessingError) as err:  # not multipart, broken, nested
-            return _error(400, f"expected a multipart form with a name and photos ({_one_line(err)})")
+            return _error(400, f"expected a multipart form with a name and photos ({one_line(err)})")
         finally:
             self._uploads -= 1
         if form is None:
@@ -606,10 +607,6 @@ async def _json_body(request: web.Request):
         return None
 
 
-def _one_line(err: Exception) -> str:
-    return " ".join(str(err).split())
-
-
 async def _add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
     response.headers.update(_HEADERS)
 
@@ -651,11 +648,9 @@ class _Refusal(asyncio.Protocol):
 
     def __init__(self, lingering: set, linger: bool) -> None:
         self._lingering, self._linger = lingering, linger
-        self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
         body = json.dumps({"error": f"{MAX_CONNECTIONS} connections to this page are open already; try again later"})
         head = "".join(f"{k}: {v}\r\n" for k, v in _HEADERS.items())
         transport.write(f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json; charset=utf-8\r\n"
