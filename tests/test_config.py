@@ -74,6 +74,8 @@ def test_default_file_documents_every_key_with_a_comment():
     ({"source": {"fps": 0}}, "source.fps", "greater than 0"),
     ({"batcher": {"max_batch": 1000}}, "batcher.max_batch", "less than or equal to 256"),
     ({"sinks": {"console": "maybe"}}, "sinks.console", "valid boolean"),
+    ({"sinks": {"jsonl_max_bytes": 999}}, "sinks.jsonl_max_bytes", "greater than or equal to 10000"),
+    ({"sinks": {"jsonl_backups": 101}}, "sinks.jsonl_backups", "less than or equal to 100"),
     ({"colour": "blue"}, "colour", "unknown key"),
 ])
 def test_bad_values_are_one_line_naming_key_value_and_expectation(data, key, fragment):

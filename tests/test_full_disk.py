@@ -13,6 +13,7 @@ import numpy as np
 from test_pipeline_e2e import run_demo
 from tmpfs import tmpfs
 
+from tracker import files
 from tracker.files import LineFile
 from tracker.latency import FrameLatency, LatencyLog
 from tracker.snapshots import SnapshotStore
@@ -97,3 +98,29 @@ def test_a_log_removed_from_under_the_guard_is_made_again(tmp_path, caplog):
     assert log.append(LINE) and (tmp_path / "events.jsonl").read_text() == LINE
     assert "events log: " + str(tmp_path / "events.jsonl") + " was removed; writing a new one" in caplog.text
     log.close()
+
+
+def test_a_rotation_the_file_system_refuses_is_logged_once_and_tried_again_a_minute_later(tmp_path, caplog,
+                                                                                         monkeypatch):
+    """The lines go on into the current file meanwhile; none is lost. (A refused rename, faked: as
+    root here, no permission refuses one.)"""
+    clock, refuse, rename = [0], [True], os.replace
+
+    def replace(src, dst):
+        if refuse[0]:
+            raise PermissionError(1, "Operation not permitted")
+        rename(src, dst)
+
+    monkeypatch.setattr(files.time, "monotonic_ns", lambda: clock[0])
+    monkeypatch.setattr(files.os, "replace", replace)
+    path = tmp_path / "events.jsonl"
+    log = LineFile(path, "events log", max_bytes=3 * len(LINE), backups=1)
+    assert all(log.append(LINE) for _ in range(6))  # due to rotate from the fourth line
+    assert caplog.text.count(f"events log: cannot rotate {path} (Operation not permitted)") == 1
+    refuse[0] = False
+    clock[0] += files.ROTATION_RETRY_NS - 1
+    assert log.append(LINE) and not path.with_name("events.jsonl.1").exists()
+    clock[0] += 1
+    assert log.append(LINE)
+    log.close()
+    assert path.with_name("events.jsonl.1").read_text() == LINE * 7 and path.read_text() == LINE

@@ -170,6 +170,8 @@ class LatencyConfig(Section):
 class SinksConfig(Section):
     console: bool = True
     jsonl: FilePath | None = None  # default: <state_dir>/events.jsonl
+    jsonl_max_bytes: StrictInt = Field(10_000_000, ge=10_000)
+    jsonl_backups: StrictInt = Field(3, ge=0, le=100)
 
 
 class TLSConfig(Section):

@@ -15,8 +15,9 @@ private files (enrolments).
 `load_npz(path)`: numpy's archive of `path`, to read in a `with` block; any failure to open it or
 to read a member from it is one of `NPZ_UNREADABLE`.
 
-`LineFile(path, what)`: a log the guard appends lines to as it runs (events, latency), where a full
-disk must neither stop the guard nor leave half a line (see the class).
+`LineFile(path, what, max_bytes=, backups=)`: a log the guard appends lines to as it runs (events,
+latency), where a full disk must neither stop the guard nor leave half a line, rotated by size so
+that its disk use is bounded (see the class); `generations(path, backups)` names its files.
 
 `make_writable_folder(folder)`, `probe_writable(folder)`: a folder that work will write into, made
 (or not) and proven writable before the work starts (OSError otherwise; each caller words it as its
@@ -28,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import time
 import uuid
 import zipfile
 from collections.abc import Callable
@@ -42,6 +44,7 @@ log = logging.getLogger(__name__)
 # (zipfile.BadZipFile: no directory, a bad CRC), another format or a single .npy array
 # (ValueError, also raised by load_npz), a member absent (KeyError).
 NPZ_UNREADABLE = (OSError, EOFError, zipfile.BadZipFile, ValueError, KeyError)
+ROTATION_RETRY_NS = 60 * 10**9  # after a rotation the file system refused, the next try
 
 
 def probe_writable(folder: Path) -> None:
@@ -92,6 +95,12 @@ def atomic_write(path: Path, content: bytes | memoryview | Callable[[Path], None
         tmp.unlink(missing_ok=True)
 
 
+def generations(path: Path, backups: int) -> list[Path]:
+    """A rotated log's files, newest first: `path`, `path.1`, ... `path.<backups>`."""
+    path = Path(path)
+    return [path] + [path.with_name(f"{path.name}.{i}") for i in range(1, backups + 1)]
+
+
 class LineFile:
     """Whole lines appended to the file at `path` (made, with its folder, if absent), each in one
     write(2), so a crash loses at most the line being written. A line that cannot be written whole
@@ -100,12 +109,20 @@ class LineFile:
     writing as a warning with the count. A file deleted from under it is made again at the next
     line, not written on unseen (a file renamed, as logrotate does by default, is written on under
     its new name). After `close()` (or a line that could not be taken back), the next line opens
-    the file again. One fstat(2) a line. Not thread-safe (one writer)."""
+    the file again. One fstat(2) a line. Not thread-safe (one writer).
 
-    def __init__(self, path: Path, what: str) -> None:
+    With `max_bytes`, a line that would take the file past it (and is not the file's first) rotates
+    the files first (`generations`: each is renamed one along, the oldest goes, the line starts
+    `path` afresh), so at most `backups` + 1 files of about `max_bytes` each are kept. A rotation the
+    file system refuses is logged once and tried again a minute later (not on every line); the lines
+    go on into the current file meanwhile."""
+
+    def __init__(self, path: Path, what: str, *, max_bytes: int | None = None, backups: int = 0) -> None:
         self.path, self.what = Path(path), what
+        self.max_bytes, self.backups = max_bytes, backups
         self.lost = 0  # lines not written, over the file's life
         self._lost_in_run = 0  # since the last line that was written
+        self._next_rotation_ns = 0  # after a failed rotation, the next try (monotonic ns); 0: none failed
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd: int | None = None
         self._size = 0  # the file's bytes as of the last line (0 while it is not open)
@@ -116,13 +133,12 @@ class LineFile:
         self._size = os.fstat(fd).st_size
         return fd
 
-    def size(self) -> int:
-        """Bytes in the file as of the last line written (0 while it is not open)."""
-        return self._size
-
     def append(self, line: str) -> bool:
         """Write `line` (ending in a newline) whole, or not at all; True if written."""
         data = line.encode("utf-8")
+        if (self.max_bytes is not None and self._size + len(data) > self.max_bytes and self._size > 0
+                and time.monotonic_ns() >= self._next_rotation_ns):
+            self._rotate()
         start = None
         try:
             fd = self._fd if self._fd is not None else self._open()
@@ -149,6 +165,23 @@ class LineFile:
             log.warning("%s: writing %s again; %d line(s) lost meanwhile", self.what, self.path, self._lost_in_run)
             self._lost_in_run = 0
         return True
+
+    def _rotate(self) -> None:
+        self.close()
+        files = generations(self.path, self.backups)
+        try:
+            if self.backups == 0:
+                self.path.unlink(missing_ok=True)
+            for older, newer in reversed(list(zip(files, files[1:]))):
+                if older.exists():
+                    os.replace(older, newer)
+        except OSError as err:
+            if not self._next_rotation_ns:
+                log.error("%s: cannot rotate %s (%s); it grows past %d bytes until it can", self.what, self.path,
+                          err.strerror or err, self.max_bytes)
+            self._next_rotation_ns = time.monotonic_ns() + ROTATION_RETRY_NS
+        else:
+            self._next_rotation_ns = 0
 
     def _take_back(self, start: int | None) -> None:
         """Cut a partly written line off the end, or, if that fails too, close the file (the next

@@ -15,9 +15,6 @@ full disk loses lines (logged, counted) but never stops the guard (tracker.files
 from __future__ import annotations
 
 import json
-import logging
-import os
-import time
 from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,9 +22,6 @@ from pathlib import Path
 import numpy as np
 
 from tracker.files import LineFile
-
-log = logging.getLogger(__name__)
-ROTATION_RETRY_NS = 60 * 10**9
 
 STAGES = ("capture_ms", "motion_ms", "detect_ms", "infer_ms", "track_ms", "publish_ms", "total_ms")
 
@@ -57,38 +51,10 @@ class LatencyLog:
     """
 
     def __init__(self, path: Path, max_bytes: int = 10_000_000, backups: int = 3):
-        self.path = Path(path)
-        self.max_bytes = max_bytes
-        self.backups = backups
-        self._file = LineFile(self.path, "latency log")
-        self._next_rotation_ns = 0  # after a failed rotation, the next try (monotonic ns); 0: none failed
+        self._file = LineFile(path, "latency log", max_bytes=max_bytes, backups=backups)
 
     def write(self, record: FrameLatency) -> None:
-        line = json.dumps(asdict(record), separators=(",", ":")) + "\n"
-        size = self._file.size()
-        if size + len(line) > self.max_bytes and size > 0 and time.monotonic_ns() >= self._next_rotation_ns:
-            self._rotate()
-        self._file.append(line)
-
-    def _rotate(self) -> None:
-        """Shift the files one along (the oldest goes; the next line opens `path` afresh). A rename
-        the file system refuses is logged once and tried again a minute later (not on every frame),
-        and the lines go on into the current file meanwhile."""
-        self._file.close()
-        try:
-            if self.backups == 0:
-                self.path.unlink(missing_ok=True)
-            for i in range(self.backups, 0, -1):
-                older = self.path.with_name(f"{self.path.name}.{i - 1}") if i > 1 else self.path
-                if older.exists():
-                    os.replace(older, self.path.with_name(f"{self.path.name}.{i}"))
-        except OSError as err:
-            if not self._next_rotation_ns:
-                log.error("latency log: cannot rotate %s (%s); it grows past latency.max_bytes until it can",
-                          self.path, err.strerror or err)
-            self._next_rotation_ns = time.monotonic_ns() + ROTATION_RETRY_NS
-        else:
-            self._next_rotation_ns = 0
+        self._file.append(json.dumps(asdict(record), separators=(",", ":")) + "\n")
 
     @property
     def lost(self) -> int:

@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from tracker.errors import InputError
-from tracker.files import probe_writable
+from tracker.files import generations, probe_writable
 
 log = logging.getLogger(__name__)
 
@@ -99,11 +99,11 @@ def check_runnable(config) -> str:
     detector = check_detector(config.detect)
     state_dir = config.resolved_state_dir()
     check_directory("state_dir", state_dir)
-    files = {"latency.path": config.latency.path or state_dir / "latency.jsonl",
-             "sinks.jsonl": config.sinks.jsonl or state_dir / "events.jsonl"}
+    files = {"latency.path": (config.latency.path or state_dir / "latency.jsonl", config.latency.backups),
+             "sinks.jsonl": (config.sinks.jsonl or state_dir / "events.jsonl", config.sinks.jsonl_backups)}
     if config.mqtt.enabled:
-        files["mqtt.outbox.path"] = config.mqtt.outbox.path or state_dir / "outbox.sqlite3"
-    for key, path in files.items():
+        files["mqtt.outbox.path"] = (config.mqtt.outbox.path or state_dir / "outbox.sqlite3", 0)
+    for key, (path, _) in files.items():
         check_file(key, path)
     _check_distinct(files)
     if config.mqtt.enabled:
@@ -118,23 +118,26 @@ def check_runnable(config) -> str:
     return detector
 
 
-def _check_distinct(files: dict[str, Path]) -> None:
-    """No two of the guard's files are one file (by its inode when it exists, a hard link too, else
-    by its resolved path): the latency log's rotation would delete the events written into it.
-    Character devices (/dev/null, /dev/full) may be shared: nothing rotates them."""
+def _check_distinct(files: dict[str, tuple[Path, int]]) -> None:
+    """No two of the guard's files, the logs' rotated ones included ({key: (path, backups)}), are
+    one file (by its inode when it exists, a hard link too, else by its resolved path): a log's
+    rotation would delete or rename the other's lines. Character devices (/dev/null, /dev/full) may
+    be shared: nothing rotates them."""
     seen: dict[object, str] = {}
-    for key, path in files.items():
-        try:
-            found = os.stat(path)
-        except OSError:  # not there yet (check_file made sure it can be created)
-            found = None
-        if found is not None and stat.S_ISCHR(found.st_mode):
-            continue
-        identity = (found.st_dev, found.st_ino) if found is not None else Path(os.path.abspath(path)).resolve()
-        if identity in seen:
-            raise InputError(f"config: key {key!r}: {str(path)!r} is also {seen[identity]!r}; expected a file "
-                             "of its own (the latency log's rotation would remove the other's lines)")
-        seen[identity] = key
+    for key, (first, backups) in files.items():
+        for n, path in enumerate(generations(first, backups)):
+            try:
+                found = os.stat(path)
+            except OSError:  # not there yet (check_file made sure the first can be created)
+                found = None
+            if found is not None and stat.S_ISCHR(found.st_mode):
+                break  # a device never grows, so it never rotates
+            identity = (found.st_dev, found.st_ino) if found is not None else Path(os.path.abspath(path)).resolve()
+            if identity in seen:
+                which = "" if n == 0 else f"its rotated file {n} "
+                raise InputError(f"config: key {key!r}: {which}{str(path)!r} is also {seen[identity]}; expected a "
+                                 "file of its own (a log's rotation would remove or rename the other's lines)")
+            seen[identity] = repr(key) if n == 0 else f"the rotated file {n} of {key!r}"
 
 
 def check_source(config, spec: str | None) -> None:

@@ -184,7 +184,8 @@ def _open_sinks(config: Config, state_dir: Path) -> list[Sink]:
     sinks: list[Sink] = []
     if config.sinks.console:
         sinks.append(ConsoleSink())
-    sinks.append(JsonlSink(config.sinks.jsonl or state_dir / "events.jsonl"))
+    sinks.append(JsonlSink(config.sinks.jsonl or state_dir / "events.jsonl", config.sinks.jsonl_max_bytes,
+                           config.sinks.jsonl_backups))
     if config.mqtt.enabled:
         from tracker.sinks.mqtt import MqttSink
 

@@ -266,7 +266,26 @@ def test_events_come_in_pages_newest_first_with_their_snapshots(client):
     assert only["events"] and {e["identity"] for e in only["events"]} == {name}
 
 
-@pytest.mark.parametrize("query", ["limit=0", "limit=1000", "before=-5", "limit=x", "identity=../x"])
+def test_the_events_go_on_into_the_rotated_log(client, page):
+    guard, _ = page
+    wait_for(lambda: client.json("GET", "/api/events?limit=1")[1]["events"], "an event")
+    older = guard.stages.state_dir / "events.jsonl.1"
+    old_event = {"schema": 1, "id": "0" * 31 + "1", "kind": "left", "track_id": 1, "identity": "unknown"}
+    older.write_text(json.dumps(old_event) + "\n")
+    try:
+        seen, cursor = [], None
+        while True:
+            status, answer = client.json("GET", "/api/events?limit=100" + (f"&before={cursor}" if cursor else ""))
+            assert status == 200
+            seen += answer["events"]
+            if (cursor := answer["next"]) is None:
+                break
+        assert seen[-1] == {**old_event, "snapshot": None} and len(seen) > 1
+    finally:
+        older.unlink()
+
+
+@pytest.mark.parametrize("query", ["limit=0", "limit=1000", "before=-5", "before=12", "limit=x", "identity=../x"])
 def test_bad_event_queries_are_400(client, query):
     status, answer = client.json("GET", f"/api/events?{query}")
     assert status == 400 and answer["error"]

@@ -17,8 +17,10 @@ import pytest
 
 from tracker.config import parse_config
 from tracker.errors import ConfigError, InputError
+from tracker.files import generations
 from tracker.passwords import web_password
-from tracker.types import Box
+from tracker.sinks.jsonl import JsonlSink
+from tracker.types import Box, Event
 from tracker.web import auth, event_log
 from tracker.web.jobs import MAX_PENDING, Busy, GuardJobs
 from tracker.web.live import LiveFeed, TrackMark, render
@@ -145,6 +147,68 @@ def test_a_filter_pages_by_identity_and_a_scan_limit_returns_where_to_go_on(tmp_
 
 def test_a_missing_log_is_an_empty_page(tmp_path):
     assert event_log.read_page(tmp_path / "none.jsonl") == ([], None)
+
+
+def guard_event(seq: int) -> Event:
+    return Event(f"{seq:032x}", "entered", seq, "unknown", 0.0, Box(1.0, 2.0, 30.0, 40.0), seq, 1_767_225_600.0 + seq,
+                 None, seq=seq)
+
+
+def read_all(path: Path, backups: int, limit: int) -> list[int]:
+    seen, before = [], None
+    while True:
+        page, before = event_log.read_page(path, backups=backups, before=before, limit=limit)
+        seen += [e["seq"] for e in page]
+        if before is None:
+            return seen
+
+
+def kept(path: Path, backups: int) -> list[int]:
+    """The events in the log's files, oldest first, read whole."""
+    return [json.loads(line)["seq"] for name in reversed(generations(path, backups)) if name.exists()
+            for line in name.read_text().splitlines()]
+
+
+def test_pages_go_on_through_the_rotated_logs_and_survive_a_rotation_between_them(tmp_path):
+    path = tmp_path / "events.jsonl"
+    sink, seq = JsonlSink(path, max_bytes=10_000, backups=2), 0
+    while not path.with_name("events.jsonl.2").exists():
+        sink.publish_event(guard_event(seq), None)
+        seq += 1
+    before_rotation = kept(path, 2)
+    assert before_rotation[-1] == seq - 1
+    for limit in (1, 7, 300):  # 1: pages that end at the start of a file too
+        assert read_all(path, 2, limit) == before_rotation[::-1]
+    assert read_all(path, 0, limit=7) == kept(path, 0)[::-1]  # backups 0: the current file alone
+
+    oldest = json.loads(path.with_name("events.jsonl.2").read_text().splitlines()[-1])["seq"]
+    page, cursor = event_log.read_page(path, backups=2, limit=5)  # then the guard rotates the files
+    newest = path.stat().st_ino
+    while path.stat().st_ino == newest:
+        sink.publish_event(guard_event(seq), None)
+        seq += 1
+    seen = [e["seq"] for e in page]
+    while cursor is not None:
+        page, cursor = event_log.read_page(path, backups=2, before=cursor, limit=5)
+        seen += [e["seq"] for e in page]
+    assert seen == [s for s in before_rotation[::-1] if s > oldest]  # the oldest file went: the end
+
+    page, cursor = event_log.read_page(path, backups=2, limit=300)
+    assert cursor is None and [e["seq"] for e in page] == kept(path, 2)[::-1]
+    gone = f"{path.with_name('events.jsonl.2').stat().st_ino}:100"
+    for _ in range(3):  # a cursor into the oldest file, which two rotations remove
+        newest = path.stat().st_ino
+        while path.stat().st_ino == newest:
+            sink.publish_event(guard_event(seq), None)
+            seq += 1
+    sink.close()
+    assert event_log.read_page(path, backups=2, before=gone) == ([], None)
+
+
+@pytest.mark.parametrize("cursor", ["12", "-5:3", "5:", ":5", "a:b", "1:2:3"])
+def test_a_cursor_not_made_by_a_page_is_refused(cursor):
+    with pytest.raises(ValueError, match="not <inode>:<offset>"):
+        event_log.parse_cursor(cursor)
 
 
 # ---- uploads -------------------------------------------------------------------------------

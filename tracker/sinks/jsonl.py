@@ -2,7 +2,8 @@
 
 Each line is written whole as it comes (tracker.files.LineFile): a crash loses at most the line
 being written, and a full disk loses the lines it refuses (logged, counted) but never stops the
-guard nor leaves half a line.
+guard nor leaves half a line. The file rotates by size (`path`, `path.1`, ... `path.<backups>`), so
+its disk use is bounded; the web page reads all of them (tracker.web.event_log).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from tracker.types import Event
 
 
 class JsonlSink:
-    def __init__(self, path: Path):
-        self._file = LineFile(path, "events log")
+    def __init__(self, path: Path, max_bytes: int = 10_000_000, backups: int = 3):
+        self._file = LineFile(path, "events log", max_bytes=max_bytes, backups=backups)
 
     def publish_event(self, event: Event, snapshot_jpeg: bytes | None) -> None:
         payload = event_payload(event)

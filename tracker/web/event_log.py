@@ -1,19 +1,26 @@
-"""Pages of the guard's event log (the JSON-lines file of `tracker.sinks.jsonl`), newest first,
-read backwards from the end of the file in fixed blocks: a request never loads the log whole.
+"""Pages of the guard's event log (the JSON-lines files of `tracker.sinks.jsonl`: the log and its
+rotated `backups`, tracker.files.generations), newest first, read backwards from the end of each
+file in fixed blocks: a request never loads a file whole.
 
-A page is at most `limit` events, optionally of one identity, that start before byte offset
-`before` (None: the end of the file); with it comes the offset to ask for the next (older) page,
-or None at the start of the file. A request reads at most `max_scan` bytes: a filter that matches
-rarely returns a short page and the offset to go on from, not a long wait. A line that is not a JSON
-object (a torn last line while the guard writes, a stray edit) is skipped; a line longer than
-MAX_LINE is skipped without being held in memory whole.
+A page is at most `limit` events, optionally of one identity, that come before the cursor `before`
+(None: the end of the newest file); with it comes the cursor to ask for the next (older) page, or
+None at the start of the oldest file. A cursor is "<inode>:<byte offset>": the file is found by its
+inode, so a cursor stays good while the guard rotates the files under a reader; one whose file has
+been rotated out gives an empty last page. A request reads at most `max_scan` bytes: a filter that
+matches rarely returns a short page and the cursor to go on from, not a long wait. A line that is
+not a JSON object (a torn last line while the guard writes, a stray edit) is skipped; a line longer
+than MAX_LINE is skipped without being held in memory whole.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
+
+from tracker.files import generations
 
 BLOCK = 64 * 1024
 MAX_LINE = 64 * 1024  # an event line is well under 1 kB
@@ -42,31 +49,53 @@ def _lines_backwards(f, end: int) -> Iterator[tuple[int, bytes]]:
         yield 0, tail
 
 
-def read_page(path: Path, *, before: int | None = None, limit: int = 20, identity: str | None = None,
-              max_scan: int = 4 << 20) -> tuple[list[dict], int | None]:
-    """(events newest first, offset for the next page or None); see the module docstring. A
-    missing log is an empty page."""
+def parse_cursor(text: str) -> tuple[int, int]:
+    """(inode, offset) of a page's `next` as `read_page` gave it ("<inode>:<offset>"); ValueError if
+    it is not one."""
+    inode, sep, offset = text.partition(":")
+    if not sep or not inode.isdigit() or not offset.isdigit():
+        raise ValueError(f"not <inode>:<offset>: {text!r}")
+    return int(inode), int(offset)
+
+
+def read_page(path: Path, *, backups: int = 0, before: str | None = None, limit: int = 20,
+              identity: str | None = None, max_scan: int = 4 << 20) -> tuple[list[dict], str | None]:
+    """(events newest first, the cursor of the next page or None); see the module docstring. A
+    missing log is an empty page; so is a cursor whose file has been rotated out."""
     limit = max(1, min(limit, MAX_LIMIT))
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        return [], None
-    with f:
-        size = f.seek(0, 2)
-        end = size if before is None else max(0, min(before, size))
-        events: list[dict] = []
-        line_end = end
-        for start, line in _lines_backwards(f, end):
-            if end - start > max_scan and line_end < end:  # at least one line per call: always progress
-                return events, line_end
-            line_end = start
+    with ExitStack() as files:
+        opened = []  # (file, inode, where to read back from), newest first
+        for name in generations(path, backups):
             try:
-                event = json.loads(line)
-            except ValueError:
+                f = files.enter_context(open(name, "rb"))
+            except FileNotFoundError:
                 continue
-            if not isinstance(event, dict) or (identity is not None and event.get("identity") != identity):
-                continue
-            events.append(event)
-            if len(events) == limit:
-                return events, start if start > 0 else None
+            opened.append((f, os.fstat(f.fileno()).st_ino, f.seek(0, 2)))
+        if before is not None:
+            inode, offset = parse_cursor(before)
+            # A cursor past its file's end was not made from that file: the inode is another's now.
+            at = next((i for i, (_, ino, size) in enumerate(opened) if ino == inode and offset <= size), None)
+            if at is None:
+                return [], None
+            opened = [(opened[at][0], inode, offset), *opened[at + 1:]]
+        events: list[dict] = []
+        scanned = 0  # bytes of the files already read through
+        for n, (f, ino, end) in enumerate(opened):
+            line_end = end
+            for start, line in _lines_backwards(f, end):
+                if scanned + end - start > max_scan and (scanned or line_end < end):  # each call moves on
+                    return events, f"{ino}:{line_end}"
+                line_end = start
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if not isinstance(event, dict) or (identity is not None and event.get("identity") != identity):
+                    continue
+                events.append(event)
+                if len(events) == limit:
+                    if start > 0:
+                        return events, f"{ino}:{start}"
+                    return events, (f"{opened[n + 1][1]}:{opened[n + 1][2]}" if n + 1 < len(opened) else None)
+            scanned += end
         return events, None

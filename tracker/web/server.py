@@ -341,20 +341,24 @@ class WebServer:
     async def _events(self, request: web.Request) -> web.Response:
         query = request.query
         try:
-            before = int(query["before"]) if query.get("before") else None
+            before = query.get("before") or None
+            if before is not None:
+                event_log.parse_cursor(before)
             limit = int(query.get("limit", "20"))
-            if (before is not None and before < 0) or not 1 <= limit <= event_log.MAX_LIMIT:
+            if not 1 <= limit <= event_log.MAX_LIMIT:
                 raise ValueError
         except ValueError:
-            return _error(400, f"bad before/limit {dict(query)!r}; expected before >= 0 and limit 1..{event_log.MAX_LIMIT}")
+            return _error(400, f"bad before/limit {dict(query)!r}; expected before as a page's next gave it "
+                               f"and limit 1..{event_log.MAX_LIMIT}")
         identity = query.get("identity") or None
         if identity is not None and identity != UNKNOWN:
             try:
                 validate_name(identity)
             except InputError as err:
                 return _error(400, str(err))
-        def page() -> tuple[list[dict], int | None]:
-            events, next_before = event_log.read_page(self.events_path, before=before, limit=limit, identity=identity)
+        def page() -> tuple[list[dict], str | None]:
+            events, next_before = event_log.read_page(self.events_path, backups=self.config.sinks.jsonl_backups,
+                                                      before=before, limit=limit, identity=identity)
             for event in events:
                 event["snapshot"] = self._snapshot_url(event.get("id"))  # a file check each: on the pool too
             return events, next_before
