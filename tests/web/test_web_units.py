@@ -55,6 +55,18 @@ def test_sessions_expire_and_are_bounded():
     assert sessions.get(made[-1].token) is None
 
 
+def test_a_session_in_use_outlives_a_flood_of_new_ones():
+    """Without a password each request without a cookie makes a session: the page's own, used
+    between them, is not the one dropped."""
+    sessions = auth.Sessions(lifetime_s=60)
+    page, idle = sessions.create(), sessions.create()
+    for _ in range(3):
+        for _ in range(auth.MAX_SESSIONS - 2):
+            sessions.create()
+        assert sessions.get(page.token) == page
+    assert sessions.get(idle.token) is None
+
+
 def test_csrf_and_password_checks():
     session = auth.Sessions(60).create()
     assert auth.csrf_ok(session, session.csrf)

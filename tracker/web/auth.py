@@ -1,7 +1,9 @@
 """Who may use the web page, and proof that a state-changing request comes from the page itself.
 
 Sessions: a random 256-bit token in an HttpOnly, SameSite=Strict cookie, kept in memory (at most
-MAX_SESSIONS: the oldest is dropped first) and ending `lifetime_s` after it was made. With a password
+MAX_SESSIONS: the one unused longest is dropped first, so a page in use keeps its session while
+requests without a cookie make new ones; the live tab asks for the guard's state every second)
+and ending `lifetime_s` after it was made. With a password
 a session is made by logging in; without one (the page listens on loopback only) by opening the page.
 Either way a session is needed: it carries the CSRF token.
 
@@ -63,6 +65,7 @@ class Sessions:
         if self._clock() >= session.expires:
             del self._sessions[session.token]
             return None
+        self._sessions.move_to_end(session.token)
         return session
 
     def drop(self, token: str | None) -> None:
