@@ -211,6 +211,16 @@ def test_enrol_missing_file_exits_2(tmp_path):
     assert proc.returncode == 2 and "nope.jpg" in proc.stderr and "does not exist" in proc.stderr
 
 
+def test_options_may_come_between_the_name_and_the_images(tmp_path, testdata, capsys):
+    chip = next((testdata / "faces" / "dlib" / "johns" / "John_Simm").glob("*.jpg"))
+    config = state_config(tmp_path)
+    assert main(["enroll", "Ann", "--aligned", str(chip), "--config", str(config)]) == 0, capsys.readouterr().err
+    assert (tmp_path / "state" / "people" / "Ann.npz").is_file()
+    assert main(["enroll", "Bob", "--config", str(config), "/dev/null"]) == 2
+    assert capsys.readouterr().err == ("tracker: error: enroll: '/dev/null' is neither a file nor a folder; expected "
+                                       "an image file or a folder of images\n")
+
+
 def test_path_trick_name_is_refused_by_the_command(tmp_path, testdata):
     chip = next((testdata / "faces" / "dlib" / "johns" / "John_Simm").glob("*.jpg"))
     proc = enroll_cli(tmp_path, state_config(tmp_path), "../../evil", chip)

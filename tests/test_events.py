@@ -114,3 +114,17 @@ def test_a_track_that_leaves_too_close_to_call_leaves_as_what_it_was_announced()
     assert votes.ambiguous(views[0].track_id)
     assert [(e.kind, e.identity) for e in events + maker.close_all(votes, 9, 1009.0)] == [
         ("entered", "unknown"), ("identified", "ann"), ("left", "ann")]
+
+
+def test_a_track_too_close_to_call_at_its_entry_still_gets_its_clear_stranger():
+    """ann : bob : unknown at confirmation is too close to call: `entered unknown` with nothing
+    decided, so the clear `unknown` later is announced ("a stranger is at the door")."""
+    tracker = Tracker(min_hits=3, max_age=2)
+    votes = IdentityVotes(min_faces=3, margin=0.2)
+    maker = EventMaker()
+    events = []
+    for i, name in enumerate(["ann", "bob", "unknown"] + ["unknown"] * 6):
+        views = tracker.update([Detection(Box(100 + i, 100, 50, 50))])
+        votes.add(views[0].track_id, name)
+        events += maker.frame_events(views, votes, t_ns=i, wall_time=1000.0 + i)
+    assert [(e.kind, e.identity, e.t_ns) for e in events] == [("entered", "unknown", 2), ("identified", "unknown", 3)]

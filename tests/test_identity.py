@@ -1,3 +1,5 @@
+import os
+
 import numpy as np
 import pytest
 
@@ -56,8 +58,53 @@ def test_damaged_enrolment_files_are_skipped_with_a_warning_and_the_others_load(
     for name in damaged:
         assert f"skipping {people / name}.npz: unreadable" in caplog.text
         if name != "flipped":  # whose chips are whole
-            assert kept_crops(tmp_path, name, "box-v1") is None and person_chip(tmp_path, name) is None
+            assert person_chip(tmp_path, name) is None
+            with pytest.raises(InputError, match=f"enroll: cannot add a face to '{name}': .*{name}.npz' is "):
+                kept_crops(tmp_path, name, "box-v1")  # adding to it would have replaced it
+    assert kept_crops(tmp_path, "nobody", "box-v1") is None and kept_crops(tmp_path, "ann", "box-v1").shape == (1, 1, 88, 88)
+    with pytest.raises(InputError, match="'ann'.* is enrolled from 'box-v1' crops, not this detector's 'aligned-v1'"):
+        kept_crops(tmp_path, "ann", "aligned-v1")
     assert refresh_people(tmp_path, None, "sha-A", "box-v1") == ([], [])  # ann is current; the others unreadable
+
+
+def test_the_temporary_file_of_an_interrupted_write_is_not_a_person(tmp_path):
+    """atomic_write's `.NAME.PID.HEX.tmp.npz`, left by a kill between its write and its rename."""
+    from tracker.identity import people_files, refresh_people
+
+    for name, key in (("ann", "sha-A"), ("carol", "sha-A"), ("old", "sha-B")):
+        save_person(tmp_path, name, np.ones((1, 4)), key, "box-v1", np.zeros((1, 1, 88, 88), np.float32))
+    people = tmp_path / "people"
+    (people / "old.npz").rename(people / ".carol.7812.259c5dfa.tmp.npz")  # carol's, as the weights were before
+    assert [p.name for p in people_files(tmp_path)] == ["ann.npz", "carol.npz"]
+    assert Gallery.load(tmp_path, "sha-A", threshold=0.5, crop="box-v1").names == ("ann", "carol")
+    assert refresh_people(tmp_path, None, "sha-A", "box-v1") == ([], [])  # nothing to recompute (no backend needed)
+
+
+def test_a_person_that_cannot_be_written_is_one_line_and_the_refresh_goes_on(tmp_path, caplog):
+    """A full disk: `tracker enroll` says so in one line (exit 1); the guard's refresh at start
+    leaves that person's file as it was and goes on with the others."""
+    from tmpfs import tmpfs
+
+    from tracker.errors import TrackerError
+    from tracker.identity import refresh_people
+
+    class Embedder:
+        def infer(self, crops):
+            return type("Inference", (), {"embedding": np.ones((len(crops), 4), np.float32)})()
+
+    with tmpfs(tmp_path / "state", "size=256k") as state:
+        chips = np.zeros((2, 1, 88, 88), np.float32)
+        for name in ("ann", "bob"):
+            save_person(state, name, np.ones((2, 4)), "sha-A", "box-v1", chips)
+        (state / "filler").write_bytes(b"\0" * (os.statvfs(state).f_bavail * os.statvfs(state).f_frsize))
+        with pytest.raises(TrackerError, match=r"enroll: cannot write '.*/people/carol.npz' \(No space left on "
+                                               r"device\); expected room on the disk"):
+            save_person(state, "carol", np.ones((2, 4)), "sha-A", "box-v1", chips)
+        assert refresh_people(state, Embedder(), "sha-B", "box-v1") == ([], [])
+        assert caplog.text.count("No space left on device") == 2 and "bob stays as it was" in caplog.text
+        assert sorted(p.name for p in (state / "people").iterdir()) == ["ann.npz", "bob.npz"]  # no temporary left
+        (state / "filler").unlink()
+        assert refresh_people(state, Embedder(), "sha-B", "box-v1") == (["ann", "bob"], [])
 
 
 def test_the_embeddings_key_names_the_weights_and_how_their_card_embeds(tmp_path):
@@ -114,6 +161,15 @@ def test_a_track_needs_enough_faces_and_a_clear_lead():
     for name in (UNKNOWN, "ann", UNKNOWN, UNKNOWN, UNKNOWN):
         votes.add(3, name)  # a stranger with one lucky face is still a stranger
     assert votes.voted(3) == (UNKNOWN, pytest.approx(4 / 5))
+
+
+def test_a_tie_is_too_close_to_call_even_with_no_margin():
+    votes = IdentityVotes(min_faces=2, margin=0.0)
+    for name in ("ann", "bob"):
+        votes.add(1, name)
+    assert votes.ambiguous(1) and votes.voted(1) == (UNKNOWN, 0.0)
+    votes.add(1, "bob")
+    assert not votes.ambiguous(1) and votes.voted(1) == ("bob", pytest.approx(2 / 3))
 
 
 def test_the_threshold_comes_from_the_config_else_the_weights_card_else_the_untrained_default(tmp_path):

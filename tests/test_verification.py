@@ -56,15 +56,18 @@ def _lfw(tmp_path, people: dict[str, int]):
 def test_pairs_files_in_lfw_format(tmp_path):
     images = _lfw(tmp_path / "images", {"Ann": 2, "Bob": 1})
     pairs = tmp_path / "pairs.txt"
-    pairs.write_text("1\nAnn\t1\t2\nAnn\t1\tBob\t1\n")
+    pairs.write_text("2\nAnn\t1\t2\nAnn\t2\t1\nAnn\t1\tBob\t1\nBob\t1\tAnn\t2\n")
     assert read_pairs(pairs, images) == [(images / "Ann" / "Ann_0001.jpg", images / "Ann" / "Ann_0002.jpg", True),
-                                         (images / "Ann" / "Ann_0001.jpg", images / "Bob" / "Bob_0001.jpg", False)]
+                                         (images / "Ann" / "Ann_0002.jpg", images / "Ann" / "Ann_0001.jpg", True),
+                                         (images / "Ann" / "Ann_0001.jpg", images / "Bob" / "Bob_0001.jpg", False),
+                                         (images / "Bob" / "Bob_0001.jpg", images / "Ann" / "Ann_0002.jpg", False)]
 
 
 @pytest.mark.parametrize("text, message", [
     ("1\nAnn\t1\t3\nAnn\t1\tBob\t1\n", r"pairs.txt:2: image .*Ann_0003.jpg' does not exist"),
     ("1\nAnn\t1\t2\nAnn\tone\tBob\t1\n", r"pairs.txt:3: .*expected 'name i j' or 'name1 i name2 j'"),
-    ("1\nAnn\t1\t2\n", r"1 pairs; expected matched and mismatched pairs"),
+    ("1\nAnn\t1\t2\n", r"1 matched and 0 mismatched pairs; expected at least 2 of each"),
+    ("1\nAnn\t1\t2\nAnn\t1\tBob\t1\n", r"1 matched and 1 mismatched pairs; expected at least 2 of each"),
     ("Ann\t1\t2\nAnn\t1\tBob\t1\n", r"pairs.txt:1: 'Ann\\t1\\t2'; expected LFW's header line: 'N' \(View 1\) or 'folds N'"),
     ("", r"pairs.txt:1: ''; expected LFW's header line"),
     ("10 300 2\nAnn\t1\t2\nAnn\t1\tBob\t1\n", r"pairs.txt:1: '10 300 2'; expected LFW's header line"),

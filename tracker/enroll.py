@@ -15,6 +15,7 @@ the people enrolled with other weights from those kept crops.
 from __future__ import annotations
 
 import sys
+from collections import deque
 from pathlib import Path
 
 import cv2
@@ -45,6 +46,9 @@ def image_files(inputs: list[Path]) -> list[Path]:
             files.extend(sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES))
         elif path.is_file():
             files.append(path)
+        elif path.exists():
+            raise InputError(f"enroll: {str(path)!r} is neither a file nor a folder; expected an image file or a "
+                             "folder of images")
         else:
             raise InputError(f"enroll: {str(path)!r} does not exist; expected an image file or a folder of images")
     return files
@@ -98,7 +102,8 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
     validate_name(name)
     files = image_files(inputs)
     detector = detector or create_detector(config.detect, quiet=True)
-    crops = []
+    crops: deque[np.ndarray] = deque(maxlen=MAX_KEPT)  # memory for MAX_KEPT faces, however many images
+    faces_found = 0
     for path in files:
         image = cv2.imread(str(path), cv2.IMREAD_COLOR)
         if image is None:
@@ -116,15 +121,16 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
                 continue
             face = faces[0]
         crops.append(crop_batch(image, [face], margin=0.0 if aligned else CROP_MARGIN))
+        faces_found += 1
     if not crops:
         raise InputError(f"enroll: no usable face for {name!r} in {len(files)} image(s); "
                          "expected images showing exactly one face each")
     crop = crop_definition(detector.gives_landmarks)
     kept = kept_crops(config.resolved_state_dir(), name, crop) if add else None
-    batch = np.ascontiguousarray(np.concatenate(([kept] if kept is not None else []) + crops)[-MAX_KEPT:])
-    used = min(len(crops), MAX_KEPT)
-    if used < len(crops):
-        report(f"enroll: {len(crops)} images show a face; the last {MAX_KEPT} are used (at most {MAX_KEPT} a person)")
+    batch = np.ascontiguousarray(np.concatenate(([kept] if kept is not None else []) + list(crops))[-MAX_KEPT:])
+    used = len(crops)
+    if used < faces_found:
+        report(f"enroll: {faces_found} images show a face; the last {MAX_KEPT} are used (at most {MAX_KEPT} a person)")
     own_backend = backend is None
     if own_backend:
         backend = open_backend(config)
@@ -176,7 +182,7 @@ def enroll_command(argv: list[str]) -> int:
     parser.add_argument("--refresh", action="store_true",
                         help="recompute everyone enrolled with other weights from their kept crops (no NAME)")
     parser.add_argument("--config", type=Path, help="YAML config (default: config/tracker.yaml)")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # options after NAME too: `enroll alice --aligned DIR`
     if args.refresh == (args.name is not None):
         raise InputError("tracker enroll: expected NAME IMAGE_OR_FOLDER... or --refresh alone")
     if not args.refresh and not args.images:

@@ -84,7 +84,9 @@ class EventMaker:
             kind: EventKind
             if view.entered:
                 kind = "entered"
-                self._announced[view.track_id] = name if decided else None
+                # a vote too close to call announces `unknown` but decides nothing: as if undecided,
+                # so the clear `unknown` ("a stranger is at the door") still comes when it is clear
+                self._announced[view.track_id] = name if decided and not votes.ambiguous(view.track_id) else None
             elif view.left:
                 kind = "left"
                 self._announced.pop(view.track_id, None)

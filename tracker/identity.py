@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from tracker.crops import CROP_BOX, network_input
-from tracker.errors import ConfigError, InputError
+from tracker.errors import ConfigError, InputError, TrackerError
 from tracker.files import NPZ_UNREADABLE, atomic_write, load_npz
 
 UNKNOWN = "unknown"
@@ -44,6 +44,14 @@ def validate_name(name: str) -> str:
             f"starting with a letter or digit, without '..', and not {UNKNOWN!r}"
         )
     return name
+
+
+def _is_name(name: str) -> bool:
+    try:
+        validate_name(name)
+    except InputError:
+        return False
+    return True
 
 
 def file_sha256(path: Path) -> str:
@@ -125,27 +133,43 @@ def save_person(state_dir: Path, name: str, embeddings: np.ndarray, model_key: s
     extra = {}
     if crops is not None:  # the crops are pixel / 255 of uint8 pixels: this is lossless
         extra["chips"] = np.clip(np.rint(np.asarray(crops, np.float32)[:, 0] * 255.0), 0, 255).astype(np.uint8)
-    atomic_write(path, lambda tmp: np.savez(tmp, mean=mean, count=np.int64(len(embeddings)), model=np.str_(model_key),
-                                            crop=np.str_(crop), **extra), mode=0o600)  # a face: private
+    try:
+        atomic_write(path, lambda tmp: np.savez(tmp, mean=mean, count=np.int64(len(embeddings)), model=np.str_(model_key),
+                                                crop=np.str_(crop), **extra), mode=0o600)  # a face: private
+    except OSError as err:  # the file as it was is kept (atomic_write)
+        raise TrackerError(f"enroll: cannot write {str(path)!r} ({err.strerror or err}); expected room on the disk "
+                           "and a folder this user can write") from None
     return path
 
 
 def people_files(state_dir: Path) -> list[Path]:
-    """The enrolled people's files, `<state_dir>/people/NAME.npz`, sorted by name."""
-    return sorted((Path(state_dir) / "people").glob("*.npz"))
+    """The enrolled people's files, `<state_dir>/people/NAME.npz`, sorted by name: only those named
+    as `validate_name` allows (the temporary file of a write a crash interrupted, `.NAME.*.npz`, is
+    not a person)."""
+    return sorted(p for p in (Path(state_dir) / "people").glob("*.npz") if _is_name(p.stem))
 
 
 def kept_crops(state_dir: Path, name: str, crop: str) -> np.ndarray | None:
-    """The network inputs person `name` was enrolled from, (k, 1, 88, 88) float32 in [0, 1], if
-    kept and made by crop definition `crop`; else None."""
+    """The network inputs person `name` was enrolled from, (k, 1, 88, 88) float32 in [0, 1]; None
+    if nobody of that name is enrolled. InputError if they are, but their faces cannot be added to:
+    a file that cannot be read, or one enrolled without kept faces or from another crop definition
+    than `crop` (adding to it would replace the whole enrolment by the new faces)."""
+    path = Path(state_dir) / "people" / f"{validate_name(name)}.npz"
     try:
-        with load_npz(Path(state_dir) / "people" / f"{validate_name(name)}.npz") as data:
+        with load_npz(path) as data:
             made_with = str(data["crop"]) if "crop" in data.files else CROP_BOX
-            if "chips" not in data.files or made_with != crop:
-                return None
-            return network_input(data["chips"])
-    except NPZ_UNREADABLE:
+            if "chips" not in data.files:
+                why = "enrolled without kept faces"
+            elif made_with != crop:
+                why = f"enrolled from {made_with!r} crops, not this detector's {crop!r}"
+            else:
+                return network_input(data["chips"])
+    except FileNotFoundError:
         return None
+    except NPZ_UNREADABLE as err:
+        why = f"unreadable ({err.__class__.__name__})"
+    raise InputError(f"enroll: cannot add a face to {name!r}: {str(path)!r} is {why}; expected an enrolment to "
+                     f"add to: enroll {name!r} again from photos")
 
 
 def person_chip(state_dir: Path, name: str) -> np.ndarray | None:
@@ -172,7 +196,7 @@ def refresh_people(state_dir: Path, backend, model_key: str, crop: str) -> tuple
     """Recompute, with `backend` (embedding as `model_key` says: `embeddings_key`), the mean
     embedding of every person enrolled with another key from kept crops of definition `crop`.
     Returns (names refreshed, names that cannot be: enrolled without kept crops or from another
-    crop definition)."""
+    crop definition). A file that cannot be written (a full disk) is logged and left as it was."""
     refreshed, stale = [], []
     for path in people_files(state_dir):
         try:
@@ -189,7 +213,11 @@ def refresh_people(state_dir: Path, backend, model_key: str, crop: str) -> tuple
             continue
         crops = network_input(chips)
         embeddings = backend.infer(crops).embedding
-        save_person(state_dir, path.stem, embeddings, model_key, made_with, crops)
+        try:
+            save_person(state_dir, path.stem, embeddings, model_key, made_with, crops)
+        except TrackerError as err:  # the file as it was stays: Gallery.load skips it as of other weights
+            log.error("%s; %s stays as it was", err, path.stem)
+            continue
         refreshed.append(path.stem)
     return refreshed, stale
 
@@ -279,8 +307,12 @@ class IdentityVotes:
         return ranked[0][0], ranked[0][1] / total, (ranked[0][1] - runner_up) / total
 
     def ambiguous(self, track_id: int) -> bool:
-        """Decided, but no name leads by `margin`: too close to call."""
-        return self.decided(track_id) and self._lead(track_id)[2] < self._margin
+        """Decided, but no name leads by `margin` (a tie never leads, whatever the margin): too
+        close to call."""
+        if not self.decided(track_id):
+            return False
+        lead = self._lead(track_id)[2]
+        return lead == 0 or lead < self._margin
 
     def voted(self, track_id: int) -> tuple[str, float]:
         """(name, confidence in [0, 1]: the name's share of the votes); (unknown, 0.0) for a track

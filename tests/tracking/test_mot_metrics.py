@@ -130,6 +130,8 @@ def test_parse_formats_and_errors(tmp_path):
         "1,1,5,10,20,30,,0\n": "field 'conf' is empty",
         "1,1,zero,0,1,1,1\n": "field 'x' is 'zero'; expected a number",
         "1,1,0,0,0,1,1\n": "expected w > 0 and h > 0",
+        "1,1,0,0,1e80,1,1\n": "box x=0 y=0 w=1e80 h=1; expected coordinates and sizes within 1,000,000 pixels",
+        "1,1,-2e6,0,1,1,1\n": "within 1,000,000 pixels",
         "1,1,0,0,1,1,nan\n": "finite",
         "1,1,0,0,1,1,1\n1,1,5,5,1,1,1\n": "appears twice in frame 1 (first on line 1)",
     }

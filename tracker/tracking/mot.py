@@ -10,7 +10,7 @@ One box a line, comma-separated (or, in a line without commas, whitespace-separa
 
 Columns after the seventh (world coordinates, class, visibility) are read past and ignored. A
 missing seventh column counts as conf 1. Frames run from 1 to MAX_FRAME, ids (gt, tracks) within
-a signed 32-bit integer. A malformed line (an empty field among the first seven too: it would shift
+a signed 32-bit integer, box coordinates and sizes within MAX_PIXELS. A malformed line (an empty field among the first seven too: it would shift
 the columns after it) raises `InputError` naming the file, the line number, the field and what was
 expected.
 """
@@ -33,6 +33,7 @@ _FIELDS = ("frame", "id", "x", "y", "w", "h", "conf")
 # The tracker steps through every frame up to the last (`evaluate.track_detections`): a million is
 # over nine hours at 30 fps, and a frame number past it is far more likely a wrong column than video.
 MAX_FRAME = 1_000_000
+MAX_PIXELS = 1_000_000  # |x|, |y|, w and h of a box: far beyond any camera's frame
 _ID_RANGE = (-(2**31), 2**31 - 1)  # ids pass through float64 and int64 arrays: exact well beyond this
 
 
@@ -118,6 +119,9 @@ def parse_mot(text: str, kind: Kind, origin: str) -> MotTable:
         x, y, w, h = (_number(parts[k], where, _FIELDS[k]) for k in range(2, 6))
         if w <= 0 or h <= 0:
             raise InputError(f"{where}: box size w={parts[4]} h={parts[5]}; expected w > 0 and h > 0")
+        if max(abs(x), abs(y), w, h) > MAX_PIXELS:  # the Kalman filter's squares of them would overflow
+            raise InputError(f"{where}: box x={parts[2]} y={parts[3]} w={parts[4]} h={parts[5]}; expected "
+                             f"coordinates and sizes within {MAX_PIXELS:,} pixels")
         conf = _number(parts[6], where, "conf") if len(parts) > 6 else 1.0
         if kind == "gt" and conf == 0:
             continue
