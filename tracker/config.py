@@ -8,7 +8,9 @@ credentials directory) by the MQTT sink.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import reprlib
 from importlib.resources import files
 from pathlib import Path
@@ -199,9 +201,24 @@ class OutboxConfig(Section):
     max_age_s: StrictFloat = Field(7 * 24 * 3600, gt=0, le=366 * 24 * 3600)
 
 
+_HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?")
+
+
+def _broker_host(value: str) -> str:
+    """A host name or an IP address (IPv6 without brackets), as the socket layer takes it: not a
+    URL nor host:port, which would only fail at connect time, as a warning, for ever."""
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        if not _HOST_NAME.fullmatch(value):
+            raise ValueError(f"bad value {_short(value)}; expected a host name or an IP address, without a scheme or "
+                             ":port (the port is mqtt.port)") from None
+    return value
+
+
 class MQTTConfig(Section):
     enabled: bool = False
-    host: str = Field("localhost", min_length=1, max_length=253)
+    host: Annotated[str, Field(min_length=1, max_length=253), AfterValidator(_broker_host)] = "localhost"
     port: StrictInt = Field(1883, ge=1, le=65535)
     protocol: Literal["v5", "v311"] = "v5"  # v5: PUBACK reason codes, session take-over reason
     prefix: str = Field("tracker", pattern=r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$")

@@ -217,6 +217,15 @@ def test_two_guards_with_one_device_id_are_named_as_the_cause(broker, sinks, tmp
     assert len(mine) <= 2 * 6, mine
 
 
+def test_guards_dropped_as_soon_as_accepted_back_off(broker, sinks, tmp_path):
+    """paho starts its back-off afresh at every CONNACK: two guards with one device.id, each taking
+    the other's session over, would reconnect every reconnect_min_s for ever. Each session that
+    ends at once doubles the first wait (paho's, read from the client)."""
+    twins = [open_sink(sinks, broker, tmp_path / name, "twin", reconnect_min_s=1, reconnect_max_s=8) for name in "ab"]
+    wait_until(lambda: all(t._client._reconnect_min_delay >= 4 for t in twins), 60, "both first waits to reach 4 s")
+    assert all(t._client._reconnect_max_delay == 8 for t in twins)
+
+
 def test_presence_change_publishes_state_at_once(broker, sinks, tmp_path):
     # state_interval_s is an hour: only the presence change can explain the second state message
     sink = open_sink(sinks, broker, tmp_path, "porch", state_interval_s=3600)

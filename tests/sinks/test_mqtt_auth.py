@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -133,3 +136,26 @@ def test_unloadable_certificate_is_a_config_error(tls_broker, tmp_path):
     config = sink_config(tls_broker, "tls-bogus", tls={"ca": str(bogus)})
     with pytest.raises(ConfigError, match="mqtt.tls.ca: cannot load"):
         MqttSink(config.mqtt, config.device, tmp_path)
+
+
+def test_an_encrypted_client_key_is_one_line_not_a_passphrase_prompt(certs, tmp_path):
+    """OpenSSL asks the controlling terminal for the passphrase of an encrypted key, and waits: on
+    a terminal, `--check-config` (and the guard, and scripts/install-pi) hung there. Run on a
+    pseudo-terminal of its own, it must answer at once."""
+    key = tmp_path / "client-encrypted.key"
+    subprocess.run(["openssl", "pkey", "-in", str(certs.client_key), "-aes256", "-passout", "pass:secret", "-out",
+                    str(key)], check=True, capture_output=True)
+    config = tmp_path / "tracker.yaml"
+    config.write_text(json.dumps({"state_dir": str(tmp_path / "state"), "mqtt": {
+        "enabled": True, "host": "127.0.0.1", "tls": {"ca": str(certs.ca), "cert": str(certs.client_cert),
+                                                        "key": str(key)}}}))
+    leader, follower = os.openpty()
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "TRACKER_CACHE_DIR": str(tmp_path / "cache")}
+    try:  # setsid --ctty: a session of its own, whose controlling terminal is the pty on its stdin
+        proc = subprocess.run(["setsid", "--ctty", sys.executable, "-m", "tracker", "--check-config", "--config",
+                               str(config)], stdin=follower, capture_output=True, text=True, env=env, timeout=120)
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("tracker: error: mqtt.tls.cert/key: cannot load") and proc.stderr.count("\n") == 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import time
 from dataclasses import replace
 
@@ -171,6 +172,41 @@ def test_broker_restarts_are_not_blamed_on_another_client(tmp_path, sinks, caplo
     assert "lost the connection" in text or "closed the connection" in text
 
 
+def fill(disk) -> None:
+    with open(disk / "filler", "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass
+
+
+def test_acknowledgements_the_full_disk_keeps_from_the_outbox_stop_no_delivery(tmp_path, sinks, caplog):
+    """PUBACKs that arrive while the disk is full: the outbox cannot delete their events, which stay
+    (sent again after a reconnect), said once; paho's network thread goes on (the exception ended
+    it, and every delivery after it)."""
+    with tmpfs(tmp_path / "disk", "size=1m") as disk:
+        with Broker(tmp_path / "b") as broker:
+            sink = open_sink(sinks, broker, disk, "cellar")
+            assert wait(lambda: sink.connected)
+            broker.freeze()
+            for _ in range(5):
+                sink.publish_event(make_event(), None)
+            fill(disk)
+            broker.proc.send_signal(signal.SIGCONT)  # the PUBACKs come in
+            assert wait(lambda: "cannot delete acknowledged events from the outbox" in caplog.text)
+            (disk / "filler").unlink()
+            sub = Subscriber(broker, ["tracker/cellar/events"])
+            later = [make_event() for _ in range(30)]
+            for event in later:
+                sink.publish_event(event, None)
+            sub.wait_for(lambda m: {e.id for e in later} <= {json.loads(p)["id"] for _, p, _ in m})
+            assert caplog.text.count("cannot delete acknowledged events") == 1
+            sub.close()
+            sink.close()
+            sinks.remove(sink)
+
+
 def test_a_full_disk_drops_and_counts_events_and_the_guard_goes_on(tmp_path, sinks, caplog):
     """The outbox on a 1 MB file system that fills up: the event that cannot be stored is logged
     once and counted in events_dropped, publish_event never raises, and once there is room again
@@ -178,18 +214,13 @@ def test_a_full_disk_drops_and_counts_events_and_the_guard_goes_on(tmp_path, sin
     with tmpfs(tmp_path / "disk", "size=1m") as disk:
         with Broker(tmp_path / "b") as broker:
             sink = open_sink(sinks, broker, disk, "cellar")
+            fill(disk)
             filler = disk / "filler"
-            with open(filler, "wb", buffering=0) as f:
-                try:
-                    while True:
-                        f.write(b"\0" * 65536)
-                except OSError:
-                    pass
             for _ in range(3):
                 sink.publish_event(make_event(), None)  # never raises
-            assert sink.events_dropped >= 1
+            assert sink.events_dropped == 3  # each counted once (a failed commit drops no older event)
             errors = [r for r in caplog.records if "could not store event" in r.getMessage()]
-            assert len(errors) == 1
+            assert len(errors) == 1 and "(database or disk is full)" in errors[0].getMessage()
             filler.unlink()
             sub = Subscriber(broker, ["tracker/cellar/events"])
             event = make_event()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import threading
 
 import pytest
+from tmpfs import tmpfs
 
 from tracker.errors import InputError
 from tracker.sinks.outbox import Outbox
@@ -88,6 +90,31 @@ def test_corrupt_file_is_moved_aside_and_a_new_outbox_started(tmp_path, caplog, 
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1 and "corrupt" in errors[0] and str(box.recovered_from) in errors[0]
     box.close()
+
+
+def test_a_full_disk_is_reported_as_such_and_nothing_it_kept_is_counted_as_dropped(tmp_path):
+    """SQLite rolls a transaction back itself on a full disk: the error raised is that one (not a
+    failed ROLLBACK's), and no drop is counted that the commit did not make."""
+    clock = Clock()
+    with tmpfs(tmp_path / "disk", "size=1m") as disk:
+        box = Outbox(disk / "outbox.sqlite3", max_events=2, max_age_s=60, clock=clock)
+        for event_id in ("a", "b"):
+            box.add(event_id, b"x" * 100)
+        with open(disk / "filler", "wb", buffering=0) as f:
+            with contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * 4096)
+        with pytest.raises(sqlite3.OperationalError, match="database or disk is full"):
+            box.add("c", b"x" * 100_000)  # would drop "a"
+        clock.t += 120
+        for _ in range(3):  # the guard tries every minute
+            with pytest.raises(sqlite3.OperationalError, match="database or disk is full"):
+                box.expire()
+        assert box.dropped == 0 and len(box) == 2
+        (disk / "filler").unlink()
+        assert box.expire() == 2 and box.dropped == 2
+        box.close()
+        assert Outbox(disk / "outbox.sqlite3", clock=clock).dropped == 2
 
 
 def test_unopenable_path_is_one_clear_error(tmp_path):

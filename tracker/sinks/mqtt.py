@@ -44,8 +44,10 @@ certificate file) raise ConfigError at construction.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import sqlite3
 import ssl
 import sys
 import threading
@@ -126,13 +128,30 @@ def tls_context(config: MQTTConfig) -> ssl.SSLContext | None:
         ctx = ssl.create_default_context(cafile=str(tls.ca) if tls.ca else None)
         if tls.cert is not None:
             key_name = "mqtt.tls.cert/key"
-            ctx.load_cert_chain(str(tls.cert), str(tls.key))
+            # a password, so that OpenSSL never prompts for one on the terminal (an encrypted key
+            # would hang --check-config and the guard there); the key must be unencrypted
+            ctx.load_cert_chain(str(tls.cert), str(tls.key), password=b"")
     except (ssl.SSLError, OSError) as err:
         raise ConfigError(f"{key_name}: cannot load ({err}); expected PEM files (a CA certificate; "
                           "a client certificate and its unencrypted private key)") from None
     if tls.insecure:
         ctx.check_hostname = False
     return ctx
+
+
+def _logging_failures(callback):
+    """`callback` for paho, with its failures logged (with their traceback: a bug) rather than
+    raised: one raised into paho ends its network thread, and with it every later delivery and
+    reconnect of the run."""
+
+    @functools.wraps(callback)
+    def call(*args):
+        try:
+            callback(*args)
+        except Exception:
+            log.exception("mqtt: %s failed; the connection goes on", callback.__name__)
+
+    return call
 
 
 def _jsonable(value):
@@ -181,6 +200,7 @@ class MqttSink:
         self._early_acks: dict[int, object] = {}  # PUBACKs that beat the recording of their mid
         self._refused = 0
         self._add_failures = 0
+        self._removals_failing = False  # the outbox refuses to delete acknowledged events (logged once)
         self._state: dict = {}
         self._present: bool | None = None
         self._state_due = True
@@ -191,6 +211,7 @@ class MqttSink:
         self._problems: set[str] = set()  # connection problems logged in this outage (each once)
         self._connected_at = 0.0
         self._short_sessions = 0  # connections in a row that were dropped within _FLAP_S of their CONNACK
+        self._unstable_sessions = 0  # connections in a row that were dropped within _STABLE_S
         self._refused_now = False  # this connection attempt was refused in CONNACK (already logged)
         self._closed = False
         self.failed_attempts = 0  # connection attempts that failed or were refused (for tests and logs)
@@ -224,11 +245,11 @@ class MqttSink:
             client.tls_set_context(context)
             if config.tls.insecure:
                 client.tls_insecure_set(True)
-        client.on_connect = self._on_connect
-        client.on_connect_fail = self._on_connect_fail
-        client.on_disconnect = self._on_disconnect
-        client.on_publish = self._on_publish
-        client.on_message = self._on_message
+        client.on_connect = _logging_failures(self._on_connect)
+        client.on_connect_fail = _logging_failures(self._on_connect_fail)
+        client.on_disconnect = _logging_failures(self._on_disconnect)
+        client.on_publish = _logging_failures(self._on_publish)
+        client.on_message = _logging_failures(self._on_message)
 
         pending = len(self.outbox)
         if pending:
@@ -406,6 +427,15 @@ class MqttSink:
         if lasted >= _STABLE_S:
             self._problems.clear()  # the previous outage is over: this is a new one
         self._short_sessions = self._short_sessions + 1 if lasted < _FLAP_S else 0
+        # paho starts its back-off afresh at every CONNACK, so a broker that accepts the guard and
+        # drops it soon after (another client taking the session over) would be retried every
+        # reconnect_min_s for ever: from the second session in a row that ends before _STABLE_S,
+        # each doubles the first wait, up to reconnect_max_s. (Not only sessions shorter than
+        # _FLAP_S: two guards with one client id each hold the session as long as the other waits.)
+        self._unstable_sessions = self._unstable_sessions + 1 if lasted < _STABLE_S else 0
+        doublings = min(max(self._unstable_sessions - 1, 0), 12)
+        client.reconnect_delay_set(min(self.config.reconnect_min_s << doublings, self.config.reconnect_max_s),
+                                   self.config.reconnect_max_s)
         if name == "Session taken over":
             self._log_problem(f"broker {self._where} closed the connection: {name}: another client connected "
                               f"with client id {self.client_id!r} (two guards with the same device.id?); give each "
@@ -437,12 +467,22 @@ class MqttSink:
 
     def _acknowledged(self, seq: int, reason_code) -> None:
         """An event's PUBACK (lock held): delete it; a v5 refusal is counted and logged, not retried,
-        because the broker would refuse it again and hold up every later event."""
+        because the broker would refuse it again and hold up every later event. An event the outbox
+        cannot delete (a full disk) stays in it, and is sent again after the next reconnect:
+        delivered twice (consumers know it by its id) rather than not at all."""
         if reason_code is not None and getattr(reason_code, "is_failure", False):
             self._refused += 1
             log.error("mqtt: broker refused event (outbox seq %d) on %s: %s; dropped and counted",
                       seq, self.topics["events"], reason_code.getName())
-        self.outbox.remove(seq)
+        try:
+            self.outbox.remove(seq)
+        except sqlite3.Error as err:
+            if not self._removals_failing:
+                log.error("mqtt: cannot delete acknowledged events from the outbox (%s); they stay in it and are sent "
+                          "again after the next reconnect", err)
+            self._removals_failing = True
+        else:
+            self._removals_failing = False
 
     def _on_message(self, client, userdata, message) -> None:
         if len(message.payload) > _STATUS_MAX:  # only an MQTT 3.1.1 broker sends these (see CONNECT)

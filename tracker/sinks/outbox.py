@@ -23,7 +23,8 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -117,8 +118,7 @@ class Outbox:
     def add(self, event_id: str, payload: bytes) -> int:
         """Store one event durably; returns how many older events the count bound dropped."""
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
+            with self._transaction():
                 self._db.execute(
                     "INSERT OR IGNORE INTO events (id, created, payload) VALUES (?, ?, ?)",
                     (event_id, self._clock(), bytes(payload)),
@@ -129,11 +129,8 @@ class Outbox:
                     self._db.execute(
                         "DELETE FROM events WHERE seq IN (SELECT seq FROM events ORDER BY seq LIMIT ?)", (excess,)
                     )
-                    self._count_dropped(excess)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+                    self._store_dropped(self._dropped + excess)
+            self._dropped += excess  # only once committed: a failed commit dropped nothing
         if excess:
             log.warning("outbox full (%d events): dropped the %d oldest unsent event(s)", self.max_events, excess)
         return excess
@@ -154,26 +151,35 @@ class Outbox:
     def expire(self) -> int:
         """Drop (and count) events older than max_age_s; returns how many."""
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
+            with self._transaction():
                 gone = self._db.execute(
                     "DELETE FROM events WHERE created < ?", (self._clock() - self.max_age_s,)
                 ).rowcount
                 if gone:
-                    self._count_dropped(gone)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+                    self._store_dropped(self._dropped + gone)
+            self._dropped += gone
         if gone:
             log.warning("outbox: dropped %d unsent event(s) older than %.0f s", gone, self.max_age_s)
         return gone
 
-    def _count_dropped(self, n: int) -> None:
-        self._dropped += n
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE ... COMMIT (lock held). On a failure the transaction is rolled back, unless
+        SQLite already has (it does so itself on a full disk), and the failure itself is raised."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                with suppress(sqlite3.Error):  # the failure that got us here is the one to report
+                    self._db.execute("ROLLBACK")
+            raise
+
+    def _store_dropped(self, total: int) -> None:
         self._db.execute(
             "INSERT INTO meta (key, value) VALUES ('dropped', ?) ON CONFLICT(key) DO UPDATE SET value = ?",
-            (self._dropped, self._dropped),
+            (total, total),
         )
 
     def close(self) -> None:
