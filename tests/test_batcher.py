@@ -54,3 +54,14 @@ def test_a_frame_with_more_faces_than_max_batch_is_kept_whole():
 def test_rejects_nonsense_settings():
     with pytest.raises(ValueError, match="max_batch 0"):
         Batcher(max_batch=0, max_wait_ms=1)
+
+
+def test_a_run_of_large_frames_with_few_faces_is_released_at_its_byte_bound():
+    """The run holds each frame whole until its batch returns: with a large max_batch and a long
+    wait, 1080p frames of one face each would wait by the hundred."""
+    b = Batcher(max_batch=256, max_wait_ms=5000, max_frame_bytes=30_000_000)
+    frame_bytes = 1920 * 1080 * 3
+    released = [b.add(seq, crops(1), t_ns=seq, frame_bytes=frame_bytes) for seq in range(12)]
+    assert [i for i, batch in enumerate(released) if batch is not None] == [4, 9]
+    assert released[4].items == (0, 1, 2, 3, 4) and released[9].items == (5, 6, 7, 8, 9)
+    assert b.flush().items == (10, 11)

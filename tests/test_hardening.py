@@ -118,6 +118,26 @@ def test_check_config_opens_a_video_file_or_folder_but_never_a_camera(tmp_path, 
     assert check(capsys, path, "--source", "/dev/video63")[0] == 0
     (tmp_path / "empty").mkdir()
     assert_one_line(*check(capsys, path, "--source", str(tmp_path / "empty")), "no image files in it")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "photo.jpg").write_bytes(b"not a JPEG")
+    assert_one_line(*check(capsys, path, "--source", str(tmp_path / "broken")), "none of its 1 image file(s) could be "
+                                                                                  "decoded")
+
+
+def test_the_tracker_command_decodes_no_image_over_24_megapixels(tmp_path):
+    """OpenCV's own bound is set before it loads (tracker.images): a 25-megapixel PNG of 100 kB is
+    one no decoder of the guard's process allocates (the check reads the folder's first image)."""
+    import cv2
+    import numpy as np
+
+    (tmp_path / "photos").mkdir()
+    cv2.imwrite(str(tmp_path / "photos" / "large.png"), np.zeros((5000, 5000), np.uint8))
+    config = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\n")
+    run = subprocess.run([*tracker_command(), "--check-config", "--config", str(config), "--source",
+                          str(tmp_path / "photos")], capture_output=True, text=True, env=isolated_env(tmp_path),
+                         timeout=120)
+    assert run.returncode == 2 and "none of its 1 image file(s) could be decoded" in run.stderr, run.stderr
+    assert "skipping 'large.png': not a decodable image (damaged, not an image, or over 24 megapixels)" in run.stderr
 
 
 @pytest.mark.parametrize("args, fragment", [

@@ -4,12 +4,13 @@ A batch is a run of consecutive whole frames (a frame's crops are never split be
 so every frame is complete when its batch returns). Rules, in this order:
 - a frame is appended to the pending run; frames with no crops join it too, so order is kept;
 - the run is released as soon as it holds `max_batch` crops or more (`max_batch=1`: every frame
-  is released on arrival: pure streaming);
+  is released on arrival: pure streaming), or frames of `max_frame_bytes` or more (the caller
+  says what each item holds: a run of large frames with few faces is bounded too);
 - otherwise it is released when `max_wait_ms` has passed since the capture time of its first
   frame with crops (`due(now_ns)`), or when nothing is pending but crop-less frames;
 - `flush()` releases whatever is pending (end of stream, shutdown).
-Memory: at most `max_batch - 1` crops wait, plus one frame's worth; frames without crops never
-wait behind an empty run. Pure: the caller passes the monotonic time; no clock is read here.
+Memory: at most `max_batch - 1` crops and frames of less than `max_frame_bytes` wait, plus one
+frame's worth; frames without crops never wait behind an empty run. Pure: the caller passes the monotonic time; no clock is read here.
 """
 
 from __future__ import annotations
@@ -42,10 +43,12 @@ class Batcher(Generic[T]):
 
     max_batch: int
     max_wait_ms: float
+    max_frame_bytes: int = 64 << 20  # a 1080p BGR frame is 6 MB: 10 of them (a Pi 3 has 1 GB)
     _items: list = field(default_factory=list)
     _crops: list = field(default_factory=list)
     _counts: list = field(default_factory=list)
     _first_crop_ns: int | None = None
+    _frame_bytes: int = 0
 
     def __post_init__(self) -> None:
         if self.max_batch < 1 or self.max_wait_ms < 0:
@@ -55,16 +58,18 @@ class Batcher(Generic[T]):
     def pending_crops(self) -> int:
         return sum(self._counts)
 
-    def add(self, item: T, crops: np.ndarray, t_ns: int) -> Batch[T] | None:
+    def add(self, item: T, crops: np.ndarray, t_ns: int, frame_bytes: int = 0) -> Batch[T] | None:
         """Append one frame's `item` with its crops (k, C, H, W) float32, k >= 0 (every frame's
-        crops of one (C, H, W), also when k is 0), captured at `t_ns`; returns the released batch,
-        if this frame completed one."""
+        crops of one (C, H, W), also when k is 0), captured at `t_ns`, holding `frame_bytes` of
+        images; returns the released batch, if this frame completed one."""
         self._items.append(item)
         self._crops.append(crops)
         self._counts.append(len(crops))
+        self._frame_bytes += frame_bytes
         if len(crops) and self._first_crop_ns is None:
             self._first_crop_ns = t_ns
-        if self.pending_crops >= self.max_batch or self._first_crop_ns is None:
+        if (self.pending_crops >= self.max_batch or self._frame_bytes >= self.max_frame_bytes
+                or self._first_crop_ns is None):
             return self.flush()
         return None
 
@@ -87,5 +92,5 @@ class Batcher(Generic[T]):
             return None
         crops = np.ascontiguousarray(np.concatenate(self._crops))  # (0, C, H, W) when no frame had a face
         batch = Batch(tuple(self._items), crops, tuple(self._counts))
-        self._items, self._crops, self._counts, self._first_crop_ns = [], [], [], None
+        self._items, self._crops, self._counts, self._first_crop_ns, self._frame_bytes = [], [], [], None, 0
         return batch

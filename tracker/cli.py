@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from tracker.arguments import ArgumentParser, int_between, positive_int, seconds
 from tracker.blas_idle import bound_idle_spin
 from tracker.errors import EXIT_UNEXPECTED, InputError, TrackerError
+from tracker.images import bound_image_decoding
 
 if TYPE_CHECKING:
     from tracker.config import Config
@@ -222,6 +223,7 @@ def configure_logging(level: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     bound_idle_spin()  # first: OpenBLAS reads it when numpy loads it (nothing above imports numpy)
+    bound_image_decoding()  # and OpenCV its own when cv2 loads
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] in SUBCOMMANDS:

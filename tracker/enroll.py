@@ -28,6 +28,7 @@ from tracker.crops import CROP_MARGIN, crop_batch, crop_definition
 from tracker.detect import FaceDetector, create_detector
 from tracker.errors import InputError
 from tracker.identity import chosen_embedding, embeddings_key, kept_crops, refresh_people, save_person, validate_name
+from tracker.images import TOO_LARGE_OR_DAMAGED, read_image
 from tracker.preflight import prepare_state_dir
 from tracker.types import Box, Detection
 
@@ -105,9 +106,9 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
     crops: deque[np.ndarray] = deque(maxlen=MAX_KEPT)  # memory for MAX_KEPT faces, however many images
     faces_found = 0
     for path in files:
-        image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+        image = read_image(path)
         if image is None:
-            report(f"enroll: {path}: not a readable image; skipped")
+            report(f"enroll: {path}: not a readable image ({TOO_LARGE_OR_DAMAGED}); skipped")
             continue
         if aligned:
             face = chip_face(image, detector)

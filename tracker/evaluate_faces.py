@@ -25,7 +25,6 @@ import json
 import sys
 from pathlib import Path
 
-import cv2
 import numpy as np
 
 from tracker.crops import CROP_MARGIN, CROP_SIZE, face_pixels, network_input
@@ -33,6 +32,7 @@ from tracker.detect import FaceDetector
 from tracker.enroll import IMAGE_SUFFIXES, central_face, chip_face, open_backend
 from tracker.errors import InputError
 from tracker.identity import unit_rows
+from tracker.images import TOO_LARGE_OR_DAMAGED, read_image
 from tracker.verification import read_pairs, roc_auc, ten_fold_accuracy, threshold_at_far
 
 PROGRESS_EVERY = 500  # photos between two progress lines
@@ -48,9 +48,10 @@ def photo_crops(files: list[Path], detector: FaceDetector, chips: bool = False) 
     for i, path in enumerate(files):
         if i and i % PROGRESS_EVERY == 0:
             print(f"eval-faces: {i} of {len(files)} photos cut", file=sys.stderr, flush=True)
-        image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+        image = read_image(path)
         if image is None:
-            raise InputError(f"eval-faces: {str(path)!r} is not a readable image; expected a JPEG or PNG photo")
+            raise InputError(f"eval-faces: {str(path)!r} is not a readable image ({TOO_LARGE_OR_DAMAGED}); expected "
+                             "a JPEG or PNG photo")
         face = chip_face(image, detector) if chips else central_face(image, detector)
         if face is None:
             continue

@@ -31,7 +31,6 @@ import json
 import sys
 from pathlib import Path
 
-import cv2
 import numpy as np
 
 from tracker.crops import CROP_MARGIN, crop_batch, crop_definition
@@ -39,6 +38,7 @@ from tracker.detect import FaceDetector
 from tracker.enroll import IMAGE_SUFFIXES, chip_face, image_files, open_backend
 from tracker.errors import InputError
 from tracker.identity import UNKNOWN, Gallery
+from tracker.images import TOO_LARGE_OR_DAMAGED, read_image
 from tracker.types import Detection
 
 NEAREST = 3  # enrolled people listed per face
@@ -121,9 +121,9 @@ def identify_command(argv: list[str]) -> int:
             print(f"identify: nobody is enrolled in {state_dir} for weights {config.model.weights.name} and "
                   f"{crop} crops; every face is {UNKNOWN} (enrol people with tracker enroll)", file=sys.stderr)
         for path in files:
-            image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+            image = read_image(path)
             if image is None:
-                print(f"{path}: not a readable image", file=sys.stderr)
+                print(f"{path}: not a readable image ({TOO_LARGE_OR_DAMAGED})", file=sys.stderr)
                 unreadable.append(path)
                 continue
             faces = _faces(image, detector, args.aligned)

@@ -162,7 +162,7 @@ class Guard:
                 work = self._detect(frame, previous, time.monotonic_ns())
                 previous = work.detections
                 batch = batcher.add(work, crop_batch(frame.image, work.detections if work.has_crops else ()),
-                                    frame.t_ns)
+                                    frame.t_ns, frame.image.nbytes)
                 if batch is not None:
                     self._process(batch)
             now = time.monotonic_ns()

@@ -24,6 +24,7 @@ from tracker.crops import CROP_MARGIN, CROP_SIZE, aligned_face, crop_batch, simi
 from tracker.detect import HaarDetector, create_detector, model_files, resolve_detector
 from tracker.detect.blazeface import BlazeFaceDetector, weighted_nms
 from tracker.detect.regions import search_windows
+from tracker.detect.windowed import WindowedDetector
 from tracker.detect.yunet import YuNetDetector
 from tracker.errors import InputError, ModelError
 from tracker.types import Box, Detection
@@ -199,6 +200,22 @@ def test_frames_of_every_shape(name, testdata):
     for bad in (np.zeros((0, 0, 3), np.uint8), np.zeros((50, 50, 4), np.uint8), np.zeros((50, 50), np.float32)):
         with pytest.raises(InputError, match="face detector: bad frame"):
             detector.detect(bad)
+
+
+def test_a_frame_is_never_scaled_past_four_detection_widths_along_its_longer_side():
+    """A strip of an image is not scaled up to a window of gigabytes (16 x 12,000 px: 320 x 240,000
+    before, 14 s and 5.8 GB in YuNet); a portrait camera's frame is scaled as ever."""
+    shapes = []
+
+    class Recorder(WindowedDetector):
+        def _detect_window(self, bgr):
+            shapes.append(bgr.shape)
+            return np.zeros((0, 15), np.float32)
+
+    detector = Recorder(detect_width=320, score_threshold=0.5)
+    for height, width in ((1920, 1080), (2000, 100), (12000, 16), (16, 12000)):
+        detector.detect(np.zeros((height, width, 3), np.uint8))
+    assert shapes == [(569, 320, 3), (1280, 64, 3)]  # the last two: no side of 64 px, nothing to search
 
 
 # -- model files and the choice of detector ---------------------------------------------------------

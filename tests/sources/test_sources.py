@@ -276,7 +276,7 @@ def test_folder_skips_non_images_with_a_clear_line(tmp_path, caplog):
     assert all(f.image.shape == (40, 30, 3) for f in frames)  # grey converted to BGR
     assert "skipping 'notes.txt': not an image file (suffix '.txt'" in caplog.text
     assert "skipping 'broken.jpg': not a decodable image" in caplog.text
-    assert "skipping 'huge.png': not a decodable image (corrupt, too large" in caplog.text  # cv2.error, caught
+    assert "skipping 'huge.png': not a decodable image (damaged, not an image, or over 24 megapixels)" in caplog.text
 
 
 def test_folder_without_images_is_an_input_error(tmp_path):

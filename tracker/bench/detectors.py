@@ -35,7 +35,6 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-import cv2
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
@@ -47,6 +46,7 @@ from tracker.crops import crop_batch
 from tracker.detect import DETECTORS, create_detector, resolve_detector
 from tracker.errors import BackendUnavailable, InputError, ModelError
 from tracker.files import atomic_write
+from tracker.images import read_image
 from tracker.machine import cpu_model, load_average
 from tracker.motion import MotionGate
 from tracker.tracking.assign import box_rows, iou_matrix
@@ -175,7 +175,7 @@ def _dlib(detector_name: str, config) -> dict:
     for xml in ("testing.xml", "training.xml"):
         for image_node in ET.parse(folder / xml).getroot().iter("image"):
             path = folder / image_node.get("file", "")
-            image = cv2.imread(str(path))
+            image = read_image(path)
             if image is None:
                 return {"error": f"dlib photo {path} cannot be read"}
             truth = [Box(*(float(b.get(k, "nan")) for k in ("left", "top", "width", "height"))) for b in image_node.iter("box")]

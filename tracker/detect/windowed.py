@@ -20,6 +20,10 @@ from tracker.types import Box, Detection, Frame
 # Windows (and frames) are searched at least this large, in detection pixels: below it YuNet
 # returns non-finite or huge boxes (../shared/models/yunet/README.md) and faces have no context.
 MIN_WINDOW_PX = 64
+# A frame's longer side is scaled to at most this many times `detect_width`: a portrait camera's
+# frame (9:16) is far within it, and a strip of an image (16 x 12,000 px from a photo folder) is
+# not scaled up to a window of gigabytes (it then has no side of MIN_WINDOW_PX: no faces).
+MAX_ASPECT = 4
 
 
 def frame_planes(image: Frame | np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
@@ -51,7 +55,7 @@ class WindowedDetector:
         full_h, full_w = full.shape[:2]
         source = luma if luma is not None else full
         src_h, src_w = source.shape[:2]
-        k = self.detect_width / full_w  # full-frame pixels -> detection pixels
+        k = min(self.detect_width / full_w, MAX_ASPECT * self.detect_width / full_h)  # frame -> detection pixels
         if full_h * k < MIN_WINDOW_PX or full_w * k < MIN_WINDOW_PX:
             return []  # smaller than the detector's minimum: nothing to find (the config check says so)
         if regions is None:

@@ -15,6 +15,7 @@ import cv2
 import numpy as np
 
 from tracker.errors import InputError
+from tracker.images import TOO_LARGE_OR_DAMAGED
 from tracker.sources.base import SourceBase
 from tracker.types import Frame
 
@@ -71,8 +72,8 @@ class FolderSource(SourceBase):
             except cv2.error:  # OpenCV refuses to decode what its header says is too large
                 image = None
             if image is None:
-                log.warning("%s: skipping %r: not a decodable image (corrupt, too large, or not really %s)",
-                            self.description, path.name, path.suffix)
+                log.warning("%s: skipping %r: not a decodable image (%s)", self.description, path.name,
+                            TOO_LARGE_OR_DAMAGED)
                 continue
             return self._frame(image)
         if self._seq == 0:

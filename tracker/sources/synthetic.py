@@ -33,6 +33,7 @@ import numpy as np
 
 from tracker import shared_data
 from tracker.errors import InputError
+from tracker.images import TOO_LARGE_OR_DAMAGED, read_image
 from tracker.sources.base import SourceBase
 from tracker.types import Box, Frame
 
@@ -133,9 +134,10 @@ def load_chips(faces_dir: Path | None = None) -> tuple[list[np.ndarray], list[st
     chips, names = [], []
     for name, paths in scene_chips(faces_dir).items():
         for path in paths:
-            image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+            image = read_image(path)
             if image is None:
-                raise InputError(f"scene face {str(path)!r}: cannot be decoded; expected a face image")
+                raise InputError(f"scene face {str(path)!r}: cannot be decoded ({TOO_LARGE_OR_DAMAGED}); expected a "
+                                 "face image")
             chips.append(image)
             names.append(name)
     return chips, names

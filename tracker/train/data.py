@@ -23,7 +23,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import cv2
 import numpy as np
 
 from tracker.crops import CROP_SIZE, crop_definition, face_pixels
@@ -31,6 +30,7 @@ from tracker.detect import FaceDetector
 from tracker.enroll import IMAGE_SUFFIXES, central_face
 from tracker.errors import InputError
 from tracker.files import NPZ_UNREADABLE, atomic_write, load_npz
+from tracker.images import read_image
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def source_key(path: Path) -> str:
 def cut_crop(path: Path, detector: FaceDetector) -> np.ndarray | None:
     """The guard's crop of the central face of the photo at `path`: (88, 88) uint8, or None when
     the file is not an image or holds no central face."""
-    image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    image = read_image(path)
     if image is None:
         return None
     face = central_face(image, detector)

@@ -12,10 +12,8 @@ import re
 import struct
 
 from tracker.errors import InputError
+from tracker.images import MAX_PIXELS
 
-# A face needs far fewer; a 24-megapixel photo decodes to 72 MB of BGR on the guard's thread, within
-# its budget on a 1 GB Pi (a phone's 48-megapixel mode gives a clear refusal: send a smaller one).
-MAX_PIXELS = 24_000_000
 _PNG = b"\x89PNG\r\n\x1a\n"
 # JPEG start-of-frame markers (baseline, progressive, lossless, arithmetic; not DHT 0xC4, JPG 0xC8, DAC 0xCC)
 _SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}

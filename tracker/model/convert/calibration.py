@@ -30,6 +30,7 @@ import numpy as np
 
 from tracker.crops import CROP_SIZE, box_face
 from tracker.errors import InputError
+from tracker.images import TOO_LARGE_OR_DAMAGED, read_image
 from tracker.sources.synthetic import scene_chips
 from tracker.types import Box
 
@@ -90,9 +91,10 @@ def _face_samples(files: list[Path], shape: tuple[int, int, int], count: int, se
         raise InputError(f"calibration: the model's input has {c} channels; expected 1 (grey) or 3 (BGR)")
     images = []
     for path in files:
-        image = cv2.imread(str(path), cv2.IMREAD_GRAYSCALE if c == 1 else cv2.IMREAD_COLOR)
+        image = read_image(path, cv2.IMREAD_GRAYSCALE if c == 1 else cv2.IMREAD_COLOR)
         if image is None:
-            raise InputError(f"calibration image {str(path)!r}: cannot decode; expected a JPEG/PNG/BMP/PGM image")
+            raise InputError(f"calibration image {str(path)!r}: cannot decode ({TOO_LARGE_OR_DAMAGED}); expected a "
+                             "JPEG/PNG/BMP/PGM image")
         images.append(image)
     rng = np.random.default_rng(seed)
     out = np.empty((count, c, h, w), np.float32)
