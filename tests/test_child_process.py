@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from tracker.child_process import ChildProcess
+from tracker.child_process import ChildProcess, one_line
 
 # The child starts a grandchild in a new session that would sleep for a minute, says its pid, waits.
 CHILD = (
@@ -41,3 +41,30 @@ def test_killing_a_child_kills_its_grandchild_in_another_session_too():
         time.sleep(0.05)
     assert not alive(grandchild)
     child.close()
+
+
+def test_what_a_child_leading_its_group_leaves_behind_when_it_dies_goes_at_close():
+    """A backend worker's child that crashes leaves the helpers it started orphaned, no longer
+    below it: closing it kills what is left of its process group (they held its output pipe, and
+    its reader, open for good)."""
+    crashing = ("import subprocess, sys; "
+                "h = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+                "print(h.pid, flush=True); sys.exit(3)")
+    child = ChildProcess([sys.executable, "-c", crashing], start_new_session=True)
+    deadline = time.monotonic() + 60
+    while child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    helper = int(child.output_text().split()[0])
+    assert child.returncode == 3 and alive(helper)
+    child.close()
+    deadline = time.monotonic() + 10
+    while alive(helper) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(helper)
+
+
+def test_a_childs_output_in_an_error_line_is_printable():
+    child = ChildProcess([sys.executable, "-c", "import sys; sys.stdout.write('bad\\x00 \\x1b[2J\\tend\\n')"])
+    child.reap(30)
+    assert child.output_tail() == "bad? ?[2J\tend"
+    assert one_line(ValueError("a\x07b\nc")) == "a?b | c"

@@ -31,7 +31,8 @@ from tracker.config import load_config
 from tracker.crops import crop_batch, crop_definition
 from tracker.detect import create_detector
 from tracker.enroll import chip_face, open_backend
-from tracker.identity import UNKNOWN, Gallery, IdentityVotes, embeddings_key, file_sha256, identity_threshold
+from tracker.files import file_sha256
+from tracker.identity import UNKNOWN, Gallery, IdentityVotes, embeddings_key, identity_threshold
 
 ENROLLED_PER_PERSON = 6
 

@@ -111,7 +111,8 @@ def test_the_embeddings_key_names_the_weights_and_how_their_card_embeds(tmp_path
     """People enrolled with the same bytes but another embedding recipe are not comparable: the
     key tells them apart, so the guard recomputes them (refresh_people) rather than mixing."""
     from tracker.config import parse_config
-    from tracker.identity import embeddings_key, file_sha256
+    from tracker.files import file_sha256
+    from tracker.identity import embeddings_key
     from tracker.model.card import write_card
 
     weights = tmp_path / "w.caffemodel"
@@ -174,7 +175,8 @@ def test_a_tie_is_too_close_to_call_even_with_no_margin():
 
 def test_the_threshold_comes_from_the_config_else_the_weights_card_else_the_untrained_default(tmp_path):
     from tracker.config import parse_config
-    from tracker.identity import UNTRAINED_THRESHOLD, file_sha256, identity_threshold
+    from tracker.files import file_sha256
+    from tracker.identity import UNTRAINED_THRESHOLD, identity_threshold
     from tracker.model.card import card_path, write_card
 
     weights = tmp_path / "w.caffemodel"
@@ -197,7 +199,8 @@ def test_the_thresholds_are_those_of_the_embedding_in_use_and_a_missing_one_is_o
     """identity.embedding chooses the embedding; the card's own thresholds hold for its own one,
     `thresholds_for` for the other, and an embedding it has none for is a config error."""
     from tracker.config import parse_config
-    from tracker.identity import file_sha256, identity_threshold
+    from tracker.files import file_sha256
+    from tracker.identity import identity_threshold
     from tracker.model.card import write_card
     from tracker.stages import reid_threshold
 

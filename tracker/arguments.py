@@ -12,7 +12,13 @@ from tracker.errors import InputError
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse that raises InputError (exit 2, one line) instead of printing usage and exiting."""
+    """argparse that raises InputError (exit 2, one line) instead of printing usage and exiting,
+    and takes no abbreviation of an option (`--detector` was taken for the benchmark's
+    `--detectors`, and refused under a name the user never typed)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         raise InputError(f"{self.prog}: {message}")

@@ -38,6 +38,13 @@ _OUTPUT_GRACE_S = 5.0  # a reaped child's output reader gets this long to reach 
 RUNTIME_MODULES = ("numpy", "cv2", "tensorflow", "ai_edge_litert", "onnxruntime", "onnx", "torch", "mxnet")
 
 
+def printable(text: str) -> str:
+    """`text` with every character that is not printable (a NUL, a terminal's escape, a bell) but
+    a tab as "?": a child's output goes into the guard's log lines, where the journal would keep a
+    line with a control character as a blob and a terminal would act on an escape."""
+    return "".join(c if c.isprintable() or c == "\t" else "?" for c in text)
+
+
 # ---------------------------------------------------------------------- parent side
 
 
@@ -102,9 +109,9 @@ class OutputTail:
             return b"".join(self._chunks)[-_TAIL_BYTES:].decode("utf-8", "replace")
 
     def tail(self, lines: int = 4, chars: int = 600) -> str:
-        """The last non-empty lines, joined on one line (for error messages)."""
+        """The last non-empty lines, joined on one line (for error messages), printable."""
         kept = [line.strip() for line in self.text().splitlines() if line.strip()][-lines:]
-        return " | ".join(kept)[-chars:]
+        return printable(" | ".join(kept)[-chars:])
 
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
@@ -115,6 +122,9 @@ class ChildProcess:
 
     argv, pass_fds, env, start_new_session: as for subprocess.Popen; stdin is /dev/null, stdout and
     stderr go to the tail (runtimes print on both). Raises OSError when it cannot be started.
+    A child in a session of its own leads its process group: `kill` (and `close`) also kill what is
+    left of that group, the processes it started that outlived it (orphaned when it died, they are
+    no longer below it; they would hold its output pipe open, and its reader with it).
     `pid`; once reaped (`poll`, `reap`, `kill`), `returncode` (as Popen's: -N for signal N) and
     `maxrss_kb`, the child's peak RSS in KiB, known even when it was killed.
     """
@@ -131,6 +141,7 @@ class ChildProcess:
         finally:
             os.close(out_w)
         self.pid = self._popen.pid
+        self._leads_group = start_new_session
         self.returncode: int | None = None
         self.maxrss_kb: int | None = None
         self._output = OutputTail(out_r)
@@ -162,7 +173,9 @@ class ChildProcess:
 
     def kill(self) -> None:
         """SIGKILL the child and every process below it, and reap the child (os.kill, not
-        Popen.kill: that could reap it and lose the rusage); init reaps the others."""
+        Popen.kill: that could reap it and lose the rusage); init reaps the others. Then, if the
+        child led its process group, SIGKILL what is left of the group (its id is not reused while
+        a member lives, so this reaches no stranger)."""
         if self.returncode is None:
             for pid in [*_descendants(self.pid), self.pid]:
                 try:
@@ -170,6 +183,11 @@ class ChildProcess:
                 except ProcessLookupError:
                     pass
             self._wait4(block=True)
+        if self._leads_group:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except ProcessLookupError:  # nobody left in it
+                pass
 
     def reap(self, grace_s: float) -> None:
         """Give the child up to grace_s to exit, then kill it; it is reaped on return."""
@@ -229,9 +247,9 @@ def _descendants(pid: int) -> list[int]:
 
 def one_line(err: BaseException) -> str:
     """The error for the parent: its message's lines joined by " | ", at most 2000 characters (a
-    message is bounded like everything else), or its class name when it has no message."""
+    message is bounded like everything else), printable, or its class name when it has no message."""
     text = " | ".join(part.strip() for part in str(err).splitlines() if part.strip())
-    return text[:2000] or err.__class__.__name__
+    return printable(text[:2000]) or err.__class__.__name__
 
 
 def loaded_versions(backend: Any) -> dict:

@@ -19,6 +19,8 @@ to read a member from it is one of `NPZ_UNREADABLE`.
 latency), where a full disk must neither stop the guard nor leave half a line, rotated by size so
 that its disk use is bounded (see the class); `generations(path, backups)` names its files.
 
+`file_sha256(path)`: a file's sha256, read in blocks.
+
 `make_writable_folder(folder)`, `probe_writable(folder)`: a folder that work will write into, made
 (or not) and proven writable before the work starts (OSError otherwise; each caller words it as its
 option's error).
@@ -26,6 +28,7 @@ option's error).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import tempfile
@@ -45,6 +48,16 @@ log = logging.getLogger(__name__)
 # (ValueError, also raised by load_npz), a member absent (KeyError).
 NPZ_UNREADABLE = (OSError, EOFError, zipfile.BadZipFile, ValueError, KeyError)
 ROTATION_RETRY_NS = 60 * 10**9  # after a rotation the file system refused, the next try
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of the file at `path`, hex; read in blocks of 1 MB, so a file of any size takes
+    no more memory (OSError if it cannot be read)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def probe_writable(folder: Path) -> None:

@@ -16,7 +16,6 @@ and its confidence is its share of all votes.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 from collections import defaultdict
@@ -27,7 +26,7 @@ import numpy as np
 
 from tracker.crops import CROP_BOX, network_input
 from tracker.errors import ConfigError, InputError, TrackerError
-from tracker.files import NPZ_UNREADABLE, atomic_write, load_npz
+from tracker.files import NPZ_UNREADABLE, atomic_write, file_sha256, load_npz
 
 UNKNOWN = "unknown"
 UNTRAINED_THRESHOLD = 0.5  # weights that bring no calibrated threshold
@@ -52,14 +51,6 @@ def _is_name(name: str) -> bool:
     except InputError:
         return False
     return True
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def identity_threshold(config, card: dict | None = None) -> float:

@@ -13,7 +13,7 @@ import pytest
 from tracker.backends import create_backend
 from tracker.backends.mirror import MirrorMean, embedder
 from tracker.errors import ModelError
-from tracker.identity import file_sha256
+from tracker.files import file_sha256
 from tracker.model import face_cnn
 from tracker.model.card import card_path, read_card, write_card
 from tracker.model.spec import default_model

@@ -303,6 +303,10 @@ def test_make_source_picks_the_source_from_config_or_spec(tmp_path):
     assert isinstance(camera, OpenCVSource) and camera.kind == "camera" and camera.live
     assert make_source(config, spec="2").kind == "camera"
     stream = make_source(config, spec="rtsp://192.0.2.1/live")
+    assert make_source(config, spec="HTTPS://192.0.2.1/mjpg").kind == "stream"
+    with pytest.raises(InputError, match="source 'rstp://192.0.2.1/live': unknown stream scheme 'rstp'; expected one "
+                                         "of rtsp, rtsps"):
+        make_source(config, spec="rstp://192.0.2.1/live")
     assert stream.kind == "stream" and stream.live
     assert isinstance(make_source(config, spec=str(tmp_path)), FolderSource)
     video = make_source(config, spec=str(tmp_path / "x.mp4"))

@@ -17,7 +17,7 @@ from test_pipeline_e2e import isolated_env, tracker_command
 from tmpfs import tmpfs
 
 from tracker.backends import create_backend
-from tracker.identity import file_sha256
+from tracker.files import file_sha256
 from tracker.model.caffe_io import load_net
 from tracker.model.card import read_card
 from tracker.model.convert.graph import lower

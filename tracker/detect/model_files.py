@@ -15,7 +15,6 @@ refused with one line naming the path, the expected sha256 and where the right f
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from tracker import shared_data
 from tracker.errors import ModelError
+from tracker.files import file_sha256
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class ModelFile:
     def check(self, path: Path) -> None:
         """ModelError unless `path` is a readable file with the expected sha256."""
         try:
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            digest = file_sha256(path)
         except OSError as err:
             raise ModelError(f"{self.detector} detector: model {str(path)!r}: cannot read "
                              f"({err.strerror or err}); expected the file with sha256 {self.sha256} "

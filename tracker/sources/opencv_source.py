@@ -22,16 +22,24 @@ from tracker.errors import InputError
 from tracker.sources.base import SourceBase, SourceUnavailable
 from tracker.types import Frame
 
-_STREAM = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+_STREAM = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 _DEVICE = re.compile(r"^(?:\d+|/dev/video\d+)$")
+# The network protocols of FFmpeg's that cameras stream over: another scheme is a typo ("rstp://"),
+# which would otherwise be retried for ever as a stream that is down.
+STREAM_SCHEMES = ("rtsp", "rtsps", "rtmp", "rtmps", "http", "https", "rtp", "udp", "tcp", "srt")
 STREAM_TIMEOUT_MS = 5000
 
 
 def classify(uri: str) -> str:
-    """'camera', 'stream' or 'file' for a source uri."""
+    """'camera', 'stream' or 'file' for a source uri; InputError for a stream of another scheme
+    than STREAM_SCHEMES."""
     if _DEVICE.match(uri):
         return "camera"
-    if _STREAM.match(uri):
+    stream = _STREAM.match(uri)
+    if stream:
+        if stream.group(1).lower() not in STREAM_SCHEMES:
+            raise InputError(f"source {uri!r}: unknown stream scheme {stream.group(1)!r}; expected one of "
+                             f"{', '.join(STREAM_SCHEMES)}")
         return "stream"
     return "file"
 

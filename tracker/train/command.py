@@ -444,7 +444,7 @@ def train_command(argv: list[str]) -> int:
 def _card(weights: Path, crop_name: str, classes: list[str], args, photos: int, epoch: int, step: int,
           minutes: float, threads: int, losses: list[float]) -> dict:
     """The card's entries for the staged caffemodel `weights` (tracker.model.card), threshold aside."""
-    from tracker.identity import file_sha256
+    from tracker.files import file_sha256
 
     window = max(1, min(20, len(losses) // 3))  # the loss at the start and at the end, smoothed
     return {"weights_sha256": file_sha256(weights), "crop": crop_name, "embedding": EMBEDDING, "classes": classes,
