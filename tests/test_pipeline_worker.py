@@ -49,3 +49,29 @@ def test_killed_worker_is_restarted_and_in_flight_frames_count_as_dropped(tmp_pa
     assert lost >= 1 and rows[-1]["dropped"] == lost  # an unpaced synthetic source drops nothing itself
     first_drop = next(i for i, r in enumerate(rows) if r["dropped"] > 0)
     assert any(r["batch"] > 0 and r["infer_ms"] > 0 for r in rows[first_drop + 1:])  # inference resumed
+
+
+def test_a_guard_stopped_while_its_worker_hangs_ends_the_call_at_once(tmp_path, caplog):
+    """SIGTERM (here `stop()`, which the handler calls) while the guard waits on a frozen worker:
+    the call ends at the next poll, not at its 24 s deadline (systemd's TimeoutStopSec is 10 s)."""
+    config = parse_config({
+        "state_dir": str(tmp_path / "state"),
+        "source": {"kind": "synthetic", "frames": 100_000, "realtime": False},
+        "backend": {"name": "caffe-openblas-dl", "worker": True},
+        "batcher": {"max_batch": 1},
+        "sinks": {"console": False},
+    })
+    guard = Guard(config, build_stages(config, realtime=False))
+    runner = threading.Thread(target=guard.run)
+    runner.start()
+    deadline = time.monotonic() + 120
+    while guard.frames_processed < 20 and runner.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker = guard.stages.backend.backend.backend  # MirrorMean over the RestartingBackend over the worker
+    os.kill(worker.pid, signal.SIGSTOP)  # it answers nothing more, as a hung runtime would
+    while worker.in_flight == 0 and runner.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)  # until a call waits on it
+    guard.stop()
+    runner.join(60)
+    assert not runner.is_alive()
+    assert "stopped waiting for the infer of 2 inputs (the guard is stopping)" in caplog.text

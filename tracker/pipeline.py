@@ -101,6 +101,7 @@ class Guard:
     def stop(self) -> None:
         self._stop.set()
         self._capture.stop()
+        self.stages.interrupt_backend()  # a call waiting on a hung worker ends now, not at its deadline
 
     # -- the loop --------------------------------------------------------------------------------
 

@@ -12,12 +12,14 @@ under other weights are recomputed with them (`tracker.enroll.refresh`) before t
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracker.backends import create_backend
+from tracker.backends.base import Backend
 from tracker.backends.mirror import embedder
 from tracker.backends.worker import RestartingBackend, model_input_shape
 from tracker.batcher import Batcher
@@ -57,7 +59,7 @@ class Stages:
     gate: MotionGate
     detector: FaceDetector
     batcher: Batcher
-    backend: RestartingBackend
+    backend: Backend  # the RestartingBackend, or the embedding's wrapper of it (tracker.backends.mirror)
     gallery: Gallery
     votes: IdentityVotes
     tracker: Tracker
@@ -67,6 +69,9 @@ class Stages:
     latency_log: LatencyLog
     embeddings_key: str = ""  # tracker.identity.embeddings_key: the gallery holds the people enrolled with it
     web: WebServer | None = None  # the web page, also one of `sinks`; None when off or not listening
+    # Ends a backend call that waits on a hung worker, and its restarts (the guard is stopping):
+    # RestartingBackend.interrupt; nothing for a backend that cannot wait on another process.
+    interrupt_backend: Callable[[], None] = lambda: None
     opened: ExitStack = field(default_factory=ExitStack, repr=False)
 
     def close(self) -> None:
@@ -108,10 +113,10 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
     whatever it had opened."""
     state_dir = prepare_state_dir(config.resolved_state_dir())
     with ExitStack() as opened:
-        backend = _open_backend(config)
-        opened.callback(backend.close)
+        restarting = _open_backend(config)
+        opened.callback(restarting.close)
         card = weights_card(config)  # after the backend: it refuses missing or mismatched weights first
-        backend = embedder(backend, chosen_embedding(config, card))  # the callback above closes what it wraps
+        backend = embedder(restarting, chosen_embedding(config, card))  # the callback above closes what it wraps
         sinks = _open_sinks(config, state_dir)
         for sink in sinks:
             opened.callback(sink.close)
@@ -152,6 +157,7 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
             latency_log=latency_log,
             embeddings_key=key,
             web=web,
+            interrupt_backend=restarting.interrupt,
         )
         stages.opened = opened.pop_all()
     return stages

@@ -7,9 +7,11 @@ is mocked. Timeouts are bounded (pytest-timeout guards every test); no timing is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -202,6 +204,40 @@ def test_hang_times_out_and_the_child_is_killed():
         w.infer(batch(2))
     assert err.value.lost_inputs == 2 and err.value.returncode == -signal.SIGKILL
     assert_gone(w.pid)
+
+
+def test_a_guard_that_stops_ends_a_call_to_a_hung_worker_at_once():
+    """interrupt() (the guard's stop, from its SIGTERM handler) ends a wait that finds no reply,
+    not the call's deadline (here a minute); the worker's restart is not attempted either."""
+    backend = RestartingBackend(lambda: faulty("hang", call_timeout_s=60))
+    worker = backend.backend
+    threading.Timer(0.5, backend.interrupt).start()
+    with pytest.raises(InputsLost, match="stopped waiting for the infer of 2 inputs \\(the guard is stopping\\)"):
+        backend.infer(batch(2))
+    assert_gone(worker.pid)
+    with pytest.raises(InputsLost, match="not restarted: the guard is stopping"):
+        backend.infer(batch(1))
+    backend.close()
+
+
+def test_a_wait_for_the_worker_pings_systemds_watchdog(tmp_path, monkeypatch):
+    """A call may take longer than WatchdogSec (20 s + 2 s an image by default; 30 s in the unit):
+    the bounded wait is not a hung guard. The pings go to a socket standing in for systemd's."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(str(tmp_path / "notify"))
+    listener.settimeout(0)
+    monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "notify"))
+    monkeypatch.setenv("WATCHDOG_USEC", "1000000")
+    monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    w = faulty("hang", call_timeout_s=3.5)
+    with pytest.raises(WorkerFailure, match="timeout after 3.5 s"):
+        w.infer(batch(1))
+    pings = []
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            pings.append(listener.recv(64))
+    listener.close()
+    assert pings.count(b"WATCHDOG=1") >= 2, pings
 
 
 def test_output_tail_is_in_the_error():

@@ -16,6 +16,11 @@ fixed part is two cross-core wake-ups.
 Failure contract (never a hang):
 - every wait has a deadline: `ready_timeout_s` for start-up, `call_timeout_s` (default
   20 s + 2 s per image) for each infer; on expiry the child is killed (SIGKILL) and reaped;
+- a wait is bounded, so it is not a hung guard: while it finds no reply it pings systemd's
+  watchdog (`tracker.daemon.watchdog`, every POLL_S at most), which would otherwise kill a guard
+  whose worker takes longer than WatchdogSec to answer or start; and once `interrupt()` was called
+  (the guard is stopping) it ends the call at once (WorkerFailure) instead of at its deadline,
+  where a reply that comes before POLL_S is taken as ever;
 - a child that dies (exit code, signal, out of memory) is noticed as soon as its reply pipe
   closes (at the latest within a second), reaped, and reported;
 - either way the caller gets a `WorkerFailure` (a BackendFailure) naming the cause, with the tail of
@@ -48,6 +53,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tracker import daemon
 from tracker.backends.base import Backend
 from tracker.backends.worker_child import _LEN, region_offsets, write_frame
 from tracker.child_process import POLL_S, ChildProcess, describe_exit
@@ -185,6 +191,7 @@ class WorkerBackend:
         self._req = self._rep = self._shm_fd = -1  # pipe and shared-memory descriptors; -1: closed
         self._views: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # shared memory: inputs, probs, embeddings
         self._dead: str | None = None  # why the worker cannot serve (set on failure and close)
+        self._interrupted = False  # the guard is stopping: a wait without a reply ends the call
         self._start()
 
     @property
@@ -239,6 +246,10 @@ class WorkerBackend:
                 np.frombuffer(self._shm, np.float32, self.max_batch * self.probs_dim, probs_at).reshape(self.max_batch, self.probs_dim),
                 np.frombuffer(self._shm, np.float32, self.max_batch * self.embedding_dim, embedding_at).reshape(self.max_batch, self.embedding_dim),
             )
+
+    def interrupt(self) -> None:
+        """The caller is stopping: see the module docstring. May be called from a signal handler."""
+        self._interrupted = True
 
     # ------------------------------------------------------------------ calls
 
@@ -316,7 +327,8 @@ class WorkerBackend:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     self._fail(f"timeout after {self._wait_s:g} s during {what} (the child stopped reading)", lost)
-                select.select([], [self._req], [], min(remaining, POLL_S))
+                if not select.select([], [self._req], [], min(remaining, POLL_S))[1]:
+                    self._still_waiting(what, lost)
                 if self._child.poll() is not None:
                     self._fail_dead(what, lost)
 
@@ -334,6 +346,8 @@ class WorkerBackend:
                 self._rbuf += chunk
             elif self._child.exited_with_nothing_to_read(self._rep):
                 self._fail_dead(what, lost)
+            else:
+                self._still_waiting(what, lost)
 
     def _await(self, what: str, deadline: float, lost: int, before_hello: bool = False) -> dict:
         try:
@@ -370,6 +384,14 @@ class WorkerBackend:
                 view = view[got:]
             elif self._child.exited_with_nothing_to_read(self._rep):
                 self._fail_dead(what, lost)
+            else:
+                self._still_waiting(what, lost)
+
+    def _still_waiting(self, what: str, lost: int) -> None:
+        """A poll of the child found no reply yet (see the module docstring)."""
+        daemon.watchdog()
+        if self._interrupted:
+            self._fail(f"stopped waiting for {what} (the guard is stopping)", lost)
 
     def _deadline(self, timeout_s: float) -> float:
         self._wait_s = timeout_s
@@ -531,6 +553,7 @@ class RestartingBackend:
         self.lost_inputs = 0
         self.last_cause: str | None = None
         self._next_attempt = 0.0
+        self._interrupted = False  # the guard is stopping: no restart, and a worker's waits end early
 
     @property
     def backend(self):
@@ -553,15 +576,24 @@ class RestartingBackend:
         return InputsLost(f"backend {self.name!r}: {lost} input{'s' if lost != 1 else ''} lost ({err}); restart in {delay:g} s",
                           lost_inputs=lost, cause=cause, retry_in_s=delay)
 
+    def interrupt(self) -> None:
+        """The guard is stopping (may be called from a signal handler): a worker's call that waits
+        ends at once (`WorkerBackend.interrupt`), and a failed backend is not restarted: its
+        calls raise InputsLost at once."""
+        self._interrupted = True
+        if isinstance(self._backend, WorkerBackend):
+            self._backend.interrupt()
+
     def infer(self, x: np.ndarray) -> Inference:
         """As the wrapped backend's infer; raises InputsLost (a BackendFailure) when the inputs are lost."""
         n = x.shape[0] if isinstance(x, np.ndarray) and x.ndim else 0
         if self._backend is None:
             wait = self._next_attempt - self._clock()
-            if wait > 0:
+            if wait > 0 or self._interrupted:
                 self.lost_inputs += n
-                raise InputsLost(f"backend {self.name!r}: restarting in {wait:.3g} s after: {self.last_cause}; {n} inputs lost",
-                                 lost_inputs=n, cause=f"restarting: {self.last_cause}", retry_in_s=wait)
+                when = "not restarted: the guard is stopping" if self._interrupted else f"restarting in {wait:.3g} s"
+                raise InputsLost(f"backend {self.name!r}: {when}, after: {self.last_cause}; {n} inputs lost",
+                                 lost_inputs=n, cause=f"restarting: {self.last_cause}", retry_in_s=max(wait, 0.0))
             try:
                 self._backend = self._factory()
             except BackendFailure as err:
