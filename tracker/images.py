@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy and cv2 load only when an image is read (see bound_image_decoding)
+    import numpy as np
 
 # A face needs far fewer; a 24-megapixel photo decodes to 72 MB of BGR, within the guard's budget on
 # a 1 GB Pi (a phone's 48-megapixel mode gives a clear refusal: send a smaller one).
