@@ -121,14 +121,19 @@ def effective_config(config: Config, args: argparse.Namespace) -> Config:
 
 
 def _refuse_ignored_options(parser: ArgumentParser, args: argparse.Namespace) -> None:
-    """InputError for an option the run would ignore in silence: one only the benchmark reads,
-    without --benchmark; one only the backends' benchmark reads, with --detectors alone; --source
-    with --demo."""
+    """InputError for an option the run would ignore in silence: a second of the modes
+    --check-config, --list-backends, --benchmark (only the first would run); one only the
+    benchmark reads, without --benchmark; one only the backends' benchmark reads (--precision too),
+    with --detectors alone; --source with --demo."""
+    modes = [name for name in ("check_config", "list_backends", "benchmark") if getattr(args, name)]
+    if len(modes) > 1:
+        first, second = ("--" + name.replace("_", "-") for name in modes[:2])
+        raise InputError(f"{second}: not with {first}; expected one of --check-config, --list-backends, --benchmark")
     given = [name for name in _BENCHMARK_ONLY if getattr(args, name) != parser.get_default(name)]
     if given and not args.benchmark:
         option = "--" + given[0].replace("_", "-")
         raise InputError(f"{option}: only with --benchmark; expected tracker --benchmark {option} ...")
-    backend_only = [name for name in given if name not in ("out", "detectors")]
+    backend_only = [name for name in given if name not in ("out", "detectors")] + (["precision"] if args.precision else [])
     if backend_only and args.detectors and not args.backend:  # the detector benchmark has no cells
         option = "--" + backend_only[0].replace("_", "-")
         raise InputError(f"{option}: the detector benchmark does not take it; expected it with --backend (the backends' "

@@ -21,7 +21,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from tracker.backends import create_backend
+from tracker.backends import create_backend, run_options
 from tracker.backends.mirror import embedder
 from tracker.config import Config, load_config
 from tracker.crops import CROP_MARGIN, crop_batch, crop_definition
@@ -149,8 +149,9 @@ def open_backend(config: Config, name: str | None = None, precision: str | None 
     faces as the config or the weights' card says (tracker.identity.chosen_embedding); the caller
     closes it."""
     model = config.model.spec()
-    backend = create_backend(name or config.backend.name, model, precision=precision or config.backend.precision,
-                             threads=config.backend.threads)
+    name = name or config.backend.name
+    backend = create_backend(name, model, precision=precision or config.backend.precision,
+                             threads=config.backend.threads, **run_options(name, config.resolved_state_dir()))
     try:  # created first: it refuses missing or mismatched weights with one line, before they are hashed
         return embedder(backend, chosen_embedding(config))
     except BaseException:

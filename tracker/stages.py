@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracker.backends import create_backend
+from tracker.backends import create_backend, run_options
 from tracker.backends.base import Backend
 from tracker.backends.mirror import embedder
 from tracker.backends.worker import RestartingBackend, model_input_shape
@@ -112,17 +112,18 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
     whose input is not the guard's crop, BackendUnavailable, InputError ...), after closing
     whatever it had opened."""
     state_dir = prepare_state_dir(config.resolved_state_dir())
+    # The demo keeps its state in <state_dir>/demo (tracker.cli.effective_config); the benchmark
+    # records its runs and auto's profile in <state_dir> itself, which is what the demo should use.
+    benchmark_dir = state_dir.parent if enroll_scene_people else state_dir
     with ExitStack() as opened:
-        restarting = _open_backend(config)
+        restarting = _open_backend(config, benchmark_dir)
         opened.callback(restarting.close)
         card = weights_card(config)  # after the backend: it refuses missing or mismatched weights first
         backend = embedder(restarting, chosen_embedding(config, card))  # the callback above closes what it wraps
         sinks = _open_sinks(config, state_dir)
         for sink in sinks:
             opened.callback(sink.close)
-        # The demo keeps its state in <state_dir>/demo (tracker.cli.effective_config); the benchmark
-        # records its runs in <state_dir> itself, which is what the demo's page should show.
-        web = _open_web(config, state_dir, state_dir.parent if enroll_scene_people else state_dir)
+        web = _open_web(config, state_dir, benchmark_dir)
         if web is not None:
             opened.callback(web.close)
             sinks.append(web)
@@ -174,14 +175,16 @@ def _model(config: Config) -> ModelSpec:
     return model
 
 
-def _open_backend(config: Config) -> RestartingBackend:
-    """The configured backend, restarted with back-off whenever it fails (a worker that died)."""
+def _open_backend(config: Config, benchmark_dir: Path) -> RestartingBackend:
+    """The configured backend, restarted with back-off whenever it fails (a worker that died);
+    `auto` reads the profile the benchmark wrote in `benchmark_dir`."""
     model = _model(config)
     backend_config = config.backend
+    options = run_options(backend_config.name, benchmark_dir)
 
     def create():
         return create_backend(backend_config.name, model, precision=backend_config.precision,
-                              threads=backend_config.threads, worker=backend_config.worker)
+                              threads=backend_config.threads, worker=backend_config.worker, **options)
 
     return RestartingBackend(create)
 

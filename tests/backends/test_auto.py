@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from backend_parity import assert_parity, face_inputs
 
-from tracker.backends import create_backend
+from tracker.backends import backend_class, create_backend
 from tracker.backends.auto import DEFAULTS, TIE_MARGIN, describe_picks
-from tracker.errors import TrackerError
+from tracker.errors import BackendUnavailable, TrackerError
 from tracker.machine import machine_key
 from tracker.model.spec import default_model
 
@@ -77,6 +77,23 @@ def test_int8_picks_among_int8_rows_and_skips_a_backend_that_cannot(tmp_path, ca
             assert list(auto._live) == ["onnxruntime"] and out.probs.shape == (2, 848)
             assert auto.pick(2) == "onnxruntime"
     assert "cannot create opencv-dnn for batch 2" in caplog.text
+
+
+def test_a_default_that_cannot_be_created_gives_way_to_the_next_fastest(tmp_path, caplog, monkeypatch):
+    """int8's default (LiteRT) fastest in the profile, but its runtime gone: onnxruntime runs."""
+    write_profile(tmp_path / "state", results=[("tf-neon-vfpv4", "int8", 1, 0.15), ("onnxruntime", "int8", 1, 0.30)])
+
+    def missing(cls):
+        raise BackendUnavailable("tf-neon-vfpv4: LiteRT is not installed (a test)")
+
+    monkeypatch.setattr(backend_class("tf-neon-vfpv4"), "check_runtime", classmethod(missing))
+    with caplog.at_level(logging.WARNING, logger="tracker.backends.auto"):
+        with create_backend("auto", default_model(), precision="int8", state_dir=str(tmp_path / "state"),
+                            cache_dir=str(tmp_path / "cache")) as auto:
+            assert auto.pick(1) == DEFAULTS["int8"] == "tf-neon-vfpv4"
+            assert auto.infer(face_inputs()[:1]).probs.shape == (1, 848)
+            assert list(auto._live) == ["onnxruntime"]
+    assert "cannot create tf-neon-vfpv4 for batch 1" in caplog.text
 
 
 def test_describe_picks(tmp_path):
@@ -156,3 +173,23 @@ def describe_picks_of(tmp_path, results):
     other = tmp_path / "reference"
     write_profile(other, results=results)
     return describe_picks(other)
+
+
+def test_the_guard_reads_the_profile_in_its_configs_state_dir(tmp_path, caplog):
+    """As the benchmark writes it and --list-backends reads it (the guard read the default config's)."""
+    from tracker.config import parse_config
+    from tracker.stages import build_stages
+
+    write_profile(tmp_path / "state")
+    config = parse_config({"state_dir": str(tmp_path / "state"), "backend": {"name": "auto"},
+                           "sinks": {"console": False}, "web": {"enabled": False}})
+    with caplog.at_level(logging.WARNING, logger="tracker.backends.auto"):
+        stages = build_stages(config, realtime=False)
+    try:
+        auto = stages.backend
+        while not hasattr(auto, "pick"):  # under the embedding's and the restarts' wrappers
+            auto = auto.backend
+        assert [auto.pick(n) for n in (1, 4)] == ["opencv-dnn", "onnxruntime"]
+        assert "auto:" not in caplog.text
+    finally:
+        stages.close()

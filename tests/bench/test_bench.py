@@ -301,6 +301,33 @@ def test_cells_warm_up_for_the_seconds_asked_before_their_timed_passes(capsys, c
         assert f"mean of 2 passes after {float(warmup):g} s of warm-up passes" in stdout
 
 
+def test_a_warm_up_longer_than_the_timeout_is_no_hang(capsys, config_file, tmp_path, test_backends):
+    """The child reports progress while it warms up, as it does while it times passes."""
+    out = tmp_path / "out"
+    code, stdout, stderr = bench(capsys, config_file, out, "--backend", "test-segfault", "--batches", "1",
+                                 "--passes", "2", "--warmup", "3", "--timeout", "1")
+    assert code == 0, stderr
+    (row,) = json.loads((out / "results.json").read_text())["rows"]
+    assert row["status"] == "ok" and row["warmup_passes"] > 1, row
+
+
+def test_a_runoff_whose_backends_fail_to_close_keeps_its_timings(capsys, config_file, state_dir, tmp_path, test_backends,
+                                                                 load, monkeypatch):
+    """The runoff's result is sent before the candidates are closed: a close that raises voids
+    nothing, as for a cell."""
+    from tracker.bench import runoff
+
+    load(0.5)
+    monkeypatch.setattr(runoff, "ROUNDS", 3)
+    monkeypatch.setattr(runoff, "SECONDS_PER_ROUND", 0.02)
+    out = tmp_path / "out"
+    code, stdout, stderr = bench(capsys, config_file, out, "--backend", "test-close-raises,test-int8", "--precision",
+                                 "fp32", "--batches", "1", "--passes", "2")
+    assert code == 0, stderr
+    (entry,) = json.loads((out / "results.json").read_text())["runoffs"]
+    assert "error" not in entry and set(entry["ms_per_image"]) == {"test-close-raises", "test-int8"}, entry
+
+
 def test_failed_cells_are_reported_with_their_cause_and_the_run_goes_on(capsys, config_file, state_dir, tmp_path, test_backends,
                                                                         load):
     load(0.5)
@@ -432,6 +459,35 @@ def test_ctrl_c_keeps_and_prints_what_was_measured(tmp_path, config_file, signum
     assert (out / "per_image_ms_linear.png").exists()
 
 
+def test_a_cell_measured_before_the_run_is_stopped_is_kept(tmp_path, config_file):
+    """SIGTERM while the cell's child closes its backend (a runtime can take seconds): the child
+    had sent its timings, and they are recorded before the run stops."""
+    out, closing = tmp_path / "out", tmp_path / "closing"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)]), "TRACKER_TEST_CLOSING": str(closing)}
+    code = (
+        "import sys; from tracker import backends; "
+        "backends.REGISTRY['test-hang-close'] = backends.Entry('test_bench:HangsInClose', None); "
+        "from tracker.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "--config", str(config_file), "--benchmark", "--backend", "test-hang-close",
+         "--batches", "1,2", "--passes", "2", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not closing.exists() and proc.poll() is None:
+            time.sleep(0.05)
+        assert closing.exists(), proc.stderr.read() if proc.poll() is not None else "the backend never closed"
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["complete"] is False and [(r["batch"], r["status"]) for r in doc["rows"]] == [(1, "ok")]
+
+
 def _children(pid: int) -> list[int]:
     with open(f"/proc/{pid}/task/{pid}/children") as f:
         return [int(child) for child in f.read().split()]
@@ -500,7 +556,8 @@ def test_unavailable_backend_is_exit_3_naming_the_extra(capsys, config_file, tmp
         (["--detectors", "haar", "--passes", "7"], "--passes: the detector benchmark does not take it"),
         (["--warmup", "-1"], "argument --warmup: bad value '-1'; expected a number of seconds >= 0"),
         (["--warmup", "nan"], "argument --warmup: bad value 'nan'"),
-        (["--backend", "caffe-openblas", "--precision", "int8"], "backend 'caffe-openblas' has no 'int8' model"),
+        (["--backend", "caffe-openblas", "--precision", "int8"], "backend 'caffe-openblas' has no 'int8' model; backends "
+                                                                 "with 'int8': tf-neon-vfpv4, onnxruntime, auto"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys, config_file, tmp_path, argv, expected):
@@ -661,6 +718,23 @@ class Int8Linear(_Linear):
             self._w = np.round(self._w / scale).astype(np.int8).astype(np.float32) * scale
 
 
+class CloseRaises(_Linear):
+    fail_from_batch = 2**30
+
+    def close(self):
+        raise RuntimeError("the runtime failed while shutting down")
+
+
+class HangsInClose(_Linear):
+    """Its cells run; closing it says so in the file $TRACKER_TEST_CLOSING names, then hangs."""
+
+    fail_from_batch = 2**30
+
+    def close(self):
+        Path(os.environ["TRACKER_TEST_CLOSING"]).write_text("closing")
+        time.sleep(3600)
+
+
 class MissingRuntime(_Linear):
     @classmethod
     def check_runtime(cls):
@@ -677,6 +751,7 @@ TEST_BACKENDS = {
     "test-hang": "HangsFromBatch4",
     "test-missing": "MissingRuntime",
     "test-int8": "Int8Linear",
+    "test-close-raises": "CloseRaises",
 }
 
 

@@ -278,6 +278,32 @@ def best_labelled_page(driver) -> bytes:
     return best
 
 
+def state_requests(driver) -> int:
+    return driver.execute_script(
+        "return performance.getEntriesByType('resource').filter((e) => e.name.includes('/api/state')).length;")
+
+
+def test_a_page_without_a_password_that_loses_its_session_makes_a_new_one(start_guard, browser):
+    """No password (the page answers this machine only): a session lost (the guard restarted, or
+    its hours passed) is made anew, not answered with a login form no password can pass. And the
+    Live tab opened again while open polls the guard's state once a second, not twice."""
+    guard = start_guard()
+    open_page(browser, guard)
+    for _ in range(3):
+        by_css(browser, '#tabs button[data-tab="live"]').click()
+    open_tab(browser, "people")
+    polled = state_requests(browser)
+    time.sleep(2.5)  # a pause in which a poll left running would ask twice or more; the count is the check
+    assert state_requests(browser) <= polled + 1
+    browser.delete_all_cookies()
+    by_css(browser, '#tabs button[data-tab="speed"]').click()  # its request now gets 401
+    wait(browser).until(lambda d: by_css(d, "#live").is_displayed(), "the page did not make a new session")
+    assert not by_css(browser, "#login").is_displayed()
+    open_tab(browser, "people")
+    wait(browser).until(lambda d: all_by_css(d, "#people-list li.person"), "the new session lists nobody")
+    guard.assert_running()
+
+
 def test_events_tab_lists_an_event_with_its_snapshot(start_guard, browser):
     guard = start_guard()
     open_page(browser, guard)

@@ -158,6 +158,17 @@ def test_a_page_without_a_password_does_not_answer_through_a_proxy(client, heade
     assert status == 403 and "not through a proxy; set web.password_file" in json.loads(body)["error"]
 
 
+def test_another_sites_requests_make_no_session(page):
+    """Another site's page can make the browser ask for /api/session (an <img>, no cookie): each
+    would be a session, and 64 of them pushed out the user's. A browser names the request's site;
+    the page's own fetch is same-origin, an address typed in is "none"."""
+    _, port = page
+    for site, made in (("cross-site", False), ("same-site", False), ("same-origin", True), ("none", True)):
+        client = Client(port)
+        status, headers, body = client.request("GET", "/api/session", headers={"Sec-Fetch-Site": site})
+        assert status == 200 and json.loads(body)["logged_in"] is made and ("set-cookie" in headers) is made, site
+
+
 def test_without_a_session_nothing_but_the_page_answers(page):
     guard, port = page
     anonymous = Client(port)

@@ -207,8 +207,11 @@ def test_pages_go_on_through_the_rotated_logs_and_survive_a_rotation_between_the
 
     page, cursor = event_log.read_page(path, backups=2, limit=300)
     assert cursor is None and [e["seq"] for e in page] == kept(path, 2)[::-1]
-    gone = f"{path.with_name('events.jsonl.2').stat().st_ino}:100"
-    for _ in range(3):  # a cursor into the oldest file, which two rotations remove
+    oldest, gone = path.with_name("events.jsonl.2").stat().st_ino, None
+    while gone is None or int(gone.split(":")[0]) != oldest:  # a cursor into the oldest file ...
+        gone = event_log.read_page(path, backups=2, before=gone, limit=1)[1]
+    assert event_log.read_page(path, backups=2, before=gone, limit=1)[0]
+    for _ in range(3):  # ... which two rotations remove
         newest = path.stat().st_ino
         while path.stat().st_ino == newest:
             sink.publish_event(guard_event(seq), None)
@@ -217,10 +220,58 @@ def test_pages_go_on_through_the_rotated_logs_and_survive_a_rotation_between_the
     assert event_log.read_page(path, backups=2, before=gone) == ([], None)
 
 
-@pytest.mark.parametrize("cursor", ["12", "-5:3", "5:", ":5", "a:b", "1:2:3"])
+@pytest.mark.parametrize("cursor", ["12", "1:2", "-5:3:4", "5:6:", ":5:6", "a:b:c", "1:2:3:4"])
 def test_a_cursor_not_made_by_a_page_is_refused(cursor):
-    with pytest.raises(ValueError, match="not <inode>:<offset>"):
+    with pytest.raises(ValueError, match="not <inode>:<mark>:<offset>"):
         event_log.parse_cursor(cursor)
+
+
+def test_a_cursor_is_only_good_for_the_file_it_was_made_from(tmp_path):
+    """ext4 gives a new events log the inode of the one the rotation removed: its cursor then
+    names the new file's inode. Its mark (the first line) tells them apart; so does an offset that
+    is not the start of a line."""
+    path = tmp_path / "events.jsonl"
+    write_log(path, 30)
+    page, cursor = event_log.read_page(path, limit=5)
+    inode, mark, offset = event_log.parse_cursor(cursor)
+    assert event_log.read_page(path, before=cursor, limit=5)[0]
+    assert event_log.read_page(path, before=f"{inode}:{mark}:{offset - 3}") == ([], None)
+    with open(path, "r+", encoding="utf-8") as f:  # the same inode, another file's lines
+        f.write(json.dumps({"id": "f" * 32, "kind": "entered", "track_id": 99, "identity": "unknown"}) + "\n")
+    assert path.stat().st_ino == inode
+    assert event_log.read_page(path, before=cursor) == ([], None)
+
+
+def test_the_speed_tab_says_what_is_wrong_with_a_damaged_record(tmp_path):
+    """A damaged record is said to be damaged (it read as no run at all); a NaN cell (no JSON) and
+    plots that were not written are left out; a results file of the wrong shape cannot be read."""
+    from tracker.bench.profile import last_run_path, record_last_run
+    from tracker.web.speed import speed_summary
+
+    state, out = tmp_path / "state", tmp_path / "out"
+    state.mkdir()
+    assert speed_summary(state)["why"].startswith("no benchmark has run on this device yet")
+    last_run_path(state).write_text("{not json")
+    assert "is damaged; run the benchmark again" in speed_summary(state)["why"]
+    out.mkdir()
+    record_last_run(state, out)
+    doc = {"complete": True, "machine": {"cpu": "x", "cores": 2}, "settings": {"batches": [1, 2], "columns": [{"label": "a"}]},
+           "rows": [{"label": "a", "batch": 1, "status": "ok", "ms_per_image": 1.5, "median_ms_per_image": float("nan")},
+                    {"label": "a", "batch": 2, "status": "ok", "ms_per_image": 1.0, "median_ms_per_image": 0.9}]}
+    (out / "results.json").write_text(json.dumps(doc))
+    (out / "per_image_ms_log.png").write_bytes(b"\x89PNG")
+    run = speed_summary(state)["benchmark"]
+    json.dumps(run, allow_nan=False)
+    assert run["mean"] == {"a": {"1": 1.5, "2": 1.0}} and run["median"] == {"a": {"2": 0.9}}
+    assert run["plots"] == {"log": "/speed/log.png"}
+    doc["settings"]["batches"] = None
+    (out / "results.json").write_text(json.dumps(doc))
+    assert speed_summary(state)["benchmark"] is None and "cannot be read; run it again" in speed_summary(state)["why"]
+
+
+def test_text_that_is_no_utf_8_is_a_wrong_token_or_password_not_an_error():
+    session = auth.Sessions(60).create()
+    assert not auth.csrf_ok(session, "\ud800") and not auth.password_ok("secret", "\ud800x")
 
 
 # ---- uploads -------------------------------------------------------------------------------

@@ -3,10 +3,18 @@ or behind a worker process (`worker.py`). Importing this package imports no runt
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tracker.backends.registry import REGISTRY, Entry, availability, backend_class, missing_runtime
 from tracker.errors import InputError
 
-__all__ = ["REGISTRY", "Entry", "availability", "backend_class", "create_backend", "missing_runtime"]
+__all__ = ["REGISTRY", "Entry", "availability", "backend_class", "create_backend", "missing_runtime", "run_options"]
+
+
+def run_options(name: str, state_dir: Path) -> dict:
+    """The options beyond the contract's that backend `name` takes from the run: `auto` reads its
+    calibration profile in the run's state_dir (without it, the default config's)."""
+    return {"state_dir": str(state_dir)} if name == "auto" else {}
 
 
 def create_backend(name: str, model=None, *, precision: str = "fp32", threads: int | None = None,

@@ -218,7 +218,8 @@ class Auto(BackendBase):
             return self._live[chosen]
         from tracker.backends import create_backend
 
-        for name in self.candidates(n):
+        names = self.candidates(n)
+        for name in names:
             if name in self._live:
                 backend = self._live[name]
                 self._live.move_to_end(name)
@@ -227,7 +228,7 @@ class Auto(BackendBase):
             try:
                 backend = create_backend(name, self.model, precision=self.precision, threads=self.threads, **options)
             except (BackendUnavailable, InputError) as err:
-                if name == DEFAULTS[self.precision]:
+                if name == names[-1]:  # none left to fall back on (the default is last, or ranked above it)
                     raise
                 log.warning("auto: cannot create %s for batch %d (%s); using the next fastest", name, n, err)
                 self._broken.add(name)

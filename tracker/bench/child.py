@@ -146,9 +146,13 @@ def run_cell(job: dict, channel: _Channel, stage: _Stage) -> None:
     stage.text = "the warm-up passes"
     warm_until = time.perf_counter() + job["warmup_s"]
     warmup_passes = 0
+    last_report = time.monotonic()
     while warmup_passes == 0 or time.perf_counter() < warm_until:
         backend.infer(x)
         warmup_passes += 1
+        if time.monotonic() - last_report >= _PROGRESS_EVERY_S:  # a warm-up longer than --timeout is no hang
+            channel.send(event="progress", done=0)
+            last_report = time.monotonic()
     channel.send(event="progress", done=1)
     pass_ns = []
     last_report = time.monotonic()

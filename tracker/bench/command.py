@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import tracker.bench.runoff as runoff
-from tracker.backends import REGISTRY
+from tracker.backends import REGISTRY, backend_class, run_options
 from tracker.bench.memory_cap import cap_method
 from tracker.bench.profile import profile_path, record_last_run, recorded_at_start, update_profile
 from tracker.bench.report import Column, Results, make_row, prepare_out, quality_line, runoff_line, summary_line
@@ -87,7 +87,7 @@ def _columns(names: list[str], probes: dict[str, Probe], precision: str | None, 
     if precision is not None:
         lacking = [n for n in names if probes[n].available and precision not in probes[n].precisions]
         if explicit and lacking:
-            having = [n for n in REGISTRY if n in probes and precision in probes[n].precisions]
+            having = [n for n in REGISTRY if precision in backend_class(n).precisions]
             raise InputError(
                 f"--precision: backend {lacking[0]!r} has no {precision!r} model; backends with {precision!r}: {', '.join(having) or 'none'}"
             )
@@ -98,7 +98,7 @@ def _columns(names: list[str], probes: dict[str, Probe], precision: str | None, 
 def _backend_options(name: str, state_dir: Path, worker: bool = False) -> dict:
     """Constructor options beyond the contract's; `auto` needs to know where the profile is;
     `worker` runs the backend in a worker child (create_backend(worker=True))."""
-    options = {"state_dir": str(state_dir)} if name == "auto" else {}
+    options = run_options(name, state_dir)
     return {**options, "worker": True} if worker else options
 
 
@@ -247,12 +247,17 @@ def run_benchmark_command(config, args) -> int:
             bar.write(summary_line(row), file=sys.stderr)
             write_data()
             record_profile()
+            if outcome.interrupted:
+                raise KeyboardInterrupt
         if column.precision != "fp32" and "fp32" in probes[column.backend].precisions:
             bar.set_description(f"{column.label} quality")
             quality = run_job({**cell_job(column, batches[-1]), "mode": "quality"}, timeout_s, "quality")
+            stopped = quality.pop("interrupted", False)
             results.add_quality({"backend": column.backend, "precision": column.precision, "reference": "fp32", **quality})
             bar.write(quality_line(results.quality[-1]), file=sys.stderr)
             write_data()
+            if stopped:
+                raise KeyboardInterrupt
         write_plots()
 
     def run_off(plan: runoff.Runoff) -> None:
@@ -273,6 +278,7 @@ def run_benchmark_command(config, args) -> int:
             return "loading the candidates" if done is None else f"round {done + 1}/{rounds}" if done < rounds else "closing the backends"
 
         got = run_job(job, timeout_s, "runoff", progress, stage)
+        stopped = got.pop("interrupted", False)
         bar.update(start + rounds - bar.n)
         entry = {"precision": plan.precision, "batch": plan.batch, "backends": list(plan.backends),
                  "cell_median_ms_per_image": {name: cells[name]["median_ms_per_image"] for name in plan.backends},
@@ -284,6 +290,8 @@ def run_benchmark_command(config, args) -> int:
         bar.write("runoff " + runoff_line(entry), file=sys.stderr)
         write_data()
         record_profile()
+        if stopped:
+            raise KeyboardInterrupt
 
     from tqdm import tqdm
 

@@ -262,7 +262,7 @@ def run_detector_benchmark(config: Config, names: list[str], out: Path, frames: 
 
 def _frame_budget(config: Config, frames: int) -> dict:
     """The configured guard's frame: detection (+ motion gate) + crops + CNN + tracker, in ms."""
-    from tracker.backends import create_backend
+    from tracker.backends import create_backend, run_options
     from tracker.backends.mirror import embedder
     from tracker.identity import chosen_embedding
     from tracker.tracking import Tracker
@@ -270,7 +270,8 @@ def _frame_budget(config: Config, frames: int) -> dict:
     cfg = config
     detector = create_detector(cfg.detect, quiet=True)
     model = cfg.model.spec()
-    backend = create_backend(cfg.backend.name, model, precision=cfg.backend.precision, threads=cfg.backend.threads)
+    backend = create_backend(cfg.backend.name, model, precision=cfg.backend.precision, threads=cfg.backend.threads,
+                             **run_options(cfg.backend.name, cfg.resolved_state_dir()))
     try:
         backend = embedder(backend, chosen_embedding(cfg))  # the guard's embedding: one or two passes per face
         mode = "regions" if cfg.detect.regions else "whole"

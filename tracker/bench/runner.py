@@ -127,6 +127,7 @@ class CellOutcome:
     rss_processes: int | None = None  # processes whose peaks peak_rss_kb adds up (the worker's too)
     load_s: float | None = None
     versions: dict = field(default_factory=dict)
+    interrupted: bool = False  # the run was stopped (Ctrl-C, SIGTERM) after the cell was measured: record it, then stop
     error: str | None = None  # the cause, one line, e.g. "killed by signal 9 (out of memory?) during pass 3/100"
     reason: str | None = None  # the same, short enough for a table cell
     error_detail: str | None = None  # the cause plus the tail of the child's output
@@ -136,7 +137,9 @@ def run_cell(job: dict, timeout_s: float, on_progress: Callable[[int], None], en
     """Run one cell in a fresh child; every way it can end becomes a CellOutcome.
 
     on_progress(done) is called with the number of passes done (warm-up included) as they finish.
-    KeyboardInterrupt kills the child and propagates.
+    KeyboardInterrupt kills the child and propagates, unless the child had sent its result (it was
+    closing its backend): then the outcome comes back with `interrupted` set, for the caller to
+    record before it stops.
     """
     state: dict = {"loaded": None, "done": 0, "result": None, "error": None}
 
@@ -161,14 +164,20 @@ def run_cell(job: dict, timeout_s: float, on_progress: Callable[[int], None], en
         return f"pass {state['done']}/{job['passes']}"
 
     child = _Child(job, env)
+    interrupted = False
     try:
         try:
             child.communicate(timeout_s, on_message)
             cause = None
         except _TimedOut:
             cause = (f"timeout after {timeout_s:g} s without progress during {stage()}", f"timeout {timeout_s:g} s")
+        except KeyboardInterrupt:
+            if state["result"] is None:
+                raise
+            interrupted, cause = True, None
         loaded = state["loaded"] or {}
-        outcome = CellOutcome(status="ok", load_s=loaded.get("load_s"), versions=loaded.get("versions", {}))
+        outcome = CellOutcome(status="ok", load_s=loaded.get("load_s"), versions=loaded.get("versions", {}),
+                              interrupted=interrupted)
         result, error = state["result"], state["error"]
         if result is not None:  # measured; how the child then exited (or hung in close) does not matter
             outcome.pass_ns = result["pass_ns"]
@@ -204,8 +213,9 @@ def run_job(job: dict, timeout_s: float, event: str, on_progress: Callable[[int]
 
     on_progress(done) gets the child's progress messages; stage(done), given the last `done`
     (None before any), says what the child was doing for a cause the child could not report
-    itself (a signal, a timeout). A message sent before the child then hung or crashed counts,
-    as a cell's result does.
+    itself (a signal, a timeout). A message sent before the child then hung, crashed, failed to
+    close or was stopped counts, as a cell's result does; stopped (KeyboardInterrupt) after it,
+    the fields come back with "interrupted": True, for the caller to record before it stops.
     """
     got: dict = {}
     state: dict = {"done": None}
@@ -216,18 +226,24 @@ def run_job(job: dict, timeout_s: float, event: str, on_progress: Callable[[int]
             state["done"] = msg["done"]
             if on_progress is not None:
                 on_progress(msg["done"])
-        elif kind in (event, "error"):
+        elif kind == event or (kind == "error" and got.get("event") != event):  # an error in close() voids nothing
+            got.clear()
             got.update(msg)
 
     child = _Child(job, env)
+    interrupted = False
     try:
         try:
             child.communicate(timeout_s, on_message)
             cause = None
         except _TimedOut:
             cause = f"timeout after {timeout_s:g} s without progress"
+        except KeyboardInterrupt:
+            if got.get("event") != event:
+                raise
+            interrupted, cause = True, None
         if got.get("event") == event:
-            return {k: v for k, v in got.items() if k != "event"}
+            return {k: v for k, v in got.items() if k != "event"} | ({"interrupted": True} if interrupted else {})
         if got.get("event") == "error":
             return {"error": f"{got['type']}: {got['message']} during {got['stage']}"}
         cause = cause or child.ended()

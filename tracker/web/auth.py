@@ -3,8 +3,9 @@
 Sessions: a random 256-bit token in an HttpOnly, SameSite=Strict cookie, kept in memory (at most
 MAX_SESSIONS: the one unused longest is dropped first, so a page in use keeps its session while
 requests without a cookie make new ones; the live tab asks for the guard's state every second)
-and ending `lifetime_s` after it was made. With a password
-a session is made by logging in; without one (the page listens on loopback only) by opening the page.
+and ending `lifetime_s` after it was made. With a password a session is made by logging in;
+without one (the page listens on loopback only) by opening the page, never by a request a
+browser marks as another site's (server.py); the page makes a new one when its own is lost.
 Either way a session is needed: it carries the CSRF token.
 
 CSRF: each session has its own random token, which the page reads from /api/session (a same-origin
@@ -73,12 +74,18 @@ class Sessions:
 
 
 def csrf_ok(session: Session, header: str | None) -> bool:
-    return header is not None and hmac.compare_digest(session.csrf.encode(), header.encode())
+    return header is not None and hmac.compare_digest(session.csrf.encode(), _bytes(header))
 
 
 def password_ok(expected: str, given: str) -> bool:
     """Constant-time comparison (of digests, so that the length of the password leaks nothing either)."""
-    return hmac.compare_digest(hashlib.sha256(expected.encode()).digest(), hashlib.sha256(given.encode()).digest())
+    return hmac.compare_digest(hashlib.sha256(expected.encode()).digest(), hashlib.sha256(_bytes(given)).digest())
+
+
+def _bytes(text: str) -> bytes:
+    """`text` as UTF-8, a lone surrogate (from a header's undecodable bytes or a JSON string's
+    escapes) included: such text is only ever a wrong token or password, never an error."""
+    return text.encode("utf-8", "surrogatepass")
 
 
 class LoginLimiter:

@@ -4,18 +4,22 @@ file in fixed blocks: a request never loads a file whole.
 
 A page is at most `limit` events, optionally of one identity, that come before the cursor `before`
 (None: the end of the newest file); with it comes the cursor to ask for the next (older) page, or
-None at the start of the oldest file. A cursor is "<inode>:<byte offset>": the file is found by its
-inode, so a cursor stays good while the guard rotates the files under a reader; one whose file has
-been rotated out gives an empty last page. A request reads at most `max_scan` bytes: a filter that
-matches rarely returns a short page and the cursor to go on from, not a long wait. A line that is
-not a JSON object (a torn last line while the guard writes, a stray edit) is skipped; a line longer
-than MAX_LINE is skipped without being held in memory whole.
+None at the start of the oldest file. A cursor is "<inode>:<mark>:<byte offset>": the file is
+found by its inode, so a cursor stays good while the guard rotates the files under a reader, and
+its mark (the CRC-32 of its first line, which never changes once written) must match, since a file
+system may give a new file the inode of one the rotation removed (ext4 does); one whose file has
+been rotated out, or whose offset is not the start of one of its lines, gives an empty last page.
+A request reads at most `max_scan` bytes: a filter that matches rarely returns a short page and
+the cursor to go on from, not a long wait. A line that is not a JSON object (a torn last line
+while the guard writes, a stray edit) is skipped; a line longer than MAX_LINE is skipped without
+being held in memory whole.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import zlib
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -23,6 +27,7 @@ from pathlib import Path
 from tracker.files import generations
 
 BLOCK = 64 * 1024
+MARK_BYTES = 4096  # a cursor's mark covers the file's first line up to here (an event line is well under 1 kB)
 MAX_LINE = 64 * 1024  # an event line is well under 1 kB
 MAX_LIMIT = 100
 
@@ -49,13 +54,31 @@ def _lines_backwards(f, end: int) -> Iterator[tuple[int, bytes]]:
         yield 0, tail
 
 
-def parse_cursor(text: str) -> tuple[int, int]:
-    """(inode, offset) of a page's `next` as `read_page` gave it ("<inode>:<offset>"); ValueError if
-    it is not one."""
-    inode, sep, offset = text.partition(":")
-    if not sep or not inode.isdigit() or not offset.isdigit():
-        raise ValueError(f"not <inode>:<offset>: {text!r}")
-    return int(inode), int(offset)
+def parse_cursor(text: str) -> tuple[int, int, int]:
+    """(inode, mark, offset) of a page's `next` as `read_page` gave it ("<inode>:<mark>:<offset>");
+    ValueError if it is not one."""
+    fields = text.split(":")
+    if len(fields) != 3 or not all(field.isdigit() for field in fields):
+        raise ValueError(f"not <inode>:<mark>:<offset>: {text!r}")
+    inode, mark, offset = map(int, fields)
+    return inode, mark, offset
+
+
+def _mark(f) -> int:
+    """The CRC-32 of the file's first line (at most MARK_BYTES of it)."""
+    f.seek(0)
+    return zlib.crc32(f.read(MARK_BYTES).split(b"\n", 1)[0])
+
+
+def _cursor(f, inode: int, offset: int) -> str:
+    return f"{inode}:{_mark(f)}:{offset}"
+
+
+def _starts_a_line(f, offset: int) -> bool:
+    if offset == 0:
+        return True
+    f.seek(offset - 1)
+    return f.read(1) == b"\n"
 
 
 def read_page(path: Path, *, backups: int = 0, before: str | None = None, limit: int = 20,
@@ -72,10 +95,10 @@ def read_page(path: Path, *, backups: int = 0, before: str | None = None, limit:
                 continue
             opened.append((f, os.fstat(f.fileno()).st_ino, f.seek(0, 2)))
         if before is not None:
-            inode, offset = parse_cursor(before)
-            # A cursor past its file's end was not made from that file: the inode is another's now.
-            at = next((i for i, (_, ino, size) in enumerate(opened) if ino == inode and offset <= size), None)
-            if at is None:
+            inode, mark, offset = parse_cursor(before)
+            at = next((i for i, (f, ino, size) in enumerate(opened)
+                       if ino == inode and offset <= size and _mark(f) == mark and _starts_a_line(f, offset)), None)
+            if at is None:  # its file was rotated out, or the cursor was not made from this one
                 return [], None
             opened = [(opened[at][0], inode, offset), *opened[at + 1:]]
         events: list[dict] = []
@@ -84,7 +107,7 @@ def read_page(path: Path, *, backups: int = 0, before: str | None = None, limit:
             line_end = end
             for start, line in _lines_backwards(f, end):
                 if scanned + end - start > max_scan and (scanned or line_end < end):  # each call moves on
-                    return events, f"{ino}:{line_end}"
+                    return events, _cursor(f, ino, line_end)
                 line_end = start
                 try:
                     event = json.loads(line)
@@ -95,7 +118,7 @@ def read_page(path: Path, *, backups: int = 0, before: str | None = None, limit:
                 events.append(event)
                 if len(events) == limit:
                     if start > 0:
-                        return events, f"{ino}:{start}"
-                    return events, (f"{opened[n + 1][1]}:{opened[n + 1][2]}" if n + 1 < len(opened) else None)
+                        return events, _cursor(f, ino, start)
+                    return events, (_cursor(*opened[n + 1]) if n + 1 < len(opened) else None)
             scanned += end
         return events, None

@@ -264,7 +264,11 @@ class WebServer:
     async def _session(self, request: web.Request) -> web.Response:
         session = self.sessions.get(request.cookies.get(auth.COOKIE))
         response = web.json_response({})
-        if session is None and self.password is None:
+        # Another site's page can make a browser request this address (an <img>; no cookie goes with
+        # it): the sessions it would make could push out the user's. A browser says where a request
+        # comes from; a client that does not (curl, a script on this machine) is not a web page.
+        same_site = request.headers.get("Sec-Fetch-Site", "same-origin") in ("same-origin", "none")
+        if session is None and self.password is None and same_site:
             session = self._new_session(response)
         response.text = json.dumps({"password_required": self.password is not None, "logged_in": session is not None,
                                     "csrf": session.csrf if session else None})

@@ -8,6 +8,7 @@ mean and median ms per image by batch size and backend, and serves its two plots
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from tracker.backends.auto import describe_picks
@@ -20,10 +21,17 @@ NO_RUN = "no benchmark has run on this device yet: run tracker --benchmark --bac
 
 
 def _out_dir(state_dir: Path) -> Path | None:
+    """The last run's folder; None if no run is recorded; ValueError if its record is damaged."""
     try:
-        return Path(json.loads(last_run_path(state_dir).read_text(encoding="utf-8"))["out"])
-    except (OSError, ValueError, KeyError, TypeError):
+        text = last_run_path(state_dir).read_text(encoding="utf-8")
+    except FileNotFoundError:
         return None
+    except OSError as err:
+        raise ValueError(f"the record of the last benchmark ({last_run_path(state_dir)}) cannot be read ({err})") from None
+    try:
+        return Path(json.loads(text)["out"])
+    except (ValueError, KeyError, TypeError):
+        raise ValueError(f"the record of the last benchmark ({last_run_path(state_dir)}) is damaged") from None
 
 
 def speed_summary(state_dir: Path) -> dict:
@@ -35,39 +43,57 @@ def speed_summary(state_dir: Path) -> dict:
         auto["picks"] = [{"batch": b, "backend": name, "precision": p} for b, name, p in describe_picks(state_dir)]
     except TrackerError as err:
         auto["why"] = str(err)
-    out = _out_dir(state_dir)
-    results = None if out is None else out / "results.json"
     try:
-        if results is None or results.stat().st_size > MAX_RESULTS_BYTES:
+        out = _out_dir(state_dir)
+    except ValueError as err:
+        return {"benchmark": None, "why": f"{err}; run the benchmark again", "auto": auto}
+    if out is None:
+        return {"benchmark": None, "why": NO_RUN, "auto": auto}
+    results = out / "results.json"
+    try:
+        if results.stat().st_size > MAX_RESULTS_BYTES:
             raise ValueError
         doc = json.loads(results.read_text(encoding="utf-8"))
         rows = [r for r in doc["rows"] if r.get("status") == "ok"]
+        batches, columns = doc["settings"]["batches"], [c["label"] for c in doc["settings"]["columns"]]
+        machine = doc["machine"]
+        if not (_all(batches, int) and _all(columns, str) and _all(rows, dict) and isinstance(machine, dict)):
+            raise TypeError("not a results.json of tracker --benchmark")
         summary = {
             "out": str(out), "complete": bool(doc.get("complete")),
-            "machine": {k: doc["machine"].get(k) for k in ("cpu", "cores", "arch", "load_average")},
-            "batches": doc["settings"]["batches"],
-            "columns": [c["label"] for c in doc["settings"]["columns"]],
+            "machine": {k: machine.get(k) for k in ("cpu", "cores", "arch", "load_average")},
+            "batches": batches,
+            "columns": columns,
             "mean": _table(rows, "ms_per_image"),
             "median": _table(rows, "median_ms_per_image"),
-            "plots": {scale: f"/speed/{scale}.png" for scale in PLOTS},
+            "plots": {scale: f"/speed/{scale}.png" for scale, name in PLOTS.items() if (out / name).is_file()},
         }
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        why = NO_RUN if results is None else f"the last benchmark's results ({results}) cannot be read; run it again"
+        why = f"the last benchmark's results ({results}) cannot be read; run it again"
         return {"benchmark": None, "why": why, "auto": auto}
     return {"benchmark": summary, "why": None, "auto": auto}
 
 
+def _all(items, kind: type) -> bool:
+    return isinstance(items, list) and all(isinstance(item, kind) and not isinstance(item, bool) for item in items)
+
+
 def _table(rows: list[dict], key: str) -> dict:
+    """{label: {batch: ms}} of the rows' finite, positive `key` values (a NaN is no JSON)."""
     table: dict = {}
     for row in rows:
-        if row.get(key) is not None:
-            table.setdefault(row["label"], {})[str(row["batch"])] = round(float(row[key]), 4)
+        value = row.get(key)
+        if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
+            table.setdefault(str(row["label"]), {})[str(row["batch"])] = round(float(value), 4)
     return table
 
 
 def speed_plot(state_dir: Path, scale: str) -> bytes | None:
     """The last run's plot of `scale` ("linear" or "log") as PNG bytes, or None."""
-    out = _out_dir(state_dir)
+    try:
+        out = _out_dir(state_dir)
+    except ValueError:
+        return None
     if scale not in PLOTS or out is None:
         return None
     try:

@@ -2,7 +2,8 @@
 "use strict";
 
 let csrf = null;          // this session's token, sent with every change (X-CSRF-Token)
-let eventsNext = null;    // byte offset of the next (older) page of events, or null
+let passwordRequired = true;  // as /api/session says: without a password a lost session is made anew
+let eventsNext = null;    // cursor of the next (older) page of events ("<inode>:<offset>"), or null
 let eventsLoad = 0;       // the latest load of the event list: an answer to an older one is dropped
 let statsTimer = null;
 
@@ -14,7 +15,7 @@ async function api(path, options = {}) {
   const response = await fetch(path, Object.assign({}, options, { headers, credentials: "same-origin" }));
   let body = null;
   try { body = await response.json(); } catch (e) { body = null; }
-  if (response.status === 401 && path !== "/api/login") { showLogin(); }
+  if (response.status === 401 && path !== "/api/login") sessionLost();
   if (!response.ok) {
     const error = new Error((body && body.error) || `${response.status} ${response.statusText}`);
     error.body = body;
@@ -36,6 +37,7 @@ function element(tag, attributes = {}, ...children) {
 
 async function start() {
   const session = await api("/api/session");
+  passwordRequired = session.password_required;
   if (session.logged_in) {
     csrf = session.csrf;
     $("logout").hidden = !session.password_required;
@@ -43,6 +45,13 @@ async function start() {
   } else {
     showLogin();
   }
+}
+
+function sessionLost() {
+  // With a password, log in again; without one (the page answers this machine only), opening the
+  // page makes a session: do that rather than show a form no password can pass.
+  if (passwordRequired) showLogin();
+  else start().catch((error) => { $("login-error").textContent = error.message; });
 }
 
 function showLogin() {
@@ -97,6 +106,7 @@ function openTab(name) {
 // ---- live ----------------------------------------------------------------------------------
 
 function startLive() {
+  stopLive();  // opened again while open: one stream and one poll, not two
   $("live-error").textContent = "";
   $("live-view").src = `/live.mjpg?t=${Date.now()}`;
   loadStats();
@@ -145,6 +155,11 @@ async function loadEvents(fresh) {
   const query = new URLSearchParams({ limit: "20" });
   if ($("event-filter").value) query.set("identity", $("event-filter").value);
   if (!fresh && eventsNext !== null) query.set("before", eventsNext);
+  if (fresh) {  // the old list's cursor belongs to the old filter: no older page of it from now on
+    eventsNext = null;
+    $("events-more").hidden = true;
+  }
+  $("events-more").disabled = true;
   try {
     const page = await api(`/api/events?${query}`);
     if (load !== eventsLoad) return;
@@ -154,6 +169,8 @@ async function loadEvents(fresh) {
     $("events-more").hidden = page.next === null;
   } catch (error) {
     if (load === eventsLoad) $("events-error").textContent = error.message;
+  } finally {
+    if (load === eventsLoad) $("events-more").disabled = false;
   }
 }
 
@@ -174,6 +191,7 @@ function eventItem(event) {
     const message = element("small", { class: "this-was-message" });
     button.addEventListener("click", async () => {
       message.textContent = "";
+      button.disabled = true;  // a second click would add the same face twice
       try {
         const answer = await api(`/api/people/${encodeURIComponent(name.value)}/from-event`, {
           method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ event_id: event.id }),
@@ -181,6 +199,8 @@ function eventItem(event) {
         message.textContent = `added to ${answer.name}`;
       } catch (error) {
         message.textContent = error.message;
+      } finally {
+        button.disabled = false;
       }
     });
     item.append(element("div", {}, name, button, message));
@@ -209,11 +229,13 @@ function personItem(person) {
   const remove = element("button", { class: "forget", text: "Delete" });
   remove.addEventListener("click", async () => {
     if (!window.confirm(`Forget ${person.name}?`)) return;
+    remove.disabled = true;
     try {
       await api(`/api/people/${encodeURIComponent(person.name)}`, { method: "DELETE" });
       loadPeople();
     } catch (error) {
       $("people-error").textContent = error.message;
+      remove.disabled = false;
     }
   });
   return element("li", { class: "person", "data-name": person.name },
@@ -247,7 +269,14 @@ async function enrol(event) {
 // ---- speed ---------------------------------------------------------------------------------
 
 async function loadSpeed() {
-  const summary = await api("/api/speed");
+  try {
+    showSpeed(await api("/api/speed"));
+  } catch (error) {
+    $("speed-why").textContent = error.message;
+  }
+}
+
+function showSpeed(summary) {
   const run = summary.benchmark;
   $("speed-why").textContent = summary.why || (run ? `${run.machine.cpu}, ${run.machine.cores} cores, ${run.machine.arch}` +
     (run.complete ? "" : " (interrupted run)") : "");
