@@ -162,6 +162,16 @@ def test_convert_out_on_a_full_disk_leaves_the_file_there_whole(tmp_path, model,
         assert sorted(p.name for p in small.iterdir()) == ["face.onnx"]
 
 
+def test_convert_out_naming_a_folder_is_refused_before_converting(tmp_path, model):
+    from tracker.errors import InputError
+    from tracker.model.convert import convert_command
+
+    with pytest.raises(InputError, match=r"--out '.*': is a folder; expected a file path"):
+        convert_command(["--to", "onnx", "--prototxt", str(model.prototxt), "--weights", str(model.weights),
+                         "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path)])
+    assert not (tmp_path / "cache").exists()  # nothing was converted
+
+
 def test_a_cache_that_fills_up_while_converting_is_one_line(tmp_path, model):
     from tmpfs import tmpfs
 

@@ -197,6 +197,8 @@ def convert_command(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if args.calibration is not None and args.precision != "int8":
         raise InputError("--calibration: only int8 conversions are calibrated; add --precision int8")
+    if args.out is not None and args.out.is_dir():  # said before a conversion that can take minutes
+        raise InputError(f"--out {str(args.out)!r}: is a folder; expected a file path")
     base = default_model()
     model = ModelSpec(args.prototxt or base.prototxt, args.weights or base.weights, args.probs, args.embedding)
     path = convert(model, args.to, args.precision, calibration=args.calibration, cache_dir=args.cache_dir)
