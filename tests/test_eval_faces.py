@@ -142,6 +142,15 @@ def test_neither_or_both_modes_is_exit_2(tmp_path, capsys, args):
     assert err.startswith("tracker: error: eval-faces: ") and "--pairs" in err and "--folder" in err
 
 
+def test_missing_weights_are_one_line_as_for_identify(tmp_path, capsys, johns):
+    config = tmp_path / "tracker.yaml"
+    config.write_text(f"state_dir: {str(tmp_path / 'state')!r}\nmodel: {{weights: {str(tmp_path / 'nope.caffemodel')!r}}}\n")
+    code = main(["eval-faces", "--config", str(config), "--folder", str(next(iter(johns.values()))[0].parent.parent),
+                 "--chips"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "nope.caffemodel" in err, err
+
+
 def test_folder_with_one_person_is_exit_2(tmp_path, johns):
     folder = tmp_path / "one"
     (folder / "John_Simm").mkdir(parents=True)

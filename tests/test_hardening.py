@@ -112,6 +112,19 @@ def test_check_config_refuses_what_the_run_would(tmp_path, capsys, yaml_text, fr
     assert_one_line(*check(capsys, path), fragment.replace("{tmp}", str(tmp_path)))
 
 
+def test_check_config_refuses_a_backend_whose_runtime_is_missing_as_the_run_does(tmp_path, capsys, monkeypatch):
+    """Exit 3 naming what installs it (the run's exit, which the unit does not restart), not "config ok"."""
+    from tracker.backends import backend_class, missing_runtime
+
+    def missing(cls):
+        raise missing_runtime("onnxruntime", "onnxruntime", ImportError("No module named 'onnxruntime' (a test)"))
+
+    monkeypatch.setattr(backend_class("onnxruntime"), "check_runtime", classmethod(missing))
+    path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\nbackend:\n  name: onnxruntime\n")
+    code, err = check(capsys, path)
+    assert code == 3 and err.count("\n") == 1 and "runtime 'onnxruntime' is not importable" in err and "install it with" in err, err
+
+
 def test_check_config_opens_a_video_file_or_folder_but_never_a_camera(tmp_path, capsys):
     """An absent camera is retried by the guard, not refused; a folder with no image is refused."""
     path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\nsinks:\n  console: false\n")

@@ -195,11 +195,11 @@ def eval_faces_command(argv: list[str]) -> int:
     if args.folder is not None and not args.folder.is_dir():
         raise InputError(f"eval-faces: --folder {str(args.folder)!r} is not a folder; expected <person>/<image> folders")
     config = load_config(args.config)
-    threshold = identity_threshold(config)
     detector = create_detector(config.detect)
     precision = args.precision or config.backend.precision
-    backend = open_backend(config, args.backend, precision)
+    backend = open_backend(config, args.backend, precision)  # first: it refuses missing weights in one line
     try:
+        threshold = identity_threshold(config)
         if args.pairs is not None:
             [(scores, same, skipped)] = pair_scores(args.pairs, args.images, detector, [backend])
             if len(scores) == 0 or same.all() or not same.any():

@@ -94,6 +94,7 @@ def check_runnable(config) -> str:
     if config.backend.precision not in precisions:
         raise InputError(f"config: key 'backend.precision': backend {name!r} has no {config.backend.precision!r} "
                          f"model; expected one of {', '.join(precisions)}")
+    backend_class(name).check_runtime()  # BackendUnavailable (exit 3), naming what installs it, as the run would
     load_net(config.model.prototxt, config.model.weights)
     weights_card(config)  # a malformed card, or one of other weights, is refused now, as at start-up
     detector = check_detector(config.detect)

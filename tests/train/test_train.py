@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -234,7 +235,8 @@ def test_a_list_naming_missing_photos_and_an_unusable_pairs_file(tmp_path):
     assert "1 left out" in proc.stderr and (tmp_path / "x.caffemodel.json").exists()
 
 
-@pytest.mark.parametrize("case", ["out is a folder", "work is a file", "teacher is a .npy", "teacher is cut short"])
+@pytest.mark.parametrize("case", ["out is a folder", "work is a file", "teacher is a .npy", "teacher is cut short",
+                                  "teacher has a NaN", "teachers of two lengths", "an earlier run in work"])
 def test_mistakes_in_the_outputs_and_teachers_fail_before_any_photo_is_cut(tmp_path, case):
     """In-process (the CLI's one line and exit 2 for an InputError are tested with the other
     commands): each mistake used to surface only after the photos were cut or the training ran."""
@@ -253,13 +255,47 @@ def test_mistakes_in_the_outputs_and_teachers_fail_before_any_photo_is_cut(tmp_p
     elif case == "teacher is a .npy":
         np.save(tmp_path / "t.npy", np.zeros((3, 128), np.float32))
         args["--teacher"], expected = str(tmp_path / "t.npy"), "unreadable (a single array (.npy), not an .npz archive)"
-    else:
+    elif case == "teacher is cut short":
         (tmp_path / "t.npz").write_bytes(teacher.read_bytes()[:100_000])
         args["--teacher"], expected = str(tmp_path / "t.npz"), "unreadable (File is not a zip file)"
+    elif case == "teacher has a NaN":
+        np.savez(tmp_path / "t.npz", paths=np.array(["a/a_0001.jpg"]), descriptor=np.full((1, 128), np.nan, np.float32))
+        args["--teacher"], expected = str(tmp_path / "t.npz"), "1 descriptors with a NaN or an infinity; expected finite"
+    elif case == "teachers of two lengths":
+        np.savez(tmp_path / "t.npz", paths=np.array(["a/a_0001.jpg"]), descriptor=np.ones((1, 512), np.float32))
+        expected = "--teacher files with descriptors of 128 and 512 values; expected one length in all"
+    else:
+        (tmp_path / "work").mkdir()
+        (tmp_path / "work" / "checkpoint.pt").write_bytes(b"an earlier run")
+        expected = "checkpoint.pt' holds an earlier run; expected --resume to continue it"
+    extra = ["--teacher", str(tmp_path / "t.npz")] if case == "teachers of two lengths" else []
     with pytest.raises(InputError, match=r"^train: ") as err:
-        train_command(["--data", str(LFW / "images"), "--limit", "16", *[x for kv in args.items() for x in kv]])
+        train_command(["--data", str(LFW / "images"), "--limit", "16", *[x for kv in args.items() for x in kv], *extra])
     assert expected in str(err.value) and "\n" not in str(err.value)
     assert not list(tmp_path.rglob("crops-*.npz"))
+
+
+@pytest.mark.parametrize("option, value, expected", [("--batch", "1", "--batch: bad value '1'; expected an integer >= 2"),
+                                                     ("--seed", "-1", "--seed: bad value '-1'; expected an integer >= 0")])
+def test_a_batch_of_one_and_a_negative_seed_are_refused_by_the_parser(option, value, expected):
+    from tracker.errors import InputError
+    from tracker.train.command import _parser
+
+    with pytest.raises(InputError, match=re.escape(expected)):
+        _parser().parse_args(["--out", "x.caffemodel", option, value])
+
+
+def test_pairs_without_a_mismatched_pair_with_faces_are_one_line(monkeypatch, tmp_path):
+    """The threshold is set after the training: the line says the checkpoint holds it."""
+    import tracker.evaluate_faces
+    from tracker.errors import InputError
+    from tracker.train.command import threshold_cards
+
+    scores, same = np.array([0.9, 0.8]), np.array([True, True])
+    monkeypatch.setattr(tracker.evaluate_faces, "pair_scores", lambda *a: [(scores, same, 3)])
+    with pytest.raises(InputError, match=r"2 matched and 0 mismatched pairs with a face in both photos \(3 left out\); "
+                                         r"expected some of each .* run again with --resume"):
+        threshold_cards(tmp_path / "pairs.txt", tmp_path, None, {"single": None})
 
 
 @pytest.mark.parametrize("lr", ["-1", "0", "nan", "inf", "fast"])

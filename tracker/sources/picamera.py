@@ -47,7 +47,7 @@ class PiCameraSource(SourceBase):
     def open(self) -> None:
         try:
             from picamera2 import Picamera2
-        except ImportError as err:
+        except (ImportError, ValueError) as err:  # ValueError: a module built for another numpy
             raise InputError(f"{self.description}: picamera2 is not importable ({err}); expected apt's python3-picamera2 "
                              "and a venv made with --system-site-packages (scripts/setup does both on a Pi)") from None
         self.close()

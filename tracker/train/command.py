@@ -14,14 +14,16 @@ What it does, in order (scripts/train-face-cnn is the command that made the ship
    over photos with a target + CE_WEIGHT * cross-entropy (label smoothing 0.1) of fc2 over photos
    with a class. Seeds are fixed (numpy and torch); the progress bar shows loss and images/s.
    A checkpoint (`<work>/checkpoint.pt`) is written atomically after every epoch; `--resume`
-   continues from it if it belongs to the same run (same data, classes and settings); Ctrl-C
-   stops with the last checkpoint intact.
+   continues from it if it belongs to the same run (same data, classes and settings); without
+   --resume a checkpoint in --work is refused, not written over; Ctrl-C stops with the last
+   checkpoint intact.
 5. Exports the caffemodel with BatchNorm folded (`tracker.train.net.export_netdef`) to a staged file
    beside --out, runs it through the project's Caffe engine and checks it matches the torch net,
-   measures the pairs (default: LFW's pairsDevTrain when present) through that engine, embedding
-   faces the EMBEDDING way (mirror-mean) and then the other ways, and only then puts it in place
-   with its card (`tracker.model.card`: the embedding, the thresholds for a THRESHOLD_FAR
-   false-accept rate). The teacher files, the pairs file and the --out and --work folders (made
+   measures the pairs (default: LFW's pairsDevTrain; there is no training without pairs: weights
+   without a threshold would name strangers at the untrained default) through that engine,
+   embedding faces the EMBEDDING way (mirror-mean) and then the other ways, and only then puts it
+   in place with its card (`tracker.model.card`: the embedding, the thresholds for a
+   THRESHOLD_FAR false-accept rate), the card first. The teacher files, the pairs file and the --out and --work folders (made
    if absent) are checked before any work: a mistake there fails at once, not after the training.
 """
 
@@ -61,7 +63,7 @@ DEFAULT_PAIRS_IMAGES = "datasets/lfw-devtrain/images"
 
 
 def _parser():
-    from tracker.arguments import ArgumentParser, positive_float, positive_int
+    from tracker.arguments import ArgumentParser, int_between, positive_float, positive_int
 
     p = ArgumentParser(prog="tracker train", description="Train the face CNN on face photographs and write a caffemodel.")
     p.add_argument("--data", type=Path, action="append",
@@ -78,9 +80,9 @@ def _parser():
     p.add_argument("--work", type=Path, default=Path("train-work"),
                    help="crop cache and checkpoint folder (default: ./train-work)")
     p.add_argument("--epochs", type=positive_int, default=30)
-    p.add_argument("--batch", type=positive_int, default=128)
+    p.add_argument("--batch", type=int_between(2), default=128)  # BatchNorm needs two images a batch
     p.add_argument("--lr", type=positive_float, default=3e-3)
-    p.add_argument("--seed", type=int, default=20161129)
+    p.add_argument("--seed", type=int_between(0), default=20161129)
     p.add_argument("--steps", type=positive_int, help="stop after this many steps in all (a short trial)")
     p.add_argument("--limit", type=positive_int, help="use only the first N photos of each data set (a short trial)")
     p.add_argument("--threads", type=positive_int, help="torch threads (default: all usable cores)")
@@ -208,6 +210,11 @@ def threshold_cards(pairs_file: Path, images: Path, detector, backends: dict) ->
 
     cards = {}
     for name, (scores, same, skipped) in zip(backends, pair_scores(pairs_file, images, detector, list(backends.values()))):
+        if same.all() or not same.any():
+            raise InputError(f"train: pairs file {str(pairs_file)!r}: {int(same.sum())} matched and "
+                             f"{int((~same).sum())} mismatched pairs with a face in both photos ({skipped} left out); "
+                             "expected some of each to set the identity threshold (the checkpoint holds the training: "
+                             "give other --pairs and run again with --resume)")
         threshold, tar = threshold_at_far(scores, same, THRESHOLD_FAR)
         reid, reid_tar = threshold_at_far(scores, same, REID_FAR)
         cards[name] = {"identity_threshold": round(threshold, 4), "threshold_far": THRESHOLD_FAR,
@@ -242,20 +249,28 @@ def train_command(argv: list[str]) -> int:
         raise InputError(f"train: --out {str(out)!r} is a folder; expected the caffemodel file to write")
     _writable_folder(out.parent, "--out's folder")
     _writable_folder(args.work, "--work")
+    checkpoint = args.work / "checkpoint.pt"
+    if not args.resume and checkpoint.exists():  # a fresh run would write over it at its first epoch
+        raise InputError(f"train: {str(checkpoint)!r} holds an earlier run; expected --resume to continue it, or "
+                         "another --work (or remove the file) to start afresh")
     teachers = []
     for teacher_file in args.teacher:
         if not teacher_file.is_file():
             raise InputError(f"train: --teacher {str(teacher_file)!r} does not exist; expected an .npz of "
                              "'paths' and 'descriptor'")
         teachers.append(read_teacher(teacher_file))  # all in memory from here: 7 MB for the LFW set's
-    pairs = None  # (pairs file, its image folder) to set the threshold on
-    pairs_file = args.pairs or shared_data.find(DEFAULT_PAIRS)
-    if pairs_file is not None:
-        from tracker.verification import read_pairs
+    lengths = sorted({len(d) for teacher in teachers for d in teacher.values()})
+    if len(lengths) > 1:  # their principal axes are found together
+        raise InputError(f"train: --teacher files with descriptors of {' and '.join(map(str, lengths))} values; "
+                         "expected one length in all")
+    # The pairs the card's identity threshold is measured on: weights without one would name strangers
+    # at the untrained default (tracker.model.card), so there is no training without them.
+    pairs_file = args.pairs or shared_data.locate(DEFAULT_PAIRS, "train", instead="give --pairs and --pairs-images")
+    from tracker.verification import read_pairs
 
-        pairs_images = args.pairs_images or shared_data.locate(DEFAULT_PAIRS_IMAGES, "train", instead="give --pairs-images")
-        read_pairs(pairs_file, pairs_images)  # a bad pairs file fails now, not after hours of training
-        pairs = (pairs_file, pairs_images)
+    pairs_images = args.pairs_images or shared_data.locate(DEFAULT_PAIRS_IMAGES, "train", instead="give --pairs-images")
+    read_pairs(pairs_file, pairs_images)  # a bad pairs file fails now, not after hours of training
+    pairs = (pairs_file, pairs_images)
     threads = args.threads or cores()
     torch.set_num_threads(threads)
     rng = np.random.default_rng(args.seed)
@@ -279,6 +294,7 @@ def train_command(argv: list[str]) -> int:
     crops = np.concatenate(parts)
     print(f"train: {len(samples)} photos with a central face ({crop_name} crops), {left_out} left out "
           f"(not an image or no face found); cache {cache.path}", file=sys.stderr)
+    del parts, cache  # the crops are in `crops` now: 218 MB more RSS kept for the whole training otherwise
 
     # 2. classes, 3. targets
     structure = load_net(prototxt, None)
@@ -320,7 +336,6 @@ def train_command(argv: list[str]) -> int:
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup) * 0.5 * (
         1.0 + np.cos(np.pi * min(step, total_steps) / total_steps)))
     fingerprint = _fingerprint(args, samples, classes, prototxt)
-    checkpoint = args.work / "checkpoint.pt"
     epoch, step, minutes_before = 0, 0, 0.0  # minutes: time spent training, over every resumed run
     losses: list[float] = []  # per step, over every resumed run (13 kB for the shipped run)
     if args.resume:
@@ -391,8 +406,12 @@ def train_command(argv: list[str]) -> int:
             print(f"train: epoch {epoch}/{args.epochs}, step {step}: loss {np.mean(losses[-done:]):.4f}, "
                   f"{seen / (time.monotonic() - t0):.0f} images/s; checkpoint {checkpoint}", file=sys.stderr)
     except KeyboardInterrupt:
-        print(f"\ntrain: interrupted; the last checkpoint ({checkpoint}) is intact: continue with --resume",
-              file=sys.stderr)
+        if checkpoint.exists():
+            print(f"\ntrain: interrupted; the last checkpoint ({checkpoint}) is intact: continue with --resume",
+                  file=sys.stderr)
+        else:
+            print("\ntrain: interrupted in the first epoch, before any checkpoint: run again without --resume",
+                  file=sys.stderr)
         return 130
     minutes = minutes_before + (time.monotonic() - started) / 60.0
 
@@ -400,7 +419,7 @@ def train_command(argv: list[str]) -> int:
     from tracker.backends import create_backend
     from tracker.backends.mirror import embedder
     from tracker.crops import network_input
-    from tracker.model.card import EMBEDDINGS, write_card
+    from tracker.model.card import EMBEDDINGS, card_path, write_card
     from tracker.model.spec import ModelSpec
 
     # Staged beside `out` and checked first: a failing check never replaces the weights in use.
@@ -416,8 +435,11 @@ def train_command(argv: list[str]) -> int:
                              f"{str(checkpoint)!r} holds the training: make room and run again with --resume") from None
 
     def put_in_place() -> None:
+        """The card first, then the weights, each by a rename (which takes no room): the weights in
+        use never stand beside another's card, nor new weights without theirs."""
+        card_file = write_card(staged, card)
+        card_file.replace(card_path(out))
         staged.replace(out)
-        write_card(out, card)
 
     try:
         write_or_say(lambda: write_caffemodel(staged, export_netdef(net, structure)))
@@ -426,15 +448,16 @@ def train_command(argv: list[str]) -> int:
         try:  # one engine for the parity check and the threshold
             worst = check_export(torch, net, backend, staged, network_input(crops[used[:32]]))
             card = _card(staged, crop_name, classes, args, len(used), epoch, step, minutes, threads, losses)
-            if pairs is not None:  # thresholds for the card's embedding, and for the others beside them
-                entries = threshold_cards(*pairs, detector, {name: embedder(backend, name) for name in EMBEDDINGS})
-                card.update(entries.pop(EMBEDDING))
-                card["thresholds_for"] = entries
+            # thresholds for the card's embedding, and for the others beside them
+            entries = threshold_cards(*pairs, detector, {name: embedder(backend, name) for name in EMBEDDINGS})
+            card.update(entries.pop(EMBEDDING))
+            card["thresholds_for"] = entries
         finally:
             backend.close()
         write_or_say(put_in_place)
     finally:
         staged.unlink(missing_ok=True)
+        card_path(staged).unlink(missing_ok=True)
     print(f"train: wrote {out} ({out.stat().st_size:,} bytes) after {epoch} epoch(s), {step} steps, {minutes:.1f} min; "
           f"loss {card['training']['first_loss']} -> {card['training']['last_loss']}; Caffe engine parity {worst:.1e}; "
           f"identity threshold {card.get('identity_threshold')}")

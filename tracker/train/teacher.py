@@ -33,6 +33,9 @@ def read_teacher(path: Path) -> dict[str, np.ndarray]:
     if descriptors.ndim != 2 or len(paths) != len(descriptors):
         raise InputError(f"train: teacher file {str(path)!r}: {len(paths)} paths and descriptors of shape "
                          f"{descriptors.shape}; expected one (D,) descriptor per path")
+    if not np.isfinite(descriptors).all():
+        raise InputError(f"train: teacher file {str(path)!r}: {int((~np.isfinite(descriptors)).any(axis=1).sum())} "
+                         "descriptors with a NaN or an infinity; expected finite numbers")
     return {str(p): d for p, d in zip(paths, descriptors)}
 
 
