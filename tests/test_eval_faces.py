@@ -208,6 +208,10 @@ def test_photos_are_held_as_pixels_with_a_progress_line_and_embed_as_the_guard_c
     pixels, found = evaluate.photo_crops(files, detector)
     assert pixels.dtype == np.uint8 and pixels.shape == (int(found.sum()), 88, 88) and found.sum() >= 4
     assert capsys.readouterr().err.splitlines() == ["eval-faces: 2 of 5 photos cut", "eval-faces: 4 of 5 photos cut"]
+    progress = evaluate.Progress(10)  # a folder's: photo_crops of two people's 5 photos count on
+    for _ in range(2):
+        evaluate.photo_crops(files, detector, progress=progress)
+    assert capsys.readouterr().err.splitlines() == [f"eval-faces: {n} of 10 photos cut" for n in (2, 4, 6, 8)]
     first = files[int(np.flatnonzero(found)[0])]
     image = cv2.imread(str(first))
     expected = crop_batch(image, [central_face(image, detector)])

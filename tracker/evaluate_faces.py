@@ -38,16 +38,30 @@ from tracker.verification import read_pairs, roc_auc, ten_fold_accuracy, thresho
 PROGRESS_EVERY = 500  # photos between two progress lines
 
 
-def photo_crops(files: list[Path], detector: FaceDetector, chips: bool = False) -> tuple[np.ndarray, np.ndarray]:
+class Progress:
+    """A line on stderr every PROGRESS_EVERY photos of `total` cut (plain lines: a log file or a
+    terminal alike)."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done = total, 0
+
+    def photo(self) -> None:
+        if self.done and self.done % PROGRESS_EVERY == 0:
+            print(f"eval-faces: {self.done} of {self.total} photos cut", file=sys.stderr, flush=True)
+        self.done += 1
+
+
+def photo_crops(files: list[Path], detector: FaceDetector, chips: bool = False,
+                progress: Progress | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(face pixels (M, 88, 88) uint8 of the M files with a face, in file order; found (N,) bool)
     of each file's face: the central face of a photo, or the face of a tight chip with `chips`.
     Pixels, not network inputs: LFW's 7,701 photos of View 2 hold 60 MB so, 240 MB as float32 (and
-    twice that while they were joined). A line on stderr every PROGRESS_EVERY photos."""
+    twice that while they were joined). `progress` counts the photos (default: these files')."""
+    progress = progress or Progress(len(files))
     crops = np.empty((len(files), CROP_SIZE, CROP_SIZE), np.uint8)
     found = np.zeros(len(files), bool)
     for i, path in enumerate(files):
-        if i and i % PROGRESS_EVERY == 0:
-            print(f"eval-faces: {i} of {len(files)} photos cut", file=sys.stderr, flush=True)
+        progress.photo()
         image = read_image(path)
         if image is None:
             raise InputError(f"eval-faces: {str(path)!r} is not a readable image ({TOO_LARGE_OR_DAMAGED}); expected "
@@ -73,11 +87,11 @@ def embed_crops(crops: np.ndarray, found: np.ndarray, backend, batch: int = 64) 
 
 
 def embed_photos(files: list[Path], detector: FaceDetector, backend, chips: bool = False,
-                 batch: int = 64) -> tuple[np.ndarray, np.ndarray]:
+                 progress: Progress | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(unit embeddings (N, D) float32, found (N,) bool) of each file's face (photo_crops,
     embed_crops); rows of files without one are zero."""
-    crops, found = photo_crops(files, detector, chips)
-    return embed_crops(crops, found, backend, batch), found
+    crops, found = photo_crops(files, detector, chips, progress)
+    return embed_crops(crops, found, backend), found
 
 
 def pair_scores(pairs_file: Path, images: Path, detector: FaceDetector,
@@ -131,8 +145,9 @@ def identification_report(folder: Path, enroll: int, detector: FaceDetector, bac
                          "expected some with enough to enrol and to test")
     means: list[np.ndarray] = []
     probes: list[tuple[np.ndarray, str | None]] = []  # (embedding, true name or None for a stranger)
+    progress = Progress(sum(len(files) for files in people.values()))  # over the folder, not a person
     for name in names:
-        embeddings, found = embed_photos(people[name], detector, backend, chips)
+        embeddings, found = embed_photos(people[name], detector, backend, chips, progress)
         if name in gallery_names:
             enrolled = embeddings[:enroll][found[:enroll]]
             if not len(enrolled):
