@@ -285,6 +285,22 @@ def test_a_batch_of_one_and_a_negative_seed_are_refused_by_the_parser(option, va
         _parser().parse_args(["--out", "x.caffemodel", option, value])
 
 
+def test_cutting_photos_says_how_far_it_is_in_a_log_too(tmp_path, capsys, monkeypatch):
+    """tqdm is off when stderr is no terminal (a log, nohup): plain lines then. The run stops after
+    the cut (16 photos have too few teacher descriptors)."""
+    import tracker.train.command as command
+    from tracker.errors import InputError
+
+    if not LFW.is_dir():
+        pytest.skip(f"training data not found at {LFW}")
+    monkeypatch.setattr(command, "CUT_LINE_EVERY", 5)
+    with pytest.raises(InputError, match="16 teacher descriptors; expected more than 64"):
+        command.train_command(["--data", str(LFW / "images"), "--limit", "16", "--teacher", str(LFW / "dlib_descriptors.npz"),
+                               "--out", str(tmp_path / "x.caffemodel"), "--work", str(tmp_path / "work")])
+    lines = [line for line in capsys.readouterr().err.splitlines() if "photos cut" in line]
+    assert lines == [f"train: {n} of 16 photos cut" for n in (5, 10, 15)]
+
+
 def test_pairs_without_a_mismatched_pair_with_faces_are_one_line(monkeypatch, tmp_path):
     """The threshold is set after the training: the line says the checkpoint holds it."""
     import tracker.evaluate_faces

@@ -59,6 +59,7 @@ PARITY_TOLERANCE = 1e-4  # exported caffemodel vs the torch net, max abs differe
 DEFAULT_DATA = ("datasets/lfw-devtrain/images", "datasets/celeba-10k/identity_CelebA_first10000.txt")
 DEFAULT_TEACHER = ("datasets/lfw-devtrain/dlib_descriptors.npz",)
 DEFAULT_PAIRS = "datasets/lfw-devtrain/pairsDevTrain.txt"
+CUT_LINE_EVERY = 1000  # photos between two progress lines when stderr is not a terminal (a log, nohup)
 DEFAULT_PAIRS_IMAGES = "datasets/lfw-devtrain/images"
 
 
@@ -284,9 +285,17 @@ def train_command(argv: list[str]) -> int:
     total = sum(len(s) for _, s in sets)
     parts: list[np.ndarray] = []
     samples, roots, left_out = [], [], 0
+    cut = [0]  # photos done; the bar shows them on a terminal, plain lines in a log (tqdm is off there)
+
+    def progress(n: int) -> None:
+        bar.update(n)
+        before, cut[0] = cut[0], cut[0] + n
+        if not sys.stderr.isatty() and cut[0] // CUT_LINE_EVERY > before // CUT_LINE_EVERY:
+            print(f"train: {cut[0]} of {total} photos cut", file=sys.stderr, flush=True)
+
     with tqdm(total=total, desc="crops", unit="photo", file=sys.stderr, disable=None, dynamic_ncols=True) as bar:
         for root, set_samples in sets:
-            c, kept, missed = load_crops(set_samples, detector, cache, progress=bar.update)
+            c, kept, missed = load_crops(set_samples, detector, cache, progress=progress)
             parts.append(c)
             samples += kept
             roots += [data_root(root)] * len(kept)
