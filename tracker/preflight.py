@@ -90,11 +90,14 @@ def check_runnable(config) -> str:
     name = config.backend.name
     if name not in REGISTRY:
         raise InputError(f"config: key 'backend.name': unknown backend {name!r}; expected one of {', '.join(REGISTRY)}")
-    precisions = backend_class(name).precisions
-    if config.backend.precision not in precisions:
+    cls = backend_class(name)
+    if config.backend.precision not in cls.precisions:
         raise InputError(f"config: key 'backend.precision': backend {name!r} has no {config.backend.precision!r} "
-                         f"model; expected one of {', '.join(precisions)}")
-    backend_class(name).check_runtime()  # BackendUnavailable (exit 3), naming what installs it, as the run would
+                         f"model; expected one of {', '.join(cls.precisions)}")
+    # BackendUnavailable (exit 3), naming what installs it, as the run would; not for a backend the
+    # guard runs behind a worker, whose runtime this process must not load (its child checks it)
+    if getattr(cls, "runs_in_worker", False) or not config.backend.worker:
+        cls.check_runtime()
     load_net(config.model.prototxt, config.model.weights)
     weights_card(config)  # a malformed card, or one of other weights, is refused now, as at start-up
     detector = check_detector(config.detect)
