@@ -3,7 +3,7 @@
 
 let csrf = null;          // this session's token, sent with every change (X-CSRF-Token)
 let passwordRequired = true;  // as /api/session says: without a password a lost session is made anew
-let eventsNext = null;    // cursor of the next (older) page of events ("<inode>:<offset>"), or null
+let eventsNext = null;    // cursor of the next (older) page of events ("<inode>:<mark>:<offset>"), or null
 let eventsLoad = 0;       // the latest load of the event list: an answer to an older one is dropped
 let statsTimer = null;
 
