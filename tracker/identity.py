@@ -270,7 +270,8 @@ class IdentityVotes:
     Each face of a track votes once, for the name `Gallery.match` gave it (a person, or `unknown`
     below the threshold). A track is `decided` once it has `min_faces` faces; before that its
     identity is `unknown` with confidence 0. Then the name with the most votes wins when it leads
-    every other name by at least `margin` (a share of all votes); otherwise the track is `unknown`
+    every other name by at least `margin` (a share of all votes; a tie never wins, even with a
+    margin of 0); otherwise the track is `unknown`
     with confidence 0: two people too alike for this track's faces are not told apart by a guess.
     One vote per face, not votes weighted by similarity: measured on the trained weights, a
     stranger's one face above the threshold (similarity 0.76) outweighed four below it when each

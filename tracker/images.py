@@ -6,8 +6,9 @@ to 1.7 GB). OpenCV reads its own bound, OPENCV_IO_MAX_IMAGE_PIXELS, once, when i
 `bound_image_decoding` sets it to MAX_PIXELS before anything imports cv2 (first thing in
 `tracker.cli.main`; a value in the environment wins), so every decoder of the process (a photo
 folder, enrolment, identification, evaluation, training, uploads) refuses a larger image rather
-than allocate it. `read_image` reads one file as `cv2.imread` does, with a refused image, as a
-damaged one, read as None (OpenCV raises for a size over its bound).
+than allocate it. `read_image` reads one file as `cv2.imread` does, and `decode_image` a file's
+bytes, with a refused image, as a damaged one, read as None (OpenCV raises for a size over its
+bound).
 """
 
 from __future__ import annotations
@@ -38,5 +39,15 @@ def read_image(path: Path, flags: int | None = None) -> np.ndarray | None:
 
     try:
         return cv2.imread(str(path), cv2.IMREAD_COLOR if flags is None else flags)
+    except cv2.error:
+        return None
+
+
+def decode_image(data: np.ndarray) -> np.ndarray | None:
+    """`data`, an image file's bytes (uint8), decoded to BGR as `read_image` reads a file, or None."""
+    import cv2
+
+    try:
+        return cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
     except cv2.error:
         return None

@@ -148,8 +148,8 @@ def check_source(config, spec: str | None) -> None:
     """The source the guard would open (`spec`: the command line's --source, else the config's):
     made as the run makes it (its kind, uri, camera number, the synthetic scene's size and faces),
     and a video file or an image folder opened and closed once, an image folder read up to its
-    first image that decodes (one with none is refused at run time). A camera or a stream is not
-    opened: one that is absent is retried at run time, not refused."""
+    first image that decodes (one with none is refused, as the run would). A camera or a stream is
+    not opened: one that is absent is retried at run time, not refused."""
     from tracker.sources import make_source
     from tracker.sources.folder import FolderSource
     from tracker.sources.opencv_source import OpenCVSource

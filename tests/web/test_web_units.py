@@ -220,6 +220,16 @@ def test_pages_go_on_through_the_rotated_logs_and_survive_a_rotation_between_the
     assert event_log.read_page(path, backups=2, before=gone) == ([], None)
 
 
+def test_a_file_opened_twice_in_a_rotation_is_read_once(tmp_path, monkeypatch):
+    """The guard rotates between the page's opening of `path` and of `path.1`: both names then open
+    the same file (the one `path` was); its events are listed once."""
+    path = tmp_path / "events.jsonl"
+    rows = write_log(path, 30)
+    monkeypatch.setattr(event_log, "generations", lambda p, backups: [p, p])
+    page, cursor = event_log.read_page(path, backups=1, limit=100)
+    assert [e["track_id"] for e in page] == [r["track_id"] for r in reversed(rows)] and cursor is None
+
+
 @pytest.mark.parametrize("cursor", ["12", "1:2", "-5:3:4", "5:6:", ":5:6", "a:b:c", "1:2:3:4"])
 def test_a_cursor_not_made_by_a_page_is_refused(cursor):
     with pytest.raises(ValueError, match="not <inode>:<mark>:<offset>"):

@@ -293,6 +293,10 @@ class _MXNet(BackendBase):
         """The WorkerBackend running this configuration (pid, output_text(), in_flight)."""
         return self._worker
 
+    def interrupt(self) -> None:
+        """The guard is stopping: its worker's waits end (WorkerBackend.interrupt)."""
+        self._worker.interrupt()
+
     def child_peak_rss_kb(self) -> int | None:
         """Peak resident memory (KiB) of the MXNet worker child (see WorkerBackend)."""
         return self._worker.child_peak_rss_kb()

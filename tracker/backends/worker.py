@@ -578,11 +578,14 @@ class RestartingBackend:
 
     def interrupt(self) -> None:
         """The guard is stopping (may be called from a signal handler): a worker's call that waits
-        ends at once (`WorkerBackend.interrupt`), and a failed backend is not restarted: its
-        calls raise InputsLost at once."""
+        ends at once (the backend's `interrupt`: a WorkerBackend, or MXNet's over one; a backend
+        in this process has none), and a failed backend is not restarted: its calls raise
+        InputsLost at once. (A worker being started by a restart at that moment is not reached: it
+        waits out its start-up.)"""
         self._interrupted = True
-        if isinstance(self._backend, WorkerBackend):
-            self._backend.interrupt()
+        interrupt = getattr(self._backend, "interrupt", None)
+        if interrupt is not None:
+            interrupt()
 
     def infer(self, x: np.ndarray) -> Inference:
         """As the wrapped backend's infer; raises InputsLost (a BackendFailure) when the inputs are lost."""

@@ -11,11 +11,10 @@ import logging
 import re
 from pathlib import Path
 
-import cv2
 import numpy as np
 
 from tracker.errors import InputError
-from tracker.images import TOO_LARGE_OR_DAMAGED
+from tracker.images import TOO_LARGE_OR_DAMAGED, decode_image
 from tracker.sources.base import SourceBase
 from tracker.types import Frame
 
@@ -67,10 +66,7 @@ class FolderSource(SourceBase):
             except OSError as err:
                 log.warning("%s: skipping %r: cannot read it (%s)", self.description, path.name, err.strerror)
                 continue
-            try:
-                image = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
-            except cv2.error:  # OpenCV refuses to decode what its header says is too large
-                image = None
+            image = decode_image(data)
             if image is None:
                 log.warning("%s: skipping %r: not a decodable image (%s)", self.description, path.name,
                             TOO_LARGE_OR_DAMAGED)

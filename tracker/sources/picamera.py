@@ -47,9 +47,13 @@ class PiCameraSource(SourceBase):
     def open(self) -> None:
         try:
             from picamera2 import Picamera2
-        except (ImportError, ValueError) as err:  # ValueError: a module built for another numpy
+        except ImportError as err:
             raise InputError(f"{self.description}: picamera2 is not importable ({err}); expected apt's python3-picamera2 "
                              "and a venv made with --system-site-packages (scripts/setup does both on a Pi)") from None
+        except ValueError as err:  # "numpy.dtype size changed": apt's simplejpeg, built for apt's numpy
+            raise InputError(f"{self.description}: picamera2 is not importable ({err}); expected simplejpeg built "
+                             "for the venv's numpy: pip install 'tracker[camera]' (scripts/setup --pi and "
+                             "scripts/install-pi do)") from None
         self.close()
         try:
             if self.camera >= len(Picamera2.global_camera_info()):

@@ -444,8 +444,9 @@ def train_command(argv: list[str]) -> int:
                              f"{str(checkpoint)!r} holds the training: make room and run again with --resume") from None
 
     def put_in_place() -> None:
-        """The card first, then the weights, each by a rename (which takes no room): the weights in
-        use never stand beside another's card, nor new weights without theirs."""
+        """The card first, then the weights, each by a rename (which takes no room): new weights
+        never stand without their card (between the two renames, for a moment, the weights they
+        replace stand beside the new card)."""
         card_file = write_card(staged, card)
         card_file.replace(card_path(out))
         staged.replace(out)

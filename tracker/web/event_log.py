@@ -23,6 +23,7 @@ import zlib
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import BinaryIO
 
 from tracker.files import generations
 
@@ -87,13 +88,16 @@ def read_page(path: Path, *, backups: int = 0, before: str | None = None, limit:
     missing log is an empty page; so is a cursor whose file has been rotated out."""
     limit = max(1, min(limit, MAX_LIMIT))
     with ExitStack() as files:
-        opened = []  # (file, inode, where to read back from), newest first
+        opened: list[tuple[BinaryIO, int, int]] = []  # (file, inode, where to read back from), newest first
         for name in generations(path, backups):
             try:
-                f = files.enter_context(open(name, "rb"))
+                handle: BinaryIO = files.enter_context(open(name, "rb"))
             except FileNotFoundError:
                 continue
-            opened.append((f, os.fstat(f.fileno()).st_ino, f.seek(0, 2)))
+            inode = os.fstat(handle.fileno()).st_ino
+            if any(inode == ino for _, ino, _ in opened):  # rotated between two opens: already here
+                continue
+            opened.append((handle, inode, handle.seek(0, 2)))
         if before is not None:
             inode, mark, offset = parse_cursor(before)
             at = next((i for i, (f, ino, size) in enumerate(opened)
