@@ -220,6 +220,24 @@ def test_a_guard_that_stops_ends_a_call_to_a_hung_worker_at_once():
     backend.close()
 
 
+def test_a_stop_reaches_any_backend_that_waits_on_a_worker():
+    """MXNet's backend holds its WorkerBackend inside: the stop is forwarded to whatever backend
+    has an `interrupt`, and one in this process (none) is left alone."""
+    from tracker.backends import backend_class
+
+    stopped = []
+
+    class HoldsAWorker:
+        name = "holds-a-worker"
+
+        def interrupt(self):
+            stopped.append(True)
+
+    RestartingBackend(HoldsAWorker).interrupt()
+    RestartingBackend(lambda: _Flaky([], fail=False)).interrupt()  # no interrupt: nothing to do
+    assert stopped == [True] and callable(backend_class("mxnet-openblas").interrupt)
+
+
 def test_a_wait_for_the_worker_pings_systemds_watchdog(tmp_path, monkeypatch):
     """A call may take longer than WatchdogSec (20 s + 2 s an image by default; 30 s in the unit):
     the bounded wait is not a hung guard. The pings go to a socket standing in for systemd's."""
