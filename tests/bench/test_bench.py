@@ -421,23 +421,30 @@ def test_a_child_that_answers_and_exits_within_one_wait_is_heard(exit_within_one
     assert probes["caffe-openblas-dl"].available, probes
 
 
+def benchmark_process(config_file, out, backend_class: str, batches: str, **env: str) -> subprocess.Popen:
+    """`tracker --benchmark` of the test-only backend `backend_class` of this file (registered as
+    "test-backend"), 2 passes a cell, in a process of its own: the signals sent to it must not
+    reach pytest."""
+    code = (
+        "import sys; from tracker import backends; "
+        f"backends.REGISTRY['test-backend'] = backends.Entry('test_bench:{backend_class}', None); "
+        "from tracker.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", code, "--config", str(config_file), "--benchmark", "--backend", "test-backend",
+         "--batches", batches, "--passes", "2", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)]), **env},
+    )
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_ctrl_c_keeps_and_prints_what_was_measured(tmp_path, config_file, signum):
     """SIGINT (Ctrl-C), SIGTERM or SIGHUP to the benchmark while a cell hangs: the cell's child
     dies, the finished cells are printed and stay in results.json, exit 130. (SIGTERM used to end
     the benchmark at once and leave the cell's child running.)"""
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)])}
-    code = (
-        "import sys; from tracker import backends; "
-        "backends.REGISTRY['test-hang'] = backends.Entry('test_bench:HangsFromBatch4', None); "
-        "from tracker.cli import main; sys.exit(main(sys.argv[1:]))"
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, "--config", str(config_file), "--benchmark", "--backend", "test-hang",
-         "--batches", "1,4", "--passes", "2", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+    proc = benchmark_process(config_file, out, "HangsFromBatch4", "1,4")
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not (out / "results.json").exists():
@@ -463,17 +470,7 @@ def test_a_cell_measured_before_the_run_is_stopped_is_kept(tmp_path, config_file
     """SIGTERM while the cell's child closes its backend (a runtime can take seconds): the child
     had sent its timings, and they are recorded before the run stops."""
     out, closing = tmp_path / "out", tmp_path / "closing"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)]), "TRACKER_TEST_CLOSING": str(closing)}
-    code = (
-        "import sys; from tracker import backends; "
-        "backends.REGISTRY['test-hang-close'] = backends.Entry('test_bench:HangsInClose', None); "
-        "from tracker.cli import main; sys.exit(main(sys.argv[1:]))"
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, "--config", str(config_file), "--benchmark", "--backend", "test-hang-close",
-         "--batches", "1,2", "--passes", "2", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+    proc = benchmark_process(config_file, out, "HangsInClose", "1,2", TRACKER_TEST_CLOSING=str(closing))
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not closing.exists() and proc.poll() is None:
