@@ -158,7 +158,7 @@ def test_install_script_dry_run_lists_every_step():
     assert result.returncode == 0, result.stderr
     out = result.stdout
     for step in ("apt-get install", "python3-picamera2", "useradd --system", "--groups video tracker",
-                 "venv --system-site-packages /opt/tracker/venv", "pip install --quiet -e /opt/tracker/src[mqtt,litert,bench]",
+                 "venv --system-site-packages /opt/tracker/venv", "pip install --quiet -e /opt/tracker/src[mqtt,litert,bench,camera]",
                  "--check-config --config /etc/tracker/tracker.yaml", "/etc/systemd/system/tracker.service",
                  "systemctl enable tracker.service"):
         assert step in out, step
