@@ -3,7 +3,8 @@
 A Raspberry Pi 3's limit is physical memory (1 GB), so the cell is capped the way the kernel caps
 physical memory: a memory cgroup of its own with the limit (cgroup v2 `memory.max`, or v1
 `memory.limit_in_bytes` plus `memory.memsw.limit_in_bytes` so swap does not stretch it), created
-under this process's own cgroup (needs write access there: root, or a delegated systemd scope).
+under this process's own cgroup, found from the mounts (needs write access there: root, or a
+delegated systemd scope).
 The cell's process is moved in right after it starts; its children (a worker) follow it. Past the
 limit the kernel's OOM killer ends the largest process of the cell, which `oom_kills()` reports.
 
@@ -19,20 +20,57 @@ import os
 import uuid
 from pathlib import Path
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+def _hierarchies(mountinfo: str) -> dict[str, tuple[Path, str]]:
+    """{"memory" (v1's memory controller) or "" (v2): (its mount point, the hierarchy's path
+    mounted there)} from the text of /proc/self/mountinfo. Read from the mounts, not assumed at
+    /sys/fs/cgroup: a hybrid host (v1's controllers there, v2 at /sys/fs/cgroup/unified) has a
+    tmpfs at /sys/fs/cgroup, where a folder and a file named memory.max can be made but cap nothing."""
+    found: dict[str, tuple[Path, str]] = {}
+    for line in mountinfo.splitlines():
+        before, _, after = line.partition(" - ")
+        fields, fs = before.split(), after.split()  # fs: type, source, super options
+        if len(fields) < 5 or len(fs) < 3:
+            continue
+        root, mount_point = (f.replace("\\040", " ") for f in fields[3:5])
+        if fs[0] == "cgroup2":
+            found.setdefault("", (Path(mount_point), root))
+        elif fs[0] == "cgroup" and "memory" in fs[2].split(","):
+            found.setdefault("memory", (Path(mount_point), root))
+    return found
 
 
-def _own_cgroups() -> dict[str, str]:
-    """{controller or "" (v2): path} from /proc/self/cgroup."""
+def _own_cgroups(cgroup: str) -> dict[str, str]:
+    """{controller or "" (v2): this process's group in that hierarchy} from the text of
+    /proc/self/cgroup."""
     groups = {}
-    try:
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            _, controllers, path = line.split(":", 2)
-            for name in controllers.split(",") if controllers else [""]:
-                groups[name] = path
-    except (OSError, ValueError):
-        pass
+    for line in cgroup.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            for name in parts[1].split(",") if parts[1] else [""]:
+                groups[name] = parts[2]
     return groups
+
+
+def group_folders(mountinfo: str, cgroup: str) -> list[tuple[str, Path]]:
+    """[(method, folder of this process's memory cgroup)], v1's first: where a cell's own group
+    can be made, from the texts of /proc/self/mountinfo and /proc/self/cgroup."""
+    mounts, groups = _hierarchies(mountinfo), _own_cgroups(cgroup)
+    folders = []
+    for method, key in (("cgroup-v1", "memory"), ("cgroup-v2", "")):
+        if key in mounts and key in groups:
+            mount_point, root = mounts[key]
+            group = groups[key]
+            if group == root or group.startswith(root.rstrip("/") + "/"):  # else not visible here
+                folders.append((method, mount_point / group[len(root.rstrip("/")):].lstrip("/")))
+    return folders
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
 
 
 class MemoryCap:
@@ -45,21 +83,19 @@ class MemoryCap:
         self.folder: Path | None = None
         self.method = "rlimit-as"
         limit = str(limit_mb * 2**20)
-        groups = _own_cgroups()
         name = f"tracker-cell-{uuid.uuid4().hex[:12]}"
-        candidates = []
-        if "memory" in groups:
-            candidates.append(("cgroup-v1", CGROUP_ROOT / "memory" / groups["memory"].lstrip("/") / name,
-                               ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes")))
-        if "" in groups:
-            candidates.append(("cgroup-v2", CGROUP_ROOT / groups[""].lstrip("/") / name,
-                               ("memory.max", "memory.swap.max")))
-        for method, folder, (limit_file, swap_file) in candidates:
+        limit_files = {"cgroup-v1": ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"),
+                       "cgroup-v2": ("memory.max", "memory.swap.max")}
+        for method, parent in group_folders(_read("/proc/self/mountinfo"), _read("/proc/self/cgroup")):
+            limit_file, swap_file = limit_files[method]
+            folder = parent / name
             try:
                 folder.mkdir()
             except OSError:
                 continue
             try:
+                if not (folder / "cgroup.procs").exists():  # the kernel makes it in every cgroup
+                    raise OSError(f"{folder} is not a cgroup")
                 (folder / limit_file).write_text(limit)
                 if (folder / swap_file).exists():  # v1: memory + swap; v2: swap alone
                     (folder / swap_file).write_text(limit if method == "cgroup-v1" else "0")
