@@ -152,20 +152,42 @@ def test_systemd_analyze_security_exposure_below_2(tmp_path):
     assert score < 2.0
 
 
+def _install_pi(*args: str, shared: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "TRACKER_SHARED_DIR"}
+    if shared is not None:
+        env["TRACKER_SHARED_DIR"] = shared
+    return subprocess.run(["bash", str(REPO / "scripts" / "install-pi"), *args], capture_output=True, text=True,
+                          timeout=60, env=env)
+
+
 def test_install_script_dry_run_lists_every_step():
-    result = subprocess.run(["bash", str(REPO / "scripts" / "install-pi"), "--dry-run", "--no-start"],
-                            capture_output=True, text=True, timeout=60)
+    result = _install_pi("--dry-run", "--no-start")
     assert result.returncode == 0, result.stderr
     out = result.stdout
     for step in ("apt-get install", "python3-picamera2", "useradd --system", "--groups video tracker",
                  "venv --system-site-packages /opt/tracker/venv", "pip install --quiet -e /opt/tracker/src[mqtt,litert,bench,camera]",
                  "--check-config --config /etc/tracker/tracker.yaml", "/etc/systemd/system/tracker.service",
-                 "systemctl enable tracker.service"):
+                 "systemctl enable tracker.service", "rm -f /etc/systemd/system/tracker.service.d/shared-data.conf"):
         assert step in out, step
+    # the check sees the environment the unit gives the guard, not the caller's
+    assert "runuser -u tracker -- env -i PATH=" in out and "TRACKER_SHARED_DIR" not in out
     assert "systemctl restart" not in out  # --no-start
-    bad = subprocess.run(["bash", str(REPO / "scripts" / "install-pi"), "--frobnicate"], capture_output=True,
-                         text=True, timeout=60)
+    bad = _install_pi("--frobnicate")
     assert bad.returncode == 2 and "unknown option '--frobnicate'" in bad.stderr
+
+
+def test_install_script_hands_the_callers_shared_data_to_the_check_and_the_unit(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    out = _install_pi("--dry-run", "--no-start", shared=str(shared)).stdout
+    check = next(line for line in out.splitlines() if "--check-config" in line)
+    assert "env -i PATH=" in check and f"TRACKER_SHARED_DIR={shared} " in check
+    assert "write /etc/systemd/system/tracker.service.d/shared-data.conf" in out
+    for value, expected in ((str(tmp_path / "missing"), "is not an existing folder"), ("shared", "is not an existing folder"),
+                            ("/home/pi/shared", "is hidden from the service (ProtectHome=yes)")):
+        refused = _install_pi("--dry-run", shared=value)
+        assert refused.returncode == 2 and f"TRACKER_SHARED_DIR '{value}' {expected}" in refused.stderr, refused.stderr
+        assert refused.stdout == ""  # refused before any step
 
 
 @pytest.mark.timeout(30)
