@@ -8,7 +8,9 @@ test_scene_golden.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
 
 import numpy as np
 
@@ -19,7 +21,8 @@ from tracker.events import EventMaker
 from tracker.identity import UNKNOWN, Gallery, IdentityVotes
 from tracker.latency import LatencyLog
 from tracker.motion import MotionGate
-from tracker.pipeline import Guard
+from tracker.pipeline import FPS_WINDOW_NS, Guard
+from tracker.sinks.console import ConsoleSink
 from tracker.snapshots import SnapshotStore
 from tracker.sources.base import SourceBase
 from tracker.stages import Stages
@@ -85,7 +88,7 @@ class Collect:
         self.closed = True
 
 
-def fake_stages(tmp_path, backend, max_batch):
+def fake_stages(tmp_path, backend, max_batch, sinks_before=()):
     config = parse_config({"state_dir": str(tmp_path), "source": {"frames": FRAMES},
                            "batcher": {"max_batch": max_batch}, "sinks": {"console": False}})
     sink = Collect()
@@ -94,7 +97,7 @@ def fake_stages(tmp_path, backend, max_batch):
         batcher=Batcher(max_batch, 50.0), backend=backend,
         gallery=Gallery(("alice", "bob"), np.stack([ALICE, BOB]), 0.9),
         votes=IdentityVotes(min_faces=3, margin=0.3), tracker=Tracker(min_hits=3, max_age=5),
-        events=EventMaker(), snapshots=SnapshotStore(tmp_path / "snapshots"), sinks=[sink],
+        events=EventMaker(), snapshots=SnapshotStore(tmp_path / "snapshots"), sinks=[*sinks_before, sink],
         latency_log=LatencyLog(tmp_path / "latency.jsonl"))
     stages.opened.callback(backend.close)
     stages.opened.callback(sink.close)
@@ -153,3 +156,29 @@ def test_stopped_before_it_starts_the_guard_closes_its_stages_and_reads_nothing(
     assert guard.run() == 0
     assert guard.frames_processed == 0 and backend.calls == 0
     assert backend.closed and sink.closed
+
+
+def test_a_sink_that_fails_costs_its_own_output_only(tmp_path, caplog):
+    # the console on a full disk (a real one: /dev/full), before the sink the test reads
+    with contextlib.suppress(OSError), open("/dev/full", "w", encoding="utf-8") as full:  # its close flushes again
+        console = ConsoleSink(full)
+        config, stages, sink = fake_stages(tmp_path, ByPosition(), max_batch=2, sinks_before=[console])
+        stages.opened.callback(console.close)
+        guard = Guard(config, stages)
+        assert guard.run() == 0
+    assert guard.frames_processed == FRAMES
+    kinds = [e.kind for e in sink.events]
+    assert kinds.count("entered") == 2 and kinds.count("left") == 2
+    assert len(sink.states) >= 1
+    failures = [r.getMessage() for r in caplog.records if "ConsoleSink sink" in r.getMessage()]
+    assert len(failures) == 1 and "No space left on device" in failures[0], failures
+
+
+def test_the_rate_falls_to_zero_once_frames_stop(tmp_path, monkeypatch):
+    config, stages, _ = fake_stages(tmp_path, ByPosition(), max_batch=2)
+    guard = Guard(config, stages)
+    assert guard.run() == 0
+    assert guard.fps() > 0
+    now = time.monotonic_ns()
+    monkeypatch.setattr(time, "monotonic_ns", lambda: now + FPS_WINDOW_NS + 1)  # a camera gone for the window
+    assert guard.fps() == 0.0 and guard.state()["fps"] == 0.0

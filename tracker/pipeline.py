@@ -95,6 +95,7 @@ class Guard:
         self._last_seq: int | None = None  # the last frame tracked: for the `left` events at the end
         self._last_media_s: float | None = None
         self._done_ns: deque[int] = deque(maxlen=100)  # processing end times, for fps
+        self._failing_sinks: dict = {}  # (sink, method) -> calls failed in a row (see _to_every_sink)
         # One offset turns monotonic frame times into wall-clock times for the outside world.
         self._wall_offset_ns = time.time_ns() - time.monotonic_ns()
 
@@ -245,8 +246,24 @@ class Guard:
         for event in events:
             path, jpeg = self.stages.snapshots.save(event.track_id, event.id)
             event = replace(event, snapshot=path)
-            for sink in self.stages.sinks:
-                sink.publish_event(event, jpeg)
+            self._to_every_sink("publish_event", event, jpeg)
+
+    def _to_every_sink(self, method: str, *args) -> None:
+        """Call `method` of every sink: one that fails (stdout a closed pipe or a full disk) is
+        logged at its first failure and when it works again, and the others still get the call, as
+        the guard goes on; each sink keeps what it can (the MQTT outbox, the events log's count)."""
+        for sink in self.stages.sinks:
+            try:
+                getattr(sink, method)(*args)
+            except Exception as e:  # noqa: BLE001 - one output must not stop the guard or the others
+                if (sink, method) not in self._failing_sinks:
+                    log.error("%s sink: %s failed: %s (the other sinks go on; logged once until it works again)",
+                              type(sink).__name__, method, e)
+                self._failing_sinks[sink, method] = self._failing_sinks.get((sink, method), 0) + 1
+            else:
+                failed = self._failing_sinks.pop((sink, method), 0)
+                if failed:
+                    log.info("%s sink: %s works again after %d failed call(s)", type(sink).__name__, method, failed)
 
     def _track_and_publish(self, work: _FrameWork, faces: tuple[Face, ...], batch_size: int, infer_ms: float) -> None:
         """Track one frame's `faces` (in `work.detections` order), publish its events and write
@@ -310,9 +327,13 @@ class Guard:
     # -- reporting -------------------------------------------------------------------------------
 
     def fps(self) -> float:
-        if len(self._done_ns) < 2:
+        """Frames per second over the last 100 frames processed within FPS_WINDOW_NS of now: 0 once
+        frames stop (a camera unplugged must not show its last rate in the STATUS and the state)."""
+        since = time.monotonic_ns() - FPS_WINDOW_NS
+        recent = [t for t in self._done_ns if t >= since]
+        if len(recent) < 2:
             return 0.0
-        return (len(self._done_ns) - 1) / ((self._done_ns[-1] - self._done_ns[0]) / 1e9)
+        return (len(recent) - 1) / ((recent[-1] - recent[0]) / 1e9)
 
     def state(self) -> dict:
         """The guard's state for the MQTT state topic (sinks add their own counters)."""
@@ -336,11 +357,10 @@ class Guard:
                  self.state()["frames_dropped"], stages)
 
     def _publish_state(self) -> None:
-        state = self.state()
-        for sink in self.stages.sinks:
-            sink.publish_state(state)
+        self._to_every_sink("publish_state", self.state())
 
 
+FPS_WINDOW_NS = 10_000_000_000  # the rate is of the frames processed in the last 10 s
 _STATE_EVERY_NS = 1_000_000_000  # how often sinks get the state (the MQTT sink sends it at its own interval)
 
 
