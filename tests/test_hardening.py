@@ -245,6 +245,32 @@ def test_log_paths_that_cannot_be_files_are_exit_2_for_check_config_and_guard(tm
                     f"key {key!r}", fragment)
 
 
+def _fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
+def _dangling(path: Path) -> Path:
+    path.symlink_to(path.parent / "gone")
+    return path
+
+
+@pytest.mark.parametrize("key, template, make, fragment", [
+    # a FIFO: the guard's open would wait for a reader, past SIGTERM
+    ("latency.path", "latency:\n  path: {}\n", lambda s: _fifo(s / "latency.fifo"), "is a FIFO, socket or block device"),
+    ("sinks.jsonl", "sinks:\n  jsonl: {}\n", lambda s: _dangling(s / "events.jsonl"), "is a link to a missing file"),
+    ("state_dir", "", lambda s: (s / "snapshots").write_text("x") and s / "snapshots", "is a file; expected a writable directory"),
+])
+def test_log_paths_that_the_guard_cannot_open_are_exit_2_for_check_config_and_guard(tmp_path, capsys, key, template, make, fragment):
+    state = tmp_path / "state"
+    state.mkdir()
+    target = make(state)
+    path = write(tmp_path, f"state_dir: {str(state)!r}\nsource:\n  realtime: false\n  frames: 3\n"
+                 + template.format(repr(str(target))))
+    assert_one_line(*check(capsys, path), f"key {key!r}", fragment)
+    assert_one_line(main(["--config", str(path)]), capsys.readouterr().err, f"key {key!r}", fragment)
+
+
 # -- property: whatever the file holds, one line or a valid config ---------------------------------
 
 yaml_fragments = st.sampled_from([

@@ -84,7 +84,7 @@ class SourceConfig(Section):
     uri: str = ""  # opencv: device index, /dev/videoN, URL or file; folder: a directory
     width: StrictInt = Field(640, ge=32, le=4096)
     height: StrictInt = Field(480, ge=32, le=4096)
-    fps: StrictFloat = Field(10.0, gt=0, le=120)
+    fps: StrictFloat = Field(10.0, ge=0.01, le=120)  # a frame in 100 s at least (1e-300 overflowed the pacing timer)
     frames: StrictInt | None = Field(None, ge=1)  # stop after this many frames (None: until the source ends)
     queue_size: StrictInt = Field(4, ge=1, le=64)
     seed: StrictInt = Field(0, ge=0, le=2**63 - 1)  # synthetic scene (numpy seeds are non-negative)
@@ -166,7 +166,7 @@ class LatencyConfig(Section):
     path: FilePath | None = None  # default: <state_dir>/latency.jsonl
     max_bytes: StrictInt = Field(10_000_000, ge=10_000)
     backups: StrictInt = Field(3, ge=0, le=100)
-    report_every_s: StrictFloat = Field(10.0, gt=0)
+    report_every_s: StrictFloat = Field(10.0, gt=0, le=86_400)  # a day at most (1e300 overflowed the timer)
 
 
 class SinksConfig(Section):

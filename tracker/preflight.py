@@ -69,9 +69,15 @@ def check_directory(key: str, path: Path) -> None:
 
 
 def check_file(key: str, path: Path) -> None:
-    """`path` is a regular file that can be written, or can be created."""
+    """`path` is a regular file (or a character device, /dev/null) that can be written, or can be
+    created. A FIFO is refused: opening it for writing waits for a reader, where no signal ends the
+    wait, so the guard would hang at start-up past SIGTERM."""
     if path.is_dir():
         raise InputError(f"config: key {key!r}: {str(path)!r} is a directory; expected a file path")
+    if path.is_symlink() and not path.exists():
+        raise InputError(f"config: key {key!r}: {str(path)!r} is a link to a missing file; expected a file path")
+    if path.exists() and not (path.is_file() or path.is_char_device()):
+        raise InputError(f"config: key {key!r}: {str(path)!r} is a FIFO, socket or block device; expected a regular file")
     if path.exists():
         if not os.access(path, os.W_OK):
             raise InputError(f"config: key {key!r}: {str(path)!r} is not writable; expected a writable file")
@@ -103,6 +109,7 @@ def check_runnable(config) -> str:
     detector = check_detector(config.detect)
     state_dir = config.resolved_state_dir()
     check_directory("state_dir", state_dir)
+    check_directory("state_dir", state_dir / "snapshots")  # tracker.stages: the events' snapshots
     files = {"latency.path": (config.latency.path or state_dir / "latency.jsonl", config.latency.backups),
              "sinks.jsonl": (config.sinks.jsonl or state_dir / "events.jsonl", config.sinks.jsonl_backups)}
     if config.mqtt.enabled:

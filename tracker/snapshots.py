@@ -30,7 +30,7 @@ class SnapshotStore:
         self.quality = quality
         self._best: dict[int, tuple[float, np.ndarray]] = {}
         self._written: OrderedDict[Path, None] = OrderedDict(
-            (p, None) for p in sorted(self.folder.glob("*.jpg"), key=lambda p: p.stat().st_mtime))
+            (p, None) for p in sorted(self.folder.glob("*.jpg"), key=_modified))
         self._failures = 0  # snapshots not written since the last one that was
 
     def offer(self, track_id: int, image: np.ndarray, box: Box) -> None:
@@ -81,3 +81,11 @@ class SnapshotStore:
 
     def forget(self, track_id: int) -> None:
         self._best.pop(track_id, None)
+
+
+def _modified(path: Path) -> float:
+    """path's modification time, or 0 for one gone or dangling (listed first, removed first)."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
