@@ -166,6 +166,9 @@ def test_missing_path_is_one_line_exit_2(tmp_path, capsys):
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("tracker: error: identify: ") and "nope.jpg" in err
     assert "does not exist" in err
+    # a path that is there but neither a file nor a folder is not called missing
+    assert main(["identify", "/dev/null", "--config", str(state_config(tmp_path))]) == 2
+    assert "'/dev/null' is neither a file nor a folder" in capsys.readouterr().err
 
 
 def test_folder_without_images_is_one_line_exit_2(tmp_path, capsys):

@@ -55,6 +55,21 @@ def int_between(low: int, high: int | None = None):
 positive_int = int_between(1)  # argparse type: an integer >= 1
 
 
+def float_between(low: float, high: float):
+    """argparse type factory: a number from `low` to `high` (so never NaN nor infinite)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"bad value {text!r}; expected a number from {low:g} to {high:g}")
+        return value
+
+    return parse
+
+
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0."""
     try:

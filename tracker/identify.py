@@ -103,7 +103,8 @@ def identify_command(argv: list[str]) -> int:
     args = p.parse_args(argv)
     for path in args.images:
         if not (path.is_file() or path.is_dir()):  # checked here so the message names this command
-            raise InputError(f"identify: {str(path)!r} does not exist; expected an image file or a folder of images")
+            what = "is neither a file nor a folder" if path.exists() else "does not exist"
+            raise InputError(f"identify: {str(path)!r} {what}; expected an image file or a folder of images")
     files = image_files(args.images)
     if not files:
         raise InputError(f"identify: no image files in {', '.join(map(str, args.images))}; "

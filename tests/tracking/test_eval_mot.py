@@ -136,6 +136,17 @@ def test_observation_centric_option_changes_the_tracker(testdata, capsys):
     assert parse_table(plain) != parse_table(oc)
 
 
+def test_no_observation_centric_overrides_a_config_that_turns_it_on(testdata, tmp_path, capsys):
+    seqdir = testdata / "mot" / "TUD-Stadtmitte"
+    config = tmp_path / "tracker.yaml"
+    config.write_text("tracking: {observation_centric: true}\n")
+    base = ["eval-mot", str(seqdir / "test.txt"), "--gt", str(seqdir / "gt.txt"), "--no-backfill", "--max-age", "30"]
+    _, plain, _ = run(base + ["--no-observation-centric"], capsys)
+    _, off, _ = run(base + ["--config", str(config), "--no-observation-centric"], capsys)
+    _, on, _ = run(base + ["--config", str(config)], capsys)
+    assert parse_table(off) == parse_table(plain) != parse_table(on)
+
+
 def test_noisy_detections_deterministic(testdata):
     gt = read_mot(testdata / "mot" / "TUD-Campus" / "gt.txt", "gt")
     a, b = noisy_detections(gt, DetectionNoise(seed=5)), noisy_detections(gt, DetectionNoise(seed=5))
@@ -191,6 +202,34 @@ def test_bad_inputs(testdata, tmp_path, capsys):
     assert "detections" in line
 
     assert noisy_main([str(gt), str(tmp_path / "n.txt"), "--drop", "1.5"]) == 2
+    capsys.readouterr()
+    # the infinite score made every detection a low one: no tracks, silently
+    line = _one_error_line(*run(["eval-mot", str(good), "--high-score", "inf"], capsys)[::2])
+    assert "--high-score" in line and "'inf'" in line
+
+
+@pytest.mark.parametrize("option, value", [("--seed", "-1"), ("--false-per-frame", "1e8"), ("--pos-sigma", "inf"),
+                                           ("--size-sigma", "nan"), ("--drop", "1")])
+def test_noisy_options_out_of_range_are_one_line_naming_the_option(testdata, tmp_path, capsys, option, value):
+    gt = testdata / "mot" / "TUD-Campus" / "gt.txt"
+    line = _one_error_line(noisy_main([str(gt), str(tmp_path / "n.txt"), option, value]), capsys.readouterr().err)
+    assert option in line and repr(value) in line and "expected" in line
+    assert not (tmp_path / "n.txt").exists()
+
+
+def test_an_output_that_is_an_input_is_refused_before_it_is_written(testdata, tmp_path, capsys):
+    gt = tmp_path / "gt.txt"
+    gt.write_bytes((testdata / "mot" / "TUD-Campus" / "gt.txt").read_bytes())
+    before = gt.read_bytes()
+    dets = tmp_path / "dets.txt"
+    assert noisy_main([str(gt), str(dets)]) == 0
+    capsys.readouterr()
+    line = _one_error_line(*run(["eval-mot", str(dets), "--gt", str(gt), "--out", str(gt)], capsys)[::2])
+    assert "is the ground-truth file" in line
+    line = _one_error_line(*run(["eval-mot", str(dets), "--out", str(tmp_path / "." / "dets.txt")], capsys)[::2])
+    assert "is the detections file" in line
+    assert noisy_main([str(gt), str(gt)]) == 2 and "is the ground-truth file" in capsys.readouterr().err
+    assert gt.read_bytes() == before
 
 
 @pytest.mark.parametrize("seq", SEQS)

@@ -5,7 +5,9 @@ with detection j is
 
     cost[i, j] = (1 - IoU[i, j]) + embedding_weight * cosine_distance[i, j]
 
-where the embedding term is present only when both have an embedding (see `cosine_distance`).
+where a pair of which one has no embedding (a NaN row) takes NEUTRAL_COSINE_DISTANCE as its cosine
+distance (see `cosine_distance`); the term is left out when embedding_weight is 0 or either side's
+embeddings are not given.
 A pair is allowed only if its boxes overlap with IoU >= iou_threshold (and IoU > 0: boxes that do
 not touch never match, whatever the threshold). The minimum-cost assignment is found with the
 Hungarian method (scipy's `linear_sum_assignment`) over the allowed pairs, so that as many allowed

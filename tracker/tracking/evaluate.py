@@ -2,14 +2,14 @@
 
     tracker eval-mot DETECTIONS [--gt GT] [--out TRACKS] [--config F]
                      [--min-hits N] [--max-age N] [--iou-threshold F] [--high-score F|none]
-                     [--observation-centric] [--no-backfill]
+                     [--[no-]observation-centric] [--no-backfill]
     tracker eval-mot --tracks TRACKS --gt GT          score tracks made elsewhere (another tracker)
 
 The tracker (`sort.Tracker`, IoU only: detection files carry no appearance, so no
 re-identification by face either) is fed every frame from 1 to the last frame of DETECTIONS (or of
 GT, if later), empty frames included. The tracks written are the confirmed tracks on the frames a
 detection was assigned to them, with the Kalman posterior box and that detection's score.
-`--high-score none` (and no --observation-centric) is the tracker before ByteTrack and OC-SORT (SORT).
+`--high-score none --no-observation-centric` is the tracker before ByteTrack and OC-SORT (SORT).
 
 Back-filling (default on), because eval-mot is offline and knows what happened next:
 - a track becomes confirmed only after `min_hits` consecutive hits, so an online tracker announces
@@ -36,7 +36,7 @@ from pathlib import Path
 from tracker.arguments import ArgumentParser, int_between
 from tracker.errors import InputError
 from tracker.tracking.metrics import MotMetrics, evaluate
-from tracker.tracking.mot import MotTable, format_rows, read_mot, write_mot
+from tracker.tracking.mot import MotTable, format_rows, read_mot, refuse_overwriting, write_mot
 from tracker.tracking.sort import Tracker, TrackState
 from tracker.types import Box, Detection
 
@@ -92,8 +92,8 @@ def _score_or_none(text: str) -> float | str:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not value >= 0.0:
-        raise argparse.ArgumentTypeError(f"bad value {text!r}; expected a detection score >= 0, or none")
+    if not 0.0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"bad value {text!r}; expected a finite detection score >= 0, or none")
     return value
 
 
@@ -113,9 +113,9 @@ def _parser() -> ArgumentParser:
     p.add_argument("--high-score", type=_score_or_none,
                    help="detections scoring below this only continue tracks (ByteTrack); none: every detection "
                         "may start one; default: the config's tracking.high_score")
-    p.add_argument("--observation-centric", action="store_true",
-                   help="OC-SORT's recovery by the last observed box and re-update after a gap (default: the "
-                        "config's tracking.observation_centric)")
+    p.add_argument("--observation-centric", action=argparse.BooleanOptionalAction, default=None,
+                   help="OC-SORT's recovery by the last observed box and re-update after a gap, or not (default: "
+                        "the config's tracking.observation_centric)")
     p.add_argument("--no-backfill", action="store_true",
                    help="write only what an online tracker knows: no tentative frames of confirmed tracks, no predicted boxes in re-acquired gaps")
     return p
@@ -152,7 +152,7 @@ def eval_mot_command(argv: list[str]) -> int:
         given = [f"--{name.replace('_', '-')}" for name in TRACKER_OPTIONS if getattr(args, name) is not None]
         given += [flag for flag, on in (("--no-backfill", args.no_backfill), ("--out", args.out is not None),
                                         ("--config", args.config is not None),
-                                        ("--observation-centric", args.observation_centric)) if on]
+                                        ("--[no-]observation-centric", args.observation_centric is not None)) if on]
         if args.gt is None or given:
             raise InputError(f"tracker eval-mot --tracks: scores a finished tracks file against --gt; "
                              f"{'--gt is missing' if args.gt is None else ', '.join(given) + ' would change nothing'}")
@@ -170,8 +170,10 @@ def eval_mot_command(argv: list[str]) -> int:
     overrides = {name: getattr(args, name) for name in TRACKER_OPTIONS if getattr(args, name) is not None}
     if overrides.get("high_score") == "none":
         overrides["high_score"] = None
-    if args.observation_centric:
-        overrides["observation_centric"] = True
+    if args.observation_centric is not None:
+        overrides["observation_centric"] = args.observation_centric
+    if args.out is not None:
+        refuse_overwriting(args.out, {"detections": args.detections, "ground-truth": args.gt})
     detections = read_mot(args.detections, "detections")
     last_frame = max(detections.last_frame, gt.last_frame if gt is not None else 0)
     tracker = Tracker.from_config(settings, embedding_weight=0.0, reid_threshold=None, **overrides)

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tracker.arguments import ArgumentParser
-from tracker.errors import InputError, TrackerError
-from tracker.tracking.mot import MotTable, read_mot, write_mot
+from tracker.arguments import ArgumentParser, float_between, int_between
+from tracker.errors import TrackerError
+from tracker.tracking.mot import MotTable, read_mot, refuse_overwriting, write_mot
 
 
 @dataclass(frozen=True)
@@ -71,19 +71,20 @@ def _parser() -> ArgumentParser:
     p = ArgumentParser(prog="python -m tracker.tracking.noisy", description="Derive noisy MOTChallenge detections from ground truth.")
     p.add_argument("gt", type=Path, help="MOTChallenge ground-truth file")
     p.add_argument("out", type=Path, help="detection file to write")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--pos-sigma", type=float, default=d.pos_sigma, help="centre noise, fraction of box size")
-    p.add_argument("--size-sigma", type=float, default=d.size_sigma, help="log-size noise")
-    p.add_argument("--drop", type=float, default=d.drop, help="probability a box is missed")
-    p.add_argument("--false-per-frame", type=float, default=d.false_per_frame, help="mean false detections per frame")
+    p.add_argument("--seed", type=int_between(0), default=d.seed)
+    p.add_argument("--pos-sigma", type=float_between(0, 10), default=d.pos_sigma, help="centre noise, fraction of box size")
+    p.add_argument("--size-sigma", type=float_between(0, 10), default=d.size_sigma, help="log-size noise")
+    p.add_argument("--drop", type=float_between(0, 0.99), default=d.drop, help="probability a box is missed")
+    # bounded: the rows are held in memory (1e8 a frame took 544 MB within 20 s)
+    p.add_argument("--false-per-frame", type=float_between(0, 1000), default=d.false_per_frame,
+                   help="mean false detections per frame")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
-        if not (0.0 <= args.drop < 1.0 and args.pos_sigma >= 0 and args.size_sigma >= 0 and args.false_per_frame >= 0):
-            raise InputError("noise: expected 0 <= --drop < 1 and --pos-sigma, --size-sigma, --false-per-frame >= 0")
+        refuse_overwriting(args.out, {"ground-truth": args.gt})
         noise = DetectionNoise(args.seed, args.pos_sigma, args.size_sigma, args.drop, args.false_per_frame)
         dets = noisy_detections(read_mot(args.gt, "gt"), noise)
         write_mot(args.out, dets)
