@@ -2,7 +2,8 @@
 
 One JSON line per processed frame with the keys of `FrameLatency`, in that order. Stage times are
 milliseconds of the monotonic clock:
-    capture_ms  frame waiting between capture (Frame.t_ns) and the start of processing
+    capture_ms  frame waiting between capture (Frame.t_ns) and the start of its processing (in the
+                capture queue, then behind a batch of earlier frames that fell due)
     motion_ms, detect_ms, infer_ms, track_ms, publish_ms   each stage's own time; infer_ms is the
                 time of the backend call that carried the frame's crops (shared by its batch)
     total_ms    from capture to the end of publishing the frame's results

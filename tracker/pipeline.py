@@ -59,7 +59,7 @@ class _FrameWork:
     frame: Frame
     detections: tuple[Detection, ...]
     has_crops: bool  # False: detections carried from the previous frame (static scene)
-    start_ns: int  # processing started (frame left the capture queue)
+    start_ns: int  # this frame's processing started: after it left the capture queue and a batch due then ran (both its wait, capture_ms)
     motion_ms: float
     detect_ms: float
 
