@@ -75,6 +75,7 @@ def test_default_file_documents_every_key_with_a_comment():
     ({"source": {"kind": "webcam"}}, "source.kind", "'synthetic', 'opencv', 'folder' or 'picamera2'"),
     ({"source": {"fps": 0}}, "source.fps", "greater than or equal to 0.01"),
     ({"source": {"fps": 1e-300}}, "source.fps", "greater than or equal to 0.01"),
+    ({"latency": {"path": 12}}, "latency.path", "bad value 12; expected a file path (a string)"),
     ({"latency": {"report_every_s": 1e300}}, "latency.report_every_s", "less than or equal to 86400"),
     ({"batcher": {"max_batch": 1000}}, "batcher.max_batch", "less than or equal to 256"),
     ({"sinks": {"console": "maybe"}}, "sinks.console", "valid boolean"),

@@ -124,3 +124,10 @@ def test_a_rotation_the_file_system_refuses_is_logged_once_and_tried_again_a_min
     assert log.append(LINE)
     log.close()
     assert path.with_name("events.jsonl.1").read_text() == LINE * 7 and path.read_text() == LINE
+
+
+def test_an_atomic_write_of_a_name_of_255_bytes(tmp_path):
+    # its temporary file is named after it: a legal name must stay legal with what is added
+    path = tmp_path / ("n" * 250 + ".json")
+    files.atomic_write(path, b"{}")
+    assert path.read_bytes() == b"{}" and [p.name for p in tmp_path.iterdir()] == [path.name]

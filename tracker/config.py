@@ -327,6 +327,8 @@ def _describe(error) -> str:
         return f"config: key {path!r}: {str(error['ctx']['error'])}"
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         return f"config: key {path!r}: bad value {_short(error['input'])}; expected a mapping of keys (a YAML section)"
+    if kind == "path_type":  # pydantic's own words name a Python class
+        return f"config: key {path!r}: bad value {_short(error['input'])}; expected a file path (a string)"
     message = error["msg"]  # pydantic's "Input should be a valid integer": "a valid integer"
     for prefix, instead in (("Input should be ", ""), ("String should match ", "a string matching ")):
         if message.startswith(prefix):

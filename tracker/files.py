@@ -88,7 +88,9 @@ def load_npz(path: Path) -> np.lib.npyio.NpzFile:
 def atomic_write(path: Path, content: bytes | memoryview | Callable[[Path], None], *, mode: int = 0o644) -> None:
     """See the module docstring."""
     path = Path(path)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp{path.suffix}")
+    # The stem cut to 200 bytes: with what is added, a legal 255-byte name stays one.
+    stem = os.fsencode(path.stem)[:200].decode(errors="ignore")
+    tmp = path.with_name(f".{stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp{path.suffix}")
     try:
         if callable(content):
             content(tmp)
