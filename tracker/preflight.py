@@ -109,7 +109,9 @@ def check_runnable(config) -> str:
     detector = check_detector(config.detect)
     state_dir = config.resolved_state_dir()
     check_directory("state_dir", state_dir)
-    check_directory("state_dir", state_dir / "snapshots")  # tracker.stages: the events' snapshots
+    snapshots = state_dir / "snapshots"  # tracker.stages: the events' snapshots, which may be unwritable
+    if snapshots.exists() and not snapshots.is_dir():  # (the guard goes on without them) but must be a folder
+        raise InputError(f"config: key 'state_dir': {str(snapshots)!r} is a file; expected a writable directory")
     files = {"latency.path": (config.latency.path or state_dir / "latency.jsonl", config.latency.backups),
              "sinks.jsonl": (config.sinks.jsonl or state_dir / "events.jsonl", config.sinks.jsonl_backups)}
     if config.mqtt.enabled:
