@@ -13,6 +13,7 @@ import json
 import time
 
 import numpy as np
+import pytest
 
 from tracker.batcher import Batcher
 from tracker.config import parse_config
@@ -160,12 +161,16 @@ def test_stopped_before_it_starts_the_guard_closes_its_stages_and_reads_nothing(
 
 def test_a_sink_that_fails_costs_its_own_output_only(tmp_path, caplog):
     # the console on a full disk (a real one: /dev/full), before the sink the test reads
-    with contextlib.suppress(OSError), open("/dev/full", "w", encoding="utf-8") as full:  # its close flushes again
-        console = ConsoleSink(full)
-        config, stages, sink = fake_stages(tmp_path, ByPosition(), max_batch=2, sinks_before=[console])
-        stages.opened.callback(console.close)
-        guard = Guard(config, stages)
-        assert guard.run() == 0
+    full = open("/dev/full", "w", encoding="utf-8")  # noqa: SIM115 - closed below, where its flush fails again
+    console = ConsoleSink(full)
+    config, stages, sink = fake_stages(tmp_path, ByPosition(), max_batch=2, sinks_before=[console])
+    stages.opened.callback(console.close)
+    guard = Guard(config, stages)
+    try:
+        assert guard.run() == 0  # the console's close (its last flush) failing too
+    finally:
+        with contextlib.suppress(OSError):
+            full.close()
     assert guard.frames_processed == FRAMES
     kinds = [e.kind for e in sink.events]
     assert kinds.count("entered") == 2 and kinds.count("left") == 2
@@ -182,3 +187,14 @@ def test_the_rate_falls_to_zero_once_frames_stop(tmp_path, monkeypatch):
     now = time.monotonic_ns()
     monkeypatch.setattr(time, "monotonic_ns", lambda: now + FPS_WINDOW_NS + 1)  # a camera gone for the window
     assert guard.fps() == 0.0 and guard.state()["fps"] == 0.0
+
+
+def test_a_slow_source_s_rate_is_read_over_three_of_its_frame_intervals(tmp_path, monkeypatch):
+    config, stages, _ = fake_stages(tmp_path, ByPosition(), max_batch=2)
+    config = config.model_copy(update={"source": config.source.model_copy(update={"fps": 0.05})})  # a frame in 20 s
+    guard = Guard(config, stages)
+    now = time.monotonic_ns()
+    guard._done_ns.extend([now - 40_000_000_000, now - 20_000_000_000, now])
+    assert guard.fps() == pytest.approx(0.05)
+    monkeypatch.setattr(time, "monotonic_ns", lambda: now + 61_000_000_000)  # three intervals without a frame
+    assert guard.fps() == 0.0

@@ -258,8 +258,8 @@ def _dangling(path: Path) -> Path:
 @pytest.mark.parametrize("key, template, make, fragment", [
     # a FIFO: the guard's open would wait for a reader, past SIGTERM
     ("latency.path", "latency:\n  path: {}\n", lambda s: _fifo(s / "latency.fifo"), "is a FIFO, socket or block device"),
-    ("sinks.jsonl", "sinks:\n  jsonl: {}\n", lambda s: _dangling(s / "events.jsonl"), "is a link to a missing file"),
-    ("state_dir", "", lambda s: (s / "snapshots").write_text("x") and s / "snapshots", "is a file; expected a writable directory"),
+    ("state_dir", "", lambda s: _dangling(s / "snapshots"), "is not a folder"),
+    ("state_dir", "", lambda s: (s / "snapshots").write_text("x") and s / "snapshots", "is not a folder"),
 ])
 def test_log_paths_that_the_guard_cannot_open_are_exit_2_for_check_config_and_guard(tmp_path, capsys, key, template, make, fragment):
     state = tmp_path / "state"
@@ -269,6 +269,17 @@ def test_log_paths_that_the_guard_cannot_open_are_exit_2_for_check_config_and_gu
                  + template.format(repr(str(target))))
     assert_one_line(*check(capsys, path), f"key {key!r}", fragment)
     assert_one_line(main(["--config", str(path)]), capsys.readouterr().err, f"key {key!r}", fragment)
+
+
+def test_a_log_path_linked_to_a_file_not_made_yet_is_written_through_the_link(tmp_path, capsys):
+    state = tmp_path / "state"
+    state.mkdir()
+    link = _dangling(state / "events.jsonl")
+    path = write(tmp_path, f"state_dir: {str(state)!r}\nsource:\n  realtime: false\n  frames: 40\n"
+                 f"sinks:\n  jsonl: {str(link)!r}\n")
+    assert check(capsys, path)[0] == 0
+    assert main(["--config", str(path)]) == 0
+    assert link.is_symlink() and (state / "gone").read_text().count("\n") >= 2  # entered and left, at least
 
 
 # -- property: whatever the file holds, one line or a valid config ---------------------------------

@@ -85,12 +85,22 @@ def load_npz(path: Path) -> np.lib.npyio.NpzFile:
     return data
 
 
+def _temporary_name(name: str) -> str:
+    """`.<stem>.<pid>.<random>.tmp<suffix>` for the file `name`, its stem (then its suffix) cut so
+    that the name stays within the file systems' 255 bytes, as `name` is."""
+    stem, suffix = os.path.splitext(name)
+    tag = f".{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    room = 255 - 1 - len(os.fsencode(tag))
+    if len(os.fsencode(suffix)) > room // 2:  # a name that is mostly suffix: neither part kept whole
+        suffix = ""
+    stem = os.fsencode(stem)[: room - len(os.fsencode(suffix))].decode(errors="ignore")
+    return f".{stem}{tag}{suffix}"
+
+
 def atomic_write(path: Path, content: bytes | memoryview | Callable[[Path], None], *, mode: int = 0o644) -> None:
     """See the module docstring."""
     path = Path(path)
-    # The stem cut to 200 bytes: with what is added, a legal 255-byte name stays one.
-    stem = os.fsencode(path.stem)[:200].decode(errors="ignore")
-    tmp = path.with_name(f".{stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp{path.suffix}")
+    tmp = path.with_name(_temporary_name(path.name))
     try:
         if callable(content):
             content(tmp)

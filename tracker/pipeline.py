@@ -327,9 +327,10 @@ class Guard:
     # -- reporting -------------------------------------------------------------------------------
 
     def fps(self) -> float:
-        """Frames per second over the last 100 frames processed within FPS_WINDOW_NS of now: 0 once
-        frames stop (a camera unplugged must not show its last rate in the STATUS and the state)."""
-        since = time.monotonic_ns() - FPS_WINDOW_NS
+        """Frames per second over the last 100 frames processed within the window of now (FPS_WINDOW_NS,
+        or three frame intervals of a slower source): 0 once frames stop (a camera unplugged must
+        not show its last rate in the STATUS and the state)."""
+        since = time.monotonic_ns() - max(FPS_WINDOW_NS, int(3e9 / self.config.source.fps))
         recent = [t for t in self._done_ns if t >= since]
         if len(recent) < 2:
             return 0.0
@@ -360,7 +361,7 @@ class Guard:
         self._to_every_sink("publish_state", self.state())
 
 
-FPS_WINDOW_NS = 10_000_000_000  # the rate is of the frames processed in the last 10 s
+FPS_WINDOW_NS = 10_000_000_000  # the rate is of the frames processed in the last 10 s at least
 _STATE_EVERY_NS = 1_000_000_000  # how often sinks get the state (the MQTT sink sends it at its own interval)
 
 

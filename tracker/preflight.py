@@ -74,8 +74,9 @@ def check_file(key: str, path: Path) -> None:
     wait, so the guard would hang at start-up past SIGTERM."""
     if path.is_dir():
         raise InputError(f"config: key {key!r}: {str(path)!r} is a directory; expected a file path")
-    if path.is_symlink() and not path.exists():
-        raise InputError(f"config: key {key!r}: {str(path)!r} is a link to a missing file; expected a file path")
+    if path.is_symlink() and not path.exists():  # opening it creates its target
+        check_directory(key, path.resolve().parent)
+        return
     if path.exists() and not (path.is_file() or path.is_char_device()):
         raise InputError(f"config: key {key!r}: {str(path)!r} is a FIFO, socket or block device; expected a regular file")
     if path.exists():
@@ -110,8 +111,8 @@ def check_runnable(config) -> str:
     state_dir = config.resolved_state_dir()
     check_directory("state_dir", state_dir)
     snapshots = state_dir / "snapshots"  # tracker.stages: the events' snapshots, which may be unwritable
-    if snapshots.exists() and not snapshots.is_dir():  # (the guard goes on without them) but must be a folder
-        raise InputError(f"config: key 'state_dir': {str(snapshots)!r} is a file; expected a writable directory")
+    if (snapshots.is_symlink() or snapshots.exists()) and not snapshots.is_dir():  # (the guard goes on without them)
+        raise InputError(f"config: key 'state_dir': {str(snapshots)!r} is not a folder; expected a folder for the snapshots, or nothing there")
     files = {"latency.path": (config.latency.path or state_dir / "latency.jsonl", config.latency.backups),
              "sinks.jsonl": (config.sinks.jsonl or state_dir / "events.jsonl", config.sinks.jsonl_backups)}
     if config.mqtt.enabled:

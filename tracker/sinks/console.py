@@ -29,7 +29,12 @@ class ConsoleSink:
         """State goes to the latency report on the console, not here."""
 
     def close(self) -> None:
-        self._stream.flush()
+        """Flush the stream (not closed: the caller's); one that cannot take what is left (a
+        closed pipe, a full disk) loses only those lines, its failure already logged by the guard."""
+        try:
+            self._stream.flush()
+        except OSError:
+            pass
 
 
 def _minutes_seconds(seconds: float) -> str:

@@ -33,7 +33,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tracker.arguments import ArgumentParser, int_between
+from tracker.arguments import ArgumentParser, float_between, int_between
 from tracker.errors import InputError
 from tracker.tracking.metrics import MotMetrics, evaluate
 from tracker.tracking.mot import MotTable, format_rows, read_mot, refuse_overwriting, write_mot
@@ -75,16 +75,6 @@ def track_detections(detections: MotTable, tracker: Tracker, last_frame: int, *,
     return MotTable.from_rows(rows)
 
 
-def _unit_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"bad value {text!r}; expected a number from 0 to 1")
-    return value
-
-
 def _score_or_none(text: str) -> float | str:
     if text.lower() == "none":
         return "none"
@@ -109,7 +99,7 @@ def _parser() -> ArgumentParser:
     p.add_argument("--config", type=Path, help="YAML config whose tracking section gives the defaults (default: config/tracker.yaml)")
     p.add_argument("--min-hits", type=int_between(1, 100), help="default: the config's tracking.min_hits")
     p.add_argument("--max-age", type=int_between(1, 1000), help="default: the config's tracking.max_age")
-    p.add_argument("--iou-threshold", type=_unit_float, help="default: the config's tracking.iou_threshold")
+    p.add_argument("--iou-threshold", type=float_between(0, 1), help="default: the config's tracking.iou_threshold")
     p.add_argument("--high-score", type=_score_or_none,
                    help="detections scoring below this only continue tracks (ByteTrack); none: every detection "
                         "may start one; default: the config's tracking.high_score")
