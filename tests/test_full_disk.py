@@ -41,8 +41,11 @@ def test_a_device_that_refuses_every_line_is_logged_once_and_counted(caplog):
     latency = LatencyLog("/dev/full")
     latency.write(FrameLatency(1, 0, "b", 0, 0, *([0.0] * 7), 0))
     assert latency.lost == 1
-    log.close()
+    log.end()
     latency.close()
+    # a disk full until the end: the count is said then, as writing again would have said it
+    assert "events log: 3 line(s) not written to /dev/full" in caplog.text
+    assert "latency log: 1 line(s) not written to /dev/full" in caplog.text
 
 
 def test_a_line_the_disk_fills_inside_is_taken_back_and_writing_resumes(tmp_path, caplog):

@@ -224,3 +224,12 @@ class LineFile:
             fd, self._fd = self._fd, None
             self._size = 0
             os.close(fd)
+
+    def end(self) -> None:
+        """The owner's last close: a run of failures that never ended (a disk full until exit) is
+        logged with its count, which the return to writing would otherwise have said."""
+        if self._lost_in_run:
+            log.warning("%s: %d line(s) not written to %s since it could not be written", self.what,
+                        self._lost_in_run, self.path)
+            self._lost_in_run = 0
+        self.close()

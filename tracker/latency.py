@@ -63,7 +63,7 @@ class LatencyLog:
         return self._file.lost
 
     def close(self) -> None:
-        self._file.close()
+        self._file.end()
 
 
 class RollingStats:

@@ -29,4 +29,4 @@ class JsonlSink:
         """The state is published by MQTT and printed by the latency report; not logged here."""
 
     def close(self) -> None:
-        self._file.close()
+        self._file.end()
