@@ -255,10 +255,18 @@ def _dangling(path: Path) -> Path:
     return path
 
 
+def _loop(folder: Path) -> Path:
+    (folder / "a").symlink_to(folder / "b")
+    (folder / "b").symlink_to(folder / "a")
+    return folder / "a"
+
+
 @pytest.mark.parametrize("key, template, make, fragment", [
     # a FIFO: the guard's open would wait for a reader, past SIGTERM
     ("latency.path", "latency:\n  path: {}\n", lambda s: _fifo(s / "latency.fifo"), "is a FIFO, socket or block device"),
     ("state_dir", "", lambda s: _dangling(s / "snapshots"), "is not a folder"),
+    ("sinks.jsonl", "sinks:\n  jsonl: {}\n", _loop,
+     "is a link that leads nowhere"),
     ("state_dir", "", lambda s: (s / "snapshots").write_text("x") and s / "snapshots", "is not a folder"),
 ])
 def test_log_paths_that_the_guard_cannot_open_are_exit_2_for_check_config_and_guard(tmp_path, capsys, key, template, make, fragment):

@@ -75,7 +75,11 @@ def check_file(key: str, path: Path) -> None:
     if path.is_dir():
         raise InputError(f"config: key {key!r}: {str(path)!r} is a directory; expected a file path")
     if path.is_symlink() and not path.exists():  # opening it creates its target
-        check_directory(key, path.resolve().parent)
+        try:
+            target = path.resolve()
+        except (OSError, RuntimeError):  # a loop of links
+            raise InputError(f"config: key {key!r}: {str(path)!r} is a link that leads nowhere; expected a file path") from None
+        check_directory(key, target.parent)
         return
     if path.exists() and not (path.is_file() or path.is_char_device()):
         raise InputError(f"config: key {key!r}: {str(path)!r} is a FIFO, socket or block device; expected a regular file")
