@@ -81,9 +81,9 @@ def check_file(key: str, path: Path) -> None:
             raise InputError(f"config: key {key!r}: {str(path)!r} is a link that leads nowhere; expected a file path") from None
         check_directory(key, target.parent)
         return
-    if path.exists() and not (path.is_file() or path.is_char_device()):
-        raise InputError(f"config: key {key!r}: {str(path)!r} is a FIFO, socket or block device; expected a regular file")
     if path.exists():
+        if not (path.is_file() or path.is_char_device()):
+            raise InputError(f"config: key {key!r}: {str(path)!r} is a FIFO, socket or block device; expected a regular file")
         if not os.access(path, os.W_OK):
             raise InputError(f"config: key {key!r}: {str(path)!r} is not writable; expected a writable file")
         return

@@ -59,10 +59,10 @@ def group_folders(mountinfo: str, cgroup: str) -> list[tuple[str, Path]]:
     folders = []
     for method, key in (("cgroup-v1", "memory"), ("cgroup-v2", "")):
         if key in mounts and key in groups:
-            mount_point, root = mounts[key]
+            mount_point, root = mounts[key][0], mounts[key][1].rstrip("/")
             group = groups[key]
-            if group == root or group.startswith(root.rstrip("/") + "/"):  # else not visible here
-                folders.append((method, mount_point / group[len(root.rstrip("/")):].lstrip("/")))
+            if group == root or group.startswith(root + "/"):  # else not visible here
+                folders.append((method, mount_point / group[len(root):].lstrip("/")))
     return folders
 
 
