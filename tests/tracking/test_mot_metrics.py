@@ -6,9 +6,14 @@ The reference figures are the table in ../shared/testdata/README.md: a published
 
 from __future__ import annotations
 
+import tracemalloc
+
+import numpy as np
 import pytest
+from scipy.optimize import linear_sum_assignment
 
 from tracker.errors import InputError
+from tracker.tracking.assign import iou_matrix
 from tracker.tracking.metrics import evaluate
 from tracker.tracking.mot import MotTable, format_rows, parse_mot, read_mot, write_mot
 
@@ -157,3 +162,61 @@ def test_write_read_roundtrip(tmp_path):
     assert list(format_rows(back)) == path.read_text().splitlines(keepends=True)
     with pytest.raises(InputError, match="cannot write"):
         write_mot(tmp_path / "no" / "such" / "dir.txt", t)
+
+
+def _dense_identity_true_positives(gt: MotTable, hyp: MotTable) -> int:
+    """IDTP the direct way: every (object, hypothesis) pair's co-occurring frames in one dense
+    matrix, one assignment over all of it."""
+    gt_ids, hyp_ids = list(np.unique(gt.ids)), list(np.unique(hyp.ids))
+    counts = np.zeros((len(gt_ids), len(hyp_ids)), np.int64)
+    hyp_frames = hyp.by_frame()
+    for frame, (o_ids, o_boxes, _) in gt.by_frame().items():
+        h_ids, h_boxes, _ = hyp_frames.get(frame, (np.zeros(0), np.zeros((0, 4)), None))
+        for i, j in zip(*np.nonzero(iou_matrix(o_boxes, h_boxes) >= 0.5)):
+            counts[gt_ids.index(o_ids[i]), hyp_ids.index(h_ids[j])] += 1
+    rows, cols = linear_sum_assignment(counts, maximize=True)
+    return int(counts[rows, cols].sum())
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_identity_matching_equals_one_dense_assignment(seed):
+    """Crowded random scenes (objects overlap, hypotheses jitter, drift between objects and change
+    ids), so the pairs form components of several objects and hypotheses."""
+    rng = np.random.default_rng(seed)
+    gt_rows, hyp_rows = [], []
+    for obj in range(12):
+        start = int(rng.integers(1, 30))
+        x, hyp_id = float(rng.uniform(0, 60)), 1000 + obj
+        for f in range(start, start + int(rng.integers(5, 40))):
+            x += float(rng.normal(0, 2))
+            gt_rows.append((f, obj, x))
+            if rng.random() < 0.15:
+                hyp_id = int(rng.integers(1000, 1030))  # a switch, possibly to another object's id
+            if rng.random() < 0.85:
+                hyp_rows.append((f, hyp_id, x + float(rng.normal(0, 2))))
+    gt, hyp = table(gt_rows), table(hyp_rows)
+    m = evaluate(gt, hyp)
+    assert m.idtp == _dense_identity_true_positives(gt, hyp) > 0
+
+
+@pytest.mark.timeout(60)
+def test_a_tracker_that_fragments_every_track_is_scored_without_a_dense_id_matrix():
+    """2,000 objects, 100 at a time for 20 frames each, and a new hypothesis id on every frame:
+    40,000 hypothesis ids. Each hypothesis covers one frame of one object, so IDTP is one frame per
+    object. The old way, a dense 2,000 x 40,000 count matrix, took 640 MB."""
+    gt_rows, hyp_rows = [], []
+    for obj in range(2000):
+        first = (obj // 100) * 20 + 1
+        for f in range(first, first + 20):
+            gt_rows.append((f, obj, 20.0 * (obj % 100)))
+            hyp_rows.append((f, 100_000 + len(hyp_rows), 20.0 * (obj % 100)))
+    gt, hyp = table(gt_rows), table(hyp_rows)
+    tracemalloc.start()  # numpy reports its arrays' memory to tracemalloc
+    try:
+        m = evaluate(gt, hyp)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 2**20, f"{peak / 2**20:.0f} MiB"  # 1,226 MiB the old way, 10 MiB now
+    assert (m.idtp, m.num_hyp_boxes, m.num_matches, m.id_switches) == (2000, 40_000, 40_000, 2000 * 19)
+    assert m.idf1 == pytest.approx(2 * 2000 / 80_000)

@@ -31,7 +31,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import sparse
 from scipy.optimize import linear_sum_assignment
+from scipy.sparse.csgraph import connected_components
 
 from tracker.tracking.assign import iou_matrix, solve
 from tracker.tracking.mot import MotTable
@@ -91,6 +93,33 @@ def _ratio(num: float, den: float) -> float:
     return num / den if den else 0.0
 
 
+def _identity_true_positives(rows: list[np.ndarray], cols: list[np.ndarray], n_objects: int, n_hypotheses: int) -> int:
+    """IDTP: the most frames that one-to-one (object, hypothesis) trajectory pairs may correspond
+    in. rows[k], cols[k]: the object and hypothesis indices of frame k's allowed pairs (int64).
+
+    The counts are a sparse matrix and the matching is solved per connected component of its
+    pairs: a pair that never corresponds adds nothing, so trajectories of different components
+    never need comparing. A dense (objects x hypotheses) matrix and its assignment took 1.2 GiB for
+    2,000 objects against 40,000 hypothesis ids (a tracker that fragments; tests/tracking)."""
+    r = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    c = np.concatenate(cols) if cols else np.zeros(0, np.int64)
+    if not r.size:
+        return 0
+    counts = sparse.coo_matrix((np.ones(r.size, np.int64), (r, c)), shape=(n_objects, n_hypotheses)).tocsr()
+    graph = sparse.bmat([[None, counts], [counts.T, None]], format="csr")
+    _, component = connected_components(graph, directed=False)
+    object_component, hypothesis_component = component[:n_objects], component[n_objects:]
+    has_pairs = np.diff(counts.indptr) > 0  # objects with any allowed pair
+    idtp = 0
+    for label in np.unique(object_component[has_pairs]):
+        objects = np.flatnonzero(object_component == label)
+        hypotheses = np.flatnonzero(hypothesis_component == label)
+        block = counts[objects][:, hypotheses].toarray()
+        a, b = linear_sum_assignment(block, maximize=True)
+        idtp += int(block[a, b].sum())
+    return idtp
+
+
 def evaluate(gt: MotTable, hyp: MotTable, match_iou: float = MATCH_IOU) -> MotMetrics:
     """Score hypothesis tracks against ground truth over every frame either has rows in."""
     gt_frames = gt.by_frame()
@@ -106,7 +135,8 @@ def evaluate(gt: MotTable, hyp: MotTable, match_iou: float = MATCH_IOU) -> MotMe
     present = np.zeros(len(gt_ids), np.int64)  # frames each object is present
     tracked = np.zeros(len(gt_ids), np.int64)  # frames each object is paired
     history: list[list[bool]] = [[] for _ in gt_ids]  # per object, paired? on each frame present
-    co_match = np.zeros((len(gt_ids), len(hyp_ids)), np.int64)  # frames (o, h) may correspond
+    co_rows: list[np.ndarray] = []  # per frame, the (object, hypothesis) indices that may correspond
+    co_cols: list[np.ndarray] = []
     fp = fn = switches = matches = 0
     distance_sum = 0.0
 
@@ -121,9 +151,9 @@ def evaluate(gt: MotTable, hyp: MotTable, match_iou: float = MATCH_IOU) -> MotMe
         allowed = dist <= 1.0 - match_iou
         oi = np.array([gt_index[int(o)] for o in o_ids], dtype=np.int64)
         hi = np.array([hyp_index[int(h)] for h in h_ids], dtype=np.int64)
-        if allowed.any():
-            rows, cols = np.nonzero(allowed)
-            np.add.at(co_match, (oi[rows], hi[cols]), 1)
+        rows, cols = np.nonzero(allowed)
+        co_rows.append(oi[rows])
+        co_cols.append(hi[cols])
 
         # 1. Keep the previous frame's pairs that are still allowed (the devkit's rule; an object
         #    that was missed in between is re-paired by the Hungarian step below).
@@ -172,11 +202,7 @@ def evaluate(gt: MotTable, hyp: MotTable, match_iou: float = MATCH_IOU) -> MotMe
     mt = int(np.sum(ratio >= 0.8))
     ml = int(np.sum(ratio < 0.2))
 
-    # IDF1: maximise the co-occurring frames of one-to-one trajectory pairs.
-    idtp = 0
-    if co_match.size:
-        r, c = linear_sum_assignment(co_match, maximize=True)
-        idtp = int(co_match[r, c].sum())
+    idtp = _identity_true_positives(co_rows, co_cols, len(gt_ids), len(hyp_ids))
     n_gt, n_hyp = len(gt), len(hyp)
     idfn, idfp = n_gt - idtp, n_hyp - idtp
 
