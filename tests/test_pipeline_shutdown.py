@@ -1,4 +1,4 @@
-"""Clean shutdown: SIGTERM or SIGINT to a running `tracker --demo` stops it promptly, exit 0, with
+"""Clean shutdown: SIGTERM, SIGINT or SIGHUP (a closed terminal) to a running `tracker --demo` stops it promptly, exit 0, with
 its logs flushed (every line of the latency log and the events file is complete JSON), and every
 person it announced gets their `left` (nobody is followed any more).
 
@@ -27,7 +27,7 @@ def wait_for(predicate, timeout_s: float, what: str) -> None:
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_signal_stops_the_demo_cleanly(tmp_path, sig):
     config = write_config(tmp_path, source={"realtime": True}, sinks={"console": False})
     latency = tmp_path / "state" / "demo" / "latency.jsonl"

@@ -414,7 +414,7 @@ class IdentityScore:
 
 def run_guard(config: Config, *, source_spec: str | None = None, enroll_scene_people: bool = False) -> int:
     """Run the guard on `config` (the command line's overrides already applied, see `tracker.cli`)
-    until the source ends or a SIGTERM/SIGINT arrives; returns the exit code. A signal while the
+    until the source ends or a SIGTERM, SIGINT or SIGHUP arrives; returns the exit code. A signal while the
     stages are being built (a backend converting its model can take a while) stops the run as soon
     as they are."""
     check_runnable(config)
@@ -426,7 +426,9 @@ def run_guard(config: Config, *, source_spec: str | None = None, enroll_scene_pe
         if guard is not None:
             guard.stop()
 
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    # SIGHUP is a closed terminal: the same clean stop (flush, `left` events), unless ignored (nohup)
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+                if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         guard = Guard(config, build_stages(config, source_spec=source_spec, realtime=config.source.realtime,
                                            enroll_scene_people=enroll_scene_people))
