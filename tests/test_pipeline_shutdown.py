@@ -66,3 +66,34 @@ def test_signal_stops_the_demo_cleanly(tmp_path, sig):
     left = [e for e in events if e["kind"] == "left"]
     assert entered and sorted(e["track_id"] for e in left) == entered
     assert all(e["seq"] == rows[-1]["seq"] for e in left)  # stamped with the last frame processed
+
+
+def test_a_second_guard_on_the_same_state_dir_is_refused_while_the_first_runs(tmp_path):
+    """The service and a guard started by hand on one state_dir would write over each other's logs,
+    outbox and snapshots: the second is refused in one line naming the first's pid (exit 2), and
+    once the first has stopped (its lock released with it) a guard starts there again."""
+    config = write_config(tmp_path, source={"realtime": True}, sinks={"console": False}, web={"enabled": False})
+    latency = tmp_path / "state" / "demo" / "latency.jsonl"
+    command = [*tracker_command(), "--demo", "--config", str(config)]
+    first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             env=isolated_env(tmp_path), cwd=tmp_path)
+    try:
+        wait_for(lambda: latency.exists() or first.poll() is not None, 120, "the first guard's first frame")
+        assert first.poll() is None, first.communicate()[1][-2000:]
+        lines_before = latency.read_text().count("\n")
+        second = subprocess.run(command, capture_output=True, text=True, env=isolated_env(tmp_path), cwd=tmp_path,
+                                timeout=120)
+        assert second.returncode == 2, second.stderr[-2000:]
+        assert second.stderr.count("\n") == 1 and "Traceback" not in second.stderr
+        assert f"another guard is running on it (pid {first.pid})" in second.stderr, second.stderr
+        assert first.poll() is None  # the first goes on, its log still growing
+        wait_for(lambda: latency.read_text().count("\n") > lines_before, 30, "the first guard's next frames")
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=30) == 0
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    third = subprocess.run([*command, "--frames", "3"], capture_output=True, text=True, env=isolated_env(tmp_path),
+                           cwd=tmp_path, timeout=120)
+    assert third.returncode == 0, third.stderr[-2000:]

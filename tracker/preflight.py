@@ -18,6 +18,7 @@ is expected.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import stat
@@ -193,3 +194,27 @@ def prepare_state_dir(path: Path) -> Path:
         log.warning("state_dir %s is readable by others (mode %04o): it holds faces and enrolments; "
                     "chmod 700 it", path, mode)
     return path
+
+
+def lock_state_dir(path: Path) -> int:
+    """Hold `path`/guard.lock locked (flock) for this guard's life: two guards on one state_dir
+    (the service and one started by hand) would each write its logs, its MQTT outbox and its
+    snapshots over the other's. Returns the lock's descriptor (closing it releases the lock; the
+    kernel releases it when the process dies, so a crash leaves nothing to clean up). InputError
+    naming the other guard's pid if one holds it."""
+    lock_path = path / "guard.lock"
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as err:
+        raise InputError(f"state_dir {str(path)!r}: cannot open its lock {str(lock_path)!r} "
+                         f"({err.strerror or err}); expected a writable directory") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        os.close(fd)
+        raise InputError(f"state_dir {str(path)!r}: another guard is running on it (pid {holder}); expected one "
+                         "guard per state_dir: stop the other one or give this one its own state_dir") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd

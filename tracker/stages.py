@@ -12,6 +12,7 @@ under other weights are recomputed with them (`tracker.enroll.refresh`) before t
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from tracker.latency import LatencyLog
 from tracker.model.card import thresholds
 from tracker.model.spec import ModelSpec
 from tracker.motion import MotionGate
-from tracker.preflight import prepare_state_dir
+from tracker.preflight import lock_state_dir, prepare_state_dir
 from tracker.sinks import Sink
 from tracker.sinks.console import ConsoleSink
 from tracker.sinks.jsonl import JsonlSink
@@ -51,8 +52,9 @@ log = logging.getLogger(__name__)
 @dataclass
 class Stages:
     """One run's stages (see the module docstring). `close()` runs `opened`'s callbacks, which
-    release, in reverse order of opening, what the stages hold open: the backend (a worker child),
-    the sinks (MQTT connection, files, the web page's server) and the latency log; it is idempotent."""
+    release, in reverse order of opening, what the stages hold open: the state_dir's lock
+    (`preflight.lock_state_dir`), the backend (a worker child), the sinks (MQTT connection, files,
+    the web page's server) and the latency log; it is idempotent."""
 
     state_dir: Path
     source: Source  # opened by the guard's capture thread, which also closes it
@@ -116,6 +118,7 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
     # records its runs and auto's profile in <state_dir> itself, which is what the demo should use.
     benchmark_dir = state_dir.parent if enroll_scene_people else state_dir
     with ExitStack() as opened:
+        opened.callback(os.close, lock_state_dir(state_dir))
         restarting = _open_backend(config, benchmark_dir)
         opened.callback(restarting.close)
         card = weights_card(config)  # after the backend: it refuses missing or mismatched weights first
