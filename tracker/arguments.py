@@ -7,6 +7,7 @@ Low in the house (it imports only `tracker.errors`), so that a command module ne
 from __future__ import annotations
 
 import argparse
+import math
 
 from tracker.errors import InputError
 
@@ -22,17 +23,6 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         raise InputError(f"{self.prog}: {message}")
-
-
-def seconds(text: str) -> float:
-    """argparse type: a finite number of seconds >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"bad value {text!r}; expected a number of seconds >= 0")
-    return value
 
 
 def int_between(low: int, high: int | None = None):
@@ -55,27 +45,23 @@ def int_between(low: int, high: int | None = None):
 positive_int = int_between(1)  # argparse type: an integer >= 1
 
 
-def float_between(low: float, high: float):
-    """argparse type factory: a number from `low` to `high` (so never NaN nor infinite)."""
+def float_between(low: float, high: float = math.inf, *, above_low: bool = False, what: str = "a number"):
+    """argparse type factory: a finite number from `low` (with `above_low`, greater than it) to
+    `high`; `what` names it in the message ("a number of seconds"). Never NaN nor infinite: a
+    value that overflows where it is used (a timer, a sample count) is refused here."""
+    expected = f"{what} {'>' if above_low else '>='} {low:g}" + (f" and <= {high:g}" if high < math.inf else "")
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
-            value = float("nan")
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"bad value {text!r}; expected a number from {low:g} to {high:g}")
+            value = math.nan
+        if not (math.isfinite(value) and (value > low if above_low else value >= low) and value <= high):
+            raise argparse.ArgumentTypeError(f"bad value {text!r}; expected {expected}")
         return value
 
     return parse
 
 
-def positive_float(text: str) -> float:
-    """argparse type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0.0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"bad value {text!r}; expected a number > 0")
-    return value
+seconds = float_between(0, what="a number of seconds")  # argparse type: finite seconds >= 0
+positive_float = float_between(0, above_low=True)  # argparse type: a finite number > 0

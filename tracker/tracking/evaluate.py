@@ -75,16 +75,17 @@ def track_detections(detections: MotTable, tracker: Tracker, last_frame: int, *,
     return MotTable.from_rows(rows)
 
 
+_score = float_between(0, what="a finite detection score")
+
+
 def _score_or_none(text: str) -> float | str:
+    """argparse type: a detection score >= 0, or "none" (every detection is a high one)."""
     if text.lower() == "none":
         return "none"
     try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"bad value {text!r}; expected a finite detection score >= 0, or none")
-    return value
+        return _score(text)
+    except argparse.ArgumentTypeError as err:
+        raise argparse.ArgumentTypeError(f"{err}, or none") from None
 
 
 TRACKER_OPTIONS = ("min_hits", "max_age", "iou_threshold", "high_score")
