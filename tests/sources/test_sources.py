@@ -81,6 +81,25 @@ def test_offline_source_waits_for_the_consumer_and_drops_nothing():
     assert capture.dropped == 0
 
 
+def test_the_queue_is_bounded_in_bytes_too():
+    """Frames of 160x120 BGR (57,600 bytes): room for 2.5 of them holds two, however many frames
+    the queue could hold, dropping the oldest (live) or waiting (offline); a frame larger than the
+    whole bound still goes through alone."""
+    frame_bytes = 160 * 120 * 3
+    live = Capture(SyntheticSource(160, 120, frames=20, realtime=False), queue_size=10,
+                   max_bytes=int(2.5 * frame_bytes), drop_oldest=True).start()
+    wait_until(lambda: not live.running, "the source to finish")
+    assert [f.seq for f in live] == [18, 19] and live.dropped == 18
+    offline = Capture(SyntheticSource(160, 120, frames=6, realtime=False), queue_size=10,
+                      max_bytes=int(2.5 * frame_bytes)).start()
+    wait_until(lambda: offline.stats().captured == 3, "the producer to fill the queue")
+    assert offline.running  # two queued and the third waiting for room
+    assert [f.seq for f in offline] == list(range(6)) and offline.dropped == 0
+    alone = Capture(SyntheticSource(160, 120, frames=3, realtime=False), queue_size=4, max_bytes=1000)
+    with alone:
+        assert [f.seq for f in alone] == [0, 1, 2]
+
+
 def test_max_frames_ends_the_run():
     source = SyntheticSource(160, 120, realtime=False)  # endless
     with Capture(source, queue_size=4, max_frames=12) as capture:

@@ -8,9 +8,11 @@ luma plane of the same view (the Pi camera's 'lores' stream) that the motion gat
 use instead of downscaling the full image.
 
 `Capture` runs one source on its own thread:
-- a bounded queue of `queue_size` frames; when the consumer is slower than the source, the OLDEST
-  queued frame is dropped and counted (`Capture.dropped`), so the consumer always gets the newest
-  picture and never waits behind stale ones. Offline sources (files, folders, the synthetic scene
+- a bounded queue of `queue_size` frames and of `max_bytes` of pixels (a 24-megapixel photo of a
+  folder is 72 MB: four of them would take a Pi 3's free memory; one frame is always let in, whatever
+  its size); when the consumer is slower than the source, the OLDEST queued frame is dropped and
+  counted (`Capture.dropped`), so the consumer always gets the newest picture and never waits
+  behind stale ones. Offline sources (files, folders, the synthetic scene
   run as fast as possible) instead wait for room, so every frame is processed and runs are
   reproducible; `drop_oldest` overrides the choice.
 - a live source that fails (cannot open, read error, camera unplugged) is closed and reopened with
@@ -37,6 +39,8 @@ from tracker.errors import InputError
 from tracker.types import Frame
 
 log = logging.getLogger(__name__)
+
+MAX_QUEUED_BYTES = 64 << 20  # of the capture queue's frames: ten 1080p BGR frames (as the batcher's bound)
 
 
 @dataclass(frozen=True)
@@ -155,6 +159,8 @@ class Capture:
         capture.dropped                                    # thread-safe drop counter
 
     max_frames: stop (as at end of stream) after the source has produced this many frames.
+    max_bytes: the queue is also full when one more frame would take its images (and luma
+        planes) past this many bytes; an empty queue takes any frame.
     drop_oldest: None picks by source.live or source.pace_fps (live-like sources drop,
         offline sources block the capture thread until there is room).
     """
@@ -165,6 +171,7 @@ class Capture:
         queue_size: int = 4,
         *,
         max_frames: int | None = None,
+        max_bytes: int = MAX_QUEUED_BYTES,
         drop_oldest: bool | None = None,
         backoff: Backoff = Backoff(),
         stop_timeout_s: float = 0.9,
@@ -174,6 +181,8 @@ class Capture:
         self.source = source
         self.queue_size = queue_size
         self.max_frames = max_frames
+        self.max_bytes = max_bytes
+        self._queued_bytes = 0
         self.drop_oldest = (source.live or source.pace_fps is not None) if drop_oldest is None else drop_oldest
         self.backoff = backoff
         self.stop_timeout_s = stop_timeout_s
@@ -205,6 +214,7 @@ class Capture:
                     return None
                 if self._queue:
                     frame = self._queue.popleft()
+                    self._queued_bytes -= _frame_bytes(frame)
                     self._delivered += 1
                     self._cond.notify_all()  # a blocking producer may be waiting for room
                     return frame
@@ -327,14 +337,26 @@ class Capture:
         return attempt
 
     def _put(self, frame: Frame) -> None:
+        size = _frame_bytes(frame)
         with self._cond:
             self._captured += 1
             if self.drop_oldest:
-                if len(self._queue) >= self.queue_size:
-                    self._queue.popleft()
+                while self._full_for(size):
+                    self._queued_bytes -= _frame_bytes(self._queue.popleft())
                     self._dropped += 1
             else:
-                while len(self._queue) >= self.queue_size and not self._stop.is_set():
+                while self._full_for(size) and not self._stop.is_set():
                     self._cond.wait()
             self._queue.append(frame)
+            self._queued_bytes += size
             self._cond.notify_all()
+
+    def _full_for(self, size: int) -> bool:
+        """Whether a frame of `size` bytes needs room first (the caller holds the lock)."""
+        return bool(self._queue) and (len(self._queue) >= self.queue_size or self._queued_bytes + size > self.max_bytes)
+
+
+def _frame_bytes(frame: Frame) -> int:
+    """The memory a queued frame holds: its image and, for a LumaFrame, its luma plane."""
+    luma = getattr(frame, "luma", None)
+    return frame.image.nbytes + (0 if luma is None else luma.nbytes)
