@@ -16,6 +16,7 @@ skipped; nothing usable is exit 2; a name with path tricks is exit 2 and writes 
 from __future__ import annotations
 
 import re
+import resource
 import shutil
 import subprocess
 from collections import Counter
@@ -273,6 +274,31 @@ def test_refresh_recomputes_people_for_new_weights_from_their_kept_crops(tmp_pat
     assert enroll_cli(fresh, again, "simm", *files).returncode == 0
     with np.load(fresh / "state" / "people" / "simm.npz") as data:
         np.testing.assert_allclose(refreshed, data["mean"], atol=1e-5)
+
+
+def test_refresh_names_whom_it_cannot_use_or_write(tmp_path, johns):
+    """A detector without landmarks cannot use aligned crops (nothing to recompute with, and not
+    "nothing to recompute"); a file it cannot write (here a file-size limit of 0, as a full disk)
+    is named and the exit is 1, the person's file as it was."""
+    assert enroll_cli(tmp_path, state_config(tmp_path, detector="auto"), "simm", *johns["John_Simm"][:2]).returncode == 0
+    person = tmp_path / "state" / "people" / "simm.npz"
+    before = person.read_bytes()
+    proc = subprocess.run([*tracker_command(), "enroll", "--refresh", "--config", str(state_config(tmp_path))],
+                          capture_output=True, text=True, env=isolated_env(tmp_path), cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "cannot recompute simm: enrolled from aligned-v1 crops, the detector gives box-v1 crops" in proc.stdout
+    assert "nothing to recompute" not in proc.stdout
+    from tracker.model import face_cnn
+
+    other = tmp_path / "other.yaml"
+    other.write_text(f"state_dir: {str(tmp_path / 'state')!r}\nmodel: {{weights: "
+                     f"{str(face_cnn.generate(tmp_path / 'random.caffemodel'))!r}}}\n")
+    proc = subprocess.run([*tracker_command(), "enroll", "--refresh", "--config", str(other)], capture_output=True,
+                          text=True, env=isolated_env(tmp_path), cwd=tmp_path, timeout=300,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0)))
+    assert proc.returncode == 1, proc.stderr
+    assert "could not write simm" in proc.stdout and "File too large" in proc.stderr
+    assert person.read_bytes() == before
 
 
 def test_enroll_needs_a_name_and_images_or_refresh_alone(tmp_path):

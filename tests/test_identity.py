@@ -64,12 +64,14 @@ def test_damaged_enrolment_files_are_skipped_with_a_warning_and_the_others_load(
     assert kept_crops(tmp_path, "nobody", "box-v1") is None and kept_crops(tmp_path, "ann", "box-v1").shape == (1, 1, 88, 88)
     with pytest.raises(InputError, match="'ann'.* is enrolled from 'box-v1' crops, not this detector's 'aligned-v1'"):
         kept_crops(tmp_path, "ann", "aligned-v1")
-    assert refresh_people(tmp_path, None, "sha-A", "box-v1") == ([], [])  # ann is current; the others unreadable
+    done = refresh_people(tmp_path, None, "sha-A", "box-v1")  # ann is current; the others cannot be recomputed
+    assert done.recomputed == done.unwritten == () and [name for name, _ in done.stale] == sorted(damaged)
+    assert dict(done.stale)["empty"] == "unreadable (EOFError)"
 
 
 def test_the_temporary_file_of_an_interrupted_write_is_not_a_person(tmp_path):
     """atomic_write's `.NAME.PID.HEX.tmp.npz`, left by a kill between its write and its rename."""
-    from tracker.identity import people_files, refresh_people
+    from tracker.identity import Refreshed, people_files, refresh_people
 
     for name, key in (("ann", "sha-A"), ("carol", "sha-A"), ("old", "sha-B")):
         save_person(tmp_path, name, np.ones((1, 4)), key, "box-v1", np.zeros((1, 1, 88, 88), np.float32))
@@ -77,7 +79,7 @@ def test_the_temporary_file_of_an_interrupted_write_is_not_a_person(tmp_path):
     (people / "old.npz").rename(people / ".carol.7812.259c5dfa.tmp.npz")  # carol's, as the weights were before
     assert [p.name for p in people_files(tmp_path)] == ["ann.npz", "carol.npz"]
     assert Gallery.load(tmp_path, "sha-A", threshold=0.5, crop="box-v1").names == ("ann", "carol")
-    assert refresh_people(tmp_path, None, "sha-A", "box-v1") == ([], [])  # nothing to recompute (no backend needed)
+    assert refresh_people(tmp_path, None, "sha-A", "box-v1") == Refreshed()  # nothing to recompute (no backend needed)
 
 
 def test_a_person_that_cannot_be_written_is_one_line_and_the_refresh_goes_on(tmp_path, caplog):
@@ -86,7 +88,7 @@ def test_a_person_that_cannot_be_written_is_one_line_and_the_refresh_goes_on(tmp
     from tmpfs import tmpfs
 
     from tracker.errors import TrackerError
-    from tracker.identity import refresh_people
+    from tracker.identity import Refreshed, refresh_people
 
     class Embedder:
         def infer(self, crops):
@@ -100,11 +102,11 @@ def test_a_person_that_cannot_be_written_is_one_line_and_the_refresh_goes_on(tmp
         with pytest.raises(TrackerError, match=r"enroll: cannot write '.*/people/carol.npz' \(No space left on "
                                                r"device\); expected room on the disk"):
             save_person(state, "carol", np.ones((2, 4)), "sha-A", "box-v1", chips)
-        assert refresh_people(state, Embedder(), "sha-B", "box-v1") == ([], [])
+        assert refresh_people(state, Embedder(), "sha-B", "box-v1") == Refreshed(unwritten=("ann", "bob"))
         assert caplog.text.count("No space left on device") == 2 and "bob stays as it was" in caplog.text
         assert sorted(p.name for p in (state / "people").iterdir()) == ["ann.npz", "bob.npz"]  # no temporary left
         (state / "filler").unlink()
-        assert refresh_people(state, Embedder(), "sha-B", "box-v1") == (["ann", "bob"], [])
+        assert refresh_people(state, Embedder(), "sha-B", "box-v1") == Refreshed(recomputed=("ann", "bob"))
 
 
 def test_the_embeddings_key_names_the_weights_and_how_their_card_embeds(tmp_path):

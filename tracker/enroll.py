@@ -26,8 +26,8 @@ from tracker.backends.mirror import embedder
 from tracker.config import Config, load_config
 from tracker.crops import CROP_MARGIN, crop_batch, crop_definition
 from tracker.detect import FaceDetector, create_detector
-from tracker.errors import InputError
-from tracker.identity import chosen_embedding, embeddings_key, kept_crops, refresh_people, save_person, validate_name
+from tracker.errors import EXIT_UNEXPECTED, InputError
+from tracker.identity import Refreshed, chosen_embedding, embeddings_key, kept_crops, refresh_people, save_person, validate_name
 from tracker.images import TOO_LARGE_OR_DAMAGED, read_image
 from tracker.preflight import prepare_state_dir
 from tracker.types import Box, Detection
@@ -159,19 +159,21 @@ def open_backend(config: Config, name: str | None = None, precision: str | None 
         raise
 
 
-def refresh(config: Config, detector: FaceDetector, backend, report=print) -> tuple[list[str], list[str]]:
+def refresh(config: Config, detector: FaceDetector, backend, report=print) -> Refreshed:
     """Recompute every person enrolled with other weights from their kept crops
-    (`tracker.identity.refresh_people`); reports what it did and who must be enrolled again.
-    Returns (names refreshed, names that must be enrolled again)."""
-    refreshed, stale = refresh_people(config.resolved_state_dir(), backend, embeddings_key(config),
-                                      crop_definition(detector.gives_landmarks))
-    if refreshed:
-        report(f"enroll: recomputed {len(refreshed)} person(s) for the weights {config.model.weights.name}: "
-               f"{', '.join(refreshed)}")
-    if stale:
-        report(f"enroll: cannot recompute {', '.join(stale)}: enrolled without kept crops or from other crops "
-               f"than the detector gives now; enroll them again")
-    return refreshed, stale
+    (`tracker.identity.refresh_people`); reports what it did, who must be enrolled again and who
+    could not be written."""
+    done = refresh_people(config.resolved_state_dir(), backend, embeddings_key(config),
+                          crop_definition(detector.gives_landmarks))
+    if done.recomputed:
+        report(f"enroll: recomputed {len(done.recomputed)} person(s) for the weights {config.model.weights.name}: "
+               f"{', '.join(done.recomputed)}")
+    for name, why in done.stale:
+        report(f"enroll: cannot recompute {name}: {why}; enroll {name} again from photos")
+    if done.unwritten:
+        report(f"enroll: could not write {', '.join(done.unwritten)} (said above); they stay enrolled with the old "
+               "weights, which the guard skips")
+    return done
 
 
 def enroll_command(argv: list[str]) -> int:
@@ -194,12 +196,12 @@ def enroll_command(argv: list[str]) -> int:
     if args.refresh:
         backend = open_backend(config)
         try:
-            refreshed, stale = refresh(config, create_detector(config.detect, quiet=True), backend)
+            done = refresh(config, create_detector(config.detect, quiet=True), backend)
         finally:
             backend.close()
-        if not refreshed and not stale:
-            print("enroll: nothing to recompute: everyone is enrolled with these weights (or must be enrolled again)")
-        return 0
+        if done == Refreshed():
+            print("enroll: nothing to recompute: everyone is enrolled with these weights and crops")
+        return EXIT_UNEXPECTED if done.unwritten else 0
     path, used, skipped = enroll(args.name, args.images, config, aligned=args.aligned,
                                  report=lambda line: print(line, file=sys.stderr))
     print(f"enrolled {args.name!r} from {used} image(s) ({skipped} skipped) -> {path}")

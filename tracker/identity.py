@@ -183,24 +183,41 @@ def remove_person(state_dir: Path, name: str) -> bool:
     return True
 
 
-def refresh_people(state_dir: Path, backend, model_key: str, crop: str) -> tuple[list[str], list[str]]:
+@dataclass(frozen=True)
+class Refreshed:
+    """What `refresh_people` did: `recomputed` (names), `stale` (name -> why it cannot be
+    recomputed: it must be enrolled again from photos) and `unwritten` (names whose new file could
+    not be written, a full disk: their file stays as it was, of the old weights)."""
+
+    recomputed: tuple[str, ...] = ()
+    stale: tuple[tuple[str, str], ...] = ()
+    unwritten: tuple[str, ...] = ()
+
+
+def refresh_people(state_dir: Path, backend, model_key: str, crop: str) -> Refreshed:
     """Recompute, with `backend` (embedding as `model_key` says: `embeddings_key`), the mean
     embedding of every person enrolled with another key from kept crops of definition `crop`.
-    Returns (names refreshed, names that cannot be: enrolled without kept crops or from another
-    crop definition). A file that cannot be written (a full disk) is logged and left as it was."""
-    refreshed, stale = [], []
+    People the gallery cannot use and this cannot recompute (enrolled without kept crops, from
+    another crop definition, or an unreadable file) are `stale`; a file that cannot be written is
+    logged, left as it was and `unwritten`."""
+    recomputed, stale, unwritten = [], [], []
     for path in people_files(state_dir):
         try:
             with load_npz(path) as data:
+                data["mean"]  # read as Gallery.load reads it: a damaged one makes the person unusable
                 model = str(data["model"])
                 made_with = str(data["crop"]) if "crop" in data.files else CROP_BOX
                 chips = data["chips"] if "chips" in data.files else None
-        except NPZ_UNREADABLE:
-            continue  # unreadable: Gallery.load says so
+        except NPZ_UNREADABLE as err:
+            stale.append((path.stem, f"unreadable ({err.__class__.__name__})"))
+            continue
+        if made_with != crop:
+            stale.append((path.stem, f"enrolled from {made_with} crops, the detector gives {crop} crops"))
+            continue
         if model == model_key:
             continue
-        if chips is None or made_with != crop:
-            stale.append(path.stem)
+        if chips is None:
+            stale.append((path.stem, "enrolled without kept crops"))
             continue
         crops = network_input(chips)
         embeddings = backend.infer(crops).embedding
@@ -208,9 +225,10 @@ def refresh_people(state_dir: Path, backend, model_key: str, crop: str) -> tuple
             save_person(state_dir, path.stem, embeddings, model_key, made_with, crops)
         except TrackerError as err:  # the file as it was stays: Gallery.load skips it as of other weights
             log.error("%s; %s stays as it was", err, path.stem)
+            unwritten.append(path.stem)
             continue
-        refreshed.append(path.stem)
-    return refreshed, stale
+        recomputed.append(path.stem)
+    return Refreshed(tuple(recomputed), tuple(stale), tuple(unwritten))
 
 
 @dataclass(frozen=True)
@@ -235,7 +253,8 @@ class Gallery:
                 log.warning("identity: skipping %s: unreadable (%s)", path, err)
                 continue
             if model != model_key:
-                log.warning("identity: skipping %s: enrolled with other model weights or embedding; enroll again", path.stem)
+                log.warning("identity: skipping %s: enrolled with other model weights or embedding; `tracker enroll "
+                            "--refresh` recomputes it if its crops were kept, else enroll it again", path.stem)
                 continue
             if made_with != crop:
                 log.warning("identity: skipping %s: enrolled from %s crops, the detector now gives %s crops; "
