@@ -9,6 +9,7 @@ known; the figures themselves depend on the weights and are only checked to be r
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 from pathlib import Path
 
@@ -82,6 +83,13 @@ def test_pairs_json_has_the_documented_figures(tmp_path, lfw):
     table = proc.stdout.splitlines()
     assert table[0].startswith("eval-faces (") and len(table) == 1 + len(report)
     assert any(line.split() == ["pairs", str(report["pairs"])] for line in table)
+    # a --json that cannot be written (a file-size limit of 0, as a full disk) keeps the old report
+    before = out.read_bytes()
+    refused = subprocess.run([*tracker_command(), "eval-faces", "--pairs", str(pairs), "--images", str(lfw), "--json",
+                              str(out), "--config", str(yunet_config(tmp_path))], capture_output=True, text=True,
+                             env=isolated_env(tmp_path), cwd=tmp_path, timeout=300,
+                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0)))
+    assert "cannot write --json" in one_error_line(refused) and out.read_bytes() == before
 
 
 def test_one_pass_embeddings_on_request_with_their_own_threshold(tmp_path, lfw):

@@ -71,10 +71,13 @@ def test_pairs_files_in_lfw_format(tmp_path):
     ("Ann\t1\t2\nAnn\t1\tBob\t1\n", r"pairs.txt:1: 'Ann\\t1\\t2'; expected LFW's header line: 'N' \(View 1\) or 'folds N'"),
     ("", r"pairs.txt:1: ''; expected LFW's header line"),
     ("10 300 2\nAnn\t1\t2\nAnn\t1\tBob\t1\n", r"pairs.txt:1: '10 300 2'; expected LFW's header line"),
+    ("1\nAnn\t1\t2\n" + "x" * 10**6, r"pairs.txt:3: a line of over 1024 characters; expected LFW's pairs format"),
+    ("1\n" + "Ann\t1\t2\n" * 100_001, r"pairs.txt': over 100000 pairs; expected LFW's pairs format"),
+    (b"1\nAnn\t1\t2\n\xff\n", r"pairs.txt': cannot read \('utf-8' codec can't decode byte 0xff"),
 ])
 def test_bad_pairs_files_name_the_line_and_what_is_expected(tmp_path, text, message):
     images = _lfw(tmp_path / "images", {"Ann": 2, "Bob": 1})
     pairs = tmp_path / "pairs.txt"
-    pairs.write_text(text)
+    pairs.write_bytes(text if isinstance(text, bytes) else text.encode())
     with pytest.raises(InputError, match=message):
         read_pairs(pairs, images)

@@ -31,6 +31,7 @@ from tracker.crops import CROP_MARGIN, CROP_SIZE, face_pixels, network_input
 from tracker.detect import FaceDetector
 from tracker.enroll import IMAGE_SUFFIXES, central_face, chip_face, open_backend
 from tracker.errors import InputError
+from tracker.files import atomic_write
 from tracker.identity import unit_rows
 from tracker.images import TOO_LARGE_OR_DAMAGED, read_image
 from tracker.verification import read_pairs, roc_auc, ten_fold_accuracy, threshold_at_far
@@ -232,7 +233,7 @@ def eval_faces_command(argv: list[str]) -> int:
     _print_table(report)
     if args.json is not None:
         try:
-            args.json.write_text(json.dumps(report, indent=1) + "\n")
+            atomic_write(args.json, (json.dumps(report, indent=1) + "\n").encode())  # a failure keeps the old report
         except OSError as err:  # the figures are on the terminal above: nothing is lost
             raise InputError(f"eval-faces: cannot write --json {str(args.json)!r} ({err.strerror or err}); "
                              "expected a writable file") from None

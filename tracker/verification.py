@@ -17,6 +17,7 @@ Scores are cosine similarities (higher: more alike); `same` is True for matched 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -24,20 +25,39 @@ import numpy as np
 from tracker.errors import InputError
 
 
+MAX_PAIRS = 100_000  # LFW's View 2 has 6,000: a bound on what a wrong file can make us hold
+MAX_LINE_CHARS = 1024  # a pair line is two names and two numbers
+
+
+def _pair_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number from 1, line without its end) of `path`, read a line at a time; InputError for
+    a file that cannot be read, a line longer than MAX_LINE_CHARS or more than MAX_PAIRS + 1 lines."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            for number, line in enumerate(iter(lambda: file.readline(MAX_LINE_CHARS + 1), ""), 1):
+                if len(line.rstrip("\r\n")) > MAX_LINE_CHARS:
+                    raise InputError(f"pairs file {path}:{number}: a line of over {MAX_LINE_CHARS} characters; "
+                                     "expected LFW's pairs format")
+                if number > MAX_PAIRS + 1:
+                    raise InputError(f"pairs file {str(path)!r}: over {MAX_PAIRS} pairs; expected LFW's pairs format "
+                                     "(View 2 has 6,000)")
+                yield number, line.rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"pairs file {str(path)!r}: cannot read ({err}); expected LFW's pairs format") from None
+
+
 def read_pairs(path: Path, images: Path) -> list[tuple[Path, Path, bool]]:
     """(image a, image b, same person) per pair line; InputError naming the line for a missing
     header (it was skipped unread, and with it a first pair), a malformed line or an image that
-    does not exist."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"pairs file {str(path)!r}: cannot read ({err}); expected LFW's pairs format") from None
-    header = lines[0].split() if lines else []
+    does not exist, and for a file beyond LFW's size (`_pair_lines`)."""
+    lines = _pair_lines(path)
+    number, first = next(lines, (1, ""))
+    header = first.split()
     if not 1 <= len(header) <= 2 or not all(field.isdigit() for field in header):
-        raise InputError(f"pairs file {path}:1: {(lines or [''])[0][:80]!r}; expected LFW's header line: 'N' "
+        raise InputError(f"pairs file {path}:{number}: {first[:80]!r}; expected LFW's header line: 'N' "
                          "(View 1) or 'folds N' (View 2)")
     pairs = []
-    for number, line in enumerate(lines[1:], 2):
+    for number, line in lines:
         parts = line.split()
         if not parts:
             continue
