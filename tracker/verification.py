@@ -24,7 +24,6 @@ import numpy as np
 
 from tracker.errors import InputError
 
-
 MAX_PAIRS = 100_000  # LFW's View 2 has 6,000: a bound on what a wrong file can make us hold
 MAX_LINE_CHARS = 1024  # a pair line is two names and two numbers
 
