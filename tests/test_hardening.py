@@ -160,6 +160,8 @@ def test_the_tracker_command_decodes_no_image_over_24_megapixels(tmp_path):
     (("--memory-limit", "900"), "--memory-limit: only with --benchmark"),
     (("--demo", "--source", "hall.mp4"), "--source 'hall.mp4': --demo runs the built-in synthetic scene"),
     (("--detector", "haar"), "unrecognized arguments: --detector haar"),  # not taken for --detectors
+    (("--config", "c.yaml", "identify", "x.jpg"), "'identify' after options (--config c.yaml); expected the "
+                                                   "subcommand first: tracker identify ... --config F"),
     (("--list-backends", "--benchmark"), "--benchmark: not with --list-backends; expected one of --check-config"),
     (("--check-config", "--benchmark"), "--benchmark: not with --check-config"),
     (("--benchmark", "--detectors", "haar", "--precision", "int8"), "--precision: the detector benchmark does not take it"),

@@ -171,6 +171,15 @@ def test_missing_path_is_one_line_exit_2(tmp_path, capsys):
     assert "'/dev/null' is neither a file nor a folder" in capsys.readouterr().err
 
 
+def test_a_state_dir_that_is_a_file_is_one_line_exit_2(tmp_path, capsys, johns):
+    """Not "nobody is enrolled" and every face unknown, as if the people were gone."""
+    config = state_config(tmp_path)
+    (tmp_path / "state").write_text("not a folder")
+    assert main(["identify", str(johns["John_Simm"][0]), "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"key 'state_dir': {str(tmp_path / 'state')!r} is not a directory" in err, err
+
+
 def test_folder_without_images_is_one_line_exit_2(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     code = main(["identify", str(tmp_path / "empty"), "--config", str(state_config(tmp_path))])

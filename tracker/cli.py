@@ -8,7 +8,6 @@
     tracker convert --to tf|tflite|onnx [...]                                   Caffe -> other engines
     tracker enroll NAME IMAGE_OR_FOLDER...                                      store a person
     tracker enroll --refresh                                                    recompute for new weights
-    tracker identify IMAGE_OR_FOLDER... [--json]                                who is this?
     tracker eval-mot DETECTIONS [--gt GT] [--out TRACKS] | --tracks T --gt GT   tracker metrics
     tracker train --out W [--data SET]... [--epochs N] [--resume]               train the face CNN
     tracker eval-faces --pairs FILE --images DIR | --folder DIR                 face CNN accuracy
@@ -144,7 +143,13 @@ def _refuse_ignored_options(parser: ArgumentParser, args: argparse.Namespace) ->
 
 def _run_main(argv: list[str]) -> int:
     parser = _main_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        misplaced = next((word for word in extra if word in SUBCOMMANDS), None)
+        if misplaced is not None:  # `tracker --config F identify X`: the options of the guard came first
+            raise InputError(f"tracker: {misplaced!r} after options ({' '.join(argv[:argv.index(misplaced)])}); "
+                             f"expected the subcommand first: tracker {misplaced} ... --config F")
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     _refuse_ignored_options(parser, args)
     guard = not (args.check_config or args.list_backends or args.benchmark)
     configure_logging(args.log_level or ("INFO" if guard else "WARNING"))

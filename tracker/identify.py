@@ -110,12 +110,15 @@ def identify_command(argv: list[str]) -> int:
         raise InputError(f"identify: no image files in {', '.join(map(str, args.images))}; "
                          f"expected images ({', '.join(sorted(IMAGE_SUFFIXES))}) or folders holding them")
     config = load_config(args.config)
+    state_dir = config.resolved_state_dir()
+    if state_dir.exists() and not state_dir.is_dir():  # it is only read: the guard's writability check is not for it
+        raise InputError(f"config: key 'state_dir': {str(state_dir)!r} is not a directory; expected the folder "
+                         "the enrolled people are in")
     detector = create_detector(config.detect, quiet=True)
     # The backend first: it refuses missing or mismatched weights with one line, before they are hashed.
     backend = open_backend(config)
     unreadable, output = [], []
     try:
-        state_dir = config.resolved_state_dir()
         crop = crop_definition(detector.gives_landmarks)
         gallery = Gallery.load(state_dir, embeddings_key(config), identity_threshold(config), crop)
         if not gallery.names:
