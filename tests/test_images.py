@@ -1,0 +1,67 @@
+"""Reading images: a JPEG cut short (an interrupted copy or upload) is damaged, not an image with
+grey rows; whole ones, with an EXIF-style thumbnail or data appended after them, still read."""
+
+from __future__ import annotations
+
+import subprocess
+
+import cv2
+import numpy as np
+import pytest
+from test_pipeline_e2e import isolated_env, tracker_command
+
+from tracker.images import decode_image, jpeg_cut_short, read_image
+
+
+def _jpeg(seed: int, size=(120, 160), **params) -> bytes:
+    rng = np.random.default_rng(seed)
+    image = cv2.GaussianBlur(rng.integers(0, 256, (*size, 3), np.uint8), (0, 0), 3)
+    flags = [cv2.IMWRITE_JPEG_PROGRESSIVE, 1] if params.get("progressive") else []
+    return cv2.imencode(".jpg", image, flags)[1].tobytes()
+
+
+def _with_thumbnail(main: bytes, thumbnail: bytes) -> bytes:
+    """`main` with an APP1 segment holding a whole JPEG (as EXIF holds its thumbnail) after SOI."""
+    payload = b"Exif\0\0" + thumbnail
+    return main[:2] + b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload + main[2:]
+
+
+@pytest.mark.parametrize("progressive", [False, True], ids=["baseline", "progressive"])
+def test_a_jpeg_cut_short_is_damaged_and_whole_ones_read(tmp_path, progressive):
+    whole = _jpeg(0, progressive=progressive)
+    cases = {
+        "whole": (whole, False),
+        "cut": (whole[: len(whole) * 2 // 3], True),
+        "cut-at-the-last-byte": (whole[:-1], True),
+        "appended": (whole + b"\0ftypmp42" + bytes(range(256)) * 8, False),  # a motion photo's video after it
+        "thumbnail": (_with_thumbnail(whole, _jpeg(1, (16, 16))), False),
+        "thumbnail-cut": (_with_thumbnail(whole, _jpeg(1, (16, 16)))[: len(whole) // 2 + 200], True),
+        "headers-only": (whole[:100], True),
+    }
+    for name, (data, cut_short) in cases.items():
+        path = tmp_path / f"{name}.jpg"
+        path.write_bytes(data)
+        assert jpeg_cut_short(data) == cut_short, name
+        assert (read_image(path) is None) == cut_short, name
+        assert (decode_image(np.frombuffer(data, np.uint8)) is None) == cut_short, name
+    # OpenCV's imread decodes the cut one, grey rows and all: the check is what refuses it
+    assert cv2.imread(str(tmp_path / "cut.jpg")) is not None
+    png = cv2.imencode(".png", np.zeros((8, 8, 3), np.uint8))[1].tobytes()
+    assert not jpeg_cut_short(png)  # not a JPEG: OpenCV judges it
+    (tmp_path / "empty.jpg").write_bytes(b"")
+    assert read_image(tmp_path / "empty.jpg") is None and read_image(tmp_path) is None
+
+
+def test_enrol_skips_a_jpeg_cut_short(tmp_path, johns):
+    chips = tmp_path / "chips"
+    chips.mkdir()
+    whole = johns["John_Simm"][0].read_bytes()
+    (chips / "a.jpg").write_bytes(whole)
+    (chips / "b.jpg").write_bytes(johns["John_Simm"][1].read_bytes()[:3500])
+    config = tmp_path / "tracker.yaml"
+    config.write_text(f"state_dir: {str(tmp_path / 'state')!r}\n")
+    proc = subprocess.run([*tracker_command(), "enroll", "simm", str(chips), "--aligned", "--config", str(config)],
+                          capture_output=True, text=True, env=isolated_env(tmp_path), cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "b.jpg" in proc.stderr and "damaged" in proc.stderr
+    assert "from 1 image(s) (1 skipped)" in proc.stdout
