@@ -19,6 +19,7 @@ import re
 import resource
 import shutil
 import subprocess
+import tracemalloc
 from collections import Counter
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from test_pipeline_e2e import isolated_env, tracker_command
 
 from tracker.cli import main
 from tracker.config import load_config
-from tracker.crops import crop_batch, crop_definition
+from tracker.crops import crop_batch, crop_definition, face_pixels
 from tracker.detect import create_detector
 from tracker.enroll import chip_face, open_backend
 from tracker.files import file_sha256
@@ -134,6 +135,25 @@ def test_a_person_not_enrolled_is_unknown(enrolled, johns):
         print(f"{stranger} among {len(known)} others: {matches} -> {votes.voted(1)}")
         assert votes.voted(1)[0] == UNKNOWN, (stranger, matches)
         assert sum(name == UNKNOWN for name, _ in matches) >= 3, (stranger, matches)
+
+
+def test_a_large_photo_is_chipped_and_cropped_in_a_fraction_of_its_own_memory(johns):
+    """A 12-megapixel chip (a phone photo of one face, 34 MiB of BGR): its padded copy for the
+    detector was 3.2 times the photo, and the face's square cut in BGR 3 times; numpy reports
+    cv2's arrays to tracemalloc, so the peaks are what the two steps allocate."""
+    photo = cv2.resize(cv2.imread(str(johns["John_Simm"][0])), (4000, 3000), interpolation=cv2.INTER_LINEAR)
+    detector = create_detector(load_config(None).detect, quiet=True)
+    tracemalloc.start()
+    try:
+        face = chip_face(photo, detector)
+        chip_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        face_pixels(photo, face)
+        crop_peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert face is not None and face.box.w > 2000
+    assert chip_peak < 0.75 * photo.nbytes and crop_peak < 1.5 * photo.nbytes, (chip_peak >> 20, crop_peak >> 20)
 
 
 def test_enrol_with_yunet_aligns_the_chips_and_records_it(tmp_path, johns):

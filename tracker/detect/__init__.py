@@ -48,6 +48,7 @@ class FaceDetector(Protocol):
 
     name: str
     gives_landmarks: bool
+    detect_width: int  # pixels: images are scaled to about this width to be searched
 
     def detect(self, image: Frame | np.ndarray, regions: Sequence[Box] | None = None) -> list[Detection]:
         ...
