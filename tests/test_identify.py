@@ -181,7 +181,7 @@ def test_a_state_dir_that_is_a_file_is_one_line_exit_2(tmp_path, capsys, johns):
 
 
 def test_folder_without_images_is_one_line_exit_2(tmp_path, capsys):
-    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "album.jpg").mkdir(parents=True)  # a folder named like an image is not one
     code = main(["identify", str(tmp_path / "empty"), "--config", str(state_config(tmp_path))])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "no image files" in err and "empty" in err

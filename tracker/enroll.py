@@ -41,11 +41,11 @@ IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 
 
 def image_files(inputs: list[Path]) -> list[Path]:
-    """Files named directly, and the image files (by suffix, sorted) of folders named."""
+    """Files named directly, and the image files (by suffix, sorted; a folder named like one is not) of folders named."""
     files: list[Path] = []
     for path in inputs:
         if path.is_dir():
-            files.extend(sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES))
+            files.extend(sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and not p.is_dir()))
         elif path.is_file():
             files.append(path)
         elif path.exists():
