@@ -34,12 +34,13 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 log = logging.getLogger(__name__)
 
 
-def validate_name(name: str) -> str:
-    """A person's name as a safe file stem: letters, digits, '_', '.', '-', not 'unknown', no '..'."""
+def validate_name(name: str, what: str = "enroll") -> str:
+    """A person's name as a safe file stem: letters, digits, '_', '.', '-', not 'unknown', no '..'.
+    InputError otherwise, its message starting with `what` (where the name came from)."""
     # fullmatch: with match(), the pattern's "$" also matches before a trailing newline ("x\n")
     if not _NAME.fullmatch(name) or ".." in name or name.lower() == UNKNOWN:
         raise InputError(
-            f"enroll: bad name {name!r}; expected 1-64 letters, digits, '_', '.' or '-', "
+            f"{what}: bad name {name!r}; expected 1-64 letters, digits, '_', '.' or '-', "
             f"starting with a letter or digit, without '..', and not {UNKNOWN!r}"
         )
     return name

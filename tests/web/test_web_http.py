@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import secrets
 import socket
 import threading
@@ -344,7 +345,7 @@ def test_enrolling_by_upload_reports_each_photo_and_takes_effect_in_the_running_
 @pytest.mark.parametrize("name", ["../etc", "a/b", "unknown", ".hidden", "", "x" * 65, "bob\n"])
 def test_a_name_with_path_tricks_is_refused(client, name):
     status, answer = client.upload(name, [("astronaut.png", ASTRONAUT.read_bytes())])
-    assert status == 400 and answer["error"].startswith("enroll: bad name")
+    assert status == 400 and answer["error"].startswith("the form's name: bad name")
 
 
 def test_uploads_without_one_face_are_refused_with_each_photos_reason(client):
@@ -392,15 +393,23 @@ def upload_head(port: int, cookie: str, csrf: str, length: int, boundary: str = 
 
 
 def test_uploads_are_bounded_in_parts_length_number_and_time(client, page, monkeypatch):
-    """What an upload may hold in memory: a Content-Length it must have, at most MAX_FILES photos and
-    a name as parts (refused ones count), MAX_UPLOADS at once, each whole within UPLOAD_TIMEOUT_S."""
+    """What an upload may hold in memory: a Content-Length it must have, at most MAX_FILES photos
+    (refused ones count) and MAX_OTHER_PARTS other parts, MAX_UPLOADS at once, each whole within
+    UPLOAD_TIMEOUT_S; and a form without a name field is said to be one."""
     from tracker.web import server
 
     guard, port = page
     part = '--b\r\nContent-Disposition: form-data; name="photos"; filename="x.png"\r\n\r\n\r\n'
     status, _, body = client.request("POST", "/api/people", (part * (server.MAX_FILES + 2) + "--b--\r\n").encode(),
                                      {"Content-Type": "multipart/form-data; boundary=b"})
-    assert status == 400 and f"more than {server.MAX_FILES} photos and a name at a time" in json.loads(body)["error"]
+    assert status == 400 and f"more than {server.MAX_FILES} photos at a time" in json.loads(body)["error"]
+    name = '--b\r\nContent-Disposition: form-data; name="name"\r\n\r\nann\r\n'
+    status, _, body = client.request("POST", "/api/people", (name * (server.MAX_OTHER_PARTS + 1) + "--b--\r\n").encode(),
+                                     {"Content-Type": "multipart/form-data; boundary=b"})
+    assert status == 400 and f"more than {server.MAX_OTHER_PARTS} fields besides the photos" in json.loads(body)["error"]
+    status, _, body = client.request("POST", "/api/people", (part * server.MAX_FILES + "--b--\r\n").encode(),
+                                     {"Content-Type": "multipart/form-data; boundary=b"})
+    assert status == 400 and "(the form has no name field)" in json.loads(body)["error"]
     chunked = raw_request(port, upload_head(port, client.cookie, client.csrf, 0).replace(
         b"Content-Length: 0", b"Transfer-Encoding: chunked") + b"5\r\n--b--\r\n0\r\n\r\n")
     answer = read_answer(chunked)
@@ -444,13 +453,31 @@ def test_connections_are_bounded_in_number_and_in_the_time_a_request_takes(clien
     frames_go_on(guard)
 
 
-@pytest.mark.parametrize("content_type, body", [
-    ("application/json; charset=bogus", b'{"password": "x"}'),
-    ("application/json", b"[" * 30_000 + b"]" * 30_000),  # deeper than Python's recursion limit
+JSON = {"Content-Type": "application/json"}
+
+
+@pytest.mark.parametrize("path, headers, body, error", [
+    ("/api/login", {"Content-Type": "application/json; charset=bogus"}, b'{"password": "x"}', "the body is not JSON"),
+    ("/api/login", JSON, b"[" * 30_000 + b"]" * 30_000, "the body is not JSON"),  # deeper than Python's recursion
+    ("/api/login", {**JSON, "Content-Encoding": "gzip"}, b"not gzip", "the body is not JSON"),
+    ("/api/login", JSON, b"[1]", "the body is a JSON list, not an object"),
+    ("/api/login", JSON, b'{"password": 123}', "the body's password is int"),
+    ("/api/people/bob/from-event", JSON, b"xx", "the body is not JSON"),
+    ("/api/people/bob/from-event", JSON, b'{"id": "abc"}', "the body's event_id is NoneType"),
 ])
-def test_bodies_that_are_not_json_get_a_4xx_with_one_line(client, content_type, body):
-    status, headers, answer = client.request("POST", "/api/login", body, {"Content-Type": content_type})
-    assert status == 400 and json.loads(answer) == {"error": "this page has no password; just open it"}
+def test_bodies_that_are_not_what_the_handler_takes_get_a_400_with_one_line(client, path, headers, body, error):
+    status, _, answer = client.request("POST", path, body, headers)
+    message = json.loads(answer)["error"]
+    assert status == 400 and message.startswith(error) and "; expected {" in message and "\n" not in message, message
+
+
+def test_a_request_that_breaks_http_is_no_error_in_the_guards_log(page, caplog):
+    guard, port = page
+    broken = raw_request(port, (f"POST /api/login HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json"
+                                "\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"pas\r\nzz\r\n").encode())
+    assert b" 400 Bad Request" in read_answer(broken).split(b"\r\n")[0]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith(("aiohttp", "tracker"))]
+    frames_go_on(guard)
 
 
 def test_a_handler_that_fails_is_a_json_500_and_the_page_goes_on(client, page, monkeypatch):
@@ -536,6 +563,10 @@ def test_a_password_is_needed_and_wrong_ones_are_rate_limited(tmp_path):
         assert c.json("GET", "/api/state")[0] == 200
         assert c.json("POST", "/api/logout")[0] == 200
         assert c.json("GET", "/api/state")[0] == 401  # the session ended
+        for _ in range(auth.FAILURES_ALLOWED + 1):  # a body of another form is the client's mistake, not a guess
+            status, _, body = c.request("POST", "/api/login", b"password=correct+horse",
+                                        {"Content-Type": "application/x-www-form-urlencoded"})
+            assert status == 400 and json.loads(body)["error"].startswith("the body is not JSON")
         for _ in range(auth.FAILURES_ALLOWED):
             assert c.json("POST", "/api/login", {"password": "guess"}) == (401, {"error": "wrong password"})
         status, headers, body = c.request("POST", "/api/login", json.dumps({"password": "correct horse"}).encode(),

@@ -106,7 +106,8 @@ def test_a_page_beyond_loopback_needs_a_password(tmp_path, monkeypatch):
     assert web_password(parse_config({"web": {"listen": "192.168.1.5:80"}}).web) == "hunter22"
 
 
-@pytest.mark.parametrize("listen", ["8080", "localhost", ":8080", "host:0", "host:70000", "a b:80", "[::1:80"])
+@pytest.mark.parametrize("listen", ["8080", "localhost", ":8080", "host:0", "host:70000", "a b:80", "[::1:80",
+                                    "a" * 64 + ":80", "x..y:80"])  # a label over 63 characters, an empty one
 def test_bad_listen_addresses_are_config_errors(listen):
     with pytest.raises(ConfigError, match=r"key 'web.listen': bad value .* expected host:port"):
         parse_config({"web": {"listen": listen}})

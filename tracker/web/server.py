@@ -72,6 +72,8 @@ log = logging.getLogger(__name__)
 
 WORKERS = 2
 MAX_FILES = 20
+MAX_OTHER_PARTS = 4  # fields of the enrol form besides its photos (it has one: the name)
+_URL_NAME = "the person in the URL"  # where a name in /api/people/<name>/... came from, for its error
 # A browser opens up to 6 connections to a page; with web.max_viewers (at most 16) streams open,
 # 64 leaves room for several, and is far below a systemd service's 1024 file descriptors.
 MAX_CONNECTIONS = 64
@@ -156,6 +158,7 @@ class WebServer:
     # -- the server's thread ---------------------------------------------------------------------
 
     def _serve(self) -> None:
+        logging.getLogger("aiohttp.server").addFilter(_client_mistakes_in_one_line)  # (once: addFilter adds it once)
         loop = self._loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=1.0, keepalive_timeout=KEEPALIVE_S)
@@ -163,9 +166,9 @@ class WebServer:
             loop.run_until_complete(runner.setup())
             loop.run_until_complete(_BoundedSite(runner, self.host, self.port).start())
             self.address = runner.addresses[0][:2]
-        except OSError as err:
+        except (OSError, ValueError) as err:  # ValueError: a host name the resolver refuses (UnicodeError)
             log.error("web: cannot listen on %s (%s); the guard runs on without its page", self.config.web.listen,
-                      err.strerror or err)
+                      getattr(err, "strerror", None) or err)
             loop.run_until_complete(runner.cleanup())
             loop.close()
             return
@@ -237,6 +240,8 @@ class WebServer:
                 return _error(403, f"missing or wrong {auth.CSRF_HEADER}; reload the page")
         try:
             return await handler(request)
+        except _BadBody as err:
+            return _error(err.status, str(err))
         except web.HTTPException as err:  # aiohttp's own answers (no route, method, body too large): JSON too
             if err.status < 400:
                 raise
@@ -275,17 +280,19 @@ class WebServer:
         return response
 
     async def _login(self, request: web.Request) -> web.Response:
-        body = await _json_body(request)
+        expected = '{"password": "<text>"}'
+        given = (await _json_object(request, expected)).get("password")
+        if not isinstance(given, str):  # a client's mistake, not a guess: not counted against it
+            return _error(400, f"the body's password is {type(given).__name__}; expected {expected}")
         # From here to the failure's record nothing awaits: parallel attempts cannot all pass the check.
         client = request.remote or "?"
         wait = self.logins.retry_after(client)
         if wait is not None:
             return web.json_response({"error": f"too many wrong passwords; try again in {wait:.0f} s"}, status=429,
                                      headers={"Retry-After": str(max(1, round(wait)))})
-        given = body.get("password") if isinstance(body, dict) else None
         if self.password is None:
             return _error(400, "this page has no password; just open it")
-        if not isinstance(given, str) or not auth.password_ok(self.password, given):
+        if not auth.password_ok(self.password, given):
             self.logins.failed(client)
             return _error(401, "wrong password")
         self.logins.succeeded(client)
@@ -357,7 +364,7 @@ class WebServer:
         identity = query.get("identity") or None
         if identity is not None and identity != UNKNOWN:
             try:
-                validate_name(identity)
+                validate_name(identity, "identity filter")
             except InputError as err:
                 return _error(400, str(err))
         def page() -> tuple[list[dict], str | None]:
@@ -400,12 +407,15 @@ class WebServer:
     async def _face(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         try:
-            chip = await self._run(person_chip, self.state_dir, name)
+            validate_name(name, _URL_NAME)
         except InputError as err:
             return _error(400, str(err))
+        chip = await self._run(person_chip, self.state_dir, name)
         if chip is None:
             return _error(404, f"no face kept for {name!r}")
         ok, png = cv2.imencode(".png", chip)
+        if not ok:  # a chip of a kind PNG cannot hold: a bug, answered 500 by the middleware
+            raise RuntimeError(f"cannot encode the face kept for {name!r} ({chip.dtype}, {chip.shape}) as PNG")
         return web.Response(body=png.tobytes(), content_type="image/png")
 
     async def _enrol(self, request: web.Request) -> web.Response:
@@ -428,7 +438,8 @@ class WebServer:
                 form = await _read_enrol_form(await request.multipart(), budget)
         except TimeoutError:
             return _error(408, f"the upload took longer than {UPLOAD_TIMEOUT_S:.0f} s; expected fewer or smaller photos")
-        except (AssertionError, KeyError, ValueError, HttpProcessingError) as err:  # not multipart, broken, nested
+        # not multipart, broken, nested, or undecodable (a Content-Encoding that is not what it says)
+        except (AssertionError, KeyError, ValueError, HttpProcessingError, web.RequestPayloadError) as err:
             return _error(400, f"expected a multipart form with a name and photos ({one_line(err)})")
         finally:
             self._uploads -= 1
@@ -436,7 +447,7 @@ class WebServer:
             return too_large
         name, photos, messages = form
         try:
-            validate_name(name)
+            validate_name(name, "the form's name")
         except InputError as err:
             return _error(400, str(err))
         if not photos:
@@ -455,10 +466,12 @@ class WebServer:
 
     async def _enrol_from_event(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
-        body = await _json_body(request)
-        event_id = body.get("event_id") if isinstance(body, dict) else None
+        expected = '{"event_id": "<the event\'s id>"}'
+        event_id = (await _json_object(request, expected)).get("event_id")
+        if not isinstance(event_id, str):
+            return _error(400, f"the body's event_id is {type(event_id).__name__}; expected {expected}")
         try:
-            validate_name(name)
+            validate_name(name, _URL_NAME)
         except InputError as err:
             return _error(400, str(err))
         path = self._snapshot_file(event_id)
@@ -472,7 +485,7 @@ class WebServer:
     async def _forget(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         try:
-            validate_name(name)
+            validate_name(name, _URL_NAME)
         except InputError as err:
             return _error(400, str(err))
         return await self._people_change(lambda detector, backend: _forget_job(self.state_dir, name), [])
@@ -565,17 +578,23 @@ def _loopback_host(host: str) -> bool:
 async def _read_enrol_form(reader, budget: int) -> tuple[str, list[tuple[str, bytes]], list[str]] | None:
     """(name, [(file name, bytes)] of the photos that pass uploads.check_image, a line for each that
     does not) from the enrol form; None once more than `budget` bytes came. ValueError for a form
-    that is not one: broken, nested, or with more than MAX_FILES photos."""
-    name = ""
+    that is not one: broken, nested, without a name field, or with more than MAX_FILES photos or
+    MAX_OTHER_PARTS other fields."""
+    name = None
     photos: list[tuple[str, bytes]] = []
     messages: list[str] = []
-    parts = photo_parts = 0
+    other_parts = photo_parts = 0  # refused photos and unknown parts count too: their headers cost memory
     async for part in reader:
         if not isinstance(part, BodyPartReader):
             raise ValueError("a nested multipart part")
-        parts += 1  # every part, refused photos and unknown ones too: their headers and lines cost memory
-        if parts > MAX_FILES + 1:
-            raise ValueError(f"more than {MAX_FILES} photos and a name at a time")
+        if part.name == "photos":
+            photo_parts += 1
+            if photo_parts > MAX_FILES:
+                raise ValueError(f"more than {MAX_FILES} photos at a time")
+        else:
+            other_parts += 1
+            if other_parts > MAX_OTHER_PARTS:
+                raise ValueError(f"more than {MAX_OTHER_PARTS} fields besides the photos; expected a name")
         data = await _read_part(part, budget)
         if data is None:
             return None
@@ -583,7 +602,6 @@ async def _read_enrol_form(reader, budget: int) -> tuple[str, list[tuple[str, by
         if part.name == "name":
             name = data.decode("utf-8", "replace")
         elif part.name == "photos":
-            photo_parts += 1
             label = part.filename or f"photo {photo_parts}"
             try:
                 check_image(data, label)
@@ -591,6 +609,8 @@ async def _read_enrol_form(reader, budget: int) -> tuple[str, list[tuple[str, by
                 messages.append(f"{err}; skipped")
                 continue
             photos.append((label, data))
+    if name is None:
+        raise ValueError("the form has no name field")
     return name, photos, messages
 
 
@@ -605,14 +625,39 @@ async def _read_part(part: BodyPartReader, budget: int) -> bytes | None:
     return b"".join(chunks)
 
 
-async def _json_body(request: web.Request):
-    """The request's JSON body, or None for one that is not JSON (a bad charset, nesting deeper
-    than Python's recursion allows) or is not whole within BODY_TIMEOUT_S."""
+def _client_mistakes_in_one_line(record: logging.LogRecord) -> bool:
+    """A filter of aiohttp's server log: a request that breaks HTTP (a broken chunked body) is
+    logged there as an ERROR with a traceback, which reads as the guard's failure; it is the
+    client's, so it becomes one DEBUG line of ours instead."""
+    error = record.exc_info[1] if record.exc_info else None
+    if isinstance(error, HttpProcessingError):
+        log.debug("web: a malformed request: %s", one_line(error))
+        return False
+    return True
+
+
+class _BadBody(Exception):
+    """A request body that is not what its handler takes: answered `status` with the message."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+async def _json_object(request: web.Request, expected: str) -> dict:
+    """The request's body, a JSON object. _BadBody naming `expected` (its JSON form) for a body
+    that is not one: not JSON, undecodable (a bad charset or Content-Encoding), nested deeper than
+    Python's recursion allows, JSON of another type, or not whole within BODY_TIMEOUT_S (408)."""
     try:
         async with asyncio.timeout(BODY_TIMEOUT_S):
-            return await request.json()
-    except (ValueError, LookupError, RecursionError, TimeoutError):
-        return None
+            body = await request.json()
+    except TimeoutError:
+        raise _BadBody(f"the body did not arrive within {BODY_TIMEOUT_S:.0f} s; expected {expected}", 408) from None
+    except (ValueError, LookupError, RecursionError, web.RequestPayloadError) as err:
+        raise _BadBody(f"the body is not JSON ({one_line(err)}); expected {expected}") from None
+    if not isinstance(body, dict):
+        raise _BadBody(f"the body is a JSON {type(body).__name__}, not an object; expected {expected}")
+    return body
 
 
 async def _add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
