@@ -236,7 +236,8 @@ def test_a_list_naming_missing_photos_and_an_unusable_pairs_file(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["out is a folder", "work is a file", "teacher is a .npy", "teacher is cut short",
-                                  "teacher has a NaN", "teachers of two lengths", "an earlier run in work"])
+                                  "teacher has a NaN", "teachers of two lengths", "an earlier run in work",
+                                  "resume without a checkpoint"])
 def test_mistakes_in_the_outputs_and_teachers_fail_before_any_photo_is_cut(tmp_path, case):
     """In-process (the CLI's one line and exit 2 for an InputError are tested with the other
     commands): each mistake used to surface only after the photos were cut or the training ran."""
@@ -264,15 +265,45 @@ def test_mistakes_in_the_outputs_and_teachers_fail_before_any_photo_is_cut(tmp_p
     elif case == "teachers of two lengths":
         np.savez(tmp_path / "t.npz", paths=np.array(["a/a_0001.jpg"]), descriptor=np.ones((1, 512), np.float32))
         expected = "--teacher files with descriptors of 128 and 512 values; expected one length in all"
-    else:
+    elif case == "an earlier run in work":
         (tmp_path / "work").mkdir()
         (tmp_path / "work" / "checkpoint.pt").write_bytes(b"an earlier run")
         expected = "checkpoint.pt' holds an earlier run; expected --resume to continue it"
-    extra = ["--teacher", str(tmp_path / "t.npz")] if case == "teachers of two lengths" else []
+    else:
+        expected = "--resume: no checkpoint '" + str(tmp_path / "work" / "checkpoint.pt") + "'; expected one written"
+    extra = {"teachers of two lengths": ["--teacher", str(tmp_path / "t.npz")],
+             "resume without a checkpoint": ["--resume"]}.get(case, [])
     with pytest.raises(InputError, match=r"^train: ") as err:
         train_command(["--data", str(LFW / "images"), "--limit", "16", *[x for kv in args.items() for x in kv], *extra])
     assert expected in str(err.value) and "\n" not in str(err.value)
     assert not list(tmp_path.rglob("crops-*.npz"))
+
+
+@pytest.mark.parametrize("case", ["a teacher of other photos", "a checkpoint of another program"])
+def test_mistakes_found_once_the_photos_are_cut_are_one_line(tmp_path, case):
+    """A --teacher the user named that describes none of the photos would train without its targets;
+    a checkpoint torch loads but tracker train did not write was an AttributeError's traceback."""
+    from tracker.errors import InputError
+    from tracker.train.command import train_command
+
+    if not LFW.is_dir():
+        pytest.skip(f"training data not found at {LFW}")
+    args = ["--data", str(LFW / "images"), "--limit", str(PHOTOS), "--batch", "4", "--steps", "1", "--work", str(tmp_path / "work"),
+            "--out", str(tmp_path / "x.caffemodel"), "--pairs", str(small_pairs(tmp_path / "pairs.txt")),
+            "--pairs-images", str(LFW / "images")]
+    if case == "a teacher of other photos":
+        np.savez(tmp_path / "t.npz", paths=np.array(["Nobody/Nobody_0001.jpg"]), descriptor=np.ones((1, 128), np.float32))
+        args += ["--teacher", str(tmp_path / "t.npz")]
+        expected = f"--teacher '{tmp_path / 't.npz'}' has a descriptor of none of the {PHOTOS} photos; expected its 'paths'"
+    else:
+        (tmp_path / "work").mkdir()
+        torch.save([1, 2], tmp_path / "work" / "checkpoint.pt")
+        args += ["--teacher", str(LFW / "dlib_descriptors.npz"), "--resume"]
+        expected = "is not one tracker train wrote (a list without epoch, fingerprint"
+    with pytest.raises(InputError, match=r"^train: ") as err:
+        train_command(args)
+    assert expected in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "x.caffemodel").exists()
 
 
 @pytest.mark.parametrize("option, value, expected", [("--batch", "1", "--batch: bad value '1'; expected an integer >= 2"),
@@ -334,6 +365,25 @@ def test_a_damaged_crop_cache_is_cut_again(tmp_path):
     whole = cache.path.read_bytes()
     cache.path.write_bytes(whole[: len(whole) // 2])
     assert CropCache(tmp_path, "key").get("a.jpg") == (False, None)  # unknown: cut again, and rewritten
+
+
+def test_a_crop_cache_that_cannot_be_written_is_one_line_and_the_previous_stays(tmp_path):
+    """A full disk while the cache is saved (every 2,000 new photos and at the end) was a zipfile
+    traceback; the previous file is kept whole (atomic_write)."""
+    from tracker.errors import InputError
+    from tracker.train.data import CropCache
+
+    with tmpfs(tmp_path / "work", "size=64k") as work:
+        cache = CropCache(work, "key")
+        cache.put("a.jpg", np.full((88, 88), 7, np.uint8))
+        cache.save()
+        before = cache.path.read_bytes()
+        for i in range(20):  # 155 kB of crops: more than the file system holds
+            cache.put(f"{i}.jpg", np.full((88, 88), i, np.uint8))
+        with pytest.raises(InputError, match=r"^train: cannot write the crop cache .*crops-key.npz' \(No space left on "
+                                             r"device\); the previous cache is unchanged"):
+            cache.save()
+        assert cache.path.read_bytes() == before and [p.name for p in work.iterdir()] == ["crops-key.npz"]
 
 
 def test_a_full_disk_at_the_export_keeps_the_training_for_resume(tmp_path):

@@ -59,6 +59,8 @@ PARITY_TOLERANCE = 1e-4  # exported caffemodel vs the torch net, max abs differe
 DEFAULT_DATA = ("datasets/lfw-devtrain/images", "datasets/celeba-10k/identity_CelebA_first10000.txt")
 DEFAULT_TEACHER = ("datasets/lfw-devtrain/dlib_descriptors.npz",)
 DEFAULT_PAIRS = "datasets/lfw-devtrain/pairsDevTrain.txt"
+# What a checkpoint of `save()` holds besides "minutes" and "losses" (older runs had neither).
+CHECKPOINT_KEYS = frozenset({"fingerprint", "net", "optimizer", "schedule", "epoch", "step", "numpy_rng", "torch_rng"})
 CUT_LINE_EVERY = 1000  # photos between two progress lines when stderr is not a terminal (a log, nohup)
 DEFAULT_PAIRS_IMAGES = "datasets/lfw-devtrain/images"
 
@@ -243,8 +245,9 @@ def train_command(argv: list[str]) -> int:
 
     config = load_config(args.config)
     args.data = args.data or [shared_data.locate(name, "train", instead="give --data") for name in DEFAULT_DATA]
+    default_teachers = []
     if args.teacher is None:
-        args.teacher = [path for path in map(shared_data.find, DEFAULT_TEACHER) if path is not None]
+        args.teacher = default_teachers = [path for path in map(shared_data.find, DEFAULT_TEACHER) if path is not None]
     prototxt, out = config.model.prototxt, args.out
     if out.is_dir():
         raise InputError(f"train: --out {str(out)!r} is a folder; expected the caffemodel file to write")
@@ -254,6 +257,9 @@ def train_command(argv: list[str]) -> int:
     if not args.resume and checkpoint.exists():  # a fresh run would write over it at its first epoch
         raise InputError(f"train: {str(checkpoint)!r} holds an earlier run; expected --resume to continue it, or "
                          "another --work (or remove the file) to start afresh")
+    if args.resume and not checkpoint.exists():  # checked before the photos are cut (minutes)
+        raise InputError(f"train: --resume: no checkpoint {str(checkpoint)!r}; expected one written by an "
+                         "earlier run with the same --work")
     teachers = []
     for teacher_file in args.teacher:
         if not teacher_file.is_file():
@@ -317,15 +323,21 @@ def train_command(argv: list[str]) -> int:
     targets = np.zeros((len(samples), width), np.float32)
     has_target = np.zeros(len(samples), bool)
     descriptors, rows = [], []
-    for teacher in teachers:
+    for teacher, teacher_file in zip(teachers, args.teacher):
+        matched = 0
         for i, (sample, root) in enumerate(zip(samples, roots)):
             # a photo outside its data set's folder (an absolute path in a list) has no teacher entry
             inside = sample.path.is_relative_to(root)
             descriptor = teacher.get(sample.path.relative_to(root).as_posix()) if inside else None
+            matched += descriptor is not None
             if descriptor is not None and not has_target[i]:
                 descriptors.append(descriptor)
                 rows.append(i)
                 has_target[i] = True
+        if not matched and teacher_file not in default_teachers:  # one the user named for nothing: say so
+            raise InputError(f"train: --teacher {str(teacher_file)!r} has a descriptor of none of the {len(samples)} "
+                             f"photos; expected its 'paths' relative to a --data set's folder "
+                             f"({', '.join(sorted({str(r) for r in roots}))})")
     if rows:
         targets[rows] = split_pca_targets(np.stack(descriptors), width)
     used = np.flatnonzero(has_target | (labels >= 0))
@@ -348,15 +360,16 @@ def train_command(argv: list[str]) -> int:
     epoch, step, minutes_before = 0, 0, 0.0  # minutes: time spent training, over every resumed run
     losses: list[float] = []  # per step, over every resumed run (13 kB for the shipped run)
     if args.resume:
-        if not checkpoint.exists():
-            raise InputError(f"train: --resume: no checkpoint {str(checkpoint)!r}; expected one written by an "
-                             "earlier run with the same --work")
         try:
             state = torch.load(checkpoint, weights_only=False)
         except Exception as err:  # a truncated or foreign file: torch raises several kinds
             raise InputError(f"train: --resume: checkpoint {str(checkpoint)!r} is unreadable ({type(err).__name__}); "
                              "expected one written by tracker train") from None
-        if state.get("fingerprint") != fingerprint:
+        if not isinstance(state, dict) or not CHECKPOINT_KEYS <= state.keys():  # loadable, but not one of ours
+            raise InputError(f"train: --resume: checkpoint {str(checkpoint)!r} is not one tracker train wrote (a "
+                             f"{type(state).__name__} without {', '.join(sorted(CHECKPOINT_KEYS))}); expected one "
+                             "written by tracker train")
+        if state["fingerprint"] != fingerprint:
             raise InputError(f"train: --resume: checkpoint {str(checkpoint)!r} is of another run (other data, "
                              "classes or settings); expected the same arguments, or start afresh without --resume")
         net.load_state_dict(state["net"])

@@ -144,16 +144,25 @@ class CropCache:
         self._dirty = True
 
     def save(self) -> None:
-        """Write the cache atomically (a crash leaves the previous file)."""
+        """Write the cache atomically (a crash leaves the previous file). InputError (exit 2) when
+        it cannot be written (a full disk): the previous file stays as it was."""
         if not self._dirty:
             return
+        try:
+            self._write()
+        except OSError as err:
+            raise InputError(f"train: cannot write the crop cache {str(self.path)!r} ({err.strerror or err}); the "
+                             "previous cache is unchanged (the photos cut since are cut again next time); expected a "
+                             "writable --work folder with free space") from None
+        self._dirty = False
+
+    def _write(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         keys = np.array(list(self._rows), dtype=np.str_)
         found = np.array([c is not None for c in self._rows.values()])
         crops = np.stack([c if c is not None else np.zeros((CROP_SIZE, CROP_SIZE), np.uint8)
                           for c in self._rows.values()]) if self._rows else np.zeros((0, CROP_SIZE, CROP_SIZE), np.uint8)
         atomic_write(self.path, lambda tmp: np.savez(tmp, keys=keys, found=found, crops=crops))
-        self._dirty = False
 
 
 def load_crops(samples: list[Sample], detector: FaceDetector, cache: CropCache, progress=None,
