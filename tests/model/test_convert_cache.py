@@ -162,13 +162,19 @@ def test_convert_out_on_a_full_disk_leaves_the_file_there_whole(tmp_path, model,
         assert sorted(p.name for p in small.iterdir()) == ["face.onnx"]
 
 
-def test_convert_out_naming_a_folder_is_refused_before_converting(tmp_path, model):
+@pytest.mark.parametrize("out, message", [("", r"--out '.*': is a folder; expected a file path"),
+                                          ("a-file/sub/m.onnx", r"--out '.*m.onnx': '.*a-file' is a file; expected a file path in a folder"),
+                                          ("read-only/m.onnx", r"--out '.*m.onnx': cannot write in '.*read-only' \(")])
+def test_convert_out_that_cannot_be_written_is_refused_before_converting(tmp_path, model, out, message):
+    from tmpfs import tmpfs
+
     from tracker.errors import InputError
     from tracker.model.convert import convert_command
 
-    with pytest.raises(InputError, match=r"--out '.*': is a folder; expected a file path"):
+    (tmp_path / "a-file").write_text("")
+    with tmpfs(tmp_path / "read-only", "ro,size=4k"), pytest.raises(InputError, match=message):
         convert_command(["--to", "onnx", "--prototxt", str(model.prototxt), "--weights", str(model.weights),
-                         "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path)])
+                         "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / out)])
     assert not (tmp_path / "cache").exists()  # nothing was converted
 
 

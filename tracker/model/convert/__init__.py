@@ -37,7 +37,7 @@ import numpy as np
 
 from tracker.arguments import ArgumentParser
 from tracker.errors import BackendUnavailable, InputError
-from tracker.files import atomic_write
+from tracker.files import atomic_write, make_writable_folder
 from tracker.model.convert.cache import default_cache_dir, entry_for, fetch
 
 T = TypeVar("T")
@@ -64,7 +64,8 @@ def require_runtime(target: str, precision: str = "fp32") -> None:
     a cached .tflite with ai-edge-litert, without TensorFlow's ~0.5 GB)."""
     _, _, extra, modules, int8_modules = TARGETS[target]
     for module in modules + (int8_modules if precision == "int8" else ()):
-        if module == "tensorflow":  # TF's C++ info/warning chatter off, unless the user set a level
+        if module == "tensorflow":  # fewer of TF's C++ info/warning lines, unless the user set a level (some of
+            # its start-up lines, absl's and XLA's, come regardless: harmless, and not worth hiding stderr for)
             os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         try:
             __import__(module)
@@ -180,6 +181,21 @@ def _build_onnx(graph, path: Path, precision: str, samples) -> None:
     quantize_int8(model, path, samples.make(graph.input_shape), int8_float_ops(graph))
 
 
+def _check_out(out: Path) -> None:
+    """InputError unless `out` can be written: not a folder, under no file, its folder writable
+    (made if absent)."""
+    if out.is_dir():
+        raise InputError(f"--out {str(out)!r}: is a folder; expected a file path")
+    existing = next(p for p in (out.parent, *out.parent.parents) if p.exists())
+    if not existing.is_dir():
+        raise InputError(f"--out {str(out)!r}: {str(existing)!r} is a file; expected a file path in a folder")
+    try:
+        make_writable_folder(out.parent)
+    except OSError as err:
+        raise InputError(f"--out {str(out)!r}: cannot write in {str(out.parent)!r} ({err.strerror or err}); "
+                         "expected a writable file path") from None
+
+
 def convert_command(argv: list[str]) -> int:
     """`tracker convert` (see the module docstring). Prints the converted file's path."""
     from tracker.model.spec import ModelSpec, default_model
@@ -197,8 +213,8 @@ def convert_command(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if args.calibration is not None and args.precision != "int8":
         raise InputError("--calibration: only int8 conversions are calibrated; add --precision int8")
-    if args.out is not None and args.out.is_dir():  # said before a conversion that can take minutes
-        raise InputError(f"--out {str(args.out)!r}: is a folder; expected a file path")
+    if args.out is not None:  # said before a conversion that can take minutes
+        _check_out(args.out)
     base = default_model()
     model = ModelSpec(args.prototxt or base.prototxt, args.weights or base.weights, args.probs, args.embedding)
     path = convert(model, args.to, args.precision, calibration=args.calibration, cache_dir=args.cache_dir)

@@ -90,7 +90,7 @@ def _face_samples(files: list[Path], shape: tuple[int, int, int], count: int, se
     if c not in (1, 3):
         raise InputError(f"calibration: the model's input has {c} channels; expected 1 (grey) or 3 (BGR)")
     images = []
-    for path in files:
+    for path in files[:count]:  # only these are used: a folder of thousands is not decoded whole
         image = read_image(path, cv2.IMREAD_GRAYSCALE if c == 1 else cv2.IMREAD_COLOR)
         if image is None:
             raise InputError(f"calibration image {str(path)!r}: cannot decode ({TOO_LARGE_OR_DAMAGED}); expected a "
@@ -98,7 +98,7 @@ def _face_samples(files: list[Path], shape: tuple[int, int, int], count: int, se
         images.append(image)
     rng = np.random.default_rng(seed)
     out = np.empty((count, c, h, w), np.float32)
-    for i in range(count):  # every image once, then random picks
+    for i in range(count):  # every image once (the first `count` by name), then random picks
         image = images[i] if i < len(images) else images[int(rng.integers(len(images)))]
         out[i] = _sample(image, (h, w), rng).reshape(h, w, c).transpose(2, 0, 1)
     return out
