@@ -226,8 +226,8 @@ def test_a_list_naming_missing_photos_and_an_unusable_pairs_file(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "pairs.txt:2: image" in last_line(proc) and "Nobody_0001.jpg" in last_line(proc)
     assert "photos with a central face" not in proc.stderr  # refused before any photo was cut
-    good_pairs = small_pairs(tmp_path / "good.txt")
-    proc = subprocess.run([*tracker_command(), "train", "--data", str(listing), "--teacher", str(LFW / "dlib_descriptors.npz"),
+    good_pairs = small_pairs(tmp_path / "good.txt")  # (LFW's teacher names these photos by other paths: none)
+    proc = subprocess.run([*tracker_command(), "train", "--data", str(listing),
                            "--work", str(tmp_path / "work"), "--out", str(tmp_path / "x.caffemodel"), "--steps", "1",
                            "--batch", "16", "--pairs", str(good_pairs), "--pairs-images", str(LFW / "images")],
                           capture_output=True, text=True, env=isolated_env(tmp_path), cwd=tmp_path, timeout=300)
@@ -237,7 +237,7 @@ def test_a_list_naming_missing_photos_and_an_unusable_pairs_file(tmp_path):
 
 @pytest.mark.parametrize("case", ["out is a folder", "work is a file", "teacher is a .npy", "teacher is cut short",
                                   "teacher has a NaN", "teachers of two lengths", "an earlier run in work",
-                                  "resume without a checkpoint"])
+                                  "resume without a checkpoint", "a trial over trained weights"])
 def test_mistakes_in_the_outputs_and_teachers_fail_before_any_photo_is_cut(tmp_path, case):
     """In-process (the CLI's one line and exit 2 for an InputError are tested with the other
     commands): each mistake used to surface only after the photos were cut or the training ran."""
@@ -269,8 +269,11 @@ def test_mistakes_in_the_outputs_and_teachers_fail_before_any_photo_is_cut(tmp_p
         (tmp_path / "work").mkdir()
         (tmp_path / "work" / "checkpoint.pt").write_bytes(b"an earlier run")
         expected = "checkpoint.pt' holds an earlier run; expected --resume to continue it"
-    else:
+    elif case == "resume without a checkpoint":
         expected = "--resume: no checkpoint '" + str(tmp_path / "work" / "checkpoint.pt") + "'; expected one written"
+    else:  # --limit 16 makes every case a trial
+        (tmp_path / "x.caffemodel").write_bytes(b"trained weights")
+        expected = "x.caffemodel' exists, and a trial (--steps, --limit) does not replace trained weights"
     extra = {"teachers of two lengths": ["--teacher", str(tmp_path / "t.npz")],
              "resume without a checkpoint": ["--resume"]}.get(case, [])
     with pytest.raises(InputError, match=r"^train: ") as err:

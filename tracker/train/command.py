@@ -251,6 +251,10 @@ def train_command(argv: list[str]) -> int:
     prototxt, out = config.model.prototxt, args.out
     if out.is_dir():
         raise InputError(f"train: --out {str(out)!r} is a folder; expected the caffemodel file to write")
+    # `scripts/train-face-cnn --steps 5` would replace the shipped weights (a resumed trial may replace its own)
+    if (args.steps or args.limit) and not args.resume and out.exists():
+        raise InputError(f"train: --out {str(out)!r} exists, and a trial (--steps, --limit) does not replace trained "
+                         "weights; expected another --out for the trial")
     _writable_folder(out.parent, "--out's folder")
     _writable_folder(args.work, "--work")
     checkpoint = args.work / "checkpoint.pt"
@@ -334,7 +338,7 @@ def train_command(argv: list[str]) -> int:
                 descriptors.append(descriptor)
                 rows.append(i)
                 has_target[i] = True
-        if not matched and teacher_file not in default_teachers:  # one the user named for nothing: say so
+        if samples and not matched and teacher_file not in default_teachers:  # one the user named for nothing
             raise InputError(f"train: --teacher {str(teacher_file)!r} has a descriptor of none of the {len(samples)} "
                              f"photos; expected its 'paths' relative to a --data set's folder "
                              f"({', '.join(sorted({str(r) for r in roots}))})")
