@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -407,3 +408,36 @@ def test_a_full_disk_at_the_export_keeps_the_training_for_resume(tmp_path):
     assert again.returncode == 0, again.stderr[-2000:]
     assert "resumed from" in again.stderr and "epoch 1/1" not in again.stderr  # not trained again
     assert out.is_file() and json.loads(out.with_name(out.name + ".json").read_text())["training"]["steps"] == 1
+
+
+@pytest.mark.timeout(300)
+def test_a_kill_while_cutting_photos_keeps_the_crops_cut(tmp_path):
+    """SIGTERM (systemd, kill) stops the run as Ctrl-C does: the crops cut so far are saved in the
+    cache and said so (before, the process ended at once and every crop since the last save was
+    lost: up to 1,999)."""
+    if not LFW.is_dir():
+        pytest.skip(f"training data not found at {LFW}")
+    work = tmp_path / "work"
+    proc = subprocess.Popen([*tracker_command(), "train", "--data", str(LFW / "images"), "--limit", "1500",
+                             "--teacher", str(LFW / "dlib_descriptors.npz"), "--work", str(work),
+                             "--out", str(tmp_path / "x.caffemodel"), "--pairs", str(small_pairs(tmp_path / "pairs.txt")),
+                             "--pairs-images", str(LFW / "images")],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=isolated_env(tmp_path),
+                            cwd=tmp_path)
+    try:
+        for line in proc.stderr:  # a log's progress lines (stderr is not a terminal): every 1,000 photos
+            if line.startswith("train: 1000 of 1500 photos cut"):
+                break
+        else:
+            pytest.fail(f"no progress line; exit {proc.wait()}")
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.stderr.read()
+        assert proc.wait(timeout=60) == 130, rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "train: interrupted while cutting photos; the crops cut so far are kept in" in rest and "Traceback" not in rest
+    (cache,) = work.glob("crops-*.npz")
+    with np.load(cache) as data:
+        assert len(data["keys"]) >= 1000  # every photo cut is in it, with or without a face

@@ -21,8 +21,9 @@ from tracker.backends import REGISTRY, backend_class, run_options
 from tracker.bench.memory_cap import cap_method
 from tracker.bench.profile import profile_path, record_last_run, recorded_at_start, update_profile
 from tracker.bench.report import Column, Results, make_row, prepare_out, quality_line, runoff_line, summary_line
-from tracker.bench.runner import Probe, probe_backends, run_cell, run_job, stop_as_ctrl_c
+from tracker.bench.runner import Probe, probe_backends, run_cell, run_job
 from tracker.errors import BackendUnavailable, InputError, TrackerError
+from tracker.interrupts import stop_as_ctrl_c
 from tracker.machine import base_versions, load_average, machine_info, machine_key, memory_mb, sgemm_peak
 from tracker.model.spec import ModelSpec
 

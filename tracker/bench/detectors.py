@@ -40,13 +40,13 @@ from scipy.optimize import linear_sum_assignment
 
 from tracker import shared_data
 from tracker.bench.report import prepare_out
-from tracker.bench.runner import stop_as_ctrl_c
 from tracker.config import Config
 from tracker.crops import crop_batch
 from tracker.detect import DETECTORS, create_detector, resolve_detector
 from tracker.errors import BackendUnavailable, InputError, ModelError
 from tracker.files import atomic_write
 from tracker.images import read_image
+from tracker.interrupts import stop_as_ctrl_c
 from tracker.machine import cpu_model, load_average
 from tracker.motion import MotionGate
 from tracker.tracking.assign import box_rows, iou_matrix

@@ -8,14 +8,12 @@ killed (SIGKILL) and reaped before the parent goes on.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import select
-import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tracker.bench.memory_cap import MemoryCap
@@ -28,20 +26,6 @@ _TAIL_LINES, _TAIL_CHARS = 3, 400  # the child's output in an error detail
 
 class _TimedOut(Exception):
     pass
-
-
-@contextlib.contextmanager
-def stop_as_ctrl_c() -> Iterator[None]:
-    """For the block, SIGTERM (systemd, a shell's kill) and SIGHUP (a closed terminal) raise
-    KeyboardInterrupt as Ctrl-C does, so that a benchmark kills its running child and keeps what it
-    measured; a signal already ignored (SIGHUP under nohup) stays ignored. Main thread only."""
-    before = {signum: signal.signal(signum, signal.default_int_handler)
-              for signum in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(signum) is not signal.SIG_IGN}
-    try:
-        yield
-    finally:
-        for signum, handler in before.items():
-            signal.signal(signum, handler)
 
 
 class _Child:

@@ -29,6 +29,7 @@ What it does, in order (scripts/train-face-cnn is the command that made the ship
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import io
 import json
@@ -44,6 +45,7 @@ import numpy as np
 from tracker import shared_data
 from tracker.errors import InputError, ModelError
 from tracker.files import atomic_write, make_writable_folder
+from tracker.interrupts import stop_as_ctrl_c
 from tracker.machine import cores
 
 CE_WEIGHT = 0.3
@@ -230,6 +232,11 @@ def threshold_cards(pairs_file: Path, images: Path, detector, backends: dict) ->
 
 def train_command(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    with stop_as_ctrl_c():  # a kill or a closed terminal keeps the crops cut and the last checkpoint, as Ctrl-C
+        return _train(args)
+
+
+def _train(args: argparse.Namespace) -> int:
     torch = _require_torch()
     from tqdm import tqdm
 
@@ -303,13 +310,18 @@ def train_command(argv: list[str]) -> int:
         if not sys.stderr.isatty() and cut[0] // CUT_LINE_EVERY > before // CUT_LINE_EVERY:
             print(f"train: {cut[0]} of {total} photos cut", file=sys.stderr, flush=True)
 
-    with tqdm(total=total, desc="crops", unit="photo", file=sys.stderr, disable=None, dynamic_ncols=True) as bar:
-        for root, set_samples in sets:
-            c, kept, missed = load_crops(set_samples, detector, cache, progress=progress)
-            parts.append(c)
-            samples += kept
-            roots += [data_root(root)] * len(kept)
-            left_out += missed
+    try:
+        with tqdm(total=total, desc="crops", unit="photo", file=sys.stderr, disable=None, dynamic_ncols=True) as bar:
+            for root, set_samples in sets:
+                c, kept, missed = load_crops(set_samples, detector, cache, progress=progress)
+                parts.append(c)
+                samples += kept
+                roots += [data_root(root)] * len(kept)
+                left_out += missed
+    except KeyboardInterrupt:  # load_crops saved what it cut
+        print(f"\ntrain: interrupted while cutting photos; the crops cut so far are kept in {cache.path}: the next "
+              "run starts from them", file=sys.stderr)
+        return 130
     crops = np.concatenate(parts)
     print(f"train: {len(samples)} photos with a central face ({crop_name} crops), {left_out} left out "
           f"(not an image or no face found); cache {cache.path}", file=sys.stderr)
