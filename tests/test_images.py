@@ -44,8 +44,6 @@ def test_a_jpeg_cut_short_is_damaged_and_whole_ones_read(tmp_path, progressive):
         assert jpeg_cut_short(data) == cut_short, name
         assert (read_image(path) is None) == cut_short, name
         assert (decode_image(np.frombuffer(data, np.uint8)) is None) == cut_short, name
-    # OpenCV's imread decodes the cut one, grey rows and all: the check is what refuses it
-    assert cv2.imread(str(tmp_path / "cut.jpg")) is not None
     png = cv2.imencode(".png", np.zeros((8, 8, 3), np.uint8))[1].tobytes()
     assert not jpeg_cut_short(png)  # not a JPEG: OpenCV judges it
     (tmp_path / "empty.jpg").write_bytes(b"")
