@@ -255,9 +255,10 @@ def test_a_cursor_is_only_good_for_the_file_it_was_made_from(tmp_path):
 
 def test_the_speed_tab_says_what_is_wrong_with_a_damaged_record(tmp_path):
     """A damaged record is said to be damaged (it read as no run at all); a NaN cell (no JSON) and
-    plots that were not written are left out; a results file of the wrong shape cannot be read."""
+    plots that were not written are left out; a results file of the wrong shape or nested past
+    Python's recursion cannot be read (it was a 500), and a plot over MAX_PLOT_BYTES is not served."""
     from tracker.bench.profile import last_run_path, record_last_run
-    from tracker.web.speed import speed_summary
+    from tracker.web.speed import MAX_PLOT_BYTES, speed_plot, speed_summary
 
     state, out = tmp_path / "state", tmp_path / "out"
     state.mkdir()
@@ -278,6 +279,12 @@ def test_the_speed_tab_says_what_is_wrong_with_a_damaged_record(tmp_path):
     doc["settings"]["batches"] = None
     (out / "results.json").write_text(json.dumps(doc))
     assert speed_summary(state)["benchmark"] is None and "cannot be read; run it again" in speed_summary(state)["why"]
+    (out / "results.json").write_text("[" * 100_000 + "]" * 100_000)  # deeper than Python's recursion limit
+    assert speed_summary(state)["benchmark"] is None and "cannot be read; run it again" in speed_summary(state)["why"]
+    assert speed_plot(state, "log") == b"\x89PNG"
+    with open(out / "per_image_ms_log.png", "ab") as plot:
+        plot.truncate(MAX_PLOT_BYTES + 1)
+    assert speed_plot(state, "log") is None
 
 
 def test_text_that_is_no_utf_8_is_a_wrong_token_or_password_not_an_error():

@@ -2,7 +2,8 @@
 
 The benchmark records where it wrote its results (`tracker.bench.profile.record_last_run`); this
 reads that run's results.json (at most MAX_RESULTS_BYTES) into the two tables the terminal shows,
-mean and median ms per image by batch size and backend, and serves its two plots as they are.
+mean and median ms per image by batch size and backend, and serves its two plots as they are (at
+most MAX_PLOT_BYTES each: the benchmark's are about 100 kB).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from tracker.bench.report import PLOT_FILES as PLOTS
 from tracker.errors import TrackerError
 
 MAX_RESULTS_BYTES = 8 << 20
+MAX_PLOT_BYTES = 8 << 20
 NO_RUN = "no benchmark has run on this device yet: run tracker --benchmark --backend all"
 
 
@@ -68,7 +70,7 @@ def speed_summary(state_dir: Path) -> dict:
             "median": _table(rows, "median_ms_per_image"),
             "plots": {scale: f"/speed/{scale}.png" for scale, name in PLOTS.items() if (out / name).is_file()},
         }
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):  # (nesting deeper than json reads)
         why = f"the last benchmark's results ({results}) cannot be read; run it again"
         return {"benchmark": None, "why": why, "auto": auto}
     return {"benchmark": summary, "why": None, "auto": auto}
@@ -89,7 +91,8 @@ def _table(rows: list[dict], key: str) -> dict:
 
 
 def speed_plot(state_dir: Path, scale: str) -> bytes | None:
-    """The last run's plot of `scale` ("linear" or "log") as PNG bytes, or None."""
+    """The last run's plot of `scale` ("linear" or "log") as PNG bytes, or None (also for a file
+    over MAX_PLOT_BYTES)."""
     try:
         out = _out_dir(state_dir)
     except ValueError:
@@ -97,6 +100,8 @@ def speed_plot(state_dir: Path, scale: str) -> bytes | None:
     if scale not in PLOTS or out is None:
         return None
     try:
-        return (out / PLOTS[scale]).read_bytes()
+        with open(out / PLOTS[scale], "rb") as file:
+            data = file.read(MAX_PLOT_BYTES + 1)
     except OSError:
         return None
+    return data if len(data) <= MAX_PLOT_BYTES else None
