@@ -24,7 +24,7 @@ from tracker.sources.opencv_source import OpenCVSource
 from tracker.sources.picamera import PiCameraSource
 from tracker.sources.synthetic import SyntheticSource
 
-FAST = Backoff(initial_s=0.001, max_s=0.004)
+FAST = Backoff(initial_s=0.001, max_s=0.004, stable_s=0.0)  # stable at its first frame: a failure later is attempt 1
 
 
 def wait_until(condition, what: str, limit_s: float = 20.0) -> None:
@@ -183,6 +183,35 @@ def test_live_source_is_reopened_with_backoff_and_recovers(caplog):
     assert "not there yet; retrying in 0.0 s (attempt 1)" in retries[0]
     assert "(attempt 3)" in retries[2] and "unplugged" in retries[3] and "(attempt 1)" in retries[3]
     assert sum("reopened after" in r.getMessage() for r in caplog.records) == 2
+
+
+class _DropsAfterEachFrame(SourceBase):
+    """A live stream that serves one frame per connection, then drops (a camera's flaky Wi-Fi)."""
+
+    live = True
+    description = "dropping test stream"
+
+    def open(self):
+        self._served = False
+
+    def read(self):
+        if self._served:
+            raise SourceUnavailable(f"{self.description}: dropped")
+        self._served = True
+        return self._frame(np.zeros((8, 8, 3), np.uint8))
+
+
+def test_a_source_that_drops_after_each_frame_backs_off_further_each_time(caplog):
+    """Its count of failures starts afresh only after it has delivered for stable_s: before, the
+    first frame after each reopen reset it, and such a stream was reopened every initial_s forever."""
+    backoff = Backoff(initial_s=0.001, max_s=0.016, stable_s=60.0)
+    with caplog.at_level(logging.WARNING, logger="tracker.sources"):
+        with Capture(_DropsAfterEachFrame(), queue_size=16, max_frames=6, drop_oldest=False, backoff=backoff) as capture:
+            assert len(list(capture)) == 6
+    attempts = [int(r.getMessage().rsplit("attempt ", 1)[1].rstrip(")")) for r in caplog.records
+                if "retrying in" in r.getMessage()]
+    assert attempts == [1, 2, 3, 4, 5]
+    assert [backoff.delay(a) for a in attempts] == [0.001, 0.002, 0.004, 0.008, 0.016]
 
 
 def test_absent_camera_is_retried_without_crashing(caplog):
@@ -420,3 +449,19 @@ def test_picamera_source_against_a_fake_picamera2(monkeypatch):
             PiCameraSource(0).open()
     finally:
         _FakePicamera2.cameras = 1
+
+
+def test_a_streams_password_is_never_in_its_description_or_errors():
+    """The description is in every log line and in systemd's STATUS, which any local user reads."""
+    from mosquitto import free_port
+
+    url = f"http://cam:s3cret@127.0.0.1:{free_port()}/video"  # nothing listens there: refused at once
+    source = OpenCVSource(url)
+    assert source.description == f"stream 'http://cam:***@127.0.0.1:{url.rsplit(':', 1)[1]}'"
+    with pytest.raises(SourceUnavailable) as refused:
+        source.open()
+    assert "s3cret" not in str(refused.value) and "cam:***@" in str(refused.value)
+    with pytest.raises(InputError) as unknown:
+        OpenCVSource("rstp://cam:s3cret@192.0.2.1/live")
+    assert "s3cret" not in str(unknown.value) and "'rstp://cam:***@192.0.2.1/live'" in str(unknown.value)
+    assert OpenCVSource("rtsp://192.0.2.1/live").description == "stream 'rtsp://192.0.2.1/live'"  # no password: as given

@@ -128,10 +128,13 @@ def as_bgr(image: np.ndarray, what: str) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Backoff:
-    """Delays between reopen attempts: initial_s, doubled each failure, capped at max_s."""
+    """Delays between reopen attempts: initial_s, doubled each failure, capped at max_s. The count
+    of failures starts afresh only once the source has delivered for stable_s after a (re)open: a
+    stream that drops after each frame or two would otherwise be reopened every initial_s forever."""
 
     initial_s: float = 0.5
     max_s: float = 10.0
+    stable_s: float = 10.0
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait before reopen attempt number `attempt` (1 = first retry)."""
@@ -271,7 +274,8 @@ class Capture:
     def _run(self) -> None:
         source = self.source
         opened = False
-        attempt = 0  # consecutive failures
+        attempt = 0  # failures since the source last delivered for backoff.stable_s
+        opened_at = 0.0  # monotonic time of the last (re)open
         next_due = None  # monotonic time the next paced frame is due
         try:
             while not self._stop.is_set():
@@ -281,7 +285,7 @@ class Capture:
                     except SourceUnavailable as err:
                         attempt = self._failed(err, attempt)
                         continue
-                    opened = True
+                    opened, opened_at = True, time.monotonic()
                     if attempt:
                         with self._cond:
                             self._reopens += 1
@@ -304,7 +308,8 @@ class Capture:
                     opened = False
                     attempt = self._failed(err, attempt)
                     continue
-                attempt = 0
+                if attempt and time.monotonic() - opened_at >= self.backoff.stable_s:
+                    attempt = 0
                 if frame is None:
                     break  # an offline source ended
                 self._put(frame)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
@@ -30,6 +31,19 @@ STREAM_SCHEMES = ("rtsp", "rtsps", "rtmp", "rtmps", "http", "https", "rtp", "udp
 STREAM_TIMEOUT_MS = 5000
 
 
+def redacted(uri: str) -> str:
+    """`uri` with the password of its user information as *** (rtsp://user:***@host/...): a
+    source's description is in every log line and in systemd's STATUS, which any local user reads."""
+    try:
+        parts = urlsplit(uri)
+        password = parts.password
+    except ValueError:  # not a URL urllib can split (an invalid port): nothing it could hide either
+        return uri
+    if password is None:
+        return uri
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{parts.netloc.rpartition('@')[2]}"))
+
+
 def classify(uri: str) -> str:
     """'camera', 'stream' or 'file' for a source uri; InputError for a stream of another scheme
     than STREAM_SCHEMES."""
@@ -38,7 +52,7 @@ def classify(uri: str) -> str:
     stream = _STREAM.match(uri)
     if stream:
         if stream.group(1).lower() not in STREAM_SCHEMES:
-            raise InputError(f"source {uri!r}: unknown stream scheme {stream.group(1)!r}; expected one of "
+            raise InputError(f"source {redacted(uri)!r}: unknown stream scheme {stream.group(1)!r}; expected one of "
                              f"{', '.join(STREAM_SCHEMES)}")
         return "stream"
     return "file"
@@ -54,7 +68,8 @@ class OpenCVSource(SourceBase):
         self.kind = classify(uri)
         self.live = self.kind != "file" if live is None else live
         self.request = (width, height, fps)
-        self.description = {"camera": "camera", "stream": "stream", "file": "video file"}[self.kind] + f" {uri!r}"
+        what = {"camera": "camera", "stream": "stream", "file": "video file"}[self.kind]
+        self.description = f"{what} {redacted(uri)!r}"
         self._cap = None
         self._first: tuple[np.ndarray, float | None] | None = None  # (image, media_s) decoded at open(), returned by the first read()
 
