@@ -383,3 +383,11 @@ def test_two_logs_in_one_file_are_refused_in_dev_shm_and_through_a_hard_link_but
             assert code == 0, err
         else:
             assert_one_line(code, err, fragment)
+
+
+def test_check_config_refuses_a_pi_camera_whose_library_the_run_cannot_import(tmp_path, capsys, monkeypatch):
+    """The run refuses it with exit 2 (which the unit does not restart): the check must say so first."""
+    monkeypatch.setitem(sys.modules, "picamera2", None)  # absent, as on any machine without apt's python3-picamera2
+    path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\nsource: {{kind: picamera2}}\n")
+    assert_one_line(*check(capsys, path), "Pi camera 0: picamera2 is not importable")
+    assert_one_line(*check(capsys, path, "--source", "picamera2:1"), "Pi camera 1: picamera2 is not importable")

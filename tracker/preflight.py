@@ -164,12 +164,16 @@ def check_source(config, spec: str | None) -> None:
     made as the run makes it (its kind, uri, camera number, the synthetic scene's size and faces),
     and a video file or an image folder opened and closed once, an image folder read up to its
     first image that decodes (one with none is refused, as the run would). A camera or a stream is
-    not opened: one that is absent is retried at run time, not refused."""
+    not opened: one that is absent is retried at run time, not refused; but the Pi camera's library
+    must import, as the run refuses it otherwise."""
     from tracker.sources import make_source
     from tracker.sources.folder import FolderSource
     from tracker.sources.opencv_source import OpenCVSource
+    from tracker.sources.picamera import PiCameraSource
 
     source = make_source(config.source, spec=spec, realtime=False)
+    if isinstance(source, PiCameraSource):
+        source.library()
     if isinstance(source, FolderSource) or (isinstance(source, OpenCVSource) and source.kind == "file"):
         source.open()
         try:

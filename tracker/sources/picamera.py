@@ -44,7 +44,9 @@ class PiCameraSource(SourceBase):
         self.description = f"Pi camera {camera}"
         self._cam = None
 
-    def open(self) -> None:
+    def library(self):
+        """picamera2's Picamera2 class; InputError (exit 2: an install to mend, not a camera to wait
+        for) if it cannot be imported. `tracker --check-config` asks for it too."""
         try:
             from picamera2 import Picamera2
         except ImportError as err:
@@ -54,6 +56,10 @@ class PiCameraSource(SourceBase):
             raise InputError(f"{self.description}: picamera2 is not importable ({err}); expected simplejpeg built "
                              "for the venv's numpy: pip install 'tracker[camera]' (scripts/setup --pi and "
                              "scripts/install-pi do)") from None
+        return Picamera2
+
+    def open(self) -> None:
+        Picamera2 = self.library()  # noqa: N806 - the class, named as picamera2 names it
         self.close()
         try:
             if self.camera >= len(Picamera2.global_camera_info()):
