@@ -25,6 +25,10 @@ if TYPE_CHECKING:  # numpy and cv2 load only when an image is read (see bound_im
 # a 1 GB Pi (a phone's 48-megapixel mode gives a clear refusal: send a smaller one).
 MAX_PIXELS = 24_000_000
 TOO_LARGE_OR_DAMAGED = f"damaged, not an image, or over {MAX_PIXELS // 1_000_000} megapixels"
+# Bytes of an image file worth reading: MAX_PIXELS of 8-bit colour take 72 MB however they are
+# stored (BMP, uncompressed TIFF), so a larger file is no image the guard decodes (a 400 MB one read
+# whole took a photo folder's guard past 500 MB).
+MAX_FILE_BYTES = 4 * MAX_PIXELS
 
 
 def bound_image_decoding() -> None:

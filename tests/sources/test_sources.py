@@ -17,6 +17,7 @@ import pytest
 
 from tracker.config import SourceConfig
 from tracker.errors import InputError
+from tracker.images import MAX_FILE_BYTES
 from tracker.sources import Backoff, Capture, SourceUnavailable, make_source
 from tracker.sources.base import SourceBase
 from tracker.sources.folder import FolderSource
@@ -317,6 +318,8 @@ def test_folder_skips_non_images_with_a_clear_line(tmp_path, caplog):
     (tmp_path / "broken.jpg").write_bytes(b"this is not a JPEG")
     ihdr = b"IHDR" + struct.pack(">IIBBBBB", 100_000, 100_000, 8, 2, 0, 0, 0)  # 10^10 pixels, says its header
     (tmp_path / "huge.png").write_bytes(b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + ihdr + struct.pack(">I", zlib.crc32(ihdr)))
+    with open(tmp_path / "vast.jpg", "wb") as vast:  # 96,000,001 bytes, sparse: stat says so, reading would hold them
+        vast.truncate(MAX_FILE_BYTES + 1)
     with caplog.at_level(logging.WARNING, logger="tracker.sources"):
         with Capture(FolderSource(tmp_path), 8) as capture:
             frames = list(capture)
@@ -325,6 +328,7 @@ def test_folder_skips_non_images_with_a_clear_line(tmp_path, caplog):
     assert "skipping 'notes.txt': not an image file (suffix '.txt'" in caplog.text
     assert "skipping 'broken.jpg': not a decodable image" in caplog.text
     assert "skipping 'huge.png': not a decodable image (damaged, not an image, or over 24 megapixels)" in caplog.text
+    assert "skipping 'vast.jpg': 91 MB, larger than any image it decodes (91 MB); expected a photo" in caplog.text
 
 
 def test_folder_without_images_is_an_input_error(tmp_path):

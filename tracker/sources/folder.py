@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from tracker.errors import InputError
-from tracker.images import TOO_LARGE_OR_DAMAGED, decode_image
+from tracker.images import MAX_FILE_BYTES, TOO_LARGE_OR_DAMAGED, decode_image
 from tracker.sources.base import SourceBase
 from tracker.types import Frame
 
@@ -62,6 +62,11 @@ class FolderSource(SourceBase):
             path = self._files[self._next]
             self._next += 1
             try:
+                size = path.stat().st_size
+                if size > MAX_FILE_BYTES:
+                    log.warning("%s: skipping %r: %d MB, larger than any image it decodes (%d MB); expected a photo",
+                                self.description, path.name, size >> 20, MAX_FILE_BYTES >> 20)
+                    continue
                 data = np.fromfile(path, dtype=np.uint8)
             except OSError as err:
                 log.warning("%s: skipping %r: cannot read it (%s)", self.description, path.name, err.strerror)
