@@ -169,8 +169,8 @@ def test_install_script_dry_run_lists_every_step():
                  "--check-config --config /etc/tracker/tracker.yaml", "/etc/systemd/system/tracker.service",
                  "systemctl enable tracker.service", "rm -f /etc/systemd/system/tracker.service.d/shared-data.conf"):
         assert step in out, step
-    # the check sees the environment the unit gives the guard, not the caller's
-    assert "runuser -u tracker -- env -i PATH=" in out and "TRACKER_SHARED_DIR" not in out
+    # the check sees the environment and the working directory (/) the unit gives the guard, not the caller's
+    assert "runuser -u tracker -- env -i -C / PATH=" in out and "TRACKER_SHARED_DIR" not in out
     assert "systemctl restart" not in out  # --no-start
     bad = _install_pi("--frobnicate")
     assert bad.returncode == 2 and "unknown option '--frobnicate'" in bad.stderr
@@ -180,7 +180,7 @@ def test_install_script_hands_the_callers_shared_data_to_the_check_and_the_unit(
     shared = "/usr"  # a folder the service sees on any machine (a dry run only reads its name)
     out = _install_pi("--dry-run", "--no-start", shared=str(shared)).stdout
     check = next(line for line in out.splitlines() if "--check-config" in line)
-    assert "env -i PATH=" in check and f"TRACKER_SHARED_DIR={shared} " in check
+    assert "env -i -C / PATH=" in check and f"TRACKER_SHARED_DIR={shared} " in check
     assert "write /etc/systemd/system/tracker.service.d/shared-data.conf" in out
     for value, expected in ((str(tmp_path / "missing"), "is not an existing folder"), ("shared", "is not an existing folder"),
                             ("/home", "is hidden from the service"), ("/tmp", "is hidden from the service"),
