@@ -22,7 +22,8 @@ class ArgumentParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
-        raise InputError(f"{self.prog}: {message}")
+        # the CLI prints "tracker: error: " first: a subcommand's name is worth repeating, "tracker" is not
+        raise InputError(message if self.prog == "tracker" else f"{self.prog}: {message}")
 
 
 def int_between(low: int, high: int | None = None):

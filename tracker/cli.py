@@ -147,7 +147,7 @@ def _run_main(argv: list[str]) -> int:
     if extra:
         misplaced = next((word for word in extra if word in SUBCOMMANDS), None)
         if misplaced is not None:  # `tracker --config F identify X`: the options of the guard came first
-            raise InputError(f"tracker: {misplaced!r} after options ({' '.join(argv[:argv.index(misplaced)])}); "
+            raise InputError(f"{misplaced!r} after options ({' '.join(argv[:argv.index(misplaced)])}); "
                              f"expected the subcommand first: tracker {misplaced} ... --config F")
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     _refuse_ignored_options(parser, args)
