@@ -14,6 +14,10 @@ Contract (the MQTT sink is the only user; this module knows nothing about MQTT):
 - A file that is not a healthy SQLite database is renamed `<name>.corrupt-<UTC timestamp>` (with its
   -wal/-shm companions), an error is logged, and a new empty outbox is started; `recovered_from`
   then names the renamed file.
+- A file that cannot be opened because the disk is full or failing (SQLite's FULL or IOERR) gives
+  an outbox in memory instead, with an error logged: events then go out while the guard runs but do
+  not survive a restart (`durable` is False); the guard goes on rather than stop for a full disk.
+  Any other failure to open it is the path's fault: InputError.
 Thread-safe: one connection guarded by a lock (the sink's publisher and MQTT network threads share it).
 """
 
@@ -43,6 +47,9 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
 
 
+_DISK_TROUBLE = {10, 13}  # SQLite's primary result codes IOERR and FULL
+
+
 class Outbox:
     def __init__(self, path: Path, max_events: int = 10_000, max_age_s: float = 7 * 24 * 3600,
                  clock: Callable[[], float] = time.time):
@@ -54,23 +61,29 @@ class Outbox:
         self._clock = clock
         self._lock = threading.Lock()
         self.recovered_from: Path | None = None
+        self.durable = True
+        self._expire_failing = False  # the last expire() could not write (logged once)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._db = self._open()
-        except sqlite3.OperationalError as err:  # cannot open or lock: a setup problem, not corruption
-            raise InputError(
-                f"outbox {str(self.path)!r}: cannot open ({err}); expected a writable file path (mqtt.outbox.path)"
-            ) from None
+            self._db = self._open(self.path)
+        except sqlite3.OperationalError as err:
+            if (getattr(err, "sqlite_errorcode", 0) & 0xFF) not in _DISK_TROUBLE:  # a setup problem, not the disk
+                raise InputError(f"outbox {str(self.path)!r}: cannot open ({err}); expected a writable file path "
+                                 "(mqtt.outbox.path)") from None
+            log.error("outbox %s: cannot open (%s): the disk is full or failing; events are kept in memory until the "
+                      "guard restarts (they do not survive a restart); free some space", self.path, err)
+            self.durable = False
+            self._db = self._open(":memory:")
         except sqlite3.DatabaseError as err:  # not a database, malformed, or not our schema
             self.recovered_from = self._move_aside(err)
-            self._db = self._open()
+            self._db = self._open(self.path)
         self._dropped = self._read_dropped()
         self.expire()
 
     # -- opening and recovery -------------------------------------------------------------------
 
-    def _open(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=5.0, check_same_thread=False, isolation_level=None)
+    def _open(self, target: Path | str) -> sqlite3.Connection:
+        db = sqlite3.connect(target, timeout=5.0, check_same_thread=False, isolation_level=None)
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")  # an added event survives power loss
@@ -149,15 +162,25 @@ class Outbox:
             return self._db.execute("DELETE FROM events WHERE seq = ?", (seq,)).rowcount > 0
 
     def expire(self) -> int:
-        """Drop (and count) events older than max_age_s; returns how many."""
-        with self._lock:
-            with self._transaction():
-                gone = self._db.execute(
-                    "DELETE FROM events WHERE created < ?", (self._clock() - self.max_age_s,)
-                ).rowcount
-                if gone:
-                    self._store_dropped(self._dropped + gone)
-            self._dropped += gone
+        """Drop (and count) events older than max_age_s; returns how many. A disk that refuses the
+        deletion (full) is logged once until it works again, without a traceback: the rows stay, to
+        be dropped by a later call (the sink calls it every minute)."""
+        try:
+            with self._lock:
+                with self._transaction():
+                    gone = self._db.execute(
+                        "DELETE FROM events WHERE created < ?", (self._clock() - self.max_age_s,)
+                    ).rowcount
+                    if gone:
+                        self._store_dropped(self._dropped + gone)
+                self._dropped += gone
+        except sqlite3.Error as err:
+            if not self._expire_failing:
+                log.error("outbox: cannot drop the events older than %.0f s (%s); tried again every minute",
+                          self.max_age_s, err)
+            self._expire_failing = True
+            return 0
+        self._expire_failing = False
         if gone:
             log.warning("outbox: dropped %d unsent event(s) older than %.0f s", gone, self.max_age_s)
         return gone
