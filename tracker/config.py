@@ -216,13 +216,18 @@ def _broker_host(value: str) -> str:
     return value
 
 
+MQTT_NAME_MAX = 256  # characters of mqtt.prefix, username and discovery_prefix (see MQTTConfig)
+
+
 class MQTTConfig(Section):
     enabled: bool = False
     host: Annotated[str, Field(min_length=1, max_length=253), AfterValidator(_broker_host)] = "localhost"
     port: StrictInt = Field(1883, ge=1, le=65535)
     protocol: Literal["v5", "v311"] = "v5"  # v5: PUBACK reason codes, session take-over reason
-    prefix: str = Field("tracker", pattern=r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$")
-    username: str | None = Field(None, min_length=1)
+    # (lengths: MQTT's strings hold at most 65,535 bytes, past which paho's network thread dies; a topic
+    # is a prefix and a few words, a client id the prefix and the device id)
+    prefix: str = Field("tracker", max_length=MQTT_NAME_MAX, pattern=r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$")
+    username: str | None = Field(None, min_length=1, max_length=MQTT_NAME_MAX)
     password_file: ExistingFile | None = None  # default: $CREDENTIALS_DIRECTORY/mqtt-password if it exists
     tls: TLSConfig = TLSConfig()
     keepalive_s: StrictInt = Field(30, ge=5, le=3600)
@@ -233,7 +238,7 @@ class MQTTConfig(Section):
     state_interval_s: StrictFloat = Field(30.0, ge=1.0, le=24 * 3600)
     outbox: OutboxConfig = OutboxConfig()
     discovery: bool = True
-    discovery_prefix: str = Field("homeassistant", pattern=r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$")
+    discovery_prefix: str = Field("homeassistant", max_length=MQTT_NAME_MAX, pattern=r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$")
 
     @model_validator(mode="after")
     def _delays_ordered(self):
