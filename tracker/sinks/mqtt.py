@@ -12,7 +12,8 @@ Topics, schema 1 (`<base>` = `<mqtt.prefix>/<device.id>`):
                                          Last Will, when the broker loses the guard (crash, kill -9)
     <base>/events        QoS 1           tracker.events.event_payload(event) as JSON
     <base>/state         retained QoS 0  JSON {schema, ts, <the pipeline's state dict>, events_dropped,
-                                         outbox_pending}; MQTT 5 expires it after 3 intervals, 60 s at least
+                                         outbox_pending, too_large, inbound_ignored}; MQTT 5 expires it
+                                         after 3 intervals, 60 s at least
     <base>/snapshot      retained QoS 0  the latest event's face as JPEG bytes
     <discovery>/device/<node>/config     retained QoS 1  Home Assistant discovery (homeassistant.py);
                                          with mqtt.discovery off, empty: the device is removed
