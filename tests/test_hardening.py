@@ -165,6 +165,11 @@ def test_the_tracker_command_decodes_no_image_over_24_megapixels(tmp_path):
     (("--list-backends", "--benchmark"), "--benchmark: not with --list-backends; expected one of --check-config"),
     (("--check-config", "--benchmark"), "--benchmark: not with --check-config"),
     (("--benchmark", "--detectors", "haar", "--precision", "int8"), "--precision: the detector benchmark does not take it"),
+    (("--list-backends", "--source", "foo"), "--source: not with --list-backends, which runs no guard"),
+    (("--benchmark", "--demo"), "--demo: not with --benchmark, which runs no guard"),
+    (("--benchmark", "--backend", "caffe-openblas", "--frames", "3"), "--frames: not with --benchmark"),
+    (("--list-backends", "--backend", "onnxruntime"), "--backend: --list-backends lists every backend and precision"),
+    (("--list-backends", "--precision", "int8"), "--precision: --list-backends lists every backend and precision"),
 ])
 def test_options_that_the_run_would_ignore_are_refused(capsys, args, fragment):
     assert_one_line(main(list(args)), capsys.readouterr().err, fragment)

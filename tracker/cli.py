@@ -123,7 +123,8 @@ def _refuse_ignored_options(parser: ArgumentParser, args: argparse.Namespace) ->
     """InputError for an option the run would ignore in silence: a second of the modes
     --check-config, --list-backends, --benchmark (only the first would run); one only the
     benchmark reads, without --benchmark; one only the backends' benchmark reads (--precision too),
-    with --detectors alone; --source with --demo."""
+    with --detectors alone; --source with --demo; the guard's own (--source, --demo, --frames) with
+    --list-backends or --benchmark; --backend or --precision with --list-backends."""
     modes = [name for name in ("check_config", "list_backends", "benchmark") if getattr(args, name)]
     if len(modes) > 1:
         first, second = ("--" + name.replace("_", "-") for name in modes[:2])
@@ -139,6 +140,14 @@ def _refuse_ignored_options(parser: ArgumentParser, args: argparse.Namespace) ->
                          "benchmark)")
     if args.demo and args.source:
         raise InputError(f"--source {args.source!r}: --demo runs the built-in synthetic scene; expected one of the two")
+    mode = "--list-backends" if args.list_backends else "--benchmark" if args.benchmark else None
+    guard_only = [option for option, value in (("--source", args.source), ("--demo", args.demo),
+                                               ("--frames", args.frames)) if value]
+    if mode and guard_only:
+        raise InputError(f"{guard_only[0]}: not with {mode}, which runs no guard; expected it when running the guard")
+    if args.list_backends and (args.backend or args.precision):
+        option = "--backend" if args.backend else "--precision"
+        raise InputError(f"{option}: --list-backends lists every backend and precision; expected it alone")
 
 
 def _run_main(argv: list[str]) -> int:
