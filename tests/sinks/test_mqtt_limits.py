@@ -94,18 +94,13 @@ def test_the_broker_receive_maximum_bounds_the_messages_in_flight(tmp_path, sink
     def record():
         most[0] = max(most[0], len(sink._inflight) + len(sink._control))
 
-    class Inflight(dict):
-        def __setitem__(self, mid, seq):
-            super().__setitem__(mid, seq)
-            record()
-
-    class Control(set):
-        def add(self, mid):
-            super().add(mid)
+    class Recorded(dict):  # mid -> outbox seq (events) or topic (availability, discovery)
+        def __setitem__(self, mid, value):
+            super().__setitem__(mid, value)
             record()
 
     with sink._lock:  # not connected yet: both are empty
-        sink._inflight, sink._control = Inflight(), Control()
+        sink._inflight, sink._control = Recorded(), Recorded()
     with broker:
         sub = Subscriber(broker, ["tracker/hall/events"])
         messages = sub.wait_for(lambda m: len(events_of(m, "tracker/hall/events")) >= 18)
@@ -230,3 +225,25 @@ def test_a_full_disk_drops_and_counts_events_and_the_guard_goes_on(tmp_path, sin
             sub.close()
             sink.close()
             sinks.remove(sink)
+
+
+def test_what_the_brokers_acl_refuses_is_said_once_per_topic(tmp_path, sinks, caplog):
+    """An ACL that refuses `availability` left Home Assistant showing the guard unavailable with
+    nothing in the guard's log; refused events were one error each. Each refused topic is now one
+    line per connection (v5 PUBACK reason codes), the events counted in state.events_dropped."""
+    acl = tmp_path / "acl"
+    acl.write_text("topic readwrite tracker/door/state\ntopic readwrite tracker/door/snapshot\n"
+                   "topic readwrite homeassistant/#\n")  # neither availability nor events
+    caplog.set_level(logging.INFO, logger="tracker.sinks")
+    with Broker(tmp_path / "b", options=(f"acl_file {acl}",)) as broker:
+        sink = open_sink(sinks, broker, tmp_path / "state", "door")
+        assert wait(lambda: sink.connected)
+        for i in range(3):
+            sink.publish_event(make_event(track_id=i), None)
+        wait_until(lambda: len(sink.outbox) == 0, what="the refused events' PUBACKs")
+        assert sink.events_dropped == 3
+    said = [r.getMessage() for r in caplog.records if "refused" in r.getMessage() and r.levelno == logging.ERROR]
+    assert len([m for m in said if "on tracker/door/availability: Not authorized" in m]) == 1, said
+    events = [m for m in said if "on tracker/door/events: Not authorized" in m]
+    assert len(events) == 1 and "further ones are counted in state.events_dropped" in events[0], said
+    assert not [m for m in said if "homeassistant/" in m]

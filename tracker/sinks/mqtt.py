@@ -199,7 +199,7 @@ class MqttSink:
         self._cursor = 0  # highest outbox seq handed to paho on this connection
         self._inflight: dict[int, int] = {}  # paho mid -> outbox seq, this connection only
         self._early_acks: dict[int, object] = {}  # PUBACKs that beat the recording of their mid
-        self._refused = 0
+        self._refused_events = 0  # events the broker refused (v5 PUBACK reason codes)
         self._add_failures = 0
         self._removals_failing = False  # the outbox refuses to delete acknowledged events (logged once)
         self._state: dict = {}
@@ -222,7 +222,8 @@ class MqttSink:
         self._too_large: dict[str, int] = {}  # topic name -> messages not sent: larger than _max_packet
         self._oversize_events = 0
         self._inbound_ignored = 0
-        self._control: set[int] = set()  # mids of QoS 1 availability/discovery publishes in flight
+        self._control: dict[int, str] = {}  # mid -> topic of QoS 1 availability/discovery publishes in flight
+        self._refusals_said: set[str] = set()  # topics whose refusal by the broker was logged on this connection
 
         if self._v5:
             self._state_props: Properties | None = Properties(PacketTypes.PUBLISH)
@@ -311,7 +312,7 @@ class MqttSink:
     def events_dropped(self) -> int:
         """Events that will never be sent: outbox bounds, refused by the broker, larger than the
         broker accepts, or not storable."""
-        return self.outbox.dropped + self._refused + self._add_failures + self._oversize_events
+        return self.outbox.dropped + self._refused_events + self._add_failures + self._oversize_events
 
     def close(self) -> None:
         """Give in-flight events up to `flush_timeout_s` to be acknowledged (the rest stay in the
@@ -376,6 +377,7 @@ class MqttSink:
             # Receive Maximum; paho cannot change its own limit on a connection, so the window is ours.
             self._window = min(self.config.max_inflight, receive_max or self.config.max_inflight)
             self._control.clear()
+            self._refusals_said.clear()
             self._connected = True
             self._generation += 1
             self._cursor = 0
@@ -456,7 +458,7 @@ class MqttSink:
     def _on_publish(self, client, userdata, mid, reason_code, properties) -> None:
         with self._wake:
             if mid in self._control:
-                self._control.discard(mid)
+                self._is_refused(self._control.pop(mid), reason_code)
                 self._poke()
                 return
             seq = self._inflight.pop(mid, None)
@@ -467,14 +469,14 @@ class MqttSink:
             self._poke()
 
     def _acknowledged(self, seq: int, reason_code) -> None:
-        """An event's PUBACK (lock held): delete it; a v5 refusal is counted and logged, not retried,
-        because the broker would refuse it again and hold up every later event. An event the outbox
+        """An event's PUBACK (lock held): delete it; a v5 refusal is counted (the first of a
+        connection logged), not retried, because the broker would refuse it again and hold up every
+        later event. An event the outbox
         cannot delete (a full disk) stays in it, and is sent again after the next reconnect:
         delivered twice (consumers know it by its id) rather than not at all."""
-        if reason_code is not None and getattr(reason_code, "is_failure", False):
-            self._refused += 1
-            log.error("mqtt: broker refused event (outbox seq %d) on %s: %s; dropped and counted",
-                      seq, self.topics["events"], reason_code.getName())
+        if self._is_refused(self.topics["events"], reason_code, f"event (outbox seq {seq})",
+                            "dropped; further ones are counted in state.events_dropped"):
+            self._refused_events += 1
         try:
             self.outbox.remove(seq)
         except sqlite3.Error as err:
@@ -484,6 +486,18 @@ class MqttSink:
             self._removals_failing = True
         else:
             self._removals_failing = False
+
+    def _is_refused(self, topic: str, reason_code, what: str = "", then: str = "") -> bool:
+        """Whether a PUBACK's v5 `reason_code` refuses the publish on `topic` (lock held); the first
+        refusal of each topic on a connection is logged (an ACL that refuses `availability` leaves
+        Home Assistant showing the device unavailable, with nothing in the guard's log)."""
+        if reason_code is None or not getattr(reason_code, "is_failure", False):
+            return False
+        if topic not in self._refusals_said:
+            self._refusals_said.add(topic)
+            log.error("mqtt: broker %s refused %s on %s: %s; check its ACL for this client%s", self._where,
+                      what or "the message", topic, reason_code.getName(), f"; {then}" if then else "")
+        return True
 
     def _on_message(self, client, userdata, message) -> None:
         if len(message.payload) > _STATUS_MAX:  # only an MQTT 3.1.1 broker sends these (see CONNECT)
@@ -559,8 +573,10 @@ class MqttSink:
                 return False
         info = self._client.publish(topic, payload, qos=1, retain=True)
         with self._wake:
-            if self._early_acks.pop(info.mid, None) is None and info.rc == self._mqtt.MQTT_ERR_SUCCESS:
-                self._control.add(info.mid)
+            if info.mid in self._early_acks:  # acknowledged before paho returned the mid
+                self._is_refused(topic, self._early_acks.pop(info.mid))
+            elif info.rc == self._mqtt.MQTT_ERR_SUCCESS:
+                self._control[info.mid] = topic
         return True
 
     def _send_events(self) -> None:
