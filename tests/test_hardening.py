@@ -396,3 +396,16 @@ def test_check_config_refuses_a_pi_camera_whose_library_the_run_cannot_import(tm
     path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\nsource: {{kind: picamera2}}\n")
     assert_one_line(*check(capsys, path), "Pi camera 0: picamera2 is not importable")
     assert_one_line(*check(capsys, path, "--source", "picamera2:1"), "Pi camera 1: picamera2 is not importable")
+
+
+def test_a_high_score_no_detection_of_the_detector_can_reach_is_refused(tmp_path, capsys):
+    """YuNet's and BlazeFace's scores are probabilities: at 5.0 nobody was ever announced, and the
+    check said the config was fine. Haar's are neighbour counts, so there it stands."""
+    for detector, code in (("yunet", 2), ("haar", 0)):
+        path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\ndetect: {{detector: {detector}}}\n"
+                               "tracking: {high_score: 5.0}\n")
+        got, err = check(capsys, path)
+        assert got == code, err
+    assert_one_line(*check(capsys, write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\n"
+                                                   "tracking: {high_score: 1.0}\n")),
+                    "key 'tracking.high_score': 1 with detector yunet, whose scores are at most 1")

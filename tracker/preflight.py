@@ -113,6 +113,10 @@ def check_runnable(config) -> str:
     load_net(config.model.prototxt, config.model.weights)
     weights_card(config)  # a malformed card, or one of other weights, is refused now, as at start-up
     detector = check_detector(config.detect)
+    high = config.tracking.high_score
+    if high is not None and high >= 1.0 and detector != "haar":  # Haar's scores are neighbour counts
+        raise InputError(f"config: key 'tracking.high_score': {high:g} with detector {detector}, whose scores are at "
+                         "most 1: no detection would start a track; expected a value below 1, or null")
     state_dir = config.resolved_state_dir()
     check_directory("state_dir", state_dir)
     snapshots = state_dir / "snapshots"  # tracker.stages: the events' snapshots, which may be unwritable
