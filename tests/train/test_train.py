@@ -169,6 +169,12 @@ def test_resume_continues_the_same_run_and_refuses_another(trained, tmp_path):
     assert other.returncode == 2 and "Traceback" not in other.stderr, other.stderr
     assert last_line(other).startswith("tracker: error: train: --resume: checkpoint") and "of another run" in last_line(other)
     assert not (tmp_path / "c.caffemodel").exists()
+    wider = tmp_path / "wider.yaml"  # the same arguments, but crops from other detector settings
+    wider.write_text("detect: {detect_width: 480}\n")
+    crops = run_train(tmp_path, "--steps", "5", "--epochs", "2", "--resume", "--config", str(wider),
+                      "--out", str(tmp_path / "d.caffemodel"), "--pairs", str(tmp_path / "pairs.txt"),
+                      "--pairs-images", str(LFW / "images"), work=work)
+    assert crops.returncode == 2 and "of another run" in last_line(crops), crops.stderr[-2000:]
 
 
 def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tmp_path):

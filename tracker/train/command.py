@@ -125,9 +125,13 @@ def choose_classes(identities: list[str], count: int) -> list[str]:
     return sorted(counts, key=lambda name: (-counts[name], name))[:count]
 
 
-def _fingerprint(args, samples, classes, prototxt: Path) -> str:
-    facts = {"data": [str(p) for p in args.data], "teacher": [str(p) for p in args.teacher],
-             "photos": [str(s.path) for s in samples], "classes": classes, "epochs": args.epochs,
+def _fingerprint(args, samples, classes, prototxt: Path, crops: str) -> str:
+    """What a resumed run must share with the checkpoint's: the data, teachers and photos (absolute
+    paths, so a run resumed from another folder is the same run), classes, settings, prototxt and
+    `crops` (`data.definition_key`: a detector changed since would train on other crops)."""
+    facts = {"data": [str(p.absolute()) for p in args.data], "teacher": [str(p.absolute()) for p in args.teacher],
+             "photos": [str(s.path.absolute()) for s in samples], "classes": classes, "epochs": args.epochs,
+             "crops": crops,
              "batch": args.batch, "lr": args.lr, "seed": args.seed, "limit": args.limit,
              "prototxt": hashlib.sha256(Path(prototxt).read_bytes()).hexdigest()}
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
@@ -297,7 +301,8 @@ def _train(args: argparse.Namespace) -> int:
     # 1. crops
     detector = create_detector(config.detect)
     crop_name = crop_definition(detector.gives_landmarks)
-    cache = CropCache(args.work, definition_key(detector, config.detect))
+    crops_key = definition_key(detector, config.detect)
+    cache = CropCache(args.work, crops_key)
     sets = [(root, list_samples(root)[:args.limit] if args.limit else list_samples(root)) for root in args.data]
     total = sum(len(s) for _, s in sets)
     parts: list[np.ndarray] = []
@@ -372,7 +377,7 @@ def _train(args: argparse.Namespace) -> int:
     optimizer = torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=5e-4)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup) * 0.5 * (
         1.0 + np.cos(np.pi * min(step, total_steps) / total_steps)))
-    fingerprint = _fingerprint(args, samples, classes, prototxt)
+    fingerprint = _fingerprint(args, samples, classes, prototxt, crops_key)
     epoch, step, minutes_before = 0, 0, 0.0  # minutes: time spent training, over every resumed run
     losses: list[float] = []  # per step, over every resumed run (13 kB for the shipped run)
     if args.resume:
