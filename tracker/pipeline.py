@@ -414,9 +414,9 @@ class IdentityScore:
 
 def run_guard(config: Config, *, source_spec: str | None = None, enroll_scene_people: bool = False) -> int:
     """Run the guard on `config` (the command line's overrides already applied, see `tracker.cli`)
-    until the source ends or a SIGTERM, SIGINT or SIGHUP arrives; returns the exit code. A signal while the
-    stages are being built (a backend converting its model can take a while) stops the run as soon
-    as they are."""
+    until the source ends or a SIGTERM, SIGINT or SIGHUP arrives; returns the exit code. A signal
+    while the stages are being built (a backend converting its model can take a while) stops the run
+    as soon as they are."""
     check_runnable(config)
     stopping = threading.Event()
     guard: Guard | None = None

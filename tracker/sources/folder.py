@@ -65,7 +65,7 @@ class FolderSource(SourceBase):
                 size = path.stat().st_size
                 if size > MAX_FILE_BYTES:
                     log.warning("%s: skipping %r: %d MB, larger than any image it decodes (%d MB); expected a photo",
-                                self.description, path.name, size >> 20, MAX_FILE_BYTES >> 20)
+                                self.description, path.name, size // 1_000_000, MAX_FILE_BYTES // 1_000_000)
                     continue
                 data = np.fromfile(path, dtype=np.uint8)
             except OSError as err:
