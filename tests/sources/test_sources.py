@@ -354,6 +354,8 @@ def test_make_source_picks_the_source_from_config_or_spec(tmp_path):
     camera = make_source(config, spec="/dev/video3")
     assert isinstance(camera, OpenCVSource) and camera.kind == "camera" and camera.live
     assert make_source(config, spec="2").kind == "camera"
+    by_id = make_source(config, spec="/dev/v4l/by-id/usb-Logitech_C270-video-index0")  # udev's stable name: a camera,
+    assert by_id.kind == "camera" and by_id.live  # retried while unplugged, not a video file refused for good
     stream = make_source(config, spec="rtsp://192.0.2.1/live")
     assert make_source(config, spec="HTTPS://192.0.2.1/mjpg").kind == "stream"
     with pytest.raises(InputError, match="source 'rstp://192.0.2.1/live': unknown stream scheme 'rstp'; expected one "

@@ -1,4 +1,5 @@
-"""OpenCV VideoCapture sources: a camera (index or /dev/videoN), a network stream, a video file.
+"""OpenCV VideoCapture sources: a camera (index, /dev/videoN or /dev/v4l/by-id/...), a network
+stream, a video file.
 
 - Camera (V4L2): live. Absent or unplugged -> SourceUnavailable, so the capture thread retries.
   The requested width/height/fps are asked of the driver (it may pick the nearest mode it has).
@@ -24,7 +25,9 @@ from tracker.sources.base import SourceBase, SourceUnavailable
 from tracker.types import Frame
 
 _STREAM = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
-_DEVICE = re.compile(r"^(?:\d+|/dev/video\d+)$")
+# a camera: its index, /dev/videoN, or udev's stable names for it (/dev/v4l/by-id/..., by-path/...),
+# which keep naming the same camera whatever order the cameras were plugged in
+_DEVICE = re.compile(r"^(?:\d+|/dev/video\d+|/dev/v4l/by-(?:id|path)/[^/\s]+)$")
 # The network protocols of FFmpeg's that cameras stream over: another scheme is a typo ("rstp://"),
 # which would otherwise be retried for ever as a stream that is down.
 STREAM_SCHEMES = ("rtsp", "rtsps", "rtmp", "rtmps", "http", "https", "rtp", "udp", "tcp", "srt")
