@@ -1,6 +1,7 @@
-"""Clean shutdown: SIGTERM, SIGINT or SIGHUP (a closed terminal) to a running `tracker --demo` stops it promptly, exit 0, with
-its logs flushed (every line of the latency log and the events file is complete JSON), and every
-person it announced gets their `left` (nobody is followed any more).
+"""Clean shutdown: SIGTERM, SIGINT or SIGHUP (a closed terminal) to a running `tracker --demo`
+stops it promptly, exit 0, with its logs flushed (every line of the latency log and the events
+file is complete JSON), and every person it announced gets their `left` (nobody is followed any
+more); and one guard per state_dir.
 
 The demo runs as the product does (the scene paced at its 10 fps, 400 frames = 40 s); the signal
 comes once someone has entered (about 2 s in). The wait for the exit is bounded (5 s) so a guard that
