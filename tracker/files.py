@@ -23,7 +23,7 @@ that its disk use is bounded (see the class); `generations(path, backups)` names
 
 `make_writable_folder(folder)`, `probe_writable(folder)`: a folder that work will write into, made
 (or not) and proven writable before the work starts (OSError otherwise; each caller words it as its
-option's error).
+option's error); `nearest_existing(path)` finds what it would be made in.
 """
 
 from __future__ import annotations
@@ -67,6 +67,18 @@ def probe_writable(folder: Path) -> None:
     an empty file takes no room."""
     with tempfile.TemporaryFile(dir=folder):
         pass
+
+
+def nearest_existing(path: Path) -> Path:
+    """`path`, or the nearest of its parents that exists (what a folder would be made in, or the
+    file that stands in the way of it); "/" if none can be looked at."""
+    for candidate in (path, *path.parents):
+        try:
+            if candidate.exists():
+                return candidate
+        except OSError:
+            continue
+    return Path("/")
 
 
 def make_writable_folder(folder: Path) -> None:

@@ -26,19 +26,9 @@ import tempfile
 from pathlib import Path
 
 from tracker.errors import InputError
-from tracker.files import generations, probe_writable
+from tracker.files import generations, nearest_existing, probe_writable
 
 log = logging.getLogger(__name__)
-
-
-def _nearest_existing(path: Path) -> Path:
-    for candidate in (path, *path.parents):
-        try:
-            if candidate.exists():
-                return candidate
-        except OSError:
-            continue
-    return Path("/")
 
 
 def _can_create_in(folder: Path) -> str | None:
@@ -52,7 +42,7 @@ def _can_create_in(folder: Path) -> str | None:
 
 def check_directory(key: str, path: Path) -> None:
     """`path` is a writable directory, or can be created as one."""
-    existing = _nearest_existing(path)
+    existing = nearest_existing(path)
     if not existing.is_dir():
         what = "a file" if existing == path else f"under the file {str(existing)!r}"
         raise InputError(f"config: key {key!r}: {str(path)!r} is {what}; expected a writable directory")

@@ -37,7 +37,7 @@ import numpy as np
 
 from tracker.arguments import ArgumentParser
 from tracker.errors import BackendUnavailable, InputError
-from tracker.files import atomic_write, make_writable_folder
+from tracker.files import atomic_write, make_writable_folder, nearest_existing
 from tracker.model.convert.cache import default_cache_dir, entry_for, fetch
 
 T = TypeVar("T")
@@ -186,7 +186,7 @@ def _check_out(out: Path) -> None:
     (made if absent)."""
     if out.is_dir():
         raise InputError(f"--out {str(out)!r}: is a folder; expected a file path")
-    existing = next(p for p in (out.parent, *out.parent.parents) if p.exists())
+    existing = nearest_existing(out.parent)
     if not existing.is_dir():
         raise InputError(f"--out {str(out)!r}: {str(existing)!r} is a file; expected a file path in a folder")
     try:
