@@ -256,9 +256,9 @@ def _train(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     args.data = args.data or [shared_data.locate(name, "train", instead="give --data") for name in DEFAULT_DATA]
-    default_teachers = []
+    teachers_named = args.teacher is not None  # (the defaults may describe none of the photos: not a mistake)
     if args.teacher is None:
-        args.teacher = default_teachers = [path for path in map(shared_data.find, DEFAULT_TEACHER) if path is not None]
+        args.teacher = [path for path in map(shared_data.find, DEFAULT_TEACHER) if path is not None]
     prototxt, out = config.model.prototxt, args.out
     if out.is_dir():
         raise InputError(f"train: --out {str(out)!r} is a folder; expected the caffemodel file to write")
@@ -355,7 +355,7 @@ def _train(args: argparse.Namespace) -> int:
                 descriptors.append(descriptor)
                 rows.append(i)
                 has_target[i] = True
-        if samples and not matched and teacher_file not in default_teachers:  # one the user named for nothing
+        if samples and not matched and teachers_named:  # one the user named for nothing
             raise InputError(f"train: --teacher {str(teacher_file)!r} has a descriptor of none of the {len(samples)} "
                              f"photos; expected its 'paths' relative to a --data set's folder "
                              f"({', '.join(sorted({str(r) for r in roots}))})")
