@@ -217,6 +217,7 @@ def _broker_host(value: str) -> str:
 
 
 MQTT_NAME_MAX = 256  # characters of mqtt.prefix, username and discovery_prefix (see MQTTConfig)
+_TOPIC_LEVELS = r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$"  # a topic's first levels: no wildcard, no empty level
 
 
 class MQTTConfig(Section):
@@ -226,7 +227,7 @@ class MQTTConfig(Section):
     protocol: Literal["v5", "v311"] = "v5"  # v5: PUBACK reason codes, session take-over reason
     # (lengths: MQTT's strings hold at most 65,535 bytes, past which paho's network thread dies; a topic
     # is a prefix and a few words, a client id the prefix and the device id)
-    prefix: str = Field("tracker", max_length=MQTT_NAME_MAX, pattern=r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$")
+    prefix: str = Field("tracker", max_length=MQTT_NAME_MAX, pattern=_TOPIC_LEVELS)
     username: str | None = Field(None, min_length=1, max_length=MQTT_NAME_MAX)
     password_file: ExistingFile | None = None  # default: $CREDENTIALS_DIRECTORY/mqtt-password if it exists
     tls: TLSConfig = TLSConfig()
@@ -238,7 +239,7 @@ class MQTTConfig(Section):
     state_interval_s: StrictFloat = Field(30.0, ge=1.0, le=24 * 3600)
     outbox: OutboxConfig = OutboxConfig()
     discovery: bool = True
-    discovery_prefix: str = Field("homeassistant", max_length=MQTT_NAME_MAX, pattern=r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$")
+    discovery_prefix: str = Field("homeassistant", max_length=MQTT_NAME_MAX, pattern=_TOPIC_LEVELS)
 
     @model_validator(mode="after")
     def _delays_ordered(self):
