@@ -68,9 +68,18 @@ def test_a_guard_stopped_while_its_worker_hangs_ends_the_call_at_once(tmp_path, 
     while guard.frames_processed < 20 and runner.is_alive() and time.monotonic() < deadline:
         time.sleep(0.05)
     worker = guard.stages.backend.backend.backend  # MirrorMean over the RestartingBackend over the worker
-    os.kill(worker.pid, signal.SIGSTOP)  # it answers nothing more, as a hung runtime would
-    while worker.in_flight == 0 and runner.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.05)  # until a call waits on it
+    # The next call freezes the worker before it sends its request, as a hung runtime would: frozen
+    # between two calls instead, a reply it had already written could still end the call waited on.
+    sent_to_a_frozen_worker = threading.Event()
+    call = worker._call
+
+    def freeze_then_call(*args, **kwargs):
+        os.kill(worker.pid, signal.SIGSTOP)
+        sent_to_a_frozen_worker.set()
+        return call(*args, **kwargs)
+
+    worker._call = freeze_then_call
+    assert sent_to_a_frozen_worker.wait(60) and runner.is_alive()
     guard.stop()
     runner.join(60)
     assert not runner.is_alive()
