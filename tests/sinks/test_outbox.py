@@ -6,20 +6,32 @@ import contextlib
 import logging
 import sqlite3
 import threading
+from pathlib import Path
 
 import pytest
 from tmpfs import tmpfs
 
+from tracker.clock import Reading, now
 from tracker.errors import InputError
 from tracker.sinks.outbox import Outbox
 
 
 class Clock:
-    def __init__(self, t: float = 1_000_000.0):
-        self.t = t
+    """A machine's clocks: `t` the wall clock (set it to step it, as NTP does), `up` the seconds
+    since boot `boot`, `synced` what the kernel says of the wall clock; `advance` moves both."""
 
-    def __call__(self) -> float:
-        return self.t
+    def __init__(self, t: float = 1_000_000.0, synced: bool = True):
+        self.t, self.up, self.boot, self.synced = t, 100.0, "boot-1", synced
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+        self.up += seconds
+
+    def reboot(self, t: float, synced: bool) -> None:
+        self.t, self.up, self.boot, self.synced = t, 10.0, self.boot + "+", synced
+
+    def __call__(self) -> Reading:
+        return Reading(wall=self.t, boot=self.boot, uptime=self.up, synchronized=self.synced)
 
 
 def test_order_remove_and_duplicate_ids(tmp_path):
@@ -48,19 +60,105 @@ def test_count_bound_drops_the_oldest_and_counts_across_restarts(tmp_path, caplo
     again.close()
 
 
-def test_age_bound_uses_the_wall_clock(tmp_path):
+def test_age_bound_within_a_boot(tmp_path):
     clock = Clock()
     box = Outbox(tmp_path / "o.db", max_age_s=60, clock=clock)
     box.add("old", b"old")
-    clock.t += 50
+    clock.advance(50)
     box.add("new", b"new")
-    clock.t += 20  # "old" is 70 s old now, "new" 20 s
+    clock.advance(20)  # "old" is 70 s old now, "new" 20 s
     assert box.expire() == 1 and [p for _, p in box.pending()] == [b"new"] and box.dropped == 1
     box.close()
-    clock.t += 100
+    clock.advance(100)
     reopened = Outbox(tmp_path / "o.db", max_age_s=60, clock=clock)  # expiry also applies at start
     assert len(reopened) == 0 and reopened.dropped == 2
     reopened.close()
+
+
+def pending(box: Outbox) -> list[bytes]:
+    return [payload for _, payload in box.pending()]
+
+
+def test_a_pi_that_boots_with_an_old_time_and_gets_the_real_one_later_drops_nothing_early(tmp_path):
+    """A Pi 3 has no clock of its own: it boots with the time saved at its last shutdown, two weeks
+    ago if it was off that long, and steps to the real time when NTP first answers. Events stored
+    before that looked two weeks old after it and were dropped by a 7-day bound."""
+    week = 7 * 24 * 3600
+    clock = Clock(t=1_000_000.0, synced=False)
+    box = Outbox(tmp_path / "o.db", max_age_s=week, clock=clock)
+    box.add("at the door", b"1")
+    clock.advance(600)
+    clock.t += 2 * week  # NTP answers: the real time
+    clock.synced = True
+    assert box.expire() == 0 and pending(box) == [b"1"]
+    box.add("later", b"2")
+    clock.advance(week - 300)  # the first event is a week old now (by uptime), the second not
+    assert box.expire() == 1 and pending(box) == [b"2"] and box.dropped == 1
+    box.close()
+
+
+def test_an_earlier_boots_events_are_aged_by_a_stamp_only_a_synchronized_clock_made(tmp_path):
+    clock = Clock(t=1_000_000.0, synced=False)
+    box = Outbox(tmp_path / "o.db", max_age_s=1000, clock=clock)
+    box.add("before NTP", b"1")
+    clock.advance(100)
+    clock.t = 5_000_000.0  # NTP: the first event was added at 4,999,900 by this boot's uptime
+    clock.synced = True
+    box.expire()
+    box.add("after NTP", b"2")  # at 5,000,000
+    clock.advance(50)
+    box.add("never synchronized", b"3")
+    box.close()
+    clock.reboot(t=4_000_000.0, synced=False)  # an old saved time, no network yet
+    box = Outbox(tmp_path / "o.db", max_age_s=1000, clock=clock)
+    assert pending(box) == [b"1", b"2", b"3"]  # nothing can be aged by that clock
+    clock.advance(600)
+    clock.t, clock.synced = 5_000_980.0, True  # NTP again
+    assert box.expire() == 1 and pending(box) == [b"2", b"3"]  # 1,080 s since the corrected first stamp
+    clock.advance(30)  # the second event is 1,010 s old, the third 960 s (stamped while synchronized)
+    assert box.expire() == 1 and pending(box) == [b"3"]
+    clock.advance(60)
+    assert box.expire() == 1 and pending(box) == []
+    box.close()
+
+
+def test_an_earlier_boots_event_stamped_unsynchronized_is_aged_from_when_this_boot_first_sees_it(tmp_path):
+    clock = Clock(t=1_000_000.0, synced=False)
+    box = Outbox(tmp_path / "o.db", max_age_s=1000, clock=clock)
+    box.add("offline all along", b"1")
+    box.close()
+    clock.reboot(t=9_000_000.0, synced=True)  # its stamp cannot say how long ago it was
+    box = Outbox(tmp_path / "o.db", max_age_s=1000, clock=clock)
+    assert pending(box) == [b"1"]
+    clock.advance(990)
+    assert box.expire() == 0
+    clock.advance(20)
+    assert box.expire() == 1 and pending(box) == []
+    box.close()
+
+
+def test_an_outbox_of_the_first_format_is_extended_and_keeps_its_events(tmp_path):
+    path = tmp_path / "o.db"
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.executescript("""
+            CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,
+                                 created REAL NOT NULL, payload BLOB NOT NULL);
+            CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+            INSERT INTO events (id, created, payload) VALUES ('a', 1.0, x'31'), ('b', 2.0, x'32');
+            INSERT INTO meta VALUES ('dropped', 3);""")
+    clock = Clock(t=10_000_000.0)
+    box = Outbox(path, max_age_s=60, clock=clock)  # stamps of 1970: by the old rule, dropped at once
+    assert pending(box) == [b"1", b"2"] and box.dropped == 3 and box.recovered_from is None
+    box.add("c", b"3")
+    clock.advance(61)
+    assert box.expire() == 3 and box.dropped == 6
+    box.close()
+
+
+def test_the_machines_clock_reading():
+    first, second = now(), now()
+    assert first.boot == second.boot == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert 0 < first.uptime <= second.uptime and isinstance(first.synchronized, bool)
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "foreign schema"])
@@ -113,7 +211,7 @@ def test_a_full_disk_is_reported_as_such_and_nothing_it_kept_is_counted_as_dropp
         fill(disk / "filler")
         with pytest.raises(sqlite3.OperationalError, match="database or disk is full"):
             box.add("c", b"x" * 100_000)  # would drop "a"
-        clock.t += 120
+        clock.advance(120)
         with caplog.at_level(logging.ERROR, logger="tracker.sinks.outbox"):
             assert [box.expire() for _ in range(3)] == [0, 0, 0]  # the guard tries every minute
         assert caplog.text.count("cannot drop the events older than 60 s (database or disk is full)") == 1

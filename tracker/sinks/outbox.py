@@ -7,10 +7,15 @@ Contract (the MQTT sink is the only user; this module knows nothing about MQTT):
 - Events keep the order they were added in: `seq` is an increasing integer; `pending(after, limit)`
   returns `(seq, payload)` rows with seq > after, oldest first.
 - `remove(seq)` deletes an event once it is acknowledged.
-- Bounded: at most `max_events` rows and none older than `max_age_s` seconds of wall-clock time
-  (wall clock, not monotonic, because rows outlive the process and the boot). Beyond either bound
+- Bounded: at most `max_events` rows and none older than `max_age_s` seconds. Beyond either bound
   the oldest rows are deleted and counted in `dropped`, which is kept in the file too, so the count
-  survives restarts.
+  survives restarts. An event's age is never overestimated, because a Pi without network has no
+  real time to stamp with (see tracker.clock): each row keeps the boot it was added in and the
+  uptime then, beside its wall-clock stamp and whether that stamp came from a synchronized clock.
+  Within one boot the age is the uptime since; a stamp taken unsynchronized is corrected from the
+  uptime once the clock is synchronized; a row of an earlier boot is aged by its wall-clock stamp
+  while the clock is synchronized, and if that stamp was never trustworthy, from the moment this
+  boot first saw the row (a lower bound: such a row is kept longer, never dropped early).
 - A file that is not a healthy SQLite database is renamed `<name>.corrupt-<UTC timestamp>` (with its
   -wal/-shm companions), an error is logged, and a new empty outbox is started; `recovered_from`
   then names the renamed file.
@@ -26,25 +31,34 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 
+from tracker.clock import Reading, now
 from tracker.errors import InputError
 
 log = logging.getLogger(__name__)
 
-_SCHEMA = """
+# Columns added since the first outboxes (which `_open` extends in place; their rows get these
+# defaults, so their age counts from the first start of this version: their stamps' clock is unknown).
+# boot: the boot `uptime` counts from; uptime: seconds since that boot when the row was added (or
+# first seen in that boot); trusted: 1 if `created` came from a synchronized clock (or was corrected
+# from one).
+_BOOT_COLUMNS = ("boot TEXT NOT NULL DEFAULT ''", "uptime REAL NOT NULL DEFAULT 0", "trusted INTEGER NOT NULL DEFAULT 0")
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS events (
     seq     INTEGER PRIMARY KEY AUTOINCREMENT,
     id      TEXT NOT NULL UNIQUE,
     created REAL NOT NULL,          -- wall-clock Unix seconds when added
-    payload BLOB NOT NULL
+    payload BLOB NOT NULL,
+    {", ".join(_BOOT_COLUMNS)}
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
+_FIRST_COLUMNS = ["seq", "id", "created", "payload"]
+_COLUMNS = _FIRST_COLUMNS + [column.split()[0] for column in _BOOT_COLUMNS]
 
 
 _DISK_TROUBLE = {10, 13}  # SQLite's primary result codes IOERR and FULL
@@ -52,7 +66,7 @@ _DISK_TROUBLE = {10, 13}  # SQLite's primary result codes IOERR and FULL
 
 class Outbox:
     def __init__(self, path: Path, max_events: int = 10_000, max_age_s: float = 7 * 24 * 3600,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], Reading] = now):
         if max_events < 1 or max_age_s <= 0:
             raise ValueError(f"outbox bounds must be positive (max_events={max_events}, max_age_s={max_age_s})")
         self.path = Path(path)
@@ -92,7 +106,11 @@ class Outbox:
                 raise sqlite3.DatabaseError(f"integrity check failed: {status}")
             db.executescript(_SCHEMA)
             columns = [row[1] for row in db.execute("PRAGMA table_info(events)")]
-            if columns != ["seq", "id", "created", "payload"]:
+            if columns == _FIRST_COLUMNS:  # all columns or none: a half-extended table would read as foreign
+                db.executescript("BEGIN IMMEDIATE;" + "".join(f"ALTER TABLE events ADD COLUMN {c};" for c in _BOOT_COLUMNS)
+                                 + "COMMIT;")
+                columns = _COLUMNS
+            if columns != _COLUMNS:
                 raise sqlite3.DatabaseError(f"unexpected events table columns {columns}")
         except sqlite3.DatabaseError:
             db.close()
@@ -131,10 +149,11 @@ class Outbox:
     def add(self, event_id: str, payload: bytes) -> int:
         """Store one event durably; returns how many older events the count bound dropped."""
         with self._lock:
+            reading = self._clock()
             with self._transaction():
                 self._db.execute(
-                    "INSERT OR IGNORE INTO events (id, created, payload) VALUES (?, ?, ?)",
-                    (event_id, self._clock(), bytes(payload)),
+                    "INSERT OR IGNORE INTO events (id, created, payload, boot, uptime, trusted) VALUES (?, ?, ?, ?, ?, ?)",
+                    (event_id, reading.wall, bytes(payload), reading.boot, reading.uptime, int(reading.synchronized)),
                 )
                 count = self._db.execute("SELECT COUNT(*) FROM events").fetchone()[0]
                 excess = max(0, count - self.max_events)
@@ -162,15 +181,24 @@ class Outbox:
             return self._db.execute("DELETE FROM events WHERE seq = ?", (seq,)).rowcount > 0
 
     def expire(self) -> int:
-        """Drop (and count) events older than max_age_s; returns how many. A disk that refuses the
-        deletion (full) is logged once until it works again, without a traceback: the rows stay, to
-        be dropped by a later call (the sink calls it every minute)."""
+        """Drop (and count) events older than max_age_s (aged as the module docstring says);
+        returns how many. A disk that refuses the deletion (full) is logged once until it works
+        again, without a traceback: the rows stay, to be dropped by a later call (the sink calls it
+        every minute)."""
         try:
             with self._lock:
+                reading = self._clock()
+                at = {"boot": reading.boot, "uptime": reading.uptime, "wall": reading.wall,
+                      "synchronized": reading.synchronized, "age": self.max_age_s}
                 with self._transaction():
+                    # rows of an earlier boot whose stamp was never trustworthy: aged from now on
+                    self._db.execute("UPDATE events SET boot = :boot, uptime = :uptime WHERE boot != :boot AND NOT trusted", at)
+                    if reading.synchronized:  # this boot's stamps taken before the clock was set, set right
+                        self._db.execute("UPDATE events SET created = :wall - (:uptime - uptime), trusted = 1 "
+                                         "WHERE boot = :boot AND NOT trusted", at)
                     gone = self._db.execute(
-                        "DELETE FROM events WHERE created < ?", (self._clock() - self.max_age_s,)
-                    ).rowcount
+                        "DELETE FROM events WHERE CASE WHEN boot = :boot THEN uptime < :uptime - :age "
+                        "ELSE created < :wall - :age AND :synchronized END", at).rowcount
                     if gone:
                         self._store_dropped(self._dropped + gone)
                 self._dropped += gone
