@@ -178,7 +178,8 @@ def test_options_that_the_run_would_ignore_are_refused(capsys, args, fragment):
 @pytest.mark.parametrize("args, fragment", [
     (("--backend", "nope"), "key 'backend.name': unknown backend 'nope'; expected one of caffe-openblas"),
     (("--backend", "opencv-dnn", "--precision", "int8"), "key 'backend.precision': backend 'opencv-dnn' has no 'int8'"),
-    (("--source", "picamera2:x"), "picamera2 camera number 'x' is not an integer"),
+    (("--source", "picamera2:x"), "picamera2 camera number 'x' is not a whole number >= 0"),
+    (("--source", "picamera2:-1"), "picamera2 camera number '-1' is not a whole number >= 0"),
     (("--source", "/nonexistent/hall.mp4"), "video file '/nonexistent/hall.mp4': no such file"),
     (("--source", "/tmp/" + "a" * 5000), "no such file"),  # longer than a file name may be: OSError before
 ])

@@ -369,8 +369,9 @@ def test_make_source_picks_the_source_from_config_or_spec(tmp_path):
     assert isinstance(pi, PiCameraSource) and pi.camera == 1 and pi.luma_size == (160, 120)
     with pytest.raises(InputError, match="source.uri"):
         make_source(SourceConfig(kind="opencv"))
-    with pytest.raises(InputError, match="not an integer"):
-        make_source(config, spec="picamera2:front")
+    for number in ("front", "-1"):  # -1 was Python's last camera
+        with pytest.raises(InputError, match=f"picamera2 camera number '{number}' is not a whole number >= 0"):
+            make_source(config, spec=f"picamera2:{number}")
 
 
 def test_picamera_without_picamera2_says_how_to_install_it(monkeypatch):
@@ -385,7 +386,10 @@ class _FakePicamera2:
 
     cameras = 1
     fail_reads = 0
+    fail_configuration = False
     configs: list = []
+    waits: list = []
+    closed = 0
 
     @staticmethod
     def global_camera_info():
@@ -405,10 +409,13 @@ class _FakePicamera2:
         pass
 
     def camera_configuration(self):
+        if _FakePicamera2.fail_configuration:
+            raise RuntimeError("camera went away")
         return self.config
 
     def capture_arrays(self, names, wait=None):
         assert wait is not None  # a stalled camera must time out
+        _FakePicamera2.waits.append(wait)
         if _FakePicamera2.fail_reads:
             _FakePicamera2.fail_reads -= 1
             raise TimeoutError("no frame")
@@ -425,7 +432,7 @@ class _FakePicamera2:
         pass
 
     def close(self):
-        pass
+        _FakePicamera2.closed += 1
 
 
 def test_picamera_source_against_a_fake_picamera2(monkeypatch):
@@ -455,6 +462,18 @@ def test_picamera_source_against_a_fake_picamera2(monkeypatch):
             PiCameraSource(0).open()
     finally:
         _FakePicamera2.cameras = 1
+    slow = PiCameraSource(0, fps=0.1)  # a frame every 10 s: a 2 s wait failed every read
+    slow.open()
+    slow.read()
+    assert _FakePicamera2.waits[-1] == 20.0 and _FakePicamera2.waits[0] == 2.0
+    slow.close()
+    _FakePicamera2.fail_configuration, closed = True, _FakePicamera2.closed
+    try:  # a camera that fails after it started is closed, and the failure is one the capture retries
+        with pytest.raises(SourceUnavailable, match="cannot start at .*camera went away"):
+            PiCameraSource(0).open()
+        assert _FakePicamera2.closed == closed + 1
+    finally:
+        _FakePicamera2.fail_configuration = False
 
 
 def test_a_streams_password_is_never_in_its_description_or_errors():

@@ -42,7 +42,9 @@ def make_source(config, *, spec: str | None = None, realtime: bool = True, luma_
         try:
             camera = int(uri or 0)
         except ValueError:
-            raise InputError(f"source: picamera2 camera number {uri!r} is not an integer; expected e.g. 0") from None
+            camera = -1
+        if camera < 0:  # -1 would be Python's last camera, not a camera of that number
+            raise InputError(f"source: picamera2 camera number {uri!r} is not a whole number >= 0; expected e.g. 0")
         from tracker.sources.picamera import PiCameraSource
 
         return PiCameraSource(camera, width=config.width, height=config.height, fps=config.fps, luma_width=luma_width)

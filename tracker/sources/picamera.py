@@ -13,7 +13,8 @@ Y plane is a free downscaled grey image for the motion gate and the detector: th
 the CPU does not convert and shrink the full frame. Frames are `LumaFrame`s carrying that plane.
 
 A failure to find, open or read the camera is SourceUnavailable: the capture thread retries with
-back-off. Reads have a timeout so a stalled camera is detected.
+back-off. Reads have a timeout so a stalled camera is detected: READ_TIMEOUT_S, or two frame times
+when frames come slower than that (`source.fps` down to 0.01: one a 100 s).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from tracker.errors import InputError
 from tracker.sources.base import SourceBase, SourceUnavailable
 from tracker.types import Frame
 
-READ_TIMEOUT_S = 2.0
+READ_TIMEOUT_S = 2.0  # at least; see read_timeout_s
 
 
 def _even(value: float) -> int:
@@ -43,6 +44,12 @@ class PiCameraSource(SourceBase):
             self.luma_size = (_even(luma_width), _even(luma_width * self.size[1] / self.size[0]))
         self.description = f"Pi camera {camera}"
         self._cam = None
+
+    @property
+    def read_timeout_s(self) -> float:
+        """How long a read waits for a frame before the camera counts as stalled: READ_TIMEOUT_S, or
+        two frame times at a slower rate (a fixed 2 s failed every read below 0.5 fps)."""
+        return max(READ_TIMEOUT_S, 2 / self.fps)
 
     def library(self):
         """picamera2's Picamera2 class; InputError (exit 2: an install to mend, not a camera to wait
@@ -80,10 +87,10 @@ class PiCameraSource(SourceBase):
             )
             cam.configure(config)
             cam.start()
+            actual = cam.camera_configuration()  # the sizes the ISP chose
         except Exception as err:
             cam.close()
             raise SourceUnavailable(f"{self.description}: cannot start at {self.size} ({err})") from None
-        actual = cam.camera_configuration()
         self.size = tuple(actual["main"]["size"])
         if self.luma_size:
             self.luma_size = tuple(actual["lores"]["size"])
@@ -94,7 +101,7 @@ class PiCameraSource(SourceBase):
             raise SourceUnavailable(f"{self.description}: read before open")
         names = ["main", "lores"] if self.luma_size else ["main"]
         try:
-            arrays, _metadata = self._cam.capture_arrays(names, wait=READ_TIMEOUT_S)
+            arrays, _metadata = self._cam.capture_arrays(names, wait=self.read_timeout_s)
         except Exception as err:  # TimeoutError or a libcamera error: treat the camera as gone
             raise SourceUnavailable(f"{self.description}: capture failed ({type(err).__name__}: {err})") from None
         # capture_arrays copies out of the camera's buffers. t_ns is stamped on return (in
