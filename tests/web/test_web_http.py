@@ -563,6 +563,14 @@ def test_a_password_is_needed_and_wrong_ones_are_rate_limited(tmp_path):
         assert c.json("GET", "/api/state")[0] == 200
         assert c.json("POST", "/api/logout")[0] == 200
         assert c.json("GET", "/api/state")[0] == 401  # the session ended
+        for proxy_says, secure in (({}, False), ({"X-Forwarded-Proto": "https"}, True),
+                                   ({"Forwarded": 'for=192.0.2.7;proto="https"'}, True),
+                                   ({"Forwarded": "for=192.0.2.7;proto=http"}, False)):
+            status, headers, _ = c.request("POST", "/api/login", json.dumps({"password": "correct horse"}).encode(),
+                                           {"Content-Type": "application/json", **proxy_says})
+            # behind a TLS proxy, the browser must never send the cookie over plain HTTP to this host
+            attributes = [a.strip().lower() for a in headers["set-cookie"].split(";")]
+            assert status == 200 and ("secure" in attributes) is secure, (proxy_says, attributes)
         for _ in range(auth.FAILURES_ALLOWED + 1):  # a body of another form is the client's mistake, not a guess
             status, _, body = c.request("POST", "/api/login", b"password=correct+horse",
                                         {"Content-Type": "application/x-www-form-urlencoded"})

@@ -1,6 +1,7 @@
 """Who may use the web page, and proof that a state-changing request comes from the page itself.
 
-Sessions: a random 256-bit token in an HttpOnly, SameSite=Strict cookie, kept in memory (at most
+Sessions: a random 256-bit token in an HttpOnly, SameSite=Strict cookie (Secure when the page was
+reached over TLS: server.py), kept in memory (at most
 MAX_SESSIONS: the one unused longest is dropped first, so a page in use keeps its session while
 requests without a cookie make new ones; the live tab asks for the guard's state every second)
 and ending `lifetime_s` after it was made. With a password a session is made by logging in;

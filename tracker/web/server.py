@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import secrets
 import shutil
 import socket
@@ -93,6 +94,7 @@ JOB_TIMEOUT_S = 120.0  # enrolling 20 photos on a Pi 3 takes a few seconds; the 
 _STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
 _PUBLIC = {"/", "/api/session", "/api/login"}
 _PROXY_HEADERS = ("Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Real-IP")
+_FORWARDED_HTTPS = re.compile(r"(?:^|[;,\s])proto=\"?https\"?(?:$|[;,\s])", re.IGNORECASE)  # RFC 7239
 _HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; "
                                "form-action 'self'",
@@ -274,7 +276,7 @@ class WebServer:
         # comes from; a client that does not (curl, a script on this machine) is not a web page.
         same_site = request.headers.get("Sec-Fetch-Site", "same-origin") in ("same-origin", "none")
         if session is None and self.password is None and same_site:
-            session = self._new_session(response)
+            session = self._new_session(request, response)
         response.text = json.dumps({"password_required": self.password is not None, "logged_in": session is not None,
                                     "csrf": session.csrf if session else None})
         return response
@@ -298,7 +300,7 @@ class WebServer:
         self.logins.succeeded(client)
         self.sessions.drop(request.cookies.get(auth.COOKIE))
         response = web.json_response({})
-        session = self._new_session(response)
+        session = self._new_session(request, response)
         response.text = json.dumps({"csrf": session.csrf})
         return response
 
@@ -308,10 +310,14 @@ class WebServer:
         response.del_cookie(auth.COOKIE, path="/")
         return response
 
-    def _new_session(self, response: web.Response) -> auth.Session:
+    def _new_session(self, request: web.Request, response: web.Response) -> auth.Session:
+        """A new session, its cookie set on `response`: Secure when the browser reached the page over
+        TLS (through a proxy that says so: the page itself speaks plain HTTP), so that the browser never
+        sends it over plain HTTP to the same host, where the LAN could read it. A client that claims TLS
+        falsely only keeps its own cookie from itself."""
         session = self.sessions.create()
         response.set_cookie(auth.COOKIE, session.token, max_age=int(self.sessions.lifetime_s), path="/",
-                            httponly=True, samesite="Strict")
+                            httponly=True, samesite="Strict", secure=request.secure or _came_over_tls(request.headers))
         return session
 
     # -- live ------------------------------------------------------------------------------------
@@ -634,6 +640,13 @@ def _client_mistakes_in_one_line(record: logging.LogRecord) -> bool:
         log.debug("web: a malformed request: %s", one_line(error))
         return False
     return True
+
+
+def _came_over_tls(headers) -> bool:
+    """Whether a proxy in front says the browser used https (X-Forwarded-Proto, or RFC 7239's
+    Forwarded with proto=https)."""
+    return (headers.get("X-Forwarded-Proto", "").strip().lower() == "https"
+            or bool(_FORWARDED_HTTPS.search(headers.get("Forwarded", ""))))
 
 
 class _BadBody(Exception):
