@@ -271,3 +271,26 @@ def test_folder_with_some_non_images_skips_them_and_runs(tmp_path, scene_frames)
     assert any("README.txt" in w for w in warnings) and any("img9.jpg" in w for w in warnings)
     rows = [json.loads(line) for line in (tmp_path / "state" / "latency.jsonl").read_text().splitlines()]
     assert [r["seq"] for r in rows] == [0, 1, 2, 3]
+
+
+def test_a_face_seen_once_before_the_scene_goes_still_is_no_person(tmp_path, testdata):
+    """An empty room, a face on one frame only (a false detection, say), then the room still again:
+    the motion gate carried that one detection over every still frame, the tracker counted each as
+    a hit, and the guard announced someone who stayed until something moved."""
+    rng = np.random.default_rng(0)
+    room = cv2.GaussianBlur(cv2.add(np.full((480, 640, 3), 120, np.uint8),
+                                    rng.integers(0, 20, (480, 640, 3), dtype=np.uint8)), (5, 5), 0)
+    with_face = room.copy()
+    with_face[130:350, 220:420] = cv2.imread(str(testdata / "faces" / "skimage" / "astronaut.png"))[20:240, 120:320]
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for i in range(15):
+        cv2.imwrite(str(folder / f"f{i:02d}.png"), with_face if i == 5 else room)
+    proc = run_cli(tmp_path, "--source", str(folder))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "state" / "latency.jsonl").read_text().splitlines()]
+    assert [r["faces"] for r in rows][5] == 1 and rows[5]["batch"] == 1  # the face was found and inferred
+    assert [r["faces"] for r in rows][6:] == [1] * 9  # and carried over the still frames after it
+    events = tmp_path / "state" / "events.jsonl"
+    assert not events.exists() or events.read_text() == ""
+

@@ -65,8 +65,8 @@ class RecordingTracker(Tracker):
         super().__init__(*args, **kwargs)
         self.calls: list[tuple[tuple, bool, list]] = []  # (detections, had embeddings, views)
 
-    def update(self, detections, embeddings=None, t_s=None):
-        views = super().update(detections, embeddings, t_s)
+    def update(self, detections, embeddings=None, t_s=None, carried=False):
+        views = super().update(detections, embeddings, t_s, carried)
         self.calls.append((tuple(detections), embeddings is not None, views))
         return views
 

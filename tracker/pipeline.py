@@ -11,8 +11,9 @@ The loop waits for a frame at most until the batcher's deadline, so a lone face 
 
 A static scene (the motion gate sees nothing move) skips detection and inference: the previous
 frame's faces are carried over without new crops, so the tracker keeps still people alive instead
-of declaring them gone. Frames whose batch the backend failed on (a crashed worker) are still
-tracked, without identities, and counted as dropped in the latency log.
+of declaring them gone (but a carried face confirms no new track: see `Tracker.update`). Frames
+whose batch the backend failed on (a crashed worker) are still tracked, without identities, and
+counted as dropped in the latency log.
 
 A face travels as one record (`Face`: its detection, embedding and gallery match) from the
 backend to the tracker. Only `tracker.cli` imports this module.
@@ -275,7 +276,7 @@ class Guard:
         t_s = frame.media_s if frame.media_s is not None else frame.t_ns / 1e9
         inferred = [f.embedding for f in faces if f.embedding is not None]
         embeddings = np.stack(inferred) if faces and len(inferred) == len(faces) else None
-        views = stages.tracker.update(work.detections, embeddings, t_s=t_s)
+        views = stages.tracker.update(work.detections, embeddings, t_s=t_s, carried=not work.has_crops)
         self._last_seq, self._last_media_s = frame.seq, frame.media_s
         self.people_present = sum(1 for v in views if v.ever_confirmed and v.state is not TrackState.ENDED)
         for view in views:

@@ -36,6 +36,25 @@ def test_tentative_then_confirmed_after_min_hits():
     assert v.hits == 5 and v.hit_streak == 5 and v.age == 4 and not v.entered
 
 
+def test_carried_detections_keep_confirmed_tracks_but_confirm_and_start_none():
+    """The guard carries the last frame's faces over while nothing moves: a still person stays, but
+    one detection repeated is no evidence of a face (it confirmed a false one in min_hits frames)."""
+    tr = Tracker(min_hits=3, max_age=2, iou_threshold=0.3)
+    for _ in range(3):
+        tr.update([det(100, 100)])  # confirmed on its own detections
+    (fresh,) = [v for v in tr.update([det(100, 100), det(300, 100)]) if v.track_id == 2]
+    assert fresh.state is TrackState.TENTATIVE
+    for _ in range(10):  # a still scene: both carried
+        views = by_id(tr.update([det(100, 100), det(300, 100), det(500, 100)], carried=True))
+        assert views[1].state is TrackState.CONFIRMED and views[1].detection_index == 0
+        assert views[2].state is TrackState.TENTATIVE and views[2].hits == 1 and not views[2].entered  # held
+        assert set(views) == {1, 2}  # the third carried box starts nothing
+    views = by_id(tr.update([det(100, 100), det(300, 100)]))  # motion again, the face detected anew
+    assert views[2].state is TrackState.TENTATIVE and views[2].hits == 2
+    views = by_id(tr.update([det(100, 100), det(300, 100)]))
+    assert views[2].state is TrackState.CONFIRMED and views[2].entered
+
+
 def test_min_hits_one_confirms_on_birth():
     (v,) = Tracker(min_hits=1).update([det(0, 0)])
     assert v.state is TrackState.CONFIRMED and v.just_confirmed and v.ever_confirmed

@@ -248,7 +248,7 @@ class Tracker:
         return [t.kf.peek() for t in self._tracks if not t.dormant]
 
     def update(self, detections: Sequence[Detection], embeddings: np.ndarray | None = None,
-               t_s: float | None = None) -> list[TrackView]:
+               t_s: float | None = None, carried: bool = False) -> list[TrackView]:
         """Advance one frame.
 
         detections: this frame's detections (possibly empty).
@@ -256,6 +256,11 @@ class Tracker:
                     detection; a row with NaN means that detection has no embedding.
         t_s:        the frame's time in seconds (any fixed origin, non-decreasing); needed only
                     for re-identification, whose window is in seconds.
+        carried:    the detections are an earlier frame's, carried over because nothing moved
+                    (the guard's motion gate): they keep the confirmed tracks they match alive,
+                    but are no evidence of a new face: a tentative track they match is held
+                    (neither a hit nor a miss) and none starts a track. Counted as hits, one
+                    false detection carried through a still scene reached min_hits on its own.
         Returns a view of every track that is live after this frame plus every track that ended
         this frame (state ENDED), sorted by track_id. Raises ValueError for a malformed
         `embeddings` array or a missing `t_s` with re-identification on (programming errors).
@@ -278,6 +283,8 @@ class Tracker:
         assigned: dict[int, int] = {}
         just_confirmed: set[int] = set()
         for track, di in matches:
+            if carried and track.state is TrackState.TENTATIVE:
+                continue  # held: matched, so not missed either
             self._observe(track, detections[di].box, t_s)
             self._absorb_embedding(track, embeddings, di)
             if track.state is TrackState.TENTATIVE and track.hit_streak >= self.min_hits:
@@ -293,7 +300,7 @@ class Tracker:
 
         taken = {di for _, di in matches}
         for di in range(n_det):
-            if di in taken or not self._is_high(detections[di]):
+            if carried or di in taken or not self._is_high(detections[di]):
                 continue
             track = _Track(self._next_id, detections[di].box, self.noise, t_s, self.observation_centric)
             self._next_id += 1
