@@ -217,6 +217,18 @@ def test_noisy_options_out_of_range_are_one_line_naming_the_option(testdata, tmp
     assert not (tmp_path / "n.txt").exists()
 
 
+def test_noisy_false_detections_are_bounded_in_all(tmp_path, capsys):
+    """Two boxes 2,000 frames apart at 100 false detections a frame: 200,100 rows in memory (at
+    1,000 a frame, 770 MB)."""
+    gt = tmp_path / "gt.txt"
+    gt.write_text("1,1,10,10,20,20,1\n2001,1,10,10,20,20,1\n")
+    line = _one_error_line(noisy_main([str(gt), str(tmp_path / "n.txt"), "--false-per-frame", "100"]),
+                           capsys.readouterr().err)
+    assert line.startswith("tracker: error: --false-per-frame: 100 over the 2,001 frames of") and "200,100" in line
+    assert not (tmp_path / "n.txt").exists()
+    assert noisy_main([str(gt), str(tmp_path / "n.txt"), "--false-per-frame", "99"]) == 0
+
+
 def test_an_output_that_is_an_input_is_refused_before_it_is_written(testdata, tmp_path, capsys):
     gt = tmp_path / "gt.txt"
     gt.write_bytes((testdata / "mot" / "TUD-Campus" / "gt.txt").read_bytes())
@@ -230,6 +242,10 @@ def test_an_output_that_is_an_input_is_refused_before_it_is_written(testdata, tm
     assert "is the detections file" in line
     assert noisy_main([str(gt), str(gt)]) == 2 and "is the ground-truth file" in capsys.readouterr().err
     assert gt.read_bytes() == before
+    config = tmp_path / "tracker.yaml"
+    config.write_text("tracking: {min_hits: 2}\n")
+    line = _one_error_line(*run(["eval-mot", str(dets), "--config", str(config), "--out", str(config)], capsys)[::2])
+    assert "is the config file" in line and config.read_text() == "tracking: {min_hits: 2}\n"
 
 
 @pytest.mark.parametrize("seq", SEQS)

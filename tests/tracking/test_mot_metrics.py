@@ -7,10 +7,12 @@ The reference figures are the table in ../shared/testdata/README.md: a published
 from __future__ import annotations
 
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy.optimize import linear_sum_assignment
+from tmpfs import tmpfs
 
 from tracker.errors import InputError
 from tracker.tracking.assign import iou_matrix
@@ -139,6 +141,7 @@ def test_parse_formats_and_errors(tmp_path):
         "1,1,-2e6,0,1,1,1\n": "within 1,000,000 pixels",
         "1,1,0,0,1,1,nan\n": "finite",
         "1,1,0,0,1,1,1\n1,1,5,5,1,1,1\n": "appears twice in frame 1 (first on line 1)",
+        "".join(f"7,{i},0,0,1,1,1\n" for i in range(1, 1002)): "line 1001: box number 1001 of frame 7; expected at most 1000",
     }
     for text, message in bad.items():
         with pytest.raises(InputError, match=r"line \d") as err:
@@ -150,6 +153,9 @@ def test_parse_formats_and_errors(tmp_path):
     binary.write_bytes(b"\xff\xfe\x00\x81")
     with pytest.raises(InputError, match="not text"):
         read_mot(binary, "detections")
+    with_bom = tmp_path / "bom.txt"  # as Windows editors save UTF-8
+    with_bom.write_bytes(b"\xef\xbb\xbf1,-1,10,20,30,40,0.9\n")
+    assert read_mot(with_bom, "detections").boxes.tolist() == [[10, 20, 30, 40]]
 
 
 def test_write_read_roundtrip(tmp_path):
@@ -162,6 +168,22 @@ def test_write_read_roundtrip(tmp_path):
     assert list(format_rows(back)) == path.read_text().splitlines(keepends=True)
     with pytest.raises(InputError, match="cannot write"):
         write_mot(tmp_path / "no" / "such" / "dir.txt", t)
+    write_mot(Path("/dev/null"), t)  # a device is written as it is, not replaced
+    thin = tmp_path / "thin.txt"  # a size that rounds to 0.000 is written as the smallest one a reader takes
+    write_mot(thin, MotTable.from_rows([(1, 1, 0.0, 0.0, 1e6, 1e-6, 1.0)]))
+    assert read_mot(thin, "tracks").boxes.tolist() == [[0, 0, 1e6, 0.001]]
+
+
+def test_a_tracks_file_that_cannot_be_written_whole_is_left_as_it_was(tmp_path):
+    """A full disk left half a file, which eval-mot --tracks then scored as a run's tracks."""
+    rows = [(f, i, 10.0 * i, 20.0, 30.0, 40.0, 1.0) for f in range(1, 2001) for i in range(1, 6)]
+    with tmpfs(tmp_path / "disk", "size=64k") as disk:
+        path = disk / "tracks.txt"
+        write_mot(path, MotTable.from_rows(rows[:5]))
+        before = path.read_bytes()
+        with pytest.raises(InputError, match="cannot write .*No space left on device"):
+            write_mot(path, MotTable.from_rows(rows))  # about 400 kB
+        assert path.read_bytes() == before and [p.name for p in disk.iterdir()] == ["tracks.txt"]
 
 
 def _dense_identity_true_positives(gt: MotTable, hyp: MotTable) -> int:

@@ -164,7 +164,7 @@ def eval_mot_command(argv: list[str]) -> int:
     if args.observation_centric is not None:
         overrides["observation_centric"] = args.observation_centric
     if args.out is not None:
-        refuse_overwriting(args.out, {"detections": args.detections, "ground-truth": args.gt})
+        refuse_overwriting(args.out, {"detections": args.detections, "ground-truth": args.gt, "config": args.config})
     detections = read_mot(args.detections, "detections")
     last_frame = max(detections.last_frame, gt.last_frame if gt is not None else 0)
     tracker = Tracker.from_config(settings, embedding_weight=0.0, reid_threshold=None, **overrides)

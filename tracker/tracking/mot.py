@@ -10,9 +10,10 @@ One box a line, comma-separated (or, in a line without commas, whitespace-separa
 
 Columns after the seventh (world coordinates, class, visibility) are read past and ignored. A
 missing seventh column counts as conf 1. Frames run from 1 to MAX_FRAME, ids (gt, tracks) within
-a signed 32-bit integer, box coordinates and sizes within MAX_PIXELS. A malformed line (an empty field among the first seven too: it would shift
-the columns after it) raises `InputError` naming the file, the line number, the field and what was
-expected.
+a signed 32-bit integer, box coordinates and sizes within MAX_PIXELS, at most MAX_BOXES_PER_FRAME
+boxes a frame. A malformed line (an empty field among the first seven too: it would shift the
+columns after it) raises `InputError` naming the file, the line number, the field and what was
+expected. A UTF-8 byte-order mark at the start is read past.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Literal
 import numpy as np
 
 from tracker.errors import InputError
+from tracker.files import atomic_write
 
 Kind = Literal["detections", "gt", "tracks"]
 
@@ -34,6 +36,9 @@ _FIELDS = ("frame", "id", "x", "y", "w", "h", "conf")
 # over nine hours at 30 fps, and a frame number past it is far more likely a wrong column than video.
 MAX_FRAME = 1_000_000
 MAX_PIXELS = 1_000_000  # |x|, |y|, w and h of a box: far beyond any camera's frame
+# Association and scoring compare every box of a frame with every other (dense matrices): 3,000 a
+# frame took 529 MB. MOT20's crowds are a few hundred people a frame.
+MAX_BOXES_PER_FRAME = 1000
 _ID_RANGE = (-(2**31), 2**31 - 1)  # ids pass through float64 and int64 arrays: exact well beyond this
 
 
@@ -101,6 +106,7 @@ def parse_mot(text: str, kind: Kind, origin: str) -> MotTable:
     Ground-truth rows with conf 0 are dropped (ignore boxes)."""
     rows = []
     seen: dict[tuple[int, int], int] = {}
+    per_frame: dict[int, int] = {}
     for lineno, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
         if not line:
@@ -125,6 +131,10 @@ def parse_mot(text: str, kind: Kind, origin: str) -> MotTable:
         conf = _number(parts[6], where, "conf") if len(parts) > 6 else 1.0
         if kind == "gt" and conf == 0:
             continue
+        per_frame[frame] = per_frame.get(frame, 0) + 1
+        if per_frame[frame] > MAX_BOXES_PER_FRAME:
+            raise InputError(f"{where}: box number {per_frame[frame]} of frame {frame}; expected at most "
+                             f"{MAX_BOXES_PER_FRAME} a frame")
         if kind != "detections":
             first = seen.setdefault((frame, ident), lineno)
             if first != lineno:
@@ -137,7 +147,7 @@ def read_mot(path: Path, kind: Kind) -> MotTable:
     """Read a MOTChallenge file; InputError (exit 2) if it cannot be read or a line is malformed."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise InputError(f"{kind} file {str(path)!r}: not found; expected a MOTChallenge text file") from None
     except IsADirectoryError:
@@ -152,7 +162,8 @@ def read_mot(path: Path, kind: Kind) -> MotTable:
 def format_rows(table: MotTable) -> Iterator[str]:
     """Lines `frame,id,x,y,w,h,conf,-1,-1,-1` (with newline), in table order."""
     for f, i, (x, y, w, h), c in zip(table.frames, table.ids, table.boxes, table.conf):
-        yield f"{int(f)},{int(i)},{x:.3f},{y:.3f},{w:.3f},{h:.3f},{c:.3f},-1,-1,-1\n"
+        # a size below half a thousandth would print as 0.000, which no reader takes as a box
+        yield f"{int(f)},{int(i)},{x:.3f},{y:.3f},{max(w, 1e-3):.3f},{max(h, 1e-3):.3f},{c:.3f},-1,-1,-1\n"
 
 
 def refuse_overwriting(out: Path, inputs: dict[str, Path | None]) -> None:
@@ -165,10 +176,19 @@ def refuse_overwriting(out: Path, inputs: dict[str, Path | None]) -> None:
 
 
 def write_mot(path: Path, table: MotTable) -> None:
-    """Write a tracks table; InputError if the file cannot be written."""
+    """Write a tracks table, whole or not at all (a full disk left half a file, which the
+    evaluation then scored as a run's tracks), or into a device or pipe (/dev/stdout) as it is;
+    InputError if the file cannot be written."""
     path = Path(path)
-    try:
-        with path.open("w", encoding="utf-8") as fh:
+
+    def write(tmp: Path) -> None:
+        with tmp.open("w", encoding="utf-8") as fh:
             fh.writelines(format_rows(table))
+
+    try:
+        if path.exists() and not path.is_file():
+            write(path)
+        else:
+            atomic_write(path, write)
     except OSError as err:
         raise InputError(f"output file {str(path)!r}: cannot write ({err.strerror}); expected a writable path") from None

@@ -22,8 +22,13 @@ from pathlib import Path
 import numpy as np
 
 from tracker.arguments import ArgumentParser, float_between, int_between
-from tracker.errors import TrackerError
+from tracker.errors import InputError, TrackerError
 from tracker.tracking.mot import MotTable, read_mot, refuse_overwriting, write_mot
+
+
+# The rows are held in memory, as Python tuples until the table is built (about 150 bytes each): a
+# few hundred thousand false ones cover any MOTChallenge sequence at any sensible rate.
+MAX_FALSE_DETECTIONS = 200_000
 
 
 @dataclass(frozen=True)
@@ -75,8 +80,9 @@ def _parser() -> ArgumentParser:
     p.add_argument("--pos-sigma", type=float_between(0, 10), default=d.pos_sigma, help="centre noise, fraction of box size")
     p.add_argument("--size-sigma", type=float_between(0, 10), default=d.size_sigma, help="log-size noise")
     p.add_argument("--drop", type=float_between(0, 0.99), default=d.drop, help="probability a box is missed")
-    # bounded: the rows are held in memory (1e8 a frame took 544 MB within 20 s)
-    p.add_argument("--false-per-frame", type=float_between(0, 1000), default=d.false_per_frame,
+    # at most 100 a frame, so that eval-mot's bound of boxes a frame (mot.MAX_BOXES_PER_FRAME) holds;
+    # in all, at most MAX_FALSE_DETECTIONS (main)
+    p.add_argument("--false-per-frame", type=float_between(0, 100), default=d.false_per_frame,
                    help="mean false detections per frame")
     return p
 
@@ -86,7 +92,13 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         refuse_overwriting(args.out, {"ground-truth": args.gt})
         noise = DetectionNoise(args.seed, args.pos_sigma, args.size_sigma, args.drop, args.false_per_frame)
-        dets = noisy_detections(read_mot(args.gt, "gt"), noise)
+        gt = read_mot(args.gt, "gt")
+        expected = gt.last_frame * noise.false_per_frame
+        if expected > MAX_FALSE_DETECTIONS:
+            raise InputError(f"--false-per-frame: {noise.false_per_frame:g} over the {gt.last_frame:,} frames of "
+                             f"{str(args.gt)!r} is {expected:,.0f} false detections; expected at most "
+                             f"{MAX_FALSE_DETECTIONS:,} in all (a lower rate)")
+        dets = noisy_detections(gt, noise)
         write_mot(args.out, dets)
     except TrackerError as err:
         print(f"tracker: error: {err}", file=sys.stderr)
