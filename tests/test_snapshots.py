@@ -29,3 +29,18 @@ def test_disk_use_is_bounded_oldest_first(tmp_path):
         store.offer(i, frame(i), Box(0, 0, 50, 50))
         store.save(i, f"ev{i}")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ev2.jpg", "ev3.jpg", "ev4.jpg"]
+
+
+def test_a_removed_folder_is_made_again_and_a_partial_file_of_a_kill_is_removed(tmp_path):
+    folder = tmp_path / "snaps"
+    store = SnapshotStore(folder)
+    store.offer(1, frame(50), Box(10, 10, 40, 40))
+    assert store.save(1, "ev1")[0] == str(folder / "ev1.jpg")
+    for path in folder.iterdir():  # a clean-up by hand while the guard runs
+        path.unlink()
+    folder.rmdir()
+    path, jpeg = store.save(1, "ev2")  # every snapshot after it was lost, for the rest of the run
+    assert path == str(folder / "ev2.jpg") and open(path, "rb").read() == jpeg
+    (folder / ".ev3.jpg.partial").write_bytes(jpeg[:100])  # a guard killed mid-write
+    SnapshotStore(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["ev2.jpg"]

@@ -2,8 +2,11 @@
 
 "Best" is the largest detected box (closest to the camera, most pixels of the face). Memory: one
 small image (at most `side` x `side` BGR) per live track; disk: at most `keep` JPEG files in
-`<state_dir>/snapshots/`, the oldest removed first. A snapshot the disk refuses (full, or the folder
-gone) is logged, and its event goes on without a file: the sinks still get the JPEG.
+`<state_dir>/snapshots/`, the oldest removed first. A file is whole or absent under its event's
+name (written beside it as `.<name>.partial`, then renamed: a guard killed mid-write left half a
+JPEG that its event named; a partial file such a kill leaves is removed at the next start). A
+folder removed while the guard runs is made again. A snapshot the disk refuses (full) is logged,
+and its event goes on without a file: the sinks still get the JPEG.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ class SnapshotStore:
     def __init__(self, folder: Path, keep: int = 200, side: int = 160, quality: int = 85):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
+        for partial in self.folder.glob(".*.jpg.partial"):  # a kill mid-write
+            partial.unlink(missing_ok=True)
         self.keep = keep
         self.side = side
         self.quality = quality
@@ -55,11 +60,17 @@ class SnapshotStore:
             return None, None
         jpeg = encoded.tobytes()
         path = self.folder / f"{event_id}.jpg"
+        partial = self.folder / f".{path.name}.partial"
         try:
-            path.write_bytes(jpeg)  # no fsync, on the guard's own thread: a snapshot is not worth one
+            try:  # no fsync, on the guard's own thread: a snapshot is not worth one
+                partial.write_bytes(jpeg)
+            except FileNotFoundError:  # the folder was removed (by hand, a clean-up): made again
+                self.folder.mkdir(parents=True, exist_ok=True)
+                partial.write_bytes(jpeg)
+            partial.replace(path)
         except OSError as err:
             try:
-                path.unlink(missing_ok=True)  # half a file, outside the `keep` bound
+                partial.unlink(missing_ok=True)  # half a file, outside the `keep` bound
             except OSError:
                 pass
             self._failures += 1
