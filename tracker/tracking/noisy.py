@@ -25,7 +25,6 @@ from tracker.arguments import ArgumentParser, float_between, int_between
 from tracker.errors import InputError, TrackerError
 from tracker.tracking.mot import MotTable, read_mot, refuse_overwriting, write_mot
 
-
 # The rows are held in memory, as Python tuples until the table is built (about 150 bytes each): a
 # few hundred thousand false ones cover any MOTChallenge sequence at any sensible rate.
 MAX_FALSE_DETECTIONS = 200_000
