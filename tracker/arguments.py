@@ -66,3 +66,17 @@ def float_between(low: float, high: float = math.inf, *, above_low: bool = False
 
 seconds = float_between(0, what="a number of seconds")  # argparse type: finite seconds >= 0
 positive_float = float_between(0, above_low=True)  # argparse type: a finite number > 0
+
+
+def words(what: str):
+    """argparse type factory: text that is not blank; `what` says what is expected ("a backend
+    name"). An empty value (`--backend ""`, a shell variable unset) is no value: the command must
+    not take it for the option left out."""
+
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"bad value {text!r}; expected {what}")
+        return text
+
+    return parse
+

@@ -27,7 +27,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracker.arguments import ArgumentParser, int_between, positive_int, seconds
+from tracker.arguments import ArgumentParser, int_between, positive_int, seconds, words
 from tracker.blas_idle import bound_idle_spin
 from tracker.errors import EXIT_UNEXPECTED, InputError, TrackerError
 from tracker.images import bound_image_decoding
@@ -62,9 +62,11 @@ def _main_parser() -> ArgumentParser:
     p.add_argument("--config", type=Path, help="YAML config (default: config/tracker.yaml)")
     p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS,
                    help="log lines from this level up (default: INFO for the guard, WARNING for the rest)")
-    p.add_argument("--backend", help="backend name; with --benchmark a comma list or 'all'")
+    p.add_argument("--backend", type=words("a backend name (with --benchmark: a comma list or 'all')"),
+                   help="backend name; with --benchmark a comma list or 'all'")
     p.add_argument("--precision", choices=("fp32", "int8"), help="model precision (default from config)")
-    p.add_argument("--source", help="override source: 'synthetic', a device index or /dev/videoN, a URL, a video file or an image folder")
+    p.add_argument("--source", type=words("a source: 'synthetic', a camera, a URL, a video file or an image folder"),
+                   help="override source: 'synthetic', a device index or /dev/videoN, a URL, a video file or an image folder")
     p.add_argument("--demo", action="store_true", help="run on the built-in synthetic scene (no camera, no broker)")
     p.add_argument("--frames", type=positive_int, help="stop after this many frames")
     p.add_argument("--check-config", action="store_true", help="validate the config and exit")
@@ -79,7 +81,8 @@ def _main_parser() -> ArgumentParser:
     p.add_argument("--memory-limit", type=int_between(1, 1 << 20), metavar="MB",
                    help="benchmark: memory limit of each cell's processes (a memory cgroup; address space where none can be made), "
                         "e.g. to emulate a 1 GB device")
-    p.add_argument("--detectors", help="benchmark: the face detectors to measure, a comma list or 'all' (with --backend too: both benchmarks)")
+    p.add_argument("--detectors", type=words("detector names, a comma list or 'all'"),
+                   help="benchmark: the face detectors to measure, a comma list or 'all' (with --backend too: both benchmarks)")
     p.add_argument("--profile-when-busy", action="store_true",
                    help="benchmark: write auto's calibration profile even if the machine's load average exceeds its cores")
     p.add_argument("--worker", action="store_true",
@@ -182,15 +185,14 @@ def _run_main(argv: list[str]) -> int:
         from tracker.bench import run_benchmark_command
 
         if args.detectors:
-            from tracker.bench.command import parse_backend_names
             from tracker.bench.detectors import parse_detector_names, run_detector_benchmark
 
             names = parse_detector_names(args.detectors)
-            if args.backend:  # a mistake in the second benchmark's request is said before the first runs
-                parse_backend_names(args.backend)
-            code = run_detector_benchmark(config, names, args.out)
-            if code or not args.backend:
-                return code
+            if not args.backend:
+                return run_detector_benchmark(config, names, args.out)
+            # both: the detectors first, once the backends' request is checked (a mistake in it is
+            # said before anything is measured)
+            return run_benchmark_command(config, args, first=lambda: run_detector_benchmark(config, names, args.out))
         return run_benchmark_command(config, args)
     from tracker.pipeline import run_guard
 

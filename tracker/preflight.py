@@ -1,10 +1,11 @@
 """What the guard needs before it starts, checked without starting it: `tracker --check-config`,
 the guard and `tracker enroll` all run these, so the check catches what the run would refuse.
 
-- `check_runnable(config)`: the backend name and precision (from the registry, no runtime loaded),
-  the prototxt and caffemodel (read and shape-checked), the detector's model file (sha256), the
-  state directory and every file the guard writes (latency log, events, outbox): each must be,
-  or be creatable as, what it should be, and no two the same file; nothing is created.
+- `check_runnable(config)`: `check_inference(config)` (the backend name, precision and runtime, the
+  prototxt and caffemodel, read and shape-checked, and the blobs the guard reads from them, the
+  model card, the detector's model file: sha256), then the state directory and every file the guard
+  writes (latency log, events, outbox): each must be, or be creatable as, what it should be, and no
+  two the same file; nothing is created.
 - `check_source(config, spec)`: `--check-config`'s check of the source the guard would open (the
   guard meets the same refusals when it opens it).
 - `prepare_state_dir(path)`: creates the state directory 0700 and makes every file the process
@@ -81,13 +82,16 @@ def check_file(key: str, path: Path) -> None:
     check_directory(key, path.parent)
 
 
-def check_runnable(config) -> str:
-    """Everything the guard would refuse at start-up, refused now (see module docstring); returns
-    the detector's name."""
+def check_inference(config) -> str:
+    """What finding faces and running the face CNN need, refused now: the backend's name, precision
+    and runtime, the model files, the blobs it reads and the card, the detector, and the tracker's
+    score threshold against the detector's scores; returns the detector's name. (The benchmark of
+    the detectors runs the configured guard's frame and checks this first.)"""
     from tracker.backends import REGISTRY, backend_class
     from tracker.detect import check_detector
     from tracker.identity import weights_card
     from tracker.model.caffe_io import load_net
+    from tracker.model.spec import check_outputs
 
     name = config.backend.name
     if name not in REGISTRY:
@@ -100,13 +104,20 @@ def check_runnable(config) -> str:
     # guard runs behind a worker, whose runtime this process must not load (its child checks it)
     if getattr(cls, "runs_in_worker", False) or not config.backend.worker:
         cls.check_runtime()
-    load_net(config.model.prototxt, config.model.weights)
+    check_outputs(config.model.spec(), load_net(config.model.prototxt, config.model.weights))
     weights_card(config)  # a malformed card, or one of other weights, is refused now, as at start-up
     detector = check_detector(config.detect)
     high = config.tracking.high_score
     if high is not None and high >= 1.0 and detector != "haar":  # Haar's scores are neighbour counts
         raise InputError(f"config: key 'tracking.high_score': {high:g} with detector {detector}, whose scores are at "
                          "most 1: no detection would start a track; expected a value below 1, or null")
+    return detector
+
+
+def check_runnable(config) -> str:
+    """Everything the guard would refuse at start-up, refused now (see module docstring); returns
+    the detector's name."""
+    detector = check_inference(config)
     state_dir = config.resolved_state_dir()
     check_directory("state_dir", state_dir)
     snapshots = state_dir / "snapshots"  # tracker.stages: the events' snapshots, which may be unwritable

@@ -485,6 +485,59 @@ def test_a_cell_measured_before_the_run_is_stopped_is_kept(tmp_path, config_file
     assert doc["complete"] is False and [(r["batch"], r["status"]) for r in doc["rows"]] == [(1, "ok")]
 
 
+def test_a_run_stopped_before_its_first_cell_ended_writes_nothing(tmp_path, config_file, state_dir):
+    """An earlier run's files in --out, and the web page's pointer to that run, stay as they were
+    (they were replaced by an empty run's)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text('{"earlier": true}')
+    state_dir.mkdir()
+    (state_dir / "benchmark.json").write_text('{"out": "an earlier run"}')
+    proc = benchmark_process(config_file, out, "HangsFromBatch4", "4")  # the first cell hangs
+    try:
+        for line in proc.stderr:  # the children before it probe the backends
+            if "measuring this machine's sgemm peak" in line:
+                break
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not _children(proc.pid) and proc.poll() is None:
+            time.sleep(0.1)
+        assert _children(proc.pid), proc.stderr.read() if proc.poll() is not None else "no cell started"
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "stopped before any cell was measured; nothing written" in stderr and "Traceback" not in stderr
+    assert sorted(p.name for p in out.iterdir()) == ["results.json"] and (out / "results.json").read_text() == '{"earlier": true}'
+    assert (state_dir / "benchmark.json").read_text() == '{"out": "an earlier run"}'
+
+
+def test_a_blob_the_config_names_that_is_not_in_the_net_is_refused_before_measuring(capsys, tmp_path, state_dir):
+    """Every cell failed on it, the run exited 0, and the profile lost the backend's entries."""
+    config = tmp_path / "bad.yaml"
+    config.write_text(f"state_dir: {state_dir}\nmodel: {{probs: nope}}\n")
+    code, stdout, stderr = bench(capsys, config, tmp_path / "out", "--backend", "caffe-openblas-dl", "--batches", "1")
+    assert code == 2 and stderr.count("\n") == 1 and not (tmp_path / "out" / "results.json").exists()
+    assert "config: key 'model.probs': blob 'nope' is not in the net" in stderr and "expected one of data, conv1" in stderr
+    code, _, stderr = run_cli(capsys, "--config", config, "--check-config")  # the guard's check says so too
+    assert code == 2 and "config: key 'model.probs': blob 'nope'" in stderr
+
+
+def test_with_the_detectors_the_backends_request_is_checked_before_anything_is_measured(capsys, config_file, tmp_path):
+    code, _, stderr = bench(capsys, config_file, tmp_path / "out", "--detectors", "haar", "--backend",
+                            "caffe-openblas-dl", "--precision", "int8", "--batches", "1")
+    assert code == 2 and "--precision: backend 'caffe-openblas-dl' has no 'int8' model" in stderr
+    assert not (tmp_path / "out" / "detectors.json").exists()  # the detectors' 4 rows and budget were measured first
+
+
+def test_empty_option_values_are_refused_not_taken_for_options_left_out(capsys, config_file, tmp_path):
+    for option in ("--backend", "--detectors"):
+        code, _, stderr = bench(capsys, config_file, tmp_path / "out", option, "")
+        assert code == 2 and f"argument {option}: bad value ''; expected" in stderr and stderr.count("\n") == 1
+    code, _, stderr = run_cli(capsys, "--config", config_file, "--source", " ", "--frames", "1")
+    assert code == 2 and "argument --source: bad value ' '; expected a source" in stderr
+
+
 def _children(pid: int) -> list[int]:
     with open(f"/proc/{pid}/task/{pid}/children") as f:
         return [int(child) for child in f.read().split()]

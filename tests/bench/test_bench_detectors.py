@@ -101,3 +101,49 @@ def test_an_output_folder_that_is_a_file_is_one_line(tmp_path, capsys):
     assert main(["--config", str(config), "--benchmark", "--detectors", "haar", "--out", str(tmp_path / "afile")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--out: cannot use" in err and "expected a writable directory" in err
+
+
+def test_the_dlib_step_reports_annotations_it_cannot_use_as_its_row(tmp_path, monkeypatch):
+    """A missing or damaged annotation file, or one marking no face, was a traceback (FileNotFoundError,
+    ZeroDivisionError) that lost the rows measured before it."""
+    import tracker.bench.detectors as detectors
+
+    folder = tmp_path / "faces"
+    folder.mkdir()
+    monkeypatch.setattr(detectors.shared_data, "locate", lambda *args: folder)
+    config = parse_config({"state_dir": str(tmp_path / "state")})
+    assert "testing.xml' cannot be read" in detectors._dlib("haar", config)["error"]
+    (folder / "testing.xml").write_text("<dataset><images>")
+    assert "testing.xml' cannot be read" in detectors._dlib("haar", config)["error"]
+    for name in ("testing.xml", "training.xml"):
+        (folder / name).write_text("<dataset><images></images></dataset>")
+    assert detectors._dlib("haar", config) == {"error": f"dlib annotations in {str(folder)!r} mark no face"}
+
+
+def test_a_detector_benchmark_stopped_before_its_first_row_writes_nothing(tmp_path, monkeypatch, capsys):
+    """An earlier run's files stay (they were replaced by an empty run's). The interrupt is raised
+    where the signal handler raises it (tracker.interrupts), in the first row's scene."""
+    import tracker.bench.detectors as detectors
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(detectors, "_run_scene", interrupted)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "detectors.json").write_text('{"earlier": true}')
+    config = parse_config({"state_dir": str(tmp_path / "state")})
+    assert run_detector_benchmark(config, ["haar"], out, frames=3) == 130
+    assert "stopped before any detector was measured; nothing written" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["detectors.json"] and (out / "detectors.json").read_text() == '{"earlier": true}'
+
+
+def test_the_configured_guards_mistakes_are_refused_before_the_detectors_are_measured(tmp_path, capsys):
+    """The frame budget comes last: a config whose model the guard would refuse failed there, after
+    every row, and the table and plots were lost."""
+    config = tmp_path / "tracker.yaml"
+    config.write_text(f"state_dir: {tmp_path / 'state'}\nmodel: {{embedding: nope}}\n")
+    assert main(["--config", str(config), "--benchmark", "--detectors", "haar", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "config: key 'model.embedding': blob 'nope' is not in the net" in err
+    assert not (tmp_path / "out").exists()

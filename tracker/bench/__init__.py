@@ -81,11 +81,11 @@ line per unavailable backend.
 from __future__ import annotations
 
 
-def run_benchmark_command(config, args) -> int:
+def run_benchmark_command(config, args, first=None) -> int:
     """Entry from tracker.cli (`--benchmark`); imports the benchmark only when it runs."""
     from tracker.bench.command import run_benchmark_command as run
 
-    return run(config, args)
+    return run(config, args, first)
 
 
 def print_backend_list(config) -> int:

@@ -1,19 +1,22 @@
 """`tracker --benchmark` and `tracker --list-backends`: checking the request, then the run.
 
 Order of a run: every user mistake is found before anything is measured (backend names,
-precisions, the output directory, the model files, runtimes of explicitly named backends); then
-the sgemm peak; then one child per cell, backend after backend, batch sizes ascending; then, when
-the run writes the calibration profile, the runoffs of the fastest cells' backends (tracker.bench.runoff),
-one child each; then `auto`'s columns, which read that profile. After each cell and runoff
-results.json, results.csv and the profile are rewritten, after each column the plots (a file that
-cannot be written is a warning: the measurements stay in memory and are printed at the end). Ctrl-C,
-SIGTERM or SIGHUP kills the running child and everything below it, prints what was measured and
-exits 130.
+precisions, the output directory, the model files and the blobs read from them, runtimes of
+explicitly named backends); then, with --detectors, the detectors' benchmark (tracker.bench.detectors);
+then the sgemm peak; then one child per cell, backend after backend, batch sizes ascending; then,
+when the run writes the calibration profile, the runoffs of the fastest cells' backends
+(tracker.bench.runoff), one child each; then `auto`'s columns, which read that profile. After each
+cell and runoff results.json, results.csv and the profile are rewritten, after each column the plots
+(a file that cannot be written is a warning: the measurements stay in memory and are printed at the
+end). Ctrl-C, SIGTERM or SIGHUP kills the running child and everything below it, prints what was
+measured and exits 130; stopped before its first cell ended, a run writes nothing, so the files of
+an earlier run into the same --out stay as they were, and the web page goes on showing that run.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import tracker.bench.runoff as runoff
@@ -25,7 +28,7 @@ from tracker.bench.runner import Probe, probe_backends, run_cell, run_job
 from tracker.errors import BackendUnavailable, InputError, TrackerError
 from tracker.interrupts import stop_as_ctrl_c
 from tracker.machine import base_versions, load_average, machine_info, machine_key, memory_mb, sgemm_peak
-from tracker.model.spec import ModelSpec
+from tracker.model.spec import ModelSpec, check_outputs
 
 SEED = 0  # the benchmark's input batch: np.random.default_rng(SEED), standard normal float32
 DEFAULT_TIMEOUT_S = 600.0
@@ -72,6 +75,7 @@ def _model(config) -> tuple[ModelSpec, dict]:
     if len(netdef.inputs) != 1:
         raise InputError(f"model {str(spec.prototxt)!r}: {len(netdef.inputs)} inputs; the benchmark expects exactly one (N, C, H, W) input")
     (shape,) = netdef.inputs.values()
+    check_outputs(spec, netdef)  # every cell would fail on it, and the profile would lose its backends
     info: dict = {
         "prototxt": str(spec.prototxt),
         "weights": str(spec.weights),
@@ -115,8 +119,10 @@ def _warn(message: str) -> None:
     print(f"tracker: warning: {message}", file=sys.stderr)
 
 
-def run_benchmark_command(config, args) -> int:
-    """`tracker --benchmark`: see the module docstring of tracker.bench for outputs and schema."""
+def run_benchmark_command(config, args, first: Callable[[], int] | None = None) -> int:
+    """`tracker --benchmark`: see the module docstring of tracker.bench for outputs and schema.
+    `first`: another benchmark of the same command (the detectors'), run once this one's request
+    is checked and before it measures anything; its non-zero exit code (an interrupt) ends here."""
     names, all_mode = parse_backend_names(args.backend or config.backend.name)
     batches = sorted(set(args.batches))
     passes = args.passes
@@ -141,6 +147,8 @@ def run_benchmark_command(config, args) -> int:
     columns = _columns(names, probes, args.precision, not all_mode)
     if not columns:
         raise InputError(f"--backend {args.backend or config.backend.name}: no backend with precision {args.precision!r} can run here")
+    if first is not None and (code := first()):
+        return code
 
     print("benchmark: measuring this machine's sgemm peak ...", file=sys.stderr)
     peak = sgemm_peak()
@@ -319,6 +327,10 @@ def run_benchmark_command(config, args) -> int:
         interrupted = True
     finally:
         bar.close()
+    if not results.rows:  # stopped before a cell ended: an earlier run's files in --out stay as they are
+        print(f"benchmark: stopped before any cell was measured; nothing written (the files in {out}, if any, are "
+              "an earlier run's)", file=sys.stderr)
+        return 130
     write_data()
     plots = write_plots()
     try:
@@ -332,16 +344,17 @@ def run_benchmark_command(config, args) -> int:
     files = [*([] if "results.json and results.csv" in unwritable else [out / "results.json", out / "results.csv"]), *plots]
     print("wrote " + ", ".join(str(f) for f in files) + (f"; calibration profile {profile}" if profile_ok and measured else ""))
     if profile_ok and measured:
-        print("\n".join(_auto_picks(state_dir)))
+        print("\n".join(_auto_picks(state_dir, probes)))
     return 130 if interrupted else 0
 
 
-def _auto_picks(state_dir: Path) -> list[str]:
-    """Lines saying what `auto` would pick per batch size, from tracker.backends.auto.describe_picks."""
+def _auto_picks(state_dir: Path, probes: dict[str, Probe]) -> list[str]:
+    """Lines saying what `auto` would pick per batch size, from tracker.backends.auto.describe_picks,
+    passing over the backends `probes` found unavailable (one not probed counts as available)."""
     from tracker.backends.auto import describe_picks
 
     try:
-        picks = describe_picks(state_dir)
+        picks = describe_picks(state_dir, lambda name: name not in probes or probes[name].available)
     except TrackerError as err:
         return [f"auto: {err}"]
     lines = [f"auto would pick (profile {profile_path(state_dir)}):"]
@@ -364,6 +377,6 @@ def print_backend_list(config) -> int:
     for row, p in zip(rows, probes.values()):
         line = "  ".join(v.ljust(w) for v, w in zip(row, widths))
         print(f"{line}  {p.reason}" if p.reason else line.rstrip())
-    for line in _auto_picks(Path(config.resolved_state_dir())):
+    for line in _auto_picks(Path(config.resolved_state_dir()), probes):
         print(line)
     return 0

@@ -49,6 +49,7 @@ from tracker.images import read_image
 from tracker.interrupts import stop_as_ctrl_c
 from tracker.machine import cpu_model, load_average
 from tracker.motion import MotionGate
+from tracker.preflight import check_inference
 from tracker.tracking.assign import box_rows, iou_matrix
 from tracker.types import Box
 
@@ -173,7 +174,11 @@ def _dlib(detector_name: str, config) -> dict:
         return {"error": str(err)}
     faces = found = false = 0
     for xml in ("testing.xml", "training.xml"):
-        for image_node in ET.parse(folder / xml).getroot().iter("image"):
+        try:
+            images = ET.parse(folder / xml).getroot().iter("image")
+        except (OSError, ET.ParseError) as err:
+            return {"error": f"dlib annotations {str(folder / xml)!r} cannot be read ({err})"}
+        for image_node in images:
             path = folder / image_node.get("file", "")
             image = read_image(path)
             if image is None:
@@ -187,12 +192,16 @@ def _dlib(detector_name: str, config) -> dict:
             boxes = [d.box for d in detector.detect(image)]
             tp = _matches(truth, boxes, 0.3)
             faces, found, false = faces + len(truth), found + tp, false + len(boxes) - tp
+    if not faces:
+        return {"error": f"dlib annotations in {str(folder)!r} mark no face"}
     return {"faces": faces, "found": found, "recall": round(found / faces, 4), "false_positives": false}
 
 
 def run_detector_benchmark(config: Config, names: list[str], out: Path, frames: int = FRAMES) -> int:
     """Measure `names` (see the module docstring), rewriting the outputs in `out` after each row;
-    Ctrl-C, SIGTERM or SIGHUP stops it with what was measured written and printed, exit 130."""
+    Ctrl-C, SIGTERM or SIGHUP stops it with what was measured written and printed, exit 130. The
+    configured guard's detector, backend and model are checked first (the frame budget comes last)."""
+    check_inference(config)
     prepare_out(out)
     load_start = load_average()
     rows: list[Row] = []
@@ -249,11 +258,16 @@ def run_detector_benchmark(config: Config, names: list[str], out: Path, frames: 
                 print(f"benchmark [{i}/{len(steps)}] {name} {width}x{height} {mode} ...", file=sys.stderr, flush=True)
                 row, _ = _run_scene(detector, width, height, mode, frames)
                 rows.append(row)
+                write()
                 if name not in dlib:
                     dlib[name] = _dlib(name, config)
-                write()
+                    write()
             budget = _frame_budget(config, frames)
     except KeyboardInterrupt:
+        if not rows:  # an earlier run's files in `out` stay as they are
+            print(f"benchmark: stopped before any detector was measured; nothing written (the files in {out}, if "
+                  "any, are an earlier run's)", file=sys.stderr)
+            return 130
         print("benchmark: interrupted; what was measured is kept", file=sys.stderr)
     result = write(plots=True)
     print(detector_table(result))

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
+from tracker.errors import InputError
+
 MODELS_DIR = Path(str(files("tracker") / "data" / "models")).resolve()
 
 
@@ -28,6 +30,17 @@ class ModelSpec:
     weights: Path
     probs: str = "prob"
     embedding: str = "fc1"
+
+
+def check_outputs(spec: ModelSpec, netdef) -> None:
+    """InputError naming the config key if `spec.probs` or `spec.embedding` is not a blob of
+    `netdef` (a `tracker.model.netdef.NetDef` of spec's files): every backend would refuse the
+    model when it loads, so the checks before a run refuse it first."""
+    blobs = list(dict.fromkeys([*netdef.inputs, *(top for layer in netdef.layers for top in layer.tops)]))
+    for key, blob in (("model.probs", spec.probs), ("model.embedding", spec.embedding)):
+        if blob not in blobs:
+            raise InputError(f"config: key {key!r}: blob {blob!r} is not in the net {str(spec.prototxt)!r}; expected "
+                             f"one of {', '.join(blobs)}")
 
 
 def default_model() -> ModelSpec:
