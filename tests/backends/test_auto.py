@@ -3,6 +3,7 @@ saying why) a missing, corrupt or foreign profile and then runs the documented d
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -193,3 +194,46 @@ def test_the_guard_reads_the_profile_in_its_configs_state_dir(tmp_path, caplog):
         assert "auto:" not in caplog.text
     finally:
         stages.close()
+
+
+def test_a_stop_reaches_a_sub_backends_worker(tmp_path):
+    """MXNet runs in a worker child: a guard stopping while that child hangs waited out the call's
+    timeout (20 s + 2 s per image), since the stop never got past `auto`."""
+    import os
+    import signal
+    import threading
+
+    from tracker.backends.worker import WorkerFailure
+
+    write_profile(tmp_path / "state", results=[("mxnet-openblas-dl", "fp32", 1, 0.5), ("onnxruntime", "fp32", 1, 1.0)])
+    with create_backend("auto", default_model(), state_dir=str(tmp_path / "state"), cache_dir=str(tmp_path / "cache")) as auto:
+        auto.infer(face_inputs()[:1])
+        child = auto._live["mxnet-openblas-dl"].worker.pid
+        os.kill(child, signal.SIGSTOP)  # hung
+        try:
+            threading.Timer(0.5, auto.interrupt).start()
+            with pytest.raises(WorkerFailure, match="stopped waiting for .* \\(the guard is stopping\\)"):
+                auto.infer(face_inputs()[:1])
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # the failed call killed it
+                os.kill(child, signal.SIGCONT)
+
+
+def test_a_sub_backend_whose_worker_dies_while_loading_gives_way_to_the_next_fastest(tmp_path, caplog, monkeypatch):
+    """An MXNet worker killed while it loads (the OOM killer): `auto` restarted, tried MXNet again,
+    and lost every batch of that size for good."""
+    fake = tmp_path / "mx"
+    (fake / "lib" / "python3.11" / "site-packages" / "mxnet").mkdir(parents=True)
+    (fake / "lib" / "python3.11" / "site-packages" / "mxnet" / "__init__.py").write_text("")
+    (fake / "bin").mkdir()
+    python = fake / "bin" / "python"
+    python.write_text("#!/bin/sh\nkill -9 $$\n")  # dies as the worker's child starts
+    python.chmod(0o755)
+    monkeypatch.setenv("TRACKER_MXNET_PYTHON", str(python))
+    write_profile(tmp_path / "state", results=[("mxnet-openblas-dl", "fp32", 1, 0.5), ("onnxruntime", "fp32", 1, 1.0)])
+    with caplog.at_level(logging.WARNING, logger="tracker.backends.auto"):
+        with create_backend("auto", default_model(), state_dir=str(tmp_path / "state"),
+                            cache_dir=str(tmp_path / "cache")) as auto:
+            assert auto.infer(face_inputs()[:1]).probs.shape == (1, 848)
+            assert list(auto._live) == ["onnxruntime"]
+    assert "cannot create mxnet-openblas-dl for batch 1" in caplog.text and "signal 9" in caplog.text

@@ -220,6 +220,50 @@ def test_a_guard_that_stops_ends_a_call_to_a_hung_worker_at_once():
     backend.close()
 
 
+def test_a_guard_that_stops_does_not_wait_five_seconds_for_a_hung_idle_worker_to_close(monkeypatch):
+    """close() after interrupt() kills a child that does not exit within half a second (a grace
+    of an hour here: the old code waited it out, and the test's timeout failed it)."""
+    import tracker.backends.worker as worker_module
+
+    monkeypatch.setattr(worker_module, "_EXIT_GRACE_S", 3600.0)
+    worker = faulty()
+    worker.infer(batch(1))
+    os.kill(worker.pid, signal.SIGSTOP)  # hung between calls
+    worker.interrupt()
+    closing = threading.Thread(target=worker.close)
+    closing.start()
+    closing.join(60)
+    assert not closing.is_alive()
+    assert_gone(worker.pid)
+
+
+def test_a_worker_the_system_cannot_start_for_now_is_a_failure_to_retry(monkeypatch):
+    """fork's EAGAIN (the unit's TasksMax reached) during a restart was an InputError: exit 2,
+    which systemd does not restart, and a message blaming the interpreter."""
+    import errno
+
+    import tracker.backends.worker as worker_module
+
+    clock = FakeClock()
+    backend = RestartingBackend(lambda: faulty("none"), backoff_initial_s=1, clock=clock)
+    os.kill(backend.backend.pid, signal.SIGKILL)
+    with pytest.raises(InputsLost):
+        backend.infer(batch(1))
+    real = worker_module.ChildProcess
+
+    def no_process(*args, **kwargs):
+        raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(worker_module, "ChildProcess", no_process)
+    clock.now += 1
+    with pytest.raises(InputsLost, match=r"worker cannot be started now \(Resource temporarily unavailable\)"):
+        backend.infer(batch(1))
+    monkeypatch.setattr(worker_module, "ChildProcess", real)
+    clock.now += 2
+    assert backend.infer(batch(1)).probs.shape[0] == 1  # restarted once the system could
+    backend.close()
+
+
 def test_a_stop_reaches_any_backend_that_waits_on_a_worker():
     """MXNet's backend holds its WorkerBackend inside: the stop is forwarded to whatever backend
     has an `interrupt`, and one in this process (none) is left alone."""

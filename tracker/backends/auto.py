@@ -29,7 +29,9 @@ project's own engine, always installed), tf-neon-vfpv4 for int8.
 Sub-backends are created on first use and kept (at most `max_live`, default 3, least recently used
 closed first: each holds a runtime and a model in memory); they get the same precision, threads
 and cache_dir. A sub-backend that cannot be created (its runtime was removed since the profile
-was measured) is skipped with a warning for the next fastest at that batch size, then the default.
+was measured, or its worker died while loading: out of memory) is skipped with a warning for the
+next fastest at that batch size, then the default. `interrupt()` (the guard is stopping) reaches
+every live sub-backend that has one (a worker's: MXNet's), and those created after it.
 """
 
 from __future__ import annotations
@@ -37,12 +39,12 @@ from __future__ import annotations
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from tracker.backends.base import Backend, BackendBase
 from tracker.backends.registry import REGISTRY
-from tracker.errors import BackendUnavailable, InputError, TrackerError
+from tracker.errors import BackendFailure, BackendUnavailable, InputError, TrackerError
 from tracker.model.spec import ModelSpec
 from tracker.types import Inference
 
@@ -162,14 +164,15 @@ def measured_batch(batches, n: int) -> int:
     return min(above) if above else max(batches)
 
 
-def describe_picks(state_dir: Path) -> list[tuple[int, str, str]]:
+def describe_picks(state_dir: Path, runs_here: Callable[[str], bool] = lambda name: True) -> list[tuple[int, str, str]]:
     """What `auto` would run: (batch, backend, precision) for every measured batch size of every
-    precision in the profile (for `tracker --list-backends`). TrackerError saying why when the
-    profile cannot be used (and what `auto` then runs)."""
+    precision in the profile (for `tracker --list-backends`), skipping, as `Auto` does, backends
+    for which `runs_here(name)` is False (the caller knows: it probed them). TrackerError saying
+    why when the profile cannot be used (and what `auto` then runs)."""
     ranking, why = load_profile(Path(state_dir))
     if why:
         raise TrackerError(f"{why}; auto runs {DEFAULTS['fp32']} (fp32) / {DEFAULTS['int8']} (int8)")
-    return [(batch, per_batch[batch][0][1], precision)
+    return [(batch, next((name for _, name in per_batch[batch] if runs_here(name)), DEFAULTS[precision]), precision)
             for precision, per_batch in sorted(ranking.items()) for batch in sorted(per_batch)]
 
 
@@ -199,6 +202,7 @@ class Auto(BackendBase):
         self._live: OrderedDict[str, Backend] = OrderedDict()
         self._choice: dict[int, str] = {}  # batch size -> backend that serves it (bounded by max batch seen)
         self._broken: set[str] = set()
+        self._interrupted = False
 
     def candidates(self, n: int) -> list[str]:
         """Backends for a batch of `n`, best first, ending with the default."""
@@ -227,7 +231,7 @@ class Auto(BackendBase):
             options = {"cache_dir": self._cache_dir} if self._cache_dir is not None else {}
             try:
                 backend = create_backend(name, self.model, precision=self.precision, threads=self.threads, **options)
-            except (BackendUnavailable, InputError) as err:
+            except (BackendUnavailable, InputError, BackendFailure) as err:
                 if name == names[-1]:  # none left to fall back on (the default is last, or ranked above it)
                     raise
                 log.warning("auto: cannot create %s for batch %d (%s); using the next fastest", name, n, err)
@@ -238,9 +242,20 @@ class Auto(BackendBase):
                 _, old = self._live.popitem(last=False)
                 old.close()
             self._live[name] = backend
+            if self._interrupted:  # the stop came while it was being made
+                self.interrupt()
             break
         self._choice[n] = name
         return backend
+
+    def interrupt(self) -> None:
+        """The guard is stopping (may be called from a signal handler): a live sub-backend's call
+        that waits ends at once (see RestartingBackend.interrupt)."""
+        self._interrupted = True
+        for backend in list(self._live.values()):
+            interrupt = getattr(backend, "interrupt", None)
+            if interrupt is not None:
+                interrupt()
 
     def infer(self, x) -> Inference:
         n = x.shape[0] if hasattr(x, "shape") and len(x.shape) else 0

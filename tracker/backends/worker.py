@@ -28,7 +28,9 @@ Failure contract (never a hang):
   result). After a WorkerFailure the worker is dead: every later infer raises WorkerFailure at once.
   `RestartingBackend` below turns that into restarts with back-off.
 - a bad interpreter (missing, not executable, or not a Python able to run the child) is an
-  InputError (exit 2): it is a value the user or the config supplied. A backend whose runtime is
+  InputError (exit 2): it is a value the user or the config supplied. A child the system cannot
+  start for now (no process or memory left: EAGAIN, ENOMEM, EMFILE) is a WorkerFailure, which
+  RestartingBackend retries (exit 2 stopped a guard systemd does not restart for it). A backend whose runtime is
   missing in the child's interpreter is BackendUnavailable (exit 3), as in-process.
 
 Bounds: one call at a time (not thread-safe: the pipeline has one inference thread); batches larger
@@ -42,6 +44,7 @@ the benchmark's cells are; `describe_exit` there puts its end in words.
 
 from __future__ import annotations
 
+import errno
 import json
 import mmap
 import os
@@ -73,6 +76,11 @@ DEFAULT_READY_TIMEOUT_S = 120.0  # importing a runtime and loading a model on a 
 CALL_TIMEOUT_BASE_S = 20.0
 CALL_TIMEOUT_PER_IMAGE_S = 2.0  # far above the slowest backend's per-image time on a Pi 3
 _EXIT_GRACE_S = 5.0  # a closed or dead child gets this long to be reaped before SIGKILL
+_STOPPING_GRACE_S = 0.5  # the same once the guard is stopping (interrupt()): it must stop within a second
+# What spawning the child raises for an interpreter path that cannot be one (the user's value);
+# anything else (EAGAIN, ENOMEM, EMFILE) is the system's state at that moment.
+_BAD_INTERPRETER = {errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.EISDIR, errno.ENOTDIR, errno.ELOOP,
+                    errno.ENAMETOOLONG}
 _BOOTSTRAP = (
     "import sys; sys.path.append(sys.argv[1]); "
     "from tracker.backends.worker_child import main; raise SystemExit(main(sys.argv[2:]))"
@@ -217,6 +225,9 @@ class WorkerBackend:
         except OSError as err:
             for fd in (req_r, req_w, rep_r, rep_w) + ((shm_fd,) if shm_fd >= 0 else ()):
                 os.close(fd)
+            if err.errno not in _BAD_INTERPRETER:
+                cause = f"cannot be started now ({err.strerror or err})"
+                raise WorkerFailure(f"backend {self.name!r} worker {cause}", lost_inputs=0, cause=cause) from None
             raise InputError(f"worker python {self.python!r} cannot be started ({err.strerror or err}); "
                              f"expected a Python >= 3.9 interpreter") from None
         finally:
@@ -469,7 +480,8 @@ class WorkerBackend:
         return self._child.output_text()
 
     def close(self) -> None:
-        """Ask the child to exit (it closes its backend), then reap it; SIGKILL after a grace period."""
+        """Ask the child to exit (it closes its backend), then reap it; SIGKILL after a grace period
+        (short once the guard is stopping: a hung child held the stop for 5 s)."""
         if self._proc is None or self._req < 0:
             return
         if self._dead is None:
@@ -478,7 +490,7 @@ class WorkerBackend:
                 write_frame(self._req, {"op": "close"})
             except OSError:
                 pass
-            self._child.reap(_EXIT_GRACE_S)
+            self._child.reap(_STOPPING_GRACE_S if self._interrupted else _EXIT_GRACE_S)
         self._shutdown()
         self._dead = self._dead or "closed"
 
