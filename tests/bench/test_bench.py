@@ -701,6 +701,17 @@ def test_list_backends_names_every_backend_with_availability_precisions_and_extr
     assert any(line.startswith("auto") for line in stdout.splitlines()[len(lines) + 1 :])
 
 
+def test_list_backends_says_auto_would_pick_only_backends_that_run_here(capsys, config_file, state_dir, test_backends):
+    """auto passes over a backend whose runtime is gone; the listing said it would pick it."""
+    state_dir.mkdir()
+    rows = [{"backend": "test-missing", "precision": "fp32", "batch": 8, "ms_per_image": 0.1},
+            {"backend": "caffe-openblas-dl", "precision": "fp32", "batch": 8, "ms_per_image": 0.5}]
+    (state_dir / "profile.json").write_text(json.dumps({"schema": 1, "machine": machine_key(), "results": rows, "picks": []}))
+    code, stdout, stderr = run_cli(capsys, "--config", config_file, "--list-backends")
+    assert code == 0, stderr
+    assert stdout.splitlines()[-1] == "  batch    8: caffe-openblas-dl (fp32)", stdout
+
+
 # ---- test-only backends (imported by the benchmark's child process) -------------------------
 
 
