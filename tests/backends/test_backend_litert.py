@@ -60,6 +60,25 @@ def test_one_interpreter_per_batch_size_bounded(cache):
             backend.infer(np.zeros((2, 88, 88), np.float32))
 
 
+def test_the_kept_interpreters_are_bounded_in_images_too(cache, monkeypatch):
+    """Three interpreters of about 500 images each (a guard's full batches, mirror-mean doubled)
+    took the process past 1 GB; here the bound is lowered to 4 images to keep the test small."""
+    import tracker.backends.litert as litert
+
+    monkeypatch.setattr(litert, "MAX_KEPT_IMAGES", 4)
+    x = face_inputs()
+    with create_backend(NAME, default_model(), threads=1, cache_dir=cache) as backend:
+        backend.infer(x[:1])
+        backend.infer(x[:2])
+        assert list(backend._interpreters) == [1, 2]
+        backend.infer(x[:3])  # 1 + 2 + 3 > 4: both older ones go
+        assert list(backend._interpreters) == [3]
+        backend.infer(x[:1])
+        assert list(backend._interpreters) == [3, 1]
+        backend.infer(x[:5])  # larger than the bound alone: kept, alone
+        assert list(backend._interpreters) == [5]
+
+
 def test_a_cached_model_runs_without_tensorflow(cache):
     """What the Pi does: TensorFlow only converts; the interpreter alone runs the cached file."""
     with create_backend(NAME, default_model(), cache_dir=cache) as backend:  # warms the cache

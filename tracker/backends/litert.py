@@ -12,8 +12,10 @@ full-integer int8 calibrated on face crops (with float32 outputs, its softmax ru
 the interpreter). It is NHWC, so each batch is transposed at the
 boundary (for 1-channel input that is a free reshape). A LiteRT interpreter has fixed tensor
 shapes, so there is one interpreter per batch size, kept and re-used across calls; at most
-`max_interpreters` (default 3) are kept, least recently used first out, because each holds its
-own activation buffers (~0.4 MB per image for the face CNN) and packed weights. `threads` is the
+`max_interpreters` (default 3) are kept, and together sized for at most MAX_KEPT_IMAGES images,
+least recently used first out, because each holds its own activation buffers (about 0.6 MB per
+image for the face CNN: three interpreters of about 500 images, as the guard's mirror-mean
+embedding makes of full batches, took the process past 1 GB) and packed weights. `threads` is the
 interpreter's and XNNPACK's thread count (default: every core this process may use).
 """
 
@@ -30,6 +32,9 @@ from tracker.model.spec import ModelSpec
 from tracker.types import Inference
 
 DEFAULT_MAX_INTERPRETERS = 3
+# Batch sizes the kept interpreters may add up to: one of the largest a guard makes (256 crops and
+# their mirror images), about 300 MB of activations for the face CNN; the newest is always kept.
+MAX_KEPT_IMAGES = 512
 
 
 class LiteRTXNNPACK(BackendBase):
@@ -83,7 +88,8 @@ class LiteRTXNNPACK(BackendBase):
         if it is not None:
             self._interpreters.move_to_end(batch)
             return it
-        if len(self._interpreters) >= self._max:
+        while self._interpreters and (len(self._interpreters) >= self._max
+                                      or sum(self._interpreters) + batch > MAX_KEPT_IMAGES):
             self._interpreters.popitem(last=False)
         it = self._new(self._content)
         it.resize_tensor_input(self._input, (batch,) + self._shape_nhwc, strict=True)
