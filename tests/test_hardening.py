@@ -410,3 +410,18 @@ def test_a_high_score_no_detection_of_the_detector_can_reach_is_refused(tmp_path
     assert_one_line(*check(capsys, write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\n"
                                                    "tracking: {high_score: 1.0}\n")),
                     "key 'tracking.high_score': 1 with detector yunet, whose scores are at most 1")
+
+
+@pytest.mark.parametrize("stderr_too", [False, True], ids=["stdout", "stdout-and-stderr"])
+def test_a_reader_that_goes_away_is_no_error(tmp_path, stderr_too):
+    """`tracker eval-mot ... | head -1` (and with 2>&1): a traceback and exit 1, or Python's
+    "lost sys.stderr", when the failed write had emptied stdout's buffer. (The tracks are more than
+    a pipe holds, so the reader is gone before the last write.)"""
+    gt = tmp_path / "gt.txt"
+    gt.write_text("".join(f"{f},{i},{100 * i},50,40,40,1\n" for f in range(1, 3001) for i in (1, 2)))
+    proc = subprocess.Popen([*tracker_command(), "eval-mot", str(gt)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT if stderr_too else subprocess.PIPE, env=isolated_env(tmp_path))
+    first = proc.stdout.readline()
+    proc.stdout.close()  # as head does after its line
+    err = b"" if stderr_too else proc.stderr.read()
+    assert proc.wait(timeout=120) == 0 and first.startswith(b"1,1,") and err == b"", err.decode()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import select
 import sys
 import traceback
 from pathlib import Path
@@ -242,6 +243,15 @@ def configure_logging(level: str) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+def _reader_gone(stream) -> bool:
+    """Whether `stream` is a pipe whose reader has closed it: poll reports an error on its end.
+    (Flushing it to find out worked only while something was left in the buffer: a failed write
+    had usually emptied it, and the user saw a traceback for `tracker eval-mot ... | head`.)"""
+    poller = select.poll()
+    poller.register(stream.fileno(), select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
 def main(argv: list[str] | None = None) -> int:
     bound_idle_spin()  # first: OpenBLAS reads it when numpy loads it (nothing above imports numpy)
     bound_image_decoding()  # and OpenCV its own when cv2 loads
@@ -258,9 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        try:
-            sys.stdout.flush()
-        except BrokenPipeError:  # our reader went away (e.g. `| head`): not a failure of ours
+        if _reader_gone(sys.stdout):  # our reader went away (e.g. `| head`): not a failure of ours
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush is silent
             return 0
         traceback.print_exc()  # another pipe (a child's): an unexpected failure
