@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from tracker.backends import create_backend, run_options
 from tracker.backends.base import Backend
 from tracker.backends.mirror import embedder
-from tracker.backends.worker import RestartingBackend, model_input_shape
+from tracker.backends.worker import RestartingBackend, Stop, model_input_shape
 from tracker.batcher import Batcher
 from tracker.config import Config
 from tracker.crops import CROP_SIZE, crop_definition
@@ -185,11 +185,14 @@ def _open_backend(config: Config, benchmark_dir: Path) -> RestartingBackend:
     backend_config = config.backend
     options = run_options(backend_config.name, benchmark_dir)
 
+    stop = Stop()  # the guard's stop reaches a worker a restart is starting, too
+
     def create():
         return create_backend(backend_config.name, model, precision=backend_config.precision,
-                              threads=backend_config.threads, worker=backend_config.worker, **options)
+                              threads=backend_config.threads, worker=backend_config.worker,
+                              worker_options={"stop": stop}, **options)
 
-    return RestartingBackend(create)
+    return RestartingBackend(create, stop=stop)
 
 
 def _open_sinks(config: Config, state_dir: Path) -> list[Sink]:

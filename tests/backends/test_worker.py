@@ -22,7 +22,7 @@ import pytest
 import worker_faults
 
 from tracker.backends import create_backend
-from tracker.backends.worker import InputsLost, RestartingBackend, WorkerBackend, WorkerFailure
+from tracker.backends.worker import InputsLost, RestartingBackend, Stop, WorkerBackend, WorkerFailure
 from tracker.errors import BackendFailure, BackendUnavailable, InputError
 from tracker.model.spec import default_model
 
@@ -261,6 +261,23 @@ def test_a_worker_the_system_cannot_start_for_now_is_a_failure_to_retry(monkeypa
     monkeypatch.setattr(worker_module, "ChildProcess", real)
     clock.now += 2
     assert backend.infer(batch(1)).probs.shape[0] == 1  # restarted once the system could
+    backend.close()
+
+
+def test_a_stop_reaches_a_worker_that_a_restart_is_starting():
+    """The stop came while a restart waited for its new worker's start-up (seconds on a Pi): the
+    guard waited it out, past systemd's stop timeout, which then killed it before its `left`
+    events. The factory hands the restarting backend's `stop` to the workers it makes."""
+    stop = Stop()
+    workers = iter([lambda: faulty("kill", stop=stop),
+                    lambda: WorkerBackend("never-ready", default_model(), target="worker_faults:NeverReady",
+                                          env={"PYTHONPATH": str(TESTS)}, ready_timeout_s=60, stop=stop)])
+    backend = RestartingBackend(lambda: next(workers)(), backoff_initial_s=0, stop=stop)
+    with pytest.raises(InputsLost, match="killed by signal 9"):
+        backend.infer(batch(1))
+    threading.Timer(0.5, backend.interrupt).start()
+    with pytest.raises(InputsLost, match=r"stopped waiting for .* \(the guard is stopping\)"):
+        backend.infer(batch(1))  # the restart
     backend.close()
 
 

@@ -127,6 +127,15 @@ def model_input_shape(model) -> tuple[int, ...]:
     return tuple(next(iter(inputs.values()))[1:])
 
 
+class Stop:
+    """The guard is stopping: a flag raised from a signal handler (a plain attribute: no lock to
+    take there) and read by every wait on a worker that shares it, a worker being started by a
+    restart included (RestartingBackend hands its own to the workers its factory makes)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+
 class WorkerBackend:
     """Backend `name` (or any "module:Class" `target`) running in a child process.
 
@@ -137,6 +146,7 @@ class WorkerBackend:
     env: extra environment for the child; a value of None removes that variable.
     memory_limit_mb: address-space limit (RLIMIT_AS) the child sets on itself before loading.
     max_batch, ready_timeout_s, call_timeout_s, transport ("shm" | "pipe"): see the module docstring.
+    stop: the `Stop` its waits read (default: its own, which `interrupt()` raises).
 
     After start-up: `runtime_versions` (what the child runs, e.g. {"python": "3.11.7", "numpy":
     "1.23.5", "mxnet": "1.9.1"}), `pid`, `load_s`, `input_shape` (N-first, N = -1), `in_flight`
@@ -147,7 +157,7 @@ class WorkerBackend:
                  target: str | None = None, options: dict | None = None, python: str | os.PathLike | None = None,
                  env: dict | None = None, memory_limit_mb: int | None = None, max_batch: int = DEFAULT_MAX_BATCH,
                  ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S, call_timeout_s: float | None = None,
-                 transport: str | None = None, input_shape: tuple[int, ...] | None = None):
+                 transport: str | None = None, input_shape: tuple[int, ...] | None = None, stop: Stop | None = None):
         from tracker.backends.registry import REGISTRY
         from tracker.model.spec import default_model
 
@@ -199,7 +209,7 @@ class WorkerBackend:
         self._req = self._rep = self._shm_fd = -1  # pipe and shared-memory descriptors; -1: closed
         self._views: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # shared memory: inputs, probs, embeddings
         self._dead: str | None = None  # why the worker cannot serve (set on failure and close)
-        self._interrupted = False  # the guard is stopping: a wait without a reply ends the call
+        self._stop = stop or Stop()  # raised: the guard is stopping, a wait without a reply ends the call
         self._start()
 
     @property
@@ -260,7 +270,7 @@ class WorkerBackend:
 
     def interrupt(self) -> None:
         """The caller is stopping: see the module docstring. May be called from a signal handler."""
-        self._interrupted = True
+        self._stop.requested = True
 
     # ------------------------------------------------------------------ calls
 
@@ -401,7 +411,7 @@ class WorkerBackend:
     def _still_waiting(self, what: str, lost: int) -> None:
         """A poll of the child found no reply yet (see the module docstring)."""
         daemon.watchdog()
-        if self._interrupted:
+        if self._stop.requested:
             self._fail(f"stopped waiting for {what} (the guard is stopping)", lost)
 
     def _deadline(self, timeout_s: float) -> float:
@@ -490,7 +500,7 @@ class WorkerBackend:
                 write_frame(self._req, {"op": "close"})
             except OSError:
                 pass
-            self._child.reap(_STOPPING_GRACE_S if self._interrupted else _EXIT_GRACE_S)
+            self._child.reap(_STOPPING_GRACE_S if self._stop.requested else _EXIT_GRACE_S)
         self._shutdown()
         self._dead = self._dead or "closed"
 
@@ -548,7 +558,7 @@ class RestartingBackend:
 
     def __init__(self, factory: Callable[[], Backend], *, name: str | None = None, backoff_initial_s: float = 0.5,
                  backoff_max_s: float = 30.0, backoff_factor: float = 2.0, max_consecutive_failures: int | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, stop: Stop | None = None):
         if not (backoff_initial_s >= 0 and backoff_max_s >= backoff_initial_s and backoff_factor >= 1):
             raise InputError(f"restart back-off: found initial {backoff_initial_s}, max {backoff_max_s}, factor "
                              f"{backoff_factor}; expected 0 <= initial <= max and factor >= 1")
@@ -565,7 +575,7 @@ class RestartingBackend:
         self.lost_inputs = 0
         self.last_cause: str | None = None
         self._next_attempt = 0.0
-        self._interrupted = False  # the guard is stopping: no restart, and a worker's waits end early
+        self.stop = stop or Stop()  # raised: the guard is stopping, no restart, and a worker's waits end early
 
     @property
     def backend(self):
@@ -592,9 +602,9 @@ class RestartingBackend:
         """The guard is stopping (may be called from a signal handler): a worker's call that waits
         ends at once (the backend's `interrupt`: a WorkerBackend, or MXNet's over one; a backend
         in this process has none), and a failed backend is not restarted: its calls raise
-        InputsLost at once. (A worker being started by a restart at that moment is not reached: it
-        waits out its start-up.)"""
-        self._interrupted = True
+        InputsLost at once. A worker being started by a restart at that moment stops waiting for
+        its start-up if the factory handed it `stop` (WorkerBackend's `stop`: the guard does)."""
+        self.stop.requested = True
         interrupt = getattr(self._backend, "interrupt", None)
         if interrupt is not None:
             interrupt()
@@ -604,9 +614,9 @@ class RestartingBackend:
         n = x.shape[0] if isinstance(x, np.ndarray) and x.ndim else 0
         if self._backend is None:
             wait = self._next_attempt - self._clock()
-            if wait > 0 or self._interrupted:
+            if wait > 0 or self.stop.requested:
                 self.lost_inputs += n
-                when = "not restarted: the guard is stopping" if self._interrupted else f"restarting in {wait:.3g} s"
+                when = "not restarted: the guard is stopping" if self.stop.requested else f"restarting in {wait:.3g} s"
                 raise InputsLost(f"backend {self.name!r}: {when}, after: {self.last_cause}; {n} inputs lost",
                                  lost_inputs=n, cause=f"restarting: {self.last_cause}", retry_in_s=max(wait, 0.0))
             try:
