@@ -538,6 +538,19 @@ def test_empty_option_values_are_refused_not_taken_for_options_left_out(capsys, 
     assert code == 2 and "argument --source: bad value ' '; expected a source" in stderr
 
 
+def test_each_column_loads_once_before_its_cells_so_no_cell_counts_the_converters_memory(tmp_path, config_file):
+    """A backend that converts its model when it loads (LiteRT int8 imports TensorFlow for it) left
+    that memory resident in the first cell: 764 MB of peak RSS against 71 MB with the cache warm."""
+    out, loads = tmp_path / "out", tmp_path / "loads"
+    proc = benchmark_process(config_file, out, "CountsLoads", "1,2", TRACKER_TEST_LOADS=str(loads))
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    records = [line.split() for line in loads.read_text().splitlines()]
+    assert [passes for _, passes in records][0] == "0" and all(int(p) > 0 for _, p in records[1:])  # priming: no pass
+    assert len(records) == 3 and len({pid for pid, _ in records}) == 3  # a process each: priming, batch 1, batch 2
+    assert [(r["batch"], r["status"]) for r in json.loads((out / "results.json").read_text())["rows"]] == [(1, "ok"), (2, "ok")]
+
+
 def _children(pid: int) -> list[int]:
     with open(f"/proc/{pid}/task/{pid}/children") as f:
         return [int(child) for child in f.read().split()]
@@ -787,13 +800,33 @@ class CloseRaises(_Linear):
 
 
 class HangsInClose(_Linear):
-    """Its cells run; closing it says so in the file $TRACKER_TEST_CLOSING names, then hangs."""
+    """Its cells run; closing it after passes (in a cell, not in the column's priming load) says so
+    in the file $TRACKER_TEST_CLOSING names, then hangs."""
 
     fail_from_batch = 2**30
 
+    def infer(self, x):
+        self.ran = True
+        return super().infer(x)
+
     def close(self):
-        Path(os.environ["TRACKER_TEST_CLOSING"]).write_text("closing")
-        time.sleep(3600)
+        if getattr(self, "ran", False):
+            Path(os.environ["TRACKER_TEST_CLOSING"]).write_text("closing")
+            time.sleep(3600)
+
+
+class CountsLoads(_Linear):
+    """Appends "<pid> <passes run>" to the file $TRACKER_TEST_LOADS names when it closes."""
+
+    fail_from_batch = 2**30
+
+    def infer(self, x):
+        self.passes = getattr(self, "passes", 0) + 1
+        return super().infer(x)
+
+    def close(self):
+        with open(os.environ["TRACKER_TEST_LOADS"], "a") as f:
+            f.write(f"{os.getpid()} {getattr(self, 'passes', 0)}\n")
 
 
 class MissingRuntime(_Linear):

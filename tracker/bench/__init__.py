@@ -26,7 +26,9 @@ Metrics of a cell (pass times are wall-clock perf_counter_ns around `backend.inf
     peak_fraction  gflops / this machine's sgemm peak (numpy float32 1024^3 matmul on all cores,
                    best of >= 3 repeats, measured before and after the cells; the better counts)
     peak_rss_mb    peak RSS (MiB) of the cell's process from after loading to the last pass (VmHWM
-                   reset after loading; plus its descendants' peaks, e.g. a worker's, summed)
+                   reset after loading; plus its descendants' peaks, e.g. a worker's, summed); each
+                   column's model is converted and cached by a priming load before its cells, so
+                   no cell counts what converting left resident
 
 Outputs in --out (default bench-out/), rewritten atomically after every cell:
     results.json, results.csv, per_image_ms_linear.png, per_image_ms_log.png

@@ -1,5 +1,5 @@
-"""The benchmark's child process: one cell (backend x precision x batch), an int8 quality check,
-a runoff (tracker.bench.runoff) or an availability probe.
+"""The benchmark's child process: one cell (backend x precision x batch), a column's priming load,
+an int8 quality check, a runoff (tracker.bench.runoff) or an availability probe.
 
     python -m tracker.bench.child FD JOB_JSON
 
@@ -17,14 +17,16 @@ process that ran this batch size alone. Results go back as JSON lines on the inh
     {"event": "probe", "backend": name, "available": bool, "reason": str|None, "precisions": [..]}
     {"event": "quality", ...}                        see run_quality
     {"event": "runoff", "ms_per_image": {name: ms}, "calls": {name: int}}   see run_runoff
+    {"event": "primed", "load_s": s}                 see run_prime
 
-A cell job: {"mode": "cell", "backend", "entry" (its registry Entry as a list), "precision", "batch", "passes",
-"warmup_s", "threads", "model": {"prototxt", "weights", "probs", "embedding"}, "input_shape": [C, H, W],
-"seed", "memory_limit_mb", "options"}; a quality job is the same with "mode": "quality" (batch,
-passes, warmup_s and seed unused). A runoff job is the cell job of its first candidate with "mode":
-"runoff", "candidates": [[name, entry, options], ...], "rounds" and "seconds" (passes and warmup_s
-unused); its progress messages count rounds. A probe job: {"mode": "probe", "backends": [[name,
-entry], ...]}. Heavy modules are imported only after the memory limit is in place.
+A cell job: {"mode": "cell", "backend", "entry" (its registry Entry as a list), "precision",
+"batch", "passes", "warmup_s", "threads", "model": {"prototxt", "weights", "probs", "embedding"},
+"input_shape": [C, H, W], "seed", "memory_limit_mb", "options"}; a quality job is the same with
+"mode": "quality" (batch, passes, warmup_s and seed unused), a priming job with "mode": "prime" (the
+same unused). A runoff job is the cell job of its first candidate with "mode": "runoff",
+"candidates": [[name, entry, options], ...], "rounds" and "seconds" (passes and warmup_s unused);
+its progress messages count rounds. A probe job: {"mode": "probe", "backends": [[name, entry],
+...]}. Heavy modules are imported only after the memory limit is in place.
 """
 
 from __future__ import annotations
@@ -171,6 +173,18 @@ def run_cell(job: dict, channel: _Channel, stage: _Stage) -> None:
     backend.close()
 
 
+def run_prime(job: dict, channel: _Channel, stage: _Stage) -> None:
+    """Load the backend once and close it, before its column's cells: a backend that converts its
+    model when it loads (ONNX Runtime, LiteRT, TensorFlow, MXNet) then finds the converted files in
+    the cache in every cell, so a cell's peak RSS is the backend's, not the converter's (LiteRT
+    int8 at batch 1 on a cold cache: 764 MB, TensorFlow imported to convert; warm: 71 MB)."""
+    stage.text = "loading the backend"
+    t0 = time.perf_counter()
+    backend = _create(job, job["precision"])
+    channel.send(event="primed", load_s=time.perf_counter() - t0)
+    backend.close()
+
+
 def run_quality(job: dict, channel: _Channel, stage: _Stage) -> None:
     """What int8 costs: the backend at `precision` against the same backend at fp32 on the fixed
     quality set of face crops (tracker.model.convert.calibration, held out from calibration).
@@ -248,7 +262,7 @@ def main(argv: list[str]) -> int:
         return run_probe(job, channel)
     stage = _Stage()
     try:
-        {"cell": run_cell, "quality": run_quality, "runoff": run_runoff}[job["mode"]](job, channel, stage)
+        {"cell": run_cell, "prime": run_prime, "quality": run_quality, "runoff": run_runoff}[job["mode"]](job, channel, stage)
         return 0
     except BaseException as err:  # noqa: BLE001 - every failure, MemoryError included, is the job's result
         from tracker.errors import BackendUnavailable

@@ -175,8 +175,9 @@ def run_benchmark_command(config, args, first: Callable[[], int] | None = None) 
         "process": "one child process per cell (backend x precision x batch)"
                    + (", each backend behind the worker (a grandchild)" if worker else ""),
         "worker": worker,
-        "rss": "peak RSS of the cell's process from after the backend loaded to the last pass (VmHWM reset after loading), "
-               "plus the peaks of its descendants (a worker); for a failed cell, the child's ru_maxrss at exit",
+        "rss": "peak RSS of the cell's process from after the backend loaded to the last pass (VmHWM reset after loading; "
+               "the model converted and cached by a priming load before the column's cells), plus the peaks of its "
+               "descendants (a worker); for a failed cell, the child's ru_maxrss at exit",
         "profile": str(profile) if profile_ok else None,
     }
     results = Results(machine, base_versions(), settings, columns, unavailable)
@@ -236,7 +237,12 @@ def run_benchmark_command(config, args, first: Callable[[], int] | None = None) 
         }
 
     def measure(column: Column) -> None:
-        """The column's cells, batch sizes ascending, then its quality check."""
+        """The column's priming load (tracker.bench.child.run_prime; a failure there is left to
+        the cells, which meet it and record it each), its cells, batch sizes ascending, then its
+        quality check."""
+        bar.set_description(f"{column.label} loading")
+        if run_job({**cell_job(column, batches[0]), "mode": "prime"}, timeout_s, "primed").get("interrupted"):
+            raise KeyboardInterrupt
         for batch in batches:
             bar.set_description(f"{column.label} batch {batch}")
             start = bar.n
