@@ -351,3 +351,25 @@ def test_a_track_without_an_embedding_ends_at_max_age_even_with_reidentification
         tr.update([det(0, 0)], None, t_s=0.1 * t)
     states = [tr.update([], None, t_s=0.3 + 0.1 * k)[0].state for k in range(3)]
     assert states == [TrackState.LOST, TrackState.LOST, TrackState.ENDED]
+
+
+def test_new_tracks_confirmed_together_are_paired_with_the_lost_ones_by_one_assignment():
+    """Two people hidden, two faces back on one frame. Taken in id order, the first new track took
+    B (similarity 0.80), its best, and left the second, which is B for sure (0.98), a stranger
+    against A (0.20): a wrong `entered`. One assignment gives A to the first (0.60) and B to the
+    second."""
+    tr = Tracker(min_hits=2, max_age=2, reid_threshold=0.55, reid_window_s=5.0)
+    a, b = FACE_A, FACE_B
+    for t in range(3):
+        tr.update([det(0, 0), det(300, 0)], np.concatenate([a, b]), t_s=0.1 * t)
+    for k in range(6):
+        tr.update([], None, t_s=0.1 * (3 + k))
+    first = np.array([[0.6, 0.8, 0, 0, 0, 0, 0, 0]], np.float32)
+    second = np.array([[0.2, 0.98, 0, 0, 0, 0, 0, 0]], np.float32)
+    second /= np.linalg.norm(second)
+    entered = []
+    for k in range(3):
+        views = tr.update([det(100, 200), det(400, 200)], np.concatenate([first, second]), t_s=1.0 + 0.1 * k)
+        entered += [v.track_id for v in views if v.entered]
+    views = by_id(views)
+    assert entered == [] and views[1].detection_index == 0 and views[2].detection_index == 1

@@ -35,7 +35,9 @@ LOST, no longer predicted or matched by position) for up to `reid_window_s` seco
 last seen. When a new track is confirmed and its embedding's cosine similarity with a LOST track's
 (dormant or not) is at least `reid_threshold`, the new track is the old person back: the old track
 takes over the new one's filter and detection and continues under its old id (CONFIRMED again, no
-new confirmation), and the new track ends unannounced. So a face hidden for a moment is one track,
+new confirmation), and the new track ends unannounced. New tracks confirmed on one frame are paired
+with LOST tracks by one assignment of greatest total similarity (taken in id order, the first could
+take the old track that was the second's much better match). So a face hidden for a moment is one track,
 one `entered` and one `left`; the `left` of a track that does not come back is held back until its
 window has passed.
 
@@ -56,6 +58,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.optimize import linear_sum_assignment
 
 from tracker.tracking.assign import associate, box_rows, cosine_distance
 from tracker.tracking.kalman import DEFAULT_NOISE, BoxKalman, KalmanNoise
@@ -400,41 +403,43 @@ class Tracker:
         if not just_confirmed:  # most frames: nothing to confirm
             return {}
         by_id = {t.track_id: t for t in self._tracks}
+        new_tracks = [by_id[i] for i in sorted(just_confirmed)]
+        recognised = self._recognise(new_tracks)
         rejoined: dict[int, int] = {}
-        for new_id in sorted(just_confirmed):
-            new = by_id[new_id]
-            match = self._recognise(new)
-            if match is None:
+        for new in new_tracks:
+            if new.track_id not in recognised:
                 new.state, new.ever_confirmed = TrackState.CONFIRMED, True
                 continue
-            old, embedding = match
+            new_id = new.track_id
+            old = recognised[new_id]
             old.kf, old.observed, old.at_observed, old.seen_s = new.kf, new.observed, new.at_observed, new.seen_s
             old.state, old.dormant, old.misses = TrackState.CONFIRMED, False, 0
             old.hits += new.hits
             old.hit_streak = new.hit_streak
-            old.embedding = embedding
+            old.embedding = _unit(old.embedding + new.embedding)  # the two share it from now on
             new.state = TrackState.ENDED
             assigned[old.track_id] = assigned.pop(new_id)
             just_confirmed.discard(new_id)
             rejoined[old.track_id] = new_id
         return rejoined
 
-    def _recognise(self, new: _Track) -> tuple[_Track, np.ndarray] | None:
-        """The LOST track most similar to `new` by embedding, if at least reid_threshold, and the
-        embedding the two share from now on (the unit mean of both)."""
-        if self.reid_threshold is None or new.embedding is None:
-            return None
-        mine = new.embedding
-        lost = [(t, t.embedding) for t in self._tracks if t.state is TrackState.LOST and t.ever_confirmed
-                and t.embedding is not None and t.embedding.shape == mine.shape]
+    def _recognise(self, new_tracks: list[_Track]) -> dict[int, _Track]:
+        """{new track id: the LOST track it is}: the pairs of one assignment that maximises the
+        total cosine similarity of their embeddings, each at least reid_threshold."""
+        if self.reid_threshold is None:
+            return {}
+        new = [t for t in new_tracks if t.embedding is not None]
+        if not new:
+            return {}
+        shape = new[0].embedding.shape
+        lost = [t for t in self._tracks if t.state is TrackState.LOST and t.ever_confirmed
+                and t.embedding is not None and t.embedding.shape == shape]
         if not lost:
-            return None
-        similarity = 1.0 - cosine_distance(mine[None, :], np.stack([e for _, e in lost]))[0]
-        best = int(np.argmax(similarity))
-        if similarity[best] < self.reid_threshold:
-            return None
-        old, theirs = lost[best]
-        return old, _unit(theirs + mine)
+            return {}
+        similarity = 1.0 - cosine_distance(np.stack([t.embedding for t in new]), np.stack([t.embedding for t in lost]))
+        # below the threshold a pair must not be made, so it must not win the assignment either
+        rows, cols = linear_sum_assignment(np.where(similarity >= self.reid_threshold, similarity, -1.0), maximize=True)
+        return {new[r].track_id: lost[c] for r, c in zip(rows, cols) if similarity[r, c] >= self.reid_threshold}
 
     def _absorb_embedding(self, track: _Track, embeddings: np.ndarray | None, di: int) -> None:
         """Fold detection di's embedding into the track's smoothed unit embedding."""
