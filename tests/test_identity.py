@@ -138,6 +138,19 @@ def test_people_enrolled_from_another_crop_definition_are_never_mixed(tmp_path, 
     assert Gallery.load(tmp_path, "sha-A", threshold=0.5, crop="box-v1").names == ("ann", "old")
 
 
+def test_a_rejoined_tracks_votes_count_for_the_old_track():
+    """A new track recognised as an old one back brought min_hits - 1 faces' votes that were lost."""
+    votes = IdentityVotes(min_faces=3)
+    votes.add(1, "alice")
+    votes.add(7, "alice")
+    votes.add(7, "alice")
+    assert not votes.decided(1)
+    votes.merge(1, 7)
+    assert votes.decided(1) and votes.voted(1) == ("alice", 1.0) and not votes.decided(7)
+    votes.merge(1, 8)  # a track without votes: nothing changes
+    assert votes.voted(1) == ("alice", 1.0)
+
+
 def test_votes_accumulate_over_the_track_life():
     votes = IdentityVotes()
     assert votes.voted(1) == (UNKNOWN, 0.0)

@@ -44,3 +44,18 @@ def test_a_removed_folder_is_made_again_and_a_partial_file_of_a_kill_is_removed(
     (folder / ".ev3.jpg.partial").write_bytes(jpeg[:100])  # a guard killed mid-write
     SnapshotStore(folder)
     assert sorted(p.name for p in folder.iterdir()) == ["ev2.jpg"]
+
+
+def test_a_rejoined_tracks_best_face_is_kept_if_it_is_larger(tmp_path):
+    store = SnapshotStore(tmp_path / "snaps", side=64)
+    store.offer(1, frame(50), Box(10, 10, 40, 40))
+    store.offer(2, frame(200), Box(10, 10, 100, 100))  # the same person, seen larger while a new track
+    store.offer(3, frame(90), Box(10, 10, 20, 20))
+    store.merge(1, 2)
+    store.merge(1, 3)  # smaller: 1 keeps its own
+    path, jpeg = store.save(1, "ev1")
+    image = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
+    assert abs(int(image[:, :, 1].mean()) - 200) < 5
+    assert store.save(2, "ev2") == store.save(3, "ev3") == (None, None)  # nothing left under the new ids
+    store.merge(4, 1)  # into a track without a face yet
+    assert store.save(4, "ev4")[1] == jpeg

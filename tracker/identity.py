@@ -336,3 +336,9 @@ class IdentityVotes:
 
     def forget(self, track_id: int) -> None:
         self._votes.pop(track_id, None)
+
+    def merge(self, into: int, source: int) -> None:
+        """Track `source` was track `into` all along (re-identified by face): its votes count for
+        `into`, and it has none left."""
+        for name, count in self._votes.pop(source, {}).items():
+            self._votes[into][name] += count

@@ -283,6 +283,9 @@ class Guard:
             if view.rejoined is not None:
                 log.info("track %d: its face is back (new track %d joins it; no new entered)", view.track_id,
                          view.rejoined)
+                # the new track's faces before it was recognised are this person's too
+                stages.votes.merge(view.track_id, view.rejoined)
+                stages.snapshots.merge(view.track_id, view.rejoined)
             i = view.detection_index
             if i is None:
                 continue

@@ -93,6 +93,12 @@ class SnapshotStore:
     def forget(self, track_id: int) -> None:
         self._best.pop(track_id, None)
 
+    def merge(self, into: int, source: int) -> None:
+        """Track `source` was track `into` all along: the larger of their best faces is `into`'s."""
+        theirs = self._best.pop(source, None)
+        if theirs is not None and (into not in self._best or self._best[into][0] < theirs[0]):
+            self._best[into] = theirs
+
 
 def _modified(path: Path) -> float:
     """path's modification time, or 0 for one gone or dangling (listed first, removed first)."""
