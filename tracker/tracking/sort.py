@@ -411,35 +411,37 @@ class Tracker:
                 new.state, new.ever_confirmed = TrackState.CONFIRMED, True
                 continue
             new_id = new.track_id
-            old = recognised[new_id]
+            old, embedding = recognised[new_id]
             old.kf, old.observed, old.at_observed, old.seen_s = new.kf, new.observed, new.at_observed, new.seen_s
             old.state, old.dormant, old.misses = TrackState.CONFIRMED, False, 0
             old.hits += new.hits
             old.hit_streak = new.hit_streak
-            old.embedding = _unit(old.embedding + new.embedding)  # the two share it from now on
+            old.embedding = embedding
             new.state = TrackState.ENDED
             assigned[old.track_id] = assigned.pop(new_id)
             just_confirmed.discard(new_id)
             rejoined[old.track_id] = new_id
         return rejoined
 
-    def _recognise(self, new_tracks: list[_Track]) -> dict[int, _Track]:
-        """{new track id: the LOST track it is}: the pairs of one assignment that maximises the
-        total cosine similarity of their embeddings, each at least reid_threshold."""
+    def _recognise(self, new_tracks: list[_Track]) -> dict[int, tuple[_Track, np.ndarray]]:
+        """{new track id: (the LOST track it is, the embedding the two share from now on: the unit
+        mean of both)}: the pairs of one assignment that maximises the total cosine similarity of
+        their embeddings, each at least reid_threshold."""
         if self.reid_threshold is None:
             return {}
-        new = [t for t in new_tracks if t.embedding is not None]
+        new = [(t, t.embedding) for t in new_tracks if t.embedding is not None]
         if not new:
             return {}
-        shape = new[0].embedding.shape
-        lost = [t for t in self._tracks if t.state is TrackState.LOST and t.ever_confirmed
+        shape = new[0][1].shape
+        lost = [(t, t.embedding) for t in self._tracks if t.state is TrackState.LOST and t.ever_confirmed
                 and t.embedding is not None and t.embedding.shape == shape]
         if not lost:
             return {}
-        similarity = 1.0 - cosine_distance(np.stack([t.embedding for t in new]), np.stack([t.embedding for t in lost]))
+        similarity = 1.0 - cosine_distance(np.stack([e for _, e in new]), np.stack([e for _, e in lost]))
         # below the threshold a pair must not be made, so it must not win the assignment either
         rows, cols = linear_sum_assignment(np.where(similarity >= self.reid_threshold, similarity, -1.0), maximize=True)
-        return {new[r].track_id: lost[c] for r, c in zip(rows, cols) if similarity[r, c] >= self.reid_threshold}
+        return {new[r][0].track_id: (lost[c][0], _unit(new[r][1] + lost[c][1]))
+                for r, c in zip(rows, cols) if similarity[r, c] >= self.reid_threshold}
 
     def _absorb_embedding(self, track: _Track, embeddings: np.ndarray | None, di: int) -> None:
         """Fold detection di's embedding into the track's smoothed unit embedding."""
