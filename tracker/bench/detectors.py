@@ -148,7 +148,7 @@ def _run_scene(detector, width: int, height: int, mode: str, frames: int, crops:
             embeddings = None
         if tracker is not None:
             t0 = time.perf_counter_ns()
-            tracker.update(found_now, embeddings if fresh else None)
+            tracker.update(found_now, embeddings if fresh else None, carried=not fresh)  # as the guard does
             stage["track_ms"].append((time.perf_counter_ns() - t0) / 1e6)
         boxes = [d.box for d in found_now]
         whole = [g.box for g in truth if g.visible >= 0.95]
