@@ -102,15 +102,26 @@ def similarity_to_template(landmarks: Sequence[Point]) -> np.ndarray:
     return m
 
 
+def _scale(m: np.ndarray) -> float:
+    """Image pixels -> crop pixels of a similarity transform (2, 3)."""
+    return max(float(np.hypot(m[0, 0], m[1, 0])), 1e-6)
+
+
+def aligned_region_side(landmarks: Sequence[Point]) -> int:
+    """The side (image pixels) of the square `aligned_face` samples for `landmarks`: one that holds
+    the crop at any rotation. The detectors bound it (tracker.detect.windowed)."""
+    return max(2, int(np.ceil(CROP_SIZE * 1.5 / _scale(similarity_to_template(landmarks)))))
+
+
 def aligned_face(image: np.ndarray, landmarks: Sequence[Point]) -> np.ndarray:
     """The aligned 88 x 88 grey uint8 face of `landmarks` (five points in Detection order) in
     `image` (BGR or grey uint8): `similarity_to_template` applied, edges replicated."""
     m = similarity_to_template(landmarks)
-    scale = max(float(np.hypot(m[0, 0], m[1, 0])), 1e-6)  # image pixels -> crop pixels
+    scale = _scale(m)
     # Only the face's neighbourhood is ever sampled: a square that holds the crop at any rotation,
     # centred on the image point that lands on the crop's centre.
     centre = np.linalg.solve(m[:, :2], np.full(2, CROP_SIZE / 2.0) - m[:, 2])
-    side = max(2, int(np.ceil(CROP_SIZE * 1.5 / scale)))
+    side = aligned_region_side(landmarks)
     region, x0, y0 = _square(image, float(centre[0]), float(centre[1]), side, grey=True)
     shrink = 1.0
     if scale < 1.0:  # area-average down to (about) crop scale first: a bilinear warp would alias

@@ -20,7 +20,7 @@ from test_detect import MATCH_IOU, annotations, iou
 
 from tracker.cli import main
 from tracker.config import DetectConfig, parse_config
-from tracker.crops import CROP_MARGIN, CROP_SIZE, aligned_face, crop_batch, similarity_to_template
+from tracker.crops import CROP_MARGIN, CROP_SIZE, aligned_face, aligned_region_side, crop_batch, similarity_to_template
 from tracker.detect import HaarDetector, create_detector, model_files, resolve_detector
 from tracker.detect.blazeface import BlazeFaceDetector, weighted_nms
 from tracker.detect.regions import search_windows
@@ -147,8 +147,13 @@ def test_detections_whose_landmarks_could_not_be_their_faces_are_dropped():
     at_edge = list(good)
     at_edge[4] = 100 - 20  # half the box's side outside it: still kept
     rows = np.array([good, far, same_eyes, at_edge], np.float32)
+    mouth_above_eyes = list(good)
+    mouth_above_eyes[10:14] = (120, 76.57, 120, 76.57)  # inside the box, yet no face's: a transform of no scale
+    rows = np.array([good, far, same_eyes, at_edge, mouth_above_eyes], np.float32)
     kept = _to_detections(rows, 1.0, 1.0, 0.0, 0.0, 320, 240, 0.5)
     assert [d.landmarks[0][0] for d in kept] == [110, 80]
+    points = tuple(zip(mouth_above_eyes[4:14:2], mouth_above_eyes[5:14:2]))
+    assert aligned_region_side(points) > 10**6  # a region 1.6 million pixels a side: terabytes to copy
     image = np.full((240, 320, 3), 128, np.uint8)
     assert all(aligned_face(image, d.landmarks).shape == (CROP_SIZE, CROP_SIZE) for d in kept)
 
@@ -216,6 +221,46 @@ def test_a_frame_is_never_scaled_past_four_detection_widths_along_its_longer_sid
     for height, width in ((1920, 1080), (2000, 100), (12000, 16), (16, 12000)):
         detector.detect(np.zeros((height, width, 3), np.uint8))
     assert shapes == [(569, 320, 3), (1280, 64, 3)]  # the last two: no side of 64 px, nothing to search
+    haar = HaarDetector(640)  # its own grey copy, bounded the same way (a tall strip was 640 x 480,000: 438 MB)
+    assert haar._detect_image(np.zeros((12000, 16, 3), np.uint8)).shape == (2560, 3)
+    assert haar._detect_image(np.zeros((1920, 1080, 3), np.uint8)).shape == (1138, 640)
+    assert haar.detect(np.zeros((12000, 16, 3), np.uint8)) == []
+
+
+def test_boxes_from_a_luma_plane_map_back_from_where_the_cut_really_is():
+    """A Pi camera frame carries a small luma plane; a window's cut from it starts on a whole luma
+    pixel, not at the window's corner: mapped back from the corner, boxes moved by up to 3.5 px."""
+
+    class BrightSquare(WindowedDetector):  # the box of the bright pixels, as a perfect detector would find it
+        def _detect_window(self, bgr):
+            ys, xs = np.nonzero(bgr[:, :, 0] > 127)
+            x0, y0, x1, y1 = xs.min(), ys.min(), xs.max() + 1, ys.max() + 1
+            w, h = x1 - x0, y1 - y0  # landmarks where a face's would be
+            points = [(0.3, 0.4), (0.7, 0.4), (0.5, 0.6), (0.35, 0.8), (0.65, 0.8)]
+            return np.array([[x0, y0, w, h, *[v for px, py in points for v in (x0 + px * w, y0 + py * h)], 0.99]],
+                            np.float32)
+
+    full = np.zeros((1080, 1920, 3), np.uint8)
+    full[480:528, 984:1032] = 255  # 48 px, a whole number of luma pixels (6 x 6 of them)
+    luma = cv2.resize(full[:, :, 0], (320, 180), interpolation=cv2.INTER_AREA)
+    from tracker.sources.base import LumaFrame
+
+    frame = LumaFrame(0, 0, full, None, luma)
+    detector = BrightSquare(320, 0.5)
+    for regions in (None, *([Box(float(x), 440.0, 60.0, 60.0)] for x in range(880, 1000, 7))):
+        (found,) = detector.detect(frame, regions)
+        assert found.box.x == pytest.approx(984, abs=0.5) and found.box.w == pytest.approx(48, abs=0.5), regions
+
+
+def test_a_model_file_is_read_once_and_built_from_its_checked_bytes_whatever_its_name(tmp_path, testdata):
+    """OpenCV took YuNet's format from the file name's extension: the right file named `.bin`
+    was refused (blaming the OpenCV version), and --check-config had passed it."""
+    image = cv2.imread(str(testdata / "faces" / "skimage" / "astronaut.png"))
+    for name, spec in (("yunet", model_files.YUNET), ("blazeface", model_files.BLAZEFACE)):
+        renamed = tmp_path / f"{name}_model.bin"
+        renamed.write_bytes(spec.find().read_bytes())
+        detector = DETECTORS[name](model=renamed)
+        assert detector.model_path == renamed and len(detector.detect(image)) == 1
 
 
 # -- model files and the choice of detector ---------------------------------------------------------

@@ -48,13 +48,13 @@ class BlazeFaceDetector(WindowedDetector):
     def __init__(self, detect_width: int = 320, score_threshold: float = SCORE_THRESHOLD, model: Path | None = None,
                  threads: int = 1) -> None:
         super().__init__(detect_width, score_threshold)
-        self.model_path = BLAZEFACE.locate(model)
+        self.model_path, content = BLAZEFACE.load(model)
         try:
             from ai_edge_litert.interpreter import Interpreter
         except ImportError:
             raise BackendUnavailable(LITERT_MISSING) from None
         try:
-            self._interpreter = Interpreter(str(self.model_path), num_threads=threads)
+            self._interpreter = Interpreter(model_content=content, num_threads=threads)  # the checked bytes
             self._interpreter.allocate_tensors()
         except (ValueError, RuntimeError) as err:
             raise ModelError(f"blazeface detector: LiteRT cannot load {str(self.model_path)!r} ({err})") from None

@@ -15,6 +15,7 @@ refused with one line naming the path, the expected sha256 and where the right f
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from pathlib import Path
 from tracker import shared_data
 from tracker.errors import ModelError
 from tracker.files import file_sha256
+
+MAX_MODEL_BYTES = 16 << 20  # the detectors' files are 0.2 and 1 MB
 
 
 @dataclass(frozen=True)
@@ -47,13 +50,31 @@ class ModelFile:
 
     def locate(self, override: Path | None = None) -> Path:
         """`override` or the first file on the search path, checked; ModelError otherwise."""
+        path = self._path(override)
+        self.check(path)
+        return path
+
+    def load(self, override: Path | None = None) -> tuple[Path, bytes]:
+        """As `locate`, and the file's bytes, read once and checked: a detector built from them
+        runs the very bytes whose sha256 was checked, whatever the file's name (OpenCV guessed
+        YuNet's format from the name's extension and refused a right file named otherwise). At
+        most MAX_MODEL_BYTES are read: a larger file is not the model."""
+        path = self._path(override)
+        try:
+            with open(path, "rb") as f:
+                content = f.read(MAX_MODEL_BYTES + 1)
+        except OSError as err:
+            raise self._unreadable(path, err) from None
+        self._check_digest(path, hashlib.sha256(content).hexdigest())
+        return path, content
+
+    def _path(self, override: Path | None) -> Path:
         path = Path(override) if override is not None else self.find()
         if path is None:
             looked = ", ".join(str(p) for p in self.search_path())
             raise ModelError(f"{self.detector} detector: model {self.filename} not found (looked in {looked}); "
                              f"expected the file with sha256 {self.sha256} from {self.source}, "
                              "or set detect.model to its path")
-        self.check(path)
         return path
 
     def check(self, path: Path) -> None:
@@ -61,9 +82,14 @@ class ModelFile:
         try:
             digest = file_sha256(path)
         except OSError as err:
-            raise ModelError(f"{self.detector} detector: model {str(path)!r}: cannot read "
-                             f"({err.strerror or err}); expected the file with sha256 {self.sha256} "
-                             f"from {self.source}") from None
+            raise self._unreadable(path, err) from None
+        self._check_digest(path, digest)
+
+    def _unreadable(self, path: Path, err: OSError) -> ModelError:
+        return ModelError(f"{self.detector} detector: model {str(path)!r}: cannot read ({err.strerror or err}); "
+                          f"expected the file with sha256 {self.sha256} from {self.source}")
+
+    def _check_digest(self, path: Path, digest: str) -> None:
         if digest != self.sha256:
             raise ModelError(f"{self.detector} detector: model {str(path)!r} has sha256 {digest}; expected "
                              f"{self.sha256} ({self.filename} from {self.source})")

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
+from tracker.crops import aligned_region_side
 from tracker.detect.regions import search_windows
 from tracker.errors import InputError
 from tracker.types import Box, Detection, Frame
@@ -24,6 +25,9 @@ MIN_WINDOW_PX = 64
 # frame (9:16) is far within it, and a strip of an image (16 x 12,000 px from a photo folder) is
 # not scaled up to a window of gigabytes (it then has no side of MIN_WINDOW_PX: no faces).
 MAX_ASPECT = 4
+# The aligned crop's region of a face, in sides of its box: a real detector's landmarks ask for
+# about 2 (at most 5.5 on dlib's photos at any score, YuNet and BlazeFace).
+MAX_REGION_BOXES = 8
 
 
 def frame_planes(image: Frame | np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
@@ -65,8 +69,12 @@ class WindowedDetector:
         found: list[Detection] = []
         sx, sy = src_w / full_w, src_h / full_h  # full-frame pixels -> source pixels
         for x0, y0, x1, y1 in windows:
-            cut = source[int(y0 * sy):max(int(y0 * sy) + 1, round(y1 * sy)),
-                         int(x0 * sx):max(int(x0 * sx) + 1, round(x1 * sx))]
+            # the window in source pixels, whole ones: the cut maps back from where it really is
+            # (from the window's own corner, a luma plane's rounding shifted boxes by up to 3.5 px)
+            cx0, cy0 = int(x0 * sx), int(y0 * sy)
+            cx1, cy1 = max(cx0 + 1, round(x1 * sx)), max(cy0 + 1, round(y1 * sy))
+            cut = source[cy0:cy1, cx0:cx1]
+            x0, y0, x1, y1 = cx0 / sx, cy0 / sy, cx1 / sx, cy1 / sy
             size = (max(1, round((x1 - x0) * k)), max(1, round((y1 - y0) * k)))
             if size != (cut.shape[1], cut.shape[0]):
                 shrink = size[0] < cut.shape[1]
@@ -108,12 +116,15 @@ def _to_detections(rows: np.ndarray, kx: float, ky: float, x0: float, y0: float,
 def _face_landmarks(points: tuple[tuple[float, float], ...], box: Box) -> bool:
     """Whether five landmarks (full-frame pixels) could be those of the face in `box`: all within
     the box grown by half its larger side on every side (a face's lie inside its box:
-    tests/detect/test_detectors.py) and the eyes at least a pixel apart. The aligned crop needs
-    both (tracker.crops.aligned_face): coincident points have no similarity transform, and points
-    far apart ask for a region as large as their spread (3,000 px apart on a 320 x 240 frame: a
-    580 MB copy)."""
+    tests/detect/test_detectors.py), the eyes at least a pixel apart, and the aligned crop's region
+    (tracker.crops.aligned_region_side) at most MAX_REGION_BOXES times the box's larger side. The
+    aligned crop needs all three: coincident points have no similarity transform, points far
+    apart ask for a region as large as their spread (3,000 px apart on a 320 x 240 frame: a 580 MB
+    copy), and points inside the box that no face has (the mouth above the eyes) fit a transform of
+    almost no scale, whose region was 17 PB."""
     slack = max(box.w, box.h) / 2.0
     inside = all(box.x - slack <= x <= box.x + box.w + slack and box.y - slack <= y <= box.y + box.h + slack
                  for x, y in points)
     (rx, ry), (lx, ly) = points[0], points[1]
-    return inside and float(np.hypot(lx - rx, ly - ry)) >= 1.0
+    return (inside and float(np.hypot(lx - rx, ly - ry)) >= 1.0
+            and aligned_region_side(points) <= MAX_REGION_BOXES * max(box.w, box.h))

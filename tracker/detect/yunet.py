@@ -30,10 +30,10 @@ class YuNetDetector(WindowedDetector):
 
     def __init__(self, detect_width: int = 320, score_threshold: float = SCORE_THRESHOLD, model: Path | None = None) -> None:
         super().__init__(detect_width, score_threshold)
-        self.model_path = YUNET.locate(model)
-        try:
-            self._net = cv2.FaceDetectorYN.create(str(self.model_path), "", (320, 240), score_threshold,
-                                                  NMS_THRESHOLD, TOP_K)
+        self.model_path, content = YUNET.load(model)
+        try:  # from the checked bytes, as ONNX: the file's name says nothing
+            self._net = cv2.FaceDetectorYN.create("onnx", np.frombuffer(content, np.uint8), np.empty(0, np.uint8),
+                                                  (320, 240), score_threshold, NMS_THRESHOLD, TOP_K)
         except cv2.error as err:  # the sha256 matched, so this is an OpenCV without YuNet support
             raise ModelError(f"yunet detector: OpenCV {cv2.__version__} cannot load {str(self.model_path)!r} "
                              f"({str(err).strip().splitlines()[-1]}); expected OpenCV >= 4.8") from None
