@@ -58,8 +58,12 @@ def test_default_file_documents_every_key_with_a_comment():
     ({"mqtt": {"prot": "v5"}}, "mqtt.prot", "unknown key"),
     ({"mqtt": {"protocol": "v4"}}, "mqtt.protocol", "'v5' or 'v311'"),
     ({"mqtt": {"prefix": "a/#"}}, "mqtt.prefix", "pattern"),
-    ({"mqtt": {"host": "mqtt://192.168.1.5:1883"}}, "mqtt.host", "expected a host name or an IP address, without a"),
+    ({"mqtt": {"host": "mqtt://192.168.1.5:1883"}}, "mqtt.host", "or an IP address, without a scheme"),
     ({"mqtt": {"host": "192.168.1.5:1883"}}, "mqtt.host", "without a scheme or :port (the port is mqtt.port)"),
+    # a label over 63 characters passed, then killed paho's network thread (idna) for good
+    ({"mqtt": {"host": "a" * 64 + ".lan"}}, "mqtt.host", "expected a host name (labels of at most 63 characters)"),
+    ({"mqtt": {"password_file": ""}}, "mqtt.password_file", "bad value ''; expected a file path"),  # was '.'
+    ({"web": {"password_file": ""}}, "web.password_file", "bad value ''; expected a file path"),
     ({"mqtt": {"discovery_prefix": "home assistant"}}, "mqtt.discovery_prefix", "pattern"),
     ({"mqtt": {"password_file": "/no/such/file"}}, "mqtt.password_file", "expected an existing file"),
     ({"mqtt": {"tls": {"ca": "/no/such/ca.pem"}}}, "mqtt.tls.ca", "expected an existing file"),

@@ -23,8 +23,10 @@ from tmpfs import tmpfs
 from tracker.cli import main
 from tracker.detect.blazeface import BlazeFaceDetector
 from tracker.errors import BackendUnavailable
+from tracker.model.spec import MODELS_DIR
 
 REPO = Path(__file__).resolve().parents[1]
+DEFAULT_WEIGHTS = MODELS_DIR / "face_cnn.caffemodel"
 
 
 def check(capsys, config: Path, *args: str) -> tuple[int, str]:
@@ -106,6 +108,13 @@ def test_a_bad_value_inside_an_alias_expansion_is_shown_short(tmp_path, capsys):
     ("latency:\n  path: \"/tmp/a\\0b\"\n", "key 'latency.path': bad value '/tmp/a\\x00b'; expected a path without a NUL"),
     ("latency:\n  path: /tmp/" + "a" * 300 + "\n", "each name in it at most 255 bytes"),
     ("latency:\n  path: ~nosuchuser8f3/l.jsonl\n", "key 'latency.path': bad value '~nosuchuser8f3/l.jsonl'; expected ~ or ~user"),
+    # YAML 1.1 reads `on` as true: the key was named 'mqtt.tls.1' with the value True
+    ("mqtt:\n  tls:\n    on: true\n", "section 'mqtt.tls': key True is not a name (YAML reads on, off, yes and no as "
+     "booleans, and digits as numbers); expected a key name, quoted if it is one of those"),
+    # the guard's own files: a rotation would free its lock, or rename its weights away
+    ("sinks:\n  jsonl: {tmp}/state/guard.lock\n", "key 'sinks.jsonl': '{tmp}/state/guard.lock' is also the guard's lock"),
+    ("latency:\n  path: " + str(DEFAULT_WEIGHTS) + "\n", "key 'latency.path': '" + str(DEFAULT_WEIGHTS)
+     + "' is also key 'model.weights'; expected a file of its own"),
 ])
 def test_check_config_refuses_what_the_run_would(tmp_path, capsys, yaml_text, fragment):
     path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\n" + yaml_text.replace("{tmp}", str(tmp_path)))

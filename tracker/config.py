@@ -50,9 +50,6 @@ def _expanded(path: Path) -> Path:
         raise ValueError(f"bad value {_short(str(path))}; expected ~ or ~user of a user with a home directory") from None
 
 
-ExistingFile = Annotated[Path, AfterValidator(_expanded), AfterValidator(_existing_file)]
-
-
 def _not_empty(value: object) -> object:
     """An empty string would become Path('.'), the working directory: refuse it, and a path no
     system call takes (a NUL in it, longer than Linux's PATH_MAX, a name longer than NAME_MAX)."""
@@ -66,6 +63,7 @@ def _not_empty(value: object) -> object:
 
 
 FilePath = Annotated[Path, BeforeValidator(_not_empty), AfterValidator(_expanded)]
+ExistingFile = Annotated[Path, BeforeValidator(_not_empty), AfterValidator(_expanded), AfterValidator(_existing_file)]
 
 
 class Section(BaseModel):
@@ -210,9 +208,14 @@ def _broker_host(value: str) -> str:
     try:
         ipaddress.ip_address(value)
     except ValueError:
-        if not _HOST_NAME.fullmatch(value):
-            raise ValueError(f"bad value {_short(value)}; expected a host name or an IP address, without a scheme or "
-                             ":port (the port is mqtt.port)") from None
+        try:
+            value.encode("idna")  # what the socket layer does first: a label over 63 characters killed paho's thread
+            named = bool(_HOST_NAME.fullmatch(value))
+        except UnicodeError:
+            named = False
+        if not named:
+            raise ValueError(f"bad value {_short(value)}; expected a host name (labels of at most 63 characters) or an "
+                             "IP address, without a scheme or :port (the port is mqtt.port)") from None
     return value
 
 
@@ -339,6 +342,10 @@ def _describe(error) -> str:
         return f"config: key {path!r}: bad value {_short(error['input'])}; expected a mapping of keys (a YAML section)"
     if kind == "path_type":  # pydantic's own words name a Python class
         return f"config: key {path!r}: bad value {_short(error['input'])}; expected a file path (a string)"
+    if kind == "invalid_key":  # YAML 1.1 reads on/off/yes/no as booleans, digits as numbers
+        section = ".".join(str(p) for p in error["loc"][:-1]) or "(top level)"
+        return (f"config: section {section!r}: key {_short(error['input'])} is not a name (YAML reads on, off, yes and "
+                "no as booleans, and digits as numbers); expected a key name, quoted if it is one of those")
     message = error["msg"]  # pydantic's "Input should be a valid integer": "a valid integer"
     for prefix, instead in (("Input should be ", ""), ("String should match ", "a string matching ")):
         if message.startswith(prefix):

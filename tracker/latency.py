@@ -5,7 +5,8 @@ milliseconds of the monotonic clock:
     capture_ms  frame waiting between capture (Frame.t_ns) and the start of its processing (in the
                 capture queue, then behind a batch of earlier frames that fell due)
     motion_ms, detect_ms, infer_ms, track_ms, publish_ms   each stage's own time; infer_ms is the
-                time of the backend call that carried the frame's crops (shared by its batch)
+                time the backend took for the batch that carried the frame's crops (shared by the
+                batch's frames; a batch of more than batcher.max_batch crops is several calls)
     total_ms    from capture to the end of publishing the frame's results
 `dropped` is the running count of frames dropped by the capture queue, plus the frames whose crops
 a failed backend call lost (those are tracked, without identities).
@@ -32,7 +33,7 @@ class FrameLatency:
     seq: int
     t_ns: int
     backend: str
-    batch: int  # crops in the backend call that carried this frame (0: no faces)
+    batch: int  # crops in the batch that carried this frame's (0: no faces); run in calls of at most batcher.max_batch
     faces: int
     capture_ms: float
     motion_ms: float

@@ -31,6 +31,8 @@ from tracker.files import generations, nearest_existing, probe_writable
 
 log = logging.getLogger(__name__)
 
+GUARD_LOCK = "guard.lock"  # in the state_dir: see lock_state_dir
+
 
 def _can_create_in(folder: Path) -> str | None:
     """None if a file can be created in `folder` (files.probe_writable), else why not."""
@@ -129,7 +131,11 @@ def check_runnable(config) -> str:
         files["mqtt.outbox.path"] = (config.mqtt.outbox.path or state_dir / "outbox.sqlite3", 0)
     for key, (path, _) in files.items():
         check_file(key, path)
-    _check_distinct(files)
+    # files the guard reads or holds, which no log may be: a rotation would free the lock, or
+    # rename the weights away
+    kept = {state_dir / GUARD_LOCK: "the guard's lock", config.model.weights: "key 'model.weights'",
+            config.model.prototxt: "key 'model.prototxt'"}
+    _check_distinct(files, kept)
     if config.mqtt.enabled:
         from tracker.sinks.mqtt import read_password, tls_context
 
@@ -142,26 +148,35 @@ def check_runnable(config) -> str:
     return detector
 
 
-def _check_distinct(files: dict[str, tuple[Path, int]]) -> None:
+def _check_distinct(files: dict[str, tuple[Path, int]], kept: dict[Path, str]) -> None:
     """No two of the guard's files, the logs' rotated ones included ({key: (path, backups)}), are
-    one file (by its inode when it exists, a hard link too, else by its resolved path): a log's
-    rotation would delete or rename the other's lines. Character devices (/dev/null, /dev/full) may
-    be shared: nothing rotates them."""
-    seen: dict[object, str] = {}
+    one file, nor one of the files in `kept` ({path: what it is}), by its inode when it exists (a
+    hard link too), else by its resolved path: a log's rotation would delete or rename the other's
+    lines. Character devices (/dev/null, /dev/full) may be shared: nothing rotates them."""
+    seen: dict[object, str] = {_identity(path, _stat(path)): what for path, what in kept.items()}
     for key, (first, backups) in files.items():
         for n, path in enumerate(generations(first, backups)):
-            try:
-                found = os.stat(path)
-            except OSError:  # not there yet (check_file made sure the first can be created)
-                found = None
+            found = _stat(path)
             if found is not None and stat.S_ISCHR(found.st_mode):
                 break  # a device never grows, so it never rotates
-            identity = (found.st_dev, found.st_ino) if found is not None else Path(os.path.abspath(path)).resolve()
+            identity = _identity(path, found)
             if identity in seen:
                 which = "" if n == 0 else f"its rotated file {n} "
                 raise InputError(f"config: key {key!r}: {which}{str(path)!r} is also {seen[identity]}; expected a "
                                  "file of its own (a log's rotation would remove or rename the other's lines)")
             seen[identity] = repr(key) if n == 0 else f"the rotated file {n} of {key!r}"
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:  # not there yet (check_file made sure the logs can be created)
+        return None
+
+
+def _identity(path: Path, found: os.stat_result | None) -> object:
+    """A file's (device, inode) (`found`: its stat), or its resolved path while it does not exist."""
+    return (found.st_dev, found.st_ino) if found is not None else Path(os.path.abspath(path)).resolve()
 
 
 def check_source(config, spec: str | None) -> None:
@@ -211,7 +226,7 @@ def lock_state_dir(path: Path) -> int:
     snapshots over the other's. Returns the lock's descriptor (closing it releases the lock; the
     kernel releases it when the process dies, so a crash leaves nothing to clean up). InputError
     naming the other guard's pid if one holds it."""
-    lock_path = path / "guard.lock"
+    lock_path = path / GUARD_LOCK
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as err:

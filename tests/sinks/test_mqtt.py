@@ -155,6 +155,21 @@ def test_home_assistant_discovery(broker, sinks, tmp_path):
     sub.close()
 
 
+def test_home_assistants_restart_is_heard_with_another_discovery_prefix(broker, sinks, tmp_path):
+    """Home Assistant announces itself on homeassistant/status whatever its discovery prefix (its
+    birth message is a setting of its own): with `discovery_prefix: ha` the guard listened on
+    ha/status only, and a restarted Home Assistant waited for the next state message."""
+    topic = "ha/device/tracker_shed/config"
+    sub = Subscriber(broker, ["ha/device/#"])
+    open_sink(sinks, broker, tmp_path, "shed", discovery_prefix="ha")
+    sub.wait_for(lambda m: any(t == topic for t, _, _ in m))
+    for status in ("homeassistant/status", "ha/status"):
+        before = len(sub.payloads(topic))
+        sub.client.publish(status, "online", qos=1)
+        sub.wait_for(lambda m, before=before: len([1 for t, _, _ in m if t == topic]) > before)
+    sub.close()
+
+
 def test_turning_discovery_off_removes_the_device_from_home_assistant(broker, sinks, tmp_path):
     """The retained discovery document of an earlier run stayed on the broker for good: Home
     Assistant kept the device's entities, unavailable, after discovery was turned off."""

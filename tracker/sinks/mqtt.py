@@ -80,6 +80,9 @@ _FLAPS = 3
 # retained message on that topic was read whole into memory at every start.
 CLIENT_MAX_PACKET = 4096
 _STATUS_MAX = 16  # payload bytes of <discovery_prefix>/status worth reading ("online", "offline")
+# Home Assistant's own status topic (its birth message) stays this whatever its discovery prefix is
+# set to (its MQTT options keep the two apart): listened to beside <discovery_prefix>/status
+HA_BIRTH_TOPIC = "homeassistant/status"
 # Reasons in a broker's DISCONNECT that say what went wrong: no guessing needed then.
 _GENERIC_REASONS = {"Unspecified error", "Normal disconnection", "Success", "Implementation specific error"}
 
@@ -182,6 +185,7 @@ class MqttSink:
         self.device = device
         base = f"{config.prefix}/{device.id}"
         self.topics = {name: f"{base}/{name}" for name in ("availability", "events", "state", "snapshot")}
+        self._status_topics = tuple(dict.fromkeys([f"{config.discovery_prefix}/status", HA_BIRTH_TOPIC]))
         self.client_id = f"{config.prefix.replace('/', '-')}-{device.id}"
         self._where = f"{config.host}:{config.port}"
         self._v5 = config.protocol == "v5"
@@ -389,7 +393,7 @@ class MqttSink:
         # "online" takes its place in the window before the publisher may fill it with events
         self._publish_control(self.topics["availability"], b"online")
         if self.config.discovery:
-            client.subscribe(f"{self.config.discovery_prefix}/status", qos=1)
+            client.subscribe([(topic, 1) for topic in self._status_topics])
         with self._wake:
             self._poke()
         self._connected_at = time.monotonic()
@@ -506,7 +510,7 @@ class MqttSink:
                 log.warning("mqtt: ignored a %d-byte message on %s (expected 'online' or 'offline'); further "
                             "ones are counted in state", len(message.payload), message.topic)
             return
-        if message.topic == f"{self.config.discovery_prefix}/status" and message.payload == b"online":
+        if message.topic in self._status_topics and message.payload == b"online":
             with self._wake:  # Home Assistant restarted: it needs discovery and the current state again
                 self._discovery_due = self._state_due = True
                 self._snapshot_due = self._snapshot is not None
