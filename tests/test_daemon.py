@@ -117,6 +117,7 @@ def test_unit_declares_notify_watchdog_restart_policy_and_sandbox():
     s = unit_settings()
     assert s["Type"] == ["notify"] and s["NotifyAccess"] == ["main"] and int(s["WatchdogSec"][0]) > 0
     assert s["Restart"] == ["on-failure"] and s["RestartPreventExitStatus"] == ["2 3"]  # no loop on a config error or missing runtime
+    assert s["KillMode"] == ["mixed"]  # SIGTERM to the guard alone: it closes its worker after the last batch
     assert s["User"] == ["tracker"] and s["SupplementaryGroups"] == ["video"] and s["StateDirectory"] == ["tracker"]
     for key in ("NoNewPrivileges", "ProtectHome", "PrivateTmp"):
         assert s[key] == ["yes"], key
@@ -165,7 +166,8 @@ def test_install_script_dry_run_lists_every_step():
     assert result.returncode == 0, result.stderr
     out = result.stdout
     for step in ("apt-get install", "python3-picamera2", "useradd --system", "--groups video tracker",
-                 "venv --system-site-packages /opt/tracker/venv", "pip install --quiet -e /opt/tracker/src[mqtt,litert,bench,camera]",
+                 "chmod -R u=rwX,go=rX /opt/tracker/src.new", "venv --clear --system-site-packages /opt/tracker/venv",
+                 "pip install --quiet -e /opt/tracker/src[mqtt,litert,bench,camera]",
                  "--check-config --config /etc/tracker/tracker.yaml", "/etc/systemd/system/tracker.service",
                  "systemctl enable tracker.service", "rm -f /etc/systemd/system/tracker.service.d/shared-data.conf"):
         assert step in out, step

@@ -1,0 +1,49 @@
+"""The set-up scripts as a user meets them: called from another folder with relative arguments,
+and on a machine without the Python that MXNet needs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from test_pipeline_e2e import isolated_env
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_run_demo_takes_a_relative_config_from_where_it_is_called(tmp_path):
+    """It ran from the checkout: `--config my.yaml` named a file there, not the caller's."""
+    (tmp_path / "my.yaml").write_text(f"state_dir: {tmp_path / 'mine'}\nsinks: {{console: false}}\n")
+    proc = subprocess.run([str(REPO / "scripts" / "run-demo"), "--frames", "3", "--config", "my.yaml"],
+                          cwd=tmp_path, env=isolated_env(tmp_path), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = (tmp_path / "mine" / "demo" / "latency.jsonl").read_text().splitlines()
+    assert [json.loads(row)["seq"] for row in rows] == [0, 1, 2]
+
+
+def test_scripts_test_takes_a_relative_test_path_from_where_it_is_called(tmp_path):
+    """It ran pytest from the checkout, where `mine/test_arguments.py` named nothing."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "test_arguments.py").symlink_to(REPO / "tests" / "test_arguments.py")
+    proc = subprocess.run([str(REPO / "scripts" / "test"), "--collect-only", "-q", "mine/test_arguments.py::test_value_types"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "tests/test_arguments.py::test_value_types" in proc.stdout
+
+
+def test_setup_mxnet_without_python_3_11_says_so_and_lets_the_setup_go_on(tmp_path):
+    """It exited 2, so scripts/setup, and with it run-demo and scripts/test, stopped on Debian 13
+    (Python 3.13), though the demo needs no MXNet."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("dirname", "uname"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    (bin_dir / "python3").write_text("#!/bin/sh\nexit 1\n")  # a Python that is not 3.11
+    (bin_dir / "python3").chmod(0o755)
+    env = {"PATH": str(bin_dir), "HOME": str(tmp_path)}
+    proc = subprocess.run(["/bin/bash", str(REPO / "scripts" / "setup-mxnet")], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "setup-mxnet: skipped: no Python 3.11 found" in proc.stderr and "mxnet-*" in proc.stderr
