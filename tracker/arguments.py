@@ -79,4 +79,3 @@ def words(what: str):
         return text
 
     return parse
-

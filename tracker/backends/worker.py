@@ -30,8 +30,9 @@ Failure contract (never a hang):
 - a bad interpreter (missing, not executable, or not a Python able to run the child) is an
   InputError (exit 2): it is a value the user or the config supplied. A child the system cannot
   start for now (no process or memory left: EAGAIN, ENOMEM, EMFILE) is a WorkerFailure, which
-  RestartingBackend retries (exit 2 stopped a guard systemd does not restart for it). A backend whose runtime is
-  missing in the child's interpreter is BackendUnavailable (exit 3), as in-process.
+  RestartingBackend retries (exit 2 stopped a guard systemd does not restart for it). A backend
+  whose runtime is missing in the child's interpreter is BackendUnavailable (exit 3), as in
+  process.
 
 Bounds: one call at a time (not thread-safe: the pipeline has one inference thread); batches larger
 than `max_batch` (default 256, the largest batch the config and the benchmark allow) are split into
