@@ -434,3 +434,23 @@ def test_a_reader_that_goes_away_is_no_error(tmp_path, stderr_too):
     proc.stdout.close()  # as head does after its line
     err = b"" if stderr_too else proc.stderr.read()
     assert proc.wait(timeout=120) == 0 and first.startswith(b"1,1,") and err == b"", err.decode()
+
+
+@pytest.mark.parametrize("net, fragment", [
+    ('input: "data" input_shape { dim: 1 dim: 1 dim: 88 dim: 88 } '
+     'layer { name: "p" type: "Pooling" bottom: "data" top: "p" pooling_param { pool: STOCHASTIC kernel_size: 2 } }',
+     "layer 'p' (Pooling): pool STOCHASTIC is not supported (only MAX and AVE)"),
+    ('input: "data" input_shape { dim: 1 dim: 1 dim: 96 dim: 96 } layer { name: "p" type: "ReLU" bottom: "data" top: "p" }',
+     "input (C, H, W) (1, 96, 96); the guard's face crops are (1, 88, 88) grey"),
+    ('input: "data" input_shape { dim: 1 dim: 1 dim: 88 dim: 88 } input: "more" input_shape { dim: 1 dim: 1 dim: 88 dim: 88 } '
+     'layer { name: "p" type: "Eltwise" bottom: "data" bottom: "more" top: "p" }',
+     "the engine runs nets with exactly one input; found 2 (data, more)"),
+])
+def test_check_config_refuses_a_net_the_guard_refuses_when_it_loads(tmp_path, capsys, net, fragment):
+    """--check-config read the files and their shapes but built nothing: these passed, and the
+    guard then stopped with exit 2 at start-up."""
+    prototxt = tmp_path / "net.prototxt"
+    prototxt.write_text(net)
+    path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\nmodel:\n  prototxt: {str(prototxt)!r}\n"
+                           f"  weights: {str(DEFAULT_WEIGHTS)!r}\n  probs: p\n  embedding: p\nidentity:\n  threshold: 0.5\n")
+    assert_one_line(*check(capsys, path), fragment)

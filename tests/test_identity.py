@@ -208,6 +208,14 @@ def test_the_threshold_comes_from_the_config_else_the_weights_card_else_the_untr
     card_path(weights).write_text("{not json")
     with pytest.raises(InputError, match=r"model card .*w.caffemodel.json.*unreadable"):
         identity_threshold(config)
+    card_path(weights).write_text("[" * 200_000 + "]" * 200_000)  # past Python's recursion: a traceback
+    with pytest.raises(InputError, match=r"model card .*unreadable \(RecursionError"):
+        identity_threshold(config)
+    sha = file_sha256(weights)
+    for card, what in (({"identity_threshold": True}, "identity_threshold True"), ({"schema": True}, "schema True")):
+        write_card(weights, {"weights_sha256": sha, **card})  # true is 1 to Python: nobody would ever match
+        with pytest.raises(InputError, match=rf"model card .*: {what}; expected"):
+            identity_threshold(config)
 
 
 def test_the_thresholds_are_those_of_the_embedding_in_use_and_a_missing_one_is_one_line(tmp_path):

@@ -25,9 +25,13 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tracker.errors import InputError
+from tracker.errors import InputError, ModelError
 from tracker.files import generations, nearest_existing, probe_writable
+
+if TYPE_CHECKING:
+    from tracker.model.spec import ModelSpec
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +97,7 @@ def check_inference(config) -> str:
     from tracker.detect import check_detector
     from tracker.identity import weights_card
     from tracker.model.caffe_io import load_net
+    from tracker.model.engine import check_net
     from tracker.model.spec import check_outputs
 
     name = config.backend.name
@@ -106,7 +111,10 @@ def check_inference(config) -> str:
     # guard runs behind a worker, whose runtime this process must not load (its child checks it)
     if getattr(cls, "runs_in_worker", False) or not config.backend.worker:
         cls.check_runtime()
-    check_outputs(config.model.spec(), load_net(config.model.prototxt, config.model.weights))
+    netdef = load_net(config.model.prototxt, config.model.weights)
+    check_outputs(config.model.spec(), netdef)
+    check_net(netdef)  # what the engine refuses when it loads (several inputs, STOCHASTIC pooling)
+    guard_model(config)
     weights_card(config)  # a malformed card, or one of other weights, is refused now, as at start-up
     detector = check_detector(config.detect)
     high = config.tracking.high_score
@@ -114,6 +122,20 @@ def check_inference(config) -> str:
         raise InputError(f"config: key 'tracking.high_score': {high:g} with detector {detector}, whose scores are at "
                          "most 1: no detection would start a track; expected a value below 1, or null")
     return detector
+
+
+def guard_model(config) -> ModelSpec:
+    """The configured model, checked to take the guard's crops: (1, CROP_SIZE, CROP_SIZE), the
+    one input shape `tracker.crops` makes (the prototxt is the authority on what the net takes)."""
+    from tracker.backends.worker import model_input_shape
+    from tracker.crops import CROP_SIZE
+
+    model = config.model.spec()
+    shape = model_input_shape(model)
+    if shape != (1, CROP_SIZE, CROP_SIZE):
+        raise ModelError(f"model.prototxt {str(model.prototxt)!r}: input (C, H, W) {shape}; the guard's face crops "
+                         f"are (1, {CROP_SIZE}, {CROP_SIZE}) grey")
+    return model
 
 
 def check_runnable(config) -> str:

@@ -22,20 +22,18 @@ from typing import TYPE_CHECKING
 from tracker.backends import create_backend, run_options
 from tracker.backends.base import Backend
 from tracker.backends.mirror import embedder
-from tracker.backends.worker import RestartingBackend, Stop, model_input_shape
+from tracker.backends.worker import RestartingBackend, Stop
 from tracker.batcher import Batcher
 from tracker.config import Config
-from tracker.crops import CROP_SIZE, crop_definition
+from tracker.crops import crop_definition
 from tracker.detect import FaceDetector, create_detector
 from tracker.enroll import enroll, refresh
-from tracker.errors import ModelError
 from tracker.events import EventMaker
 from tracker.identity import Gallery, IdentityVotes, chosen_embedding, embeddings_key, identity_threshold, weights_card
 from tracker.latency import LatencyLog
 from tracker.model.card import thresholds
-from tracker.model.spec import ModelSpec
 from tracker.motion import MotionGate
-from tracker.preflight import lock_state_dir, prepare_state_dir
+from tracker.preflight import guard_model, lock_state_dir, prepare_state_dir
 from tracker.sinks import Sink
 from tracker.sinks.console import ConsoleSink
 from tracker.sinks.jsonl import JsonlSink
@@ -167,21 +165,10 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
     return stages
 
 
-def _model(config: Config) -> ModelSpec:
-    """The configured model, checked to take the guard's crops: (1, CROP_SIZE, CROP_SIZE), the
-    one input shape `tracker.crops` makes (the prototxt is the authority on what the net takes)."""
-    model = config.model.spec()
-    shape = model_input_shape(model)
-    if shape != (1, CROP_SIZE, CROP_SIZE):
-        raise ModelError(f"model.prototxt {str(model.prototxt)!r}: input (C, H, W) {shape}; the guard's face crops "
-                         f"are (1, {CROP_SIZE}, {CROP_SIZE}) grey")
-    return model
-
-
 def _open_backend(config: Config, benchmark_dir: Path) -> RestartingBackend:
     """The configured backend, restarted with back-off whenever it fails (a worker that died);
     `auto` reads the profile the benchmark wrote in `benchmark_dir`."""
-    model = _model(config)
+    model = guard_model(config)
     backend_config = config.backend
     options = run_options(backend_config.name, benchmark_dir)
 

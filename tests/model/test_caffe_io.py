@@ -475,6 +475,21 @@ def test_blob_count_and_size_mismatch(lenet, tmp_path):
     with pytest.raises(ModelError, match=r"short\.caffemodel: layer 'ip2' blob 1 has 3 values "
                                          r"but its shape \(10,\) needs 10"):
         load_net(prototxt, short)
+    # Sizes a numpy product got wrong: two negatives make a positive count, 2**32 x 2**32 wraps to
+    # 0 in int64 (a ValueError traceback from reshape, both)
+    for dims, values, message in (([-10, -500], 5000, r"blob 0 has shape \(-10, -500\); expected sizes >= 0"),
+                                  ([2**32, 2**32], 0, r"blob 0 has 0 values but its shape \(4294967296, 4294967296\) "
+                                                      r"needs 18446744073709551616")):
+        raw = read_caffemodel(weights)
+        blob = next(layer for layer in raw.layer if layer.name == "ip2").blobs[0]
+        del blob.shape.dim[:]
+        blob.shape.dim.extend(dims)
+        del blob.data[values:]
+        blob.data.extend([0.0] * (values - len(blob.data)))
+        odd = tmp_path / "odd.caffemodel"
+        odd.write_bytes(raw.SerializeToString())
+        with pytest.raises(ModelError, match=rf"odd\.caffemodel: layer 'ip2' {message}"):
+            load_net(prototxt, odd)
 
 
 def test_layer_without_weights(lenet, tmp_path):
@@ -523,6 +538,15 @@ def test_structural_errors(tmp_path):
                   'type: "Convolution" bottom: "x" top: "c" convolution_param { num_output: 4 '
                   'kernel_size: 3 group: 2 } }',
                   r"layer 'c' \(Convolution\): group 2 must divide both the 3 input channels"),
+        # Caffe refuses a blob of two sources; the later layer's output replaced the other in silence
+        "twice": ('input: "x" input_shape { dim: 1 dim: 2 } '
+                  'layer { name: "a" type: "ReLU" bottom: "x" top: "y" } '
+                  'layer { name: "b" type: "Sigmoid" bottom: "x" top: "y" }',
+                  r"layer 'b' writes blob 'y', which an input or an earlier layer already produces"),
+        "input": ('input: "x" input_shape { dim: 1 dim: 2 } '
+                  'layer { name: "a" type: "ReLU" bottom: "x" top: "y" } '
+                  'layer { name: "b" type: "Sigmoid" bottom: "y" top: "x" }',
+                  r"layer 'b' writes blob 'x', which an input"),
     }
     for name, (text, message) in cases.items():
         path = tmp_path / f"{name}.prototxt"

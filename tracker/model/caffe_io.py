@@ -16,6 +16,7 @@ the file, the layer, what was found and what was expected.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -347,8 +348,10 @@ def blob_to_array(blob, expected: tuple[int, ...] | None = None, where: str = "b
     float `data` is preferred; `double_data` is converted. ModelError names `where`.
     """
     shape = _blob_shape(blob)
+    if any(d < 0 for d in shape):  # two negative sizes made a positive count, and numpy's reshape a traceback
+        raise ModelError(f"{where} has shape {shape}; expected sizes >= 0")
     values = blob.data if len(blob.data) or not len(blob.double_data) else blob.double_data
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)  # Python's integers: numpy's int64 product wrapped 2**32 x 2**32 round to 0
     if len(values) != count:
         raise ModelError(f"{where} has {len(values)} values but its shape {shape} needs {count}")
     array = np.array(values, dtype=np.float32).reshape(shape)
@@ -452,6 +455,14 @@ def _structure(net, source: Path) -> NetDef:
                              f"positive dimensions (N, C, H, W)")
     if not layers:
         raise ModelError(f"prototxt {source}: no layers are left for the TEST phase")
+    produced = set(inputs)
+    for layer in layers:  # as Caffe: a blob has one source, unless a layer works on it in place
+        for top in layer.tops:
+            if top in produced and top not in layer.bottoms:
+                raise ModelError(f"prototxt {source}: layer {layer.name!r} writes blob {top!r}, which an input or an "
+                                 "earlier layer already produces; expected a new name, or the layer's own bottom "
+                                 "(in place)")
+            produced.add(top)
     return NetDef(net.name, inputs, layers)
 
 

@@ -54,10 +54,10 @@ def read_card(weights: Path, weights_sha256: str) -> dict | None:
         return None
     try:
         card = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise ModelError(f"model card {str(path)!r}: unreadable ({err}); expected the JSON that "
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:  # RecursionError: nested past Python's limit
+        raise ModelError(f"model card {str(path)!r}: unreadable ({type(err).__name__}: {err}); expected the JSON that "
                          "`tracker train` writes beside its caffemodel, or no file") from None
-    if not isinstance(card, dict) or card.get("schema") != SCHEMA:
+    if not isinstance(card, dict) or isinstance(card.get("schema"), bool) or card.get("schema") != SCHEMA:
         raise ModelError(f"model card {str(path)!r}: schema {card.get('schema') if isinstance(card, dict) else None!r}; "
                          f"expected {SCHEMA}")
     if card.get("weights_sha256") != weights_sha256:
@@ -75,7 +75,8 @@ def read_card(weights: Path, weights_sha256: str) -> dict | None:
     for where, entries in [("", card), *((f"thresholds_for.{name}.", entry) for name, entry in others.items())]:
         for key in THRESHOLDS:
             threshold = entries.get(key)
-            if threshold is not None and (not isinstance(threshold, (int, float)) or not -1.0 <= threshold <= 1.0):
+            if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                          or not -1.0 <= threshold <= 1.0):  # true is an int to Python, and 1.0
                 raise ModelError(f"model card {str(path)!r}: {where}{key} {threshold!r}; expected a cosine in [-1, 1]")
     return card
 

@@ -58,8 +58,8 @@ The package:
     parallel.py   the BLAS thread limit, the worker threads, how a batch is split between them
 """
 
-from tracker.model.engine.net import MODES, Net
+from tracker.model.engine.net import MODES, Net, check_net
 from tracker.model.engine.parallel import blas_threads
 from tracker.model.engine.workspace import DEFAULT_WORKSPACE_BYTES
 
-__all__ = ["DEFAULT_WORKSPACE_BYTES", "MODES", "Net", "blas_threads"]
+__all__ = ["DEFAULT_WORKSPACE_BYTES", "MODES", "Net", "blas_threads", "check_net"]

@@ -250,6 +250,15 @@ def _check_settings(mode: str, dtype, threads: int | None, workspace_bytes: int)
     return dtype
 
 
+def check_net(netdef: NetDef) -> None:
+    """ModelError for a net `Net` would refuse in either mode (several inputs, a layer or a setting
+    of one it does not run: STOCHASTIC pooling), found as `Net` finds it but without its threads,
+    workspace or BLAS warm-up: for the checks before a run (tracker.preflight)."""
+    _single_input(netdef)
+    for mode in MODES:
+        _operators(netdef, np.dtype(np.float32), mode)
+
+
 def _single_input(netdef: NetDef) -> tuple[str, tuple[int, ...]]:
     """The net's one input: its name and declared shape (ModelError if it has several or none)."""
     if len(netdef.inputs) != 1:
