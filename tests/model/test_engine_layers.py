@@ -1110,3 +1110,13 @@ def test_untuned_net_gives_the_same_answer_on_every_arm(lenet, mode):
     assert set(used) == set(net._tuner.arms)
     # one arena, whichever arm ran ("caffe": its whole batch, which the cap does not cut)
     assert net.workspace_nbytes <= (1_000_000 if mode == "dl" else net._plan.workspace.plan(5)[1])
+
+
+@pytest.mark.timeout(60)  # the old loop: over two minutes for the largest size (a hang, not a speed figure)
+def test_lrn_across_channels_with_a_window_wider_than_the_channels_loops_only_over_channels():
+    """A local_size of 400 million looped over offsets that reach no channel, for minutes a call;
+    the result is the reference's, and a window wider than any channel count costs what C does."""
+    x = np.random.default_rng(0).standard_normal((2, 6, 3, 3))
+    for size in (5, 13, 400_000_001):
+        got = L.lrn_across_channels(x, size, 0.5, 0.75, 2.0)
+        np.testing.assert_allclose(got, ref_lrn_across(x, size, 0.5, 0.75, 2.0), rtol=1e-12)

@@ -339,10 +339,11 @@ def lrn_across_channels(x: np.ndarray, size: int, alpha: float, beta: float, k: 
     pre = (size - 1) // 2
     c = x.shape[1]
     acc = np.zeros_like(sq)
-    for off in range(-pre, size - pre):  # window channel c+off
+    # window channel c+off; offsets of C or more reach no channel (a local_size of 400 million
+    # looped for minutes over nothing)
+    for off in range(max(-pre, 1 - c), min(size - pre, c)):
         lo, hi = max(0, -off), min(c, c - off)
-        if lo < hi:
-            acc[:, lo:hi] += sq[:, lo + off : hi + off]
+        acc[:, lo:hi] += sq[:, lo + off : hi + off]
     acc *= dt(alpha / size)
     acc += dt(k)
     np.power(acc, dt(-beta), out=acc)
