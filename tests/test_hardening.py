@@ -445,6 +445,10 @@ def test_a_reader_that_goes_away_is_no_error(tmp_path, stderr_too):
     ('input: "data" input_shape { dim: 1 dim: 1 dim: 88 dim: 88 } input: "more" input_shape { dim: 1 dim: 1 dim: 88 dim: 88 } '
      'layer { name: "p" type: "Eltwise" bottom: "data" bottom: "more" top: "p" }',
      "the engine runs nets with exactly one input; found 2 (data, more)"),
+    # conv1 of the shipped weights, padded by 2,000: a tiny file whose first forward asked for 1 GB
+    ('input: "data" input_shape { dim: 1 dim: 1 dim: 88 dim: 88 } layer { name: "conv1" type: "Convolution" '
+     'bottom: "data" top: "p" convolution_param { num_output: 16 kernel_size: 7 pad: 2000 } }',
+     "its blobs need 1,017 MB for one image (blob 'p' is (1, 16, 4082, 4082)); expected at most 256 MB"),
 ])
 def test_check_config_refuses_a_net_the_guard_refuses_when_it_loads(tmp_path, capsys, net, fragment):
     """--check-config read the files and their shapes but built nothing: these passed, and the

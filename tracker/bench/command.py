@@ -28,6 +28,7 @@ from tracker.bench.runner import Probe, probe_backends, run_cell, run_job
 from tracker.errors import BackendUnavailable, InputError, TrackerError
 from tracker.interrupts import stop_as_ctrl_c
 from tracker.machine import base_versions, load_average, machine_info, machine_key, memory_mb, sgemm_peak
+from tracker.model.engine import check_net
 from tracker.model.spec import ModelSpec, check_outputs
 
 SEED = 0  # the benchmark's input batch: np.random.default_rng(SEED), standard normal float32
@@ -76,6 +77,7 @@ def _model(config) -> tuple[ModelSpec, dict]:
         raise InputError(f"model {str(spec.prototxt)!r}: {len(netdef.inputs)} inputs; the benchmark expects exactly one (N, C, H, W) input")
     (shape,) = netdef.inputs.values()
     check_outputs(spec, netdef)  # every cell would fail on it, and the profile would lose its backends
+    check_net(netdef)  # as every cell would
     info: dict = {
         "prototxt": str(spec.prototxt),
         "weights": str(spec.weights),

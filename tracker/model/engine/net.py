@@ -250,13 +250,24 @@ def _check_settings(mode: str, dtype, threads: int | None, workspace_bytes: int)
     return dtype
 
 
+MAX_IMAGE_ACTIVATIONS_BYTES = 256 << 20  # the face CNN's blobs hold 0.5 MB an image; the Pi has 1 GB in all
+
+
 def check_net(netdef: NetDef) -> None:
     """ModelError for a net `Net` would refuse in either mode (several inputs, a layer or a setting
     of one it does not run: STOCHASTIC pooling), found as `Net` finds it but without its threads,
-    workspace or BLAS warm-up: for the checks before a run (tracker.preflight)."""
+    workspace or BLAS warm-up, and for one whose blobs need more than MAX_IMAGE_ACTIVATIONS_BYTES
+    for one image (a 1x1 convolution padded by 30,000 asked for 40 GB at its first forward): for
+    the checks before a run (tracker.preflight)."""
     _single_input(netdef)
     for mode in MODES:
         _operators(netdef, np.dtype(np.float32), mode)
+    shapes = S.infer_shapes(netdef, batch=1)
+    need = 4 * sum(int(np.prod(shape, dtype=object)) for shape in shapes.values())
+    if need > MAX_IMAGE_ACTIVATIONS_BYTES:
+        largest = max(shapes, key=lambda name: int(np.prod(shapes[name], dtype=object)))
+        raise ModelError(f"net {netdef.name!r}: its blobs need {need / 2**20:,.0f} MB for one image (blob {largest!r} "
+                         f"is {shapes[largest]}); expected at most {MAX_IMAGE_ACTIVATIONS_BYTES >> 20} MB")
 
 
 def _single_input(netdef: NetDef) -> tuple[str, tuple[int, ...]]:
