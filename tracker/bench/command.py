@@ -70,14 +70,11 @@ def _model(config) -> tuple[ModelSpec, dict]:
     from tracker.model.caffe_io import load_net
     from tracker.model.shapes import count_macs, count_params
 
-    m = config.model
-    spec = ModelSpec(Path(m.prototxt), Path(m.weights), m.probs, m.embedding)
+    spec = config.model.spec()
     netdef = load_net(spec.prototxt, spec.weights)
-    if len(netdef.inputs) != 1:
-        raise InputError(f"model {str(spec.prototxt)!r}: {len(netdef.inputs)} inputs; the benchmark expects exactly one (N, C, H, W) input")
-    (shape,) = netdef.inputs.values()
+    check_net(netdef)  # as every cell would (one input, layers the engine runs, activations within bounds)
     check_outputs(spec, netdef)  # every cell would fail on it, and the profile would lose its backends
-    check_net(netdef)  # as every cell would
+    (shape,) = netdef.inputs.values()
     info: dict = {
         "prototxt": str(spec.prototxt),
         "weights": str(spec.weights),
