@@ -51,10 +51,16 @@ def _uptime() -> float:
     return time.clock_gettime(clock_id) if clock_id is not None else time.monotonic()
 
 
+@functools.cache
+def _adjtimex():
+    """libc's adjtimex (the process's own libc, looked up once), or None where there is none."""
+    return getattr(ctypes.CDLL(None), "adjtimex", None)
+
+
 def _synchronized() -> bool:
     """True unless adjtimex says the clock is unsynchronized. Where it cannot be asked (not Linux,
     or refused: -1), True: the wall clock is trusted then, as everywhere before this module."""
-    adjtimex = getattr(ctypes.CDLL(None), "adjtimex", None)  # the process's own libc
+    adjtimex = _adjtimex()
     return adjtimex is None or adjtimex(ctypes.create_string_buffer(TIMEX_BYTES)) != TIME_ERROR
 
 
