@@ -874,6 +874,17 @@ def test_batch_statistics_are_never_split_into_chunks(built):
     np.testing.assert_allclose(got, case.ref(x, netdef), atol=2e-6)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_blob_whose_first_axis_is_not_the_batch_is_returned_whole(tmp_path, mode):
+    """A Concat along axis 0 makes 2N rows of N images: the copy out took rows [0, N) of the
+    result array and failed to broadcast 2N rows into them (a traceback in the guard)."""
+    body = 'layer { name: "c" type: "Concat" bottom: "data" bottom: "data" top: "out" concat_param { axis: 0 } }'
+    _, _, netdef = build_net(tmp_path, "concat_batch", body, (1, 2, 3, 3))
+    x = np.random.default_rng(2).normal(size=(3, 2, 3, 3)).astype(np.float32)
+    got = Net(netdef, np.float32, mode, threads=2).forward(x, ["out"])["out"]
+    np.testing.assert_array_equal(got, np.concatenate([x, x]))
+
+
 def test_dl_workspace_smaller_than_one_image_still_runs(lenet):
     d, netdef = lenet
     x = np.load(d / "ref_input_mnist_t10k_first64.npy")[:3]

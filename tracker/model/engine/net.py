@@ -232,8 +232,8 @@ class Net:
                 out = ins[0]
             blobs[op.tops[0]] = op.run(ins, [out], scratch[idx], blas)[0]
             for name in step.finals:
-                if name in results:
-                    np.copyto(results[name][s : s + m], blobs[name])
+                if name in results:  # a net that mixes images runs its whole batch as one chunk
+                    np.copyto(results[name] if self._mixes_images else results[name][s : s + m], blobs[name])
 
 
 def _check_settings(mode: str, dtype, threads: int | None, workspace_bytes: int) -> np.dtype:
