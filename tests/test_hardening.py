@@ -445,6 +445,10 @@ def test_a_reader_that_goes_away_is_no_error(tmp_path, stderr_too):
     ('input: "data" input_shape { dim: 1 dim: 1 dim: 88 dim: 88 } input: "more" input_shape { dim: 1 dim: 1 dim: 88 dim: 88 } '
      'layer { name: "p" type: "Eltwise" bottom: "data" bottom: "more" top: "p" }',
      "the engine runs nets with exactly one input; found 2 (data, more)"),
+    # two rows a face: the guard read the first image's rows for both
+    ('input: "data" input_shape { dim: 1 dim: 1 dim: 88 dim: 88 } '
+     'layer { name: "c" type: "Concat" bottom: "data" bottom: "data" top: "p" concat_param { axis: 0 } }',
+     "blob 'p' of '{prototxt}' is (2, 1, 88, 88) for one image and (4, 1, 88, 88) for two; expected one row per image"),
     # conv1 of the shipped weights, padded by 2,000: a tiny file whose first forward asked for 1 GB
     ('input: "data" input_shape { dim: 1 dim: 1 dim: 88 dim: 88 } layer { name: "conv1" type: "Convolution" '
      'bottom: "data" top: "p" convolution_param { num_output: 16 kernel_size: 7 pad: 2000 } }',
@@ -452,9 +456,10 @@ def test_a_reader_that_goes_away_is_no_error(tmp_path, stderr_too):
 ])
 def test_check_config_refuses_a_net_the_guard_refuses_when_it_loads(tmp_path, capsys, net, fragment):
     """--check-config read the files and their shapes but built nothing: these passed, and the
-    guard then stopped with exit 2 at start-up."""
+    guard then stopped with exit 2 at start-up (or, for two rows a face, with a traceback at its
+    first face)."""
     prototxt = tmp_path / "net.prototxt"
     prototxt.write_text(net)
     path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\nmodel:\n  prototxt: {str(prototxt)!r}\n"
                            f"  weights: {str(DEFAULT_WEIGHTS)!r}\n  probs: p\n  embedding: p\nidentity:\n  threshold: 0.5\n")
-    assert_one_line(*check(capsys, path), fragment)
+    assert_one_line(*check(capsys, path), fragment.format(prototxt=prototxt))

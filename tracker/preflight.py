@@ -112,8 +112,8 @@ def check_inference(config) -> str:
     if getattr(cls, "runs_in_worker", False) or not config.backend.worker:
         cls.check_runtime()
     netdef = load_net(config.model.prototxt, config.model.weights)
-    check_outputs(config.model.spec(), netdef)
     check_net(netdef)  # what the engine refuses when it loads (several inputs, STOCHASTIC pooling)
+    check_outputs(config.model.spec(), netdef)
     guard_model(config)
     weights_card(config)  # a malformed card, or one of other weights, is refused now, as at start-up
     detector = check_detector(config.detect)

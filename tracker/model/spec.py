@@ -35,12 +35,20 @@ class ModelSpec:
 def check_outputs(spec: ModelSpec, netdef) -> None:
     """InputError naming the config key if `spec.probs` or `spec.embedding` is not a blob of
     `netdef` (a `tracker.model.netdef.NetDef` of spec's files): every backend would refuse the
-    model when it loads, so the checks before a run refuse it first."""
+    model when it loads, so the checks before a run refuse it first. Also if it is not one row per
+    image (its first axis not the batch: a Concat along axis 0 gave two rows a face, and the guard
+    read the first image's rows for both). ModelError if the net's shapes do not hold."""
+    from tracker.model.shapes import infer_shapes
+
     blobs = list(dict.fromkeys([*netdef.inputs, *(top for layer in netdef.layers for top in layer.tops)]))
+    of_one, of_two = infer_shapes(netdef, batch=1), infer_shapes(netdef, batch=2)
     for key, blob in (("model.probs", spec.probs), ("model.embedding", spec.embedding)):
         if blob not in blobs:
             raise InputError(f"config: key {key!r}: blob {blob!r} is not in the net {str(spec.prototxt)!r}; expected "
                              f"one of {', '.join(blobs)}")
+        if of_one[blob][:1] != (1,) or of_two[blob][:1] != (2,):
+            raise InputError(f"config: key {key!r}: blob {blob!r} of {str(spec.prototxt)!r} is {of_one[blob]} for one "
+                             f"image and {of_two[blob]} for two; expected one row per image (the batch as its first axis)")
 
 
 def default_model() -> ModelSpec:
