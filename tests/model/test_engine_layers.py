@@ -419,6 +419,12 @@ CASES = [
         lambda x, nd: ref_lrn_within(x, 5, 2.0, 0.75),  # Caffe's Power layer uses shift 1, not k
     ),
     Case(
+        "lrn-within-window-past-the-image",
+        single("LRN", "lrn_param { norm_region: WITHIN_CHANNEL local_size: 15 alpha: 0.9 beta: 0.6 }"),
+        (1, 2, 6, 8),
+        lambda x, nd: ref_lrn_within(x, 15, f32(0.9), f32(0.6)),
+    ),
+    Case(
         "flatten",
         single("Flatten"),
         (2, 3, 4, 5),
@@ -883,6 +889,17 @@ def test_a_blob_whose_first_axis_is_not_the_batch_is_returned_whole(tmp_path, mo
     x = np.random.default_rng(2).normal(size=(3, 2, 3, 3)).astype(np.float32)
     got = Net(netdef, np.float32, mode, threads=2).forward(x, ["out"])["out"]
     np.testing.assert_array_equal(got, np.concatenate([x, x]))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_lrn_within_a_channel_costs_the_same_for_any_window(tmp_path, mode):
+    """Its window sums came from AVE pooling over a copy padded by (local_size-1)/2: 400,001 on a
+    5 x 4 input asked for hundreds of GB."""
+    body = single("LRN", "lrn_param { norm_region: WITHIN_CHANNEL local_size: 400001 alpha: 0.9 beta: 0.6 }")
+    _, _, netdef = build_net(tmp_path, "lrn_huge", body, (1, 1, 5, 4))
+    x = np.random.default_rng(3).normal(size=(2, 1, 5, 4))
+    got = Net(netdef, np.float32, mode).forward(x.astype(np.float32), ["out"])["out"]
+    np.testing.assert_allclose(got, ref_lrn_within(x, 400001, f32(0.9), f32(0.6)), rtol=1e-5)
 
 
 def test_dl_workspace_smaller_than_one_image_still_runs(lenet):
