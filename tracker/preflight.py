@@ -93,7 +93,7 @@ def check_inference(config) -> str:
     and runtime, the model files, the blobs it reads and the card, the detector, and the tracker's
     score threshold against the detector's scores; returns the detector's name. (The benchmark of
     the detectors runs the configured guard's frame and checks this first.)"""
-    from tracker.backends import REGISTRY, backend_class
+    from tracker.backends import REGISTRY, backend_class, precision_refused
     from tracker.detect import check_detector
     from tracker.identity import weights_card
     from tracker.model.caffe_io import load_net
@@ -105,8 +105,7 @@ def check_inference(config) -> str:
         raise InputError(f"config: key 'backend.name': unknown backend {name!r}; expected one of {', '.join(REGISTRY)}")
     cls = backend_class(name)
     if config.backend.precision not in cls.precisions:
-        raise InputError(f"config: key 'backend.precision': backend {name!r} has no {config.backend.precision!r} "
-                         f"model; expected one of {', '.join(cls.precisions)}")
+        raise precision_refused("config: key 'backend.precision'", name, config.backend.precision)
     # BackendUnavailable (exit 3), naming what installs it, as the run would; not for a backend the
     # guard runs behind a worker, whose runtime this process must not load (its child checks it)
     if getattr(cls, "runs_in_worker", False) or not config.backend.worker:

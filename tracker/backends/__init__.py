@@ -17,6 +17,14 @@ def run_options(name: str, state_dir: Path) -> dict:
     return {"state_dir": str(state_dir)} if name == "auto" else {}
 
 
+def precision_refused(where: str, name: str, precision: str) -> InputError:
+    """The error for backend `name`, which has no `precision` model, named by `where` (the option
+    or config key that asked for it), listing the backends that have one."""
+    having = [n for n in REGISTRY if precision in backend_class(n).precisions]
+    return InputError(f"{where}: backend {name!r} has no {precision!r} model; "
+                      f"backends with {precision!r}: {', '.join(having) or 'none'}")
+
+
 def create_backend(name: str, model=None, *, precision: str = "fp32", threads: int | None = None,
                    worker: bool = False, worker_options: dict | None = None, **options):
     """Create backend `name` for `model` (a ModelSpec; default: the face CNN).
@@ -31,11 +39,7 @@ def create_backend(name: str, model=None, *, precision: str = "fp32", threads: i
 
     cls = backend_class(name)
     if precision not in cls.precisions:
-        having = [n for n in REGISTRY if precision in backend_class(n).precisions]
-        raise InputError(
-            f"precision: backend {name!r} has no {precision!r} model; "
-            f"backends with {precision!r}: {', '.join(having) or 'none'}"
-        )
+        raise precision_refused("precision", name, precision)
     if getattr(cls, "runs_in_worker", False):
         if worker_options:
             options["worker_options"] = worker_options

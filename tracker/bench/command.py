@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import tracker.bench.runoff as runoff
-from tracker.backends import REGISTRY, backend_class, run_options
+from tracker.backends import REGISTRY, precision_refused, run_options
 from tracker.bench.memory_cap import cap_method
 from tracker.bench.profile import profile_path, record_last_run, recorded_at_start, update_profile
 from tracker.bench.report import Column, Results, make_row, prepare_out, quality_line, runoff_line, summary_line
@@ -91,10 +91,7 @@ def _columns(names: list[str], probes: dict[str, Probe], precision: str | None, 
     if precision is not None:
         lacking = [n for n in names if probes[n].available and precision not in probes[n].precisions]
         if explicit and lacking:
-            having = [n for n in REGISTRY if precision in backend_class(n).precisions]
-            raise InputError(
-                f"--precision: backend {lacking[0]!r} has no {precision!r} model; backends with {precision!r}: {', '.join(having) or 'none'}"
-            )
+            raise precision_refused("--precision", lacking[0], precision)
         return [Column(n, precision) for n in names if probes[n].available and precision in probes[n].precisions]
     return [Column(n, p) for n in names if probes[n].available for p in probes[n].precisions]
 
