@@ -1,6 +1,6 @@
-"""Calibration sets from a folder: only the images a set uses are decoded (the first `count` by
-name), so a folder of thousands costs the memory of `count` images, and an image it never uses
-cannot stop it."""
+"""Calibration sets from a folder: only the images a set uses are decoded (`count` of them, evenly
+spaced by name), so a folder of thousands costs the memory of `count` images, an image it never
+uses cannot stop it, and every person's subfolder gives some."""
 
 from __future__ import annotations
 
@@ -18,13 +18,31 @@ def test_only_the_images_a_set_uses_are_decoded(tmp_path, johns):
     folder.mkdir()
     alone.mkdir()
     chips = [path for files in johns.values() for path in files][:3]
-    for i, chip in enumerate(chips):
-        shutil.copyfile(chip, folder / f"a{i}.jpg")
+    for i, (chip, name) in enumerate(zip(chips, ("a", "c", "e"))):  # files 0, 2 and 4 of six by name
+        shutil.copyfile(chip, folder / f"{name}.jpg")
         shutil.copyfile(chip, alone / f"a{i}.jpg")
-    for name in ("z1.jpg", "z2.png"):  # after the chips by name
+    for name in ("b.jpg", "d.png", "f.jpg"):
         (folder / name).write_bytes(b"not an image")
     first = sample_set(folder, count=3, seed=5).make((1, 88, 88))
     assert first.shape == (3, 1, 88, 88) and first.dtype == np.float32 and 0.0 <= first.min() < first.max() <= 1.0
     np.testing.assert_array_equal(sample_set(alone, count=3, seed=5).make((1, 88, 88)), first)
-    with pytest.raises(InputError, match=r"calibration image '.*z1.jpg': cannot decode"):
-        sample_set(folder, count=4, seed=5).make((1, 88, 88))  # the fourth is used: said as before
+    with pytest.raises(InputError, match=r"calibration image '.*b.jpg': cannot decode"):
+        sample_set(folder, count=4, seed=5).make((1, 88, 88))  # files 0, 1, 3, 4: said as before
+
+
+def test_every_persons_subfolder_gives_some(tmp_path, johns):
+    """The first 200 by name were the first people's only: a folder of crops kept one subfolder
+    per person calibrated int8 on the first few people."""
+    folder, alone = tmp_path / "folder", tmp_path / "alone"
+    alone.mkdir()
+    chips = [path for files in johns.values() for path in files][:2]
+    for person, chip in enumerate(chips):
+        (folder / f"person{person}").mkdir(parents=True)
+        for i in range(6):
+            shutil.copyfile(chip, folder / f"person{person}" / f"{i}.jpg")
+        shutil.copyfile(chip, alone / f"{person}.jpg")
+    spread = sample_set(folder, count=2, seed=5)
+    np.testing.assert_array_equal(spread.make((1, 88, 88)), sample_set(alone, count=2, seed=5).make((1, 88, 88)))
+    assert spread.set_id == sample_set(alone, count=2, seed=5).set_id  # the same bytes in the same order
+
+

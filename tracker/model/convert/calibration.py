@@ -4,7 +4,9 @@ quality set (to measure what int8 costs), both made from face images.
 Source: a folder of face images (any of .jpg .jpeg .png .bmp .pgm, searched recursively). Default:
 the real face chips of the synthetic scene (tracker.sources.synthetic.scene_chips: 4 people, read
 from the shared test data); `tracker convert --calibration DIR` (or the
-backend option `calibration`) takes the guard's own crops instead. Each image becomes inputs the
+backend option `calibration`) takes the guard's own crops instead; of a folder of more images than
+the set holds, evenly spaced ones by name are used (each person's subfolder gets its share). Each
+image becomes inputs the
 way tracker.crops makes the guard's: for the face CNN's grey 88 x 88 input, by tracker.crops itself
 (a box crop of the window); for other models (LeNet) the same rule at their size: grey (BT.601),
 resized with area averaging when shrinking, / 255 -> [0, 1].
@@ -39,7 +41,7 @@ CALIBRATION_COUNT = 200
 CALIBRATION_SEED = 1
 QUALITY_COUNT = 200
 QUALITY_SEED = 2
-_RECIPE = "v1"  # bump when the sampling below changes (it is part of the set id)
+_RECIPE = "v2"  # bump when the sampling below changes (it is part of the set id)
 
 
 def image_files(folder: Path) -> list[Path]:
@@ -76,13 +78,23 @@ def sample_set(source: Path | np.ndarray | None = None, count: int = CALIBRATION
                                  f"takes {tuple(shape)}")
             return array
         return SampleSet(f"array-{digest}", given)
-    files = image_files(source) if source is not None else sorted(
-        path for paths in scene_chips().values() for path in paths)
+    files = _spread(image_files(source) if source is not None else sorted(
+        path for paths in scene_chips().values() for path in paths), count)
     hashed = hashlib.sha256()
     for path in files:
-        hashed.update(path.read_bytes())
+        data = path.read_bytes()
+        hashed.update(len(data).to_bytes(8, "little") + data)
     set_id = f"faces-{_RECIPE}-{hashed.hexdigest()[:16]}-n{count}-s{seed}"
     return SampleSet(set_id, lambda shape: _face_samples(files, shape, count, seed))
+
+
+def _spread(files: list[Path], count: int) -> list[Path]:
+    """At most `count` of `files` (sorted by name), evenly spaced: a folder of crops kept one
+    subfolder per person gives every person a share, where the first `count` by name were the
+    first people's only. Only these are read: a folder of thousands is not decoded whole."""
+    if len(files) <= count:
+        return files
+    return [files[i * len(files) // count] for i in range(count)]
 
 
 def _face_samples(files: list[Path], shape: tuple[int, int, int], count: int, seed: int) -> np.ndarray:
@@ -90,7 +102,7 @@ def _face_samples(files: list[Path], shape: tuple[int, int, int], count: int, se
     if c not in (1, 3):
         raise InputError(f"calibration: the model's input has {c} channels; expected 1 (grey) or 3 (BGR)")
     images = []
-    for path in files[:count]:  # only these are used: a folder of thousands is not decoded whole
+    for path in files:
         image = read_image(path, cv2.IMREAD_GRAYSCALE if c == 1 else cv2.IMREAD_COLOR)
         if image is None:
             raise InputError(f"calibration image {str(path)!r}: cannot decode ({TOO_LARGE_OR_DAMAGED}); expected a "
@@ -98,7 +110,7 @@ def _face_samples(files: list[Path], shape: tuple[int, int, int], count: int, se
         images.append(image)
     rng = np.random.default_rng(seed)
     out = np.empty((count, c, h, w), np.float32)
-    for i in range(count):  # every image once (the first `count` by name), then random picks
+    for i in range(count):  # every image once, then random picks
         image = images[i] if i < len(images) else images[int(rng.integers(len(images)))]
         out[i] = _sample(image, (h, w), rng).reshape(h, w, c).transpose(2, 0, 1)
     return out
