@@ -79,3 +79,37 @@ def test_a_guard_waiting_on_an_absent_camera_says_ready_with_why(tmp_path, monke
         sock.close()
     assert ready.startswith("READY=1\nSTATUS=waiting for the first frame (retrying), camera test-absent"), ready
     assert guard.frames_processed == 0 and not thread.is_alive()
+
+
+def test_ready_refused_by_a_full_queue_is_sent_again(tmp_path):
+    """An AF_UNIX datagram queue holds a few messages: READY sent once into a full one was lost, and
+    systemd would have killed the guard at TimeoutStartSec."""
+    address = str(tmp_path / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(address)
+    filler = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    queued = 0
+    while True:  # as a busy PID 1 would leave it
+        try:
+            filler.sendto(b"X=1", socket.MSG_DONTWAIT, address)
+        except BlockingIOError:
+            break
+        queued += 1
+    env = isolated_env(tmp_path)
+    env["NOTIFY_SOCKET"] = address
+    config = write_config(tmp_path)
+    guard = subprocess.Popen([*tracker_command(), "--demo", "--frames", "60", "--config", str(config)],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        first_event = guard.stdout.readline()  # frames were processed: READY was tried by now
+        assert "entered" in first_event, first_event
+        sock.settimeout(60)
+        lines = []
+        while "READY=1" not in lines:
+            lines += sock.recv(4096).decode().splitlines()
+        assert lines.count("X=1") == queued
+    finally:
+        guard.stdout.read()
+        assert guard.wait(timeout=300) == 0
+        sock.close()
+        filler.close()

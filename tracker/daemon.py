@@ -2,7 +2,8 @@
 
 The pipeline calls, from its processing loop:
     ready(status)    once the backend and the first frame are up (or the camera is being waited
-                     for: tracker.pipeline.READY_WITHOUT_FRAME_S)            -> READY=1 (+ STATUS=)
+                     for: tracker.pipeline.READY_WITHOUT_FRAME_S), again each turn until it was
+                     sent (a full queue refuses it, and the unit's start would time out) -> READY=1 (+ STATUS=)
     watchdog()       every processed frame; sends WATCHDOG=1 at most every WatchdogSec/2 (cheap to call)
     status(text)     e.g. "12.3 fps, 2 tracks, backend caffe-openblas-dl"   -> STATUS=...
     stopping()       when SIGTERM arrived and shutdown begins                   -> STOPPING=1
@@ -33,6 +34,11 @@ def _address() -> str | None:
     if not path:
         return None
     return "\0" + path[1:] if path.startswith("@") else path
+
+
+def under_systemd() -> bool:
+    """True when $NOTIFY_SOCKET names where notifications go."""
+    return _address() is not None
 
 
 def notify(*fields: str) -> bool:

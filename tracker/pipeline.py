@@ -144,9 +144,11 @@ class Guard:
         while not self._stop.is_set():
             daemon.watchdog()  # every turn of the loop: a loop stuck anywhere stops the pings
             if not ready and (self.frames_processed or time.monotonic_ns() >= ready_by_ns):
-                ready = True  # camera, backend and the first frame are up, or the guard waits on its camera
+                # camera, backend and the first frame are up, or the guard waits on its camera; sent
+                # again next turn if the notify socket's queue was full (systemd would time the start out)
                 what = "" if self.frames_processed else "waiting for the first frame (retrying), "
-                daemon.ready(f"{what}{self.stages.source.description}, backend {self.config.backend.name}")
+                ready = daemon.ready(f"{what}{self.stages.source.description}, backend {self.config.backend.name}") \
+                    or not daemon.under_systemd()
             deadline = batcher.deadline_ns()
             wait_s = 0.5 if deadline is None else max(0.0, (deadline - time.monotonic_ns()) / 1e9)
             frame: Frame | None | bool  # False: no frame came within wait_s
