@@ -198,3 +198,15 @@ def test_a_slow_source_s_rate_is_read_over_three_of_its_frame_intervals(tmp_path
     assert guard.fps() == pytest.approx(0.05)
     monkeypatch.setattr(time, "monotonic_ns", lambda: now + 61_000_000_000)  # three intervals without a frame
     assert guard.fps() == 0.0
+
+
+def test_events_are_stamped_by_the_wall_clock_as_it_reads_when_they_happen(tmp_path, monkeypatch):
+    """A Pi's clock steps when NTP answers, often after the guard started: an offset taken when
+    the guard was built stamped every event an hour off after a step of an hour."""
+    config, stages, sink = fake_stages(tmp_path, ByPosition(), max_batch=2)
+    guard = Guard(config, stages)
+    real, step_ns = time.time_ns, 3600 * 10**9
+    monkeypatch.setattr(time, "time_ns", lambda: real() + step_ns)  # NTP stepped the clock forward
+    assert guard.run() == 0
+    stamps = [event.wall_time for event in sink.events]
+    assert stamps and all(abs(stamp - (real() + step_ns) / 1e9) < 60 for stamp in stamps), stamps

@@ -74,6 +74,13 @@ class Face:
     match: tuple[str, float] | None = None  # the gallery's (name or UNKNOWN, cosine) for the embedding
 
 
+def wall_time_s(t_ns: int) -> float:
+    """The wall-clock time (Unix seconds) of monotonic time `t_ns`, by the wall clock as it reads
+    now: a Pi has no clock of its own and its clock steps when NTP answers, often after the guard
+    started, so an offset taken once would stamp every later event by the clock it booted with."""
+    return (time.time_ns() - time.monotonic_ns() + t_ns) / 1e9
+
+
 def _ms(start_ns: int, end_ns: int) -> float:
     return (end_ns - start_ns) / 1e6
 
@@ -97,8 +104,6 @@ class Guard:
         self._last_media_s: float | None = None
         self._done_ns: deque[int] = deque(maxlen=100)  # processing end times, for fps
         self._failing_sinks: dict = {}  # (sink, method) -> calls failed in a row (see _to_every_sink)
-        # One offset turns monotonic frame times into wall-clock times for the outside world.
-        self._wall_offset_ns = time.time_ns() - time.monotonic_ns()
 
     def stop(self) -> None:
         self._stop.set()
@@ -190,7 +195,7 @@ class Guard:
             self._process(batch)
         # Nobody in view is followed any more: every announced track gets its `left`.
         now_ns = time.monotonic_ns()
-        events = self.stages.events.close_all(self.stages.votes, now_ns, (now_ns + self._wall_offset_ns) / 1e9,
+        events = self.stages.events.close_all(self.stages.votes, now_ns, wall_time_s(now_ns),
                                               seq=self._last_seq, media_s=self._last_media_s)
         self.identity_score.add(events, [])
         self._publish_events(events)
@@ -298,8 +303,7 @@ class Guard:
                 stages.snapshots.offer(view.track_id, frame.image, faces[i].detection.box)
         if stages.web is not None and stages.web.live.wants_frame(frame.t_ns):
             stages.web.live.offer(frame.image, self._marks(views), frame.t_ns)
-        wall_time = (frame.t_ns + self._wall_offset_ns) / 1e9
-        events = stages.events.frame_events(views, stages.votes, frame.t_ns, wall_time, seq=frame.seq,
+        events = stages.events.frame_events(views, stages.votes, frame.t_ns, wall_time_s(frame.t_ns), seq=frame.seq,
                                             media_s=frame.media_s)
         truth = getattr(stages.source, "ground_truth", None)  # the synthetic scene knows who is who
         if truth is not None:
