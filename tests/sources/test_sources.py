@@ -490,3 +490,17 @@ def test_a_streams_password_is_never_in_its_description_or_errors():
         OpenCVSource("rstp://cam:s3cret@192.0.2.1/live")
     assert "s3cret" not in str(unknown.value) and "'rstp://cam:***@192.0.2.1/live'" in str(unknown.value)
     assert OpenCVSource("rtsp://192.0.2.1/live").description == "stream 'rtsp://192.0.2.1/live'"  # no password: as given
+
+
+@pytest.mark.parametrize("uri, shown", [
+    # many cameras take their password in the query
+    ("rtsp://192.0.2.1:554/live?user=admin&password=s3cret&channel=1", "rtsp://192.0.2.1:554/live?user=admin&password=***&channel=1"),
+    ("http://192.0.2.1/video.cgi?PWD=s3cret;token=s3cret#top", "http://192.0.2.1/video.cgi?PWD=***;token=***#top"),
+    # a URL urllib cannot split was shown whole
+    ("rtsp://admin:s3cret@[fe80::1/stream", "rtsp://admin:***@[fe80::1/stream"),
+    # a password holding /, ? or @, as typed
+    ("rtsp://admin:s3/cr@et@192.0.2.1/live", "rtsp://admin:***@192.0.2.1/live"),
+    ("rtsp://admin:s3?cr#et@192.0.2.1/live", "rtsp://admin:***@192.0.2.1/live"),
+])
+def test_a_streams_secrets_are_hidden_wherever_the_url_holds_them(uri, shown):
+    assert OpenCVSource(uri).description == f"stream {shown!r}"

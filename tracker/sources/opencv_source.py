@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
@@ -35,16 +34,24 @@ STREAM_TIMEOUT_MS = 5000
 
 
 def redacted(uri: str) -> str:
-    """`uri` with the password of its user information as *** (rtsp://user:***@host/...): a
-    source's description is in every log line and in systemd's STATUS, which any local user reads."""
-    try:
-        parts = urlsplit(uri)
-        password = parts.password
-    except ValueError:  # not a URL urllib can split (an invalid port): nothing it could hide either
+    """`uri` with its secrets as ***: the password of its user information (rtsp://user:***@host/...)
+    and the values of query parameters named like one (?user=admin&password=***, pwd, token, key,
+    auth, secret, signature): a source's description is in every log line and in systemd's STATUS,
+    which any local user reads. Read from the text, not by urllib, which leaves a URL it cannot
+    split (an unclosed IPv6 bracket) whole: everything before the last @ counts as user
+    information, so a password holding /, ? or @ is hidden whole too (and a path or query holding
+    an @ after a port may be hidden with it)."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
         return uri
-    if password is None:
-        return uri
-    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{parts.netloc.rpartition('@')[2]}"))
+    userinfo, at, after = rest.rpartition("@")
+    if at and ":" in userinfo:
+        rest = f"{userinfo.partition(':')[0]}:***@{after}"
+    return f"{scheme}://" + _SECRET_PARAMETER.sub(r"\1***", rest)
+
+
+# a query parameter whose value is a secret: its name holds one of these words
+_SECRET_PARAMETER = re.compile(r"([?&;][^=&;#]*(?:pass|pwd|token|key|auth|secret|sig|cred)[^=&;#]*=)[^&;#]*", re.IGNORECASE)
 
 
 def classify(uri: str) -> str:
