@@ -15,6 +15,7 @@ skipped; nothing usable is exit 2; a name with path tricks is exit 2 and writes 
 
 from __future__ import annotations
 
+import contextlib
 import re
 import resource
 import shutil
@@ -326,3 +327,33 @@ def test_enroll_needs_a_name_and_images_or_refresh_alone(tmp_path):
         proc = subprocess.run([*tracker_command(), "enroll", *args], capture_output=True, text=True,
                               env=isolated_env(tmp_path), cwd=tmp_path, timeout=120)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "expected" in proc.stderr, proc.stderr
+
+
+def test_enrolling_from_the_web_page_feeds_the_watchdog_for_every_photo(tmp_path, johns, monkeypatch):
+    """The web page's enrolment runs on the guard's thread: twenty large photos held its loop, and
+    so its watchdog pings, for tens of seconds on a Pi 3 (WatchdogSec=30 restarts the guard)."""
+    import socket
+
+    from tracker.web.server import _enrol_job
+
+    address = str(tmp_path / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(address)
+    sock.setblocking(False)
+    monkeypatch.setenv("NOTIFY_SOCKET", address)
+    monkeypatch.setenv("WATCHDOG_USEC", "2")  # a ping is due at every call
+    unreadable = tmp_path / "notes.jpg"
+    unreadable.write_bytes(b"not a photo")
+    photos = [*next(iter(johns.values()))[:3], unreadable]
+    config = load_config(state_config(tmp_path, detector="auto"))
+    backend = open_backend(config)
+    try:
+        _enrol_job(config, "john", photos, [], None, create_detector(config.detect, quiet=True), backend)
+    finally:
+        backend.close()
+    pings = 0
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            pings += sock.recv(4096).decode().splitlines().count("WATCHDOG=1")
+    sock.close()
+    assert pings >= len(photos)

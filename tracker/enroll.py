@@ -99,20 +99,23 @@ def central_face(photo: np.ndarray, detector: FaceDetector) -> Detection | None:
 
 
 def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = False, add: bool = False, report=print,
-           backend=None, detector: FaceDetector | None = None) -> tuple[Path, int, int]:
+           backend=None, detector: FaceDetector | None = None, alive=lambda: None) -> tuple[Path, int, int]:
     """Enroll `name` from the images in `inputs` (tight face chips if `aligned`); returns
     (file written, images used, images skipped). Raises InputError when no image gave one face.
     At most the last MAX_KEPT faces are used (and kept for a later refresh); the images beyond
     are reported and counted as skipped.
     `add`: keep the faces `name` was enrolled from (the latest MAX_KEPT in all) and add these,
     rather than replace them (the web page's "this was alice" on an event's snapshot).
-    `backend`, `detector`: open ones to use (default: made from `config` for this call)."""
+    `backend`, `detector`: open ones to use (default: made from `config` for this call).
+    `alive`: called before each image (the guard's thread passes its watchdog ping: an upload of
+    large photos holds its loop for tens of seconds on a Pi 3, past the unit's WatchdogSec)."""
     validate_name(name)
     files = image_files(inputs)
     detector = detector or create_detector(config.detect, quiet=True)
     crops: deque[np.ndarray] = deque(maxlen=MAX_KEPT)  # memory for MAX_KEPT faces, however many images
     faces_found = 0
     for path in files:
+        alive()
         image = read_image(path)
         if image is None:
             report(f"enroll: {path}: not a readable image ({TOO_LARGE_OR_DAMAGED}); skipped")

@@ -3,8 +3,8 @@
 Enrolment runs the guard's detector and backend, which belong to its processing thread (neither is
 thread-safe, and a second copy would double the backend's memory on a 1 GB Pi). So the web server
 submits a job, the guard runs one job between two frames (`run_next`: well under a second per
-photo on a Pi 3, so at most a few seconds for an upload of server.MAX_FILES photos; one job per turn keeps the
-loop's watchdog pings coming), and the server awaits the job's future. The guard then reloads its
+photo on a Pi 3, more for photos of tens of megapixels; one job per turn, and a watchdog ping
+before each photo, keep the loop's pings coming), and the server awaits the job's future. The guard then reloads its
 gallery, so a change takes effect on the next frame. Bounded: at most MAX_PENDING jobs wait; a
 further one is refused at once (`Busy`).
 """

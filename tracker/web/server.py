@@ -56,6 +56,7 @@ import cv2
 from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from tracker import daemon
 from tracker.child_process import one_line
 from tracker.config import Config
 from tracker.enroll import enroll
@@ -550,7 +551,7 @@ def _enrol_job(config: Config, name: str, paths: list[Path], messages: list[str]
 
     try:
         path, used, skipped = enroll(name, list(paths), config, aligned=snapshot, add=snapshot, report=report,
-                                     backend=backend, detector=detector)
+                                     backend=backend, detector=detector, alive=daemon.watchdog)
     finally:
         if folder is not None:
             shutil.rmtree(folder, True)  # the uploads, once enroll has read them
