@@ -4,10 +4,15 @@ which a signal to the child's process group would miss."""
 
 from __future__ import annotations
 
+import errno
 import os
+import subprocess
 import sys
 import time
 
+import pytest
+
+import tracker.child_process as child_process
 from tracker.child_process import ChildProcess, one_line
 
 # The child starts a grandchild in a new session that would sleep for a minute, says its pid, waits.
@@ -68,3 +73,25 @@ def test_a_childs_output_in_an_error_line_is_printable():
     child.reap(30)
     assert child.output_tail() == "bad? ?[2J\tend"
     assert one_line(ValueError("a\x07b\nc")) == "a?b | c"
+
+
+def test_a_child_whose_output_cannot_be_read_is_killed_and_the_failure_is_eagain(monkeypatch):
+    """At the unit's TasksMax the reader thread cannot start: the child was started, left running
+    and never reaped, and the caller saw a RuntimeError it does not retry."""
+    started = []
+
+    def recording_popen(*args, **kwargs):
+        started.append(real_popen(*args, **kwargs))
+        return started[-1]
+
+    def no_thread(fd):
+        raise RuntimeError("can't start new thread")
+
+    real_popen = subprocess.Popen
+    monkeypatch.setattr(subprocess, "Popen", recording_popen)
+    monkeypatch.setattr(child_process, "OutputTail", no_thread)
+    with pytest.raises(OSError) as refused:
+        ChildProcess([sys.executable, "-c", "import time; time.sleep(60)"])
+    assert refused.value.errno == errno.EAGAIN and "cannot start a thread" in str(refused.value)
+    (popen,) = started
+    assert popen.returncode == -9  # killed and reaped

@@ -22,6 +22,7 @@ interpreter runs it (the MXNet environment's, say), before it says hello and bef
 from __future__ import annotations
 
 import collections
+import errno
 import os
 import select
 import signal
@@ -121,7 +122,8 @@ class ChildProcess:
     """One child process, its output kept by an OutputTail, reaped with wait4.
 
     argv, pass_fds, env, start_new_session: as for subprocess.Popen; stdin is /dev/null, stdout and
-    stderr go to the tail (runtimes print on both). Raises OSError when it cannot be started.
+    stderr go to the tail (runtimes print on both). Raises OSError when it cannot be started (EAGAIN,
+    the child killed and reaped, when no thread can be started to read its output).
     A child in a session of its own leads its process group: `kill` (and `close`) also kill what is
     left of that group, the processes it started that outlived it (orphaned when it died, they are
     no longer below it; they would hold its output pipe open, and its reader with it).
@@ -144,7 +146,12 @@ class ChildProcess:
         self._leads_group = start_new_session
         self.returncode: int | None = None
         self.maxrss_kb: int | None = None
-        self._output = OutputTail(out_r)
+        try:
+            self._output = OutputTail(out_r)
+        except RuntimeError as err:  # no thread to read it (TasksMax reached): the child was left running
+            os.close(out_r)
+            self.kill()
+            raise OSError(errno.EAGAIN, f"cannot start a thread to read its output ({err})") from None
 
     def _wait4(self, block: bool) -> bool:
         """Reap the child if it exited (with its rusage); True once reaped."""
