@@ -15,6 +15,7 @@ import json
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from test_pipeline_e2e import LATENCY_KEYS, isolated_env, tracker_command, write_config
@@ -98,3 +99,25 @@ def test_a_second_guard_on_the_same_state_dir_is_refused_while_the_first_runs(tm
     third = subprocess.run([*command, "--frames", "3"], capture_output=True, text=True, env=isolated_env(tmp_path),
                            cwd=tmp_path, timeout=120)
     assert third.returncode == 0, third.stderr[-2000:]
+
+
+def test_a_stop_while_a_backend_worker_starts_ends_its_wait(tmp_path, monkeypatch):
+    """A SIGTERM while build_stages waited for a worker's start-up (seconds on a Pi 3) waited it
+    out, past the unit's TimeoutStopSec, and systemd killed the guard."""
+    import os
+    import signal
+    import threading
+
+    import tracker.stages as stages
+    from tracker.backends.worker import WorkerBackend
+    from tracker.config import load_config
+    from tracker.model.spec import default_model
+    from tracker.pipeline import run_guard
+
+    tests = Path(__file__).resolve().parent
+    monkeypatch.setattr(stages, "create_backend", lambda *args, worker_options, **kwargs: WorkerBackend(
+        "never-ready", default_model(), target="worker_faults:NeverReady", env={"PYTHONPATH": str(tests)},
+        ready_timeout_s=30, stop=worker_options["stop"]))
+    config = load_config(write_config(tmp_path, backend={"name": "caffe-openblas-dl", "worker": True}))
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    assert run_guard(config) == 0

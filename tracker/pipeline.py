@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tracker import daemon
+from tracker.backends.worker import Stop
 from tracker.batcher import Batch
 from tracker.config import Config
 from tracker.crops import crop_batch
@@ -425,14 +426,17 @@ class IdentityScore:
 def run_guard(config: Config, *, source_spec: str | None = None, enroll_scene_people: bool = False) -> int:
     """Run the guard on `config` (the command line's overrides already applied, see `tracker.cli`)
     until the source ends or a SIGTERM, SIGINT or SIGHUP arrives; returns the exit code. A signal
-    while the stages are being built (a backend converting its model can take a while) stops the run
-    as soon as they are."""
+    while the stages are being built stops the run as soon as they are (a backend converting its
+    model can take a while), or at once while they wait for a backend worker's start-up (seconds
+    on a Pi 3, past the unit's stop timeout)."""
     check_runnable(config)
     stopping = threading.Event()
+    stop_workers = Stop()
     guard: Guard | None = None
 
     def stop(_signum, _frame) -> None:
         stopping.set()
+        stop_workers.requested = True
         if guard is not None:
             guard.stop()
 
@@ -440,8 +444,15 @@ def run_guard(config: Config, *, source_spec: str | None = None, enroll_scene_pe
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
                 if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
-        guard = Guard(config, build_stages(config, source_spec=source_spec, realtime=config.source.realtime,
-                                           enroll_scene_people=enroll_scene_people))
+        try:
+            stages = build_stages(config, source_spec=source_spec, realtime=config.source.realtime,
+                                  enroll_scene_people=enroll_scene_people, stop=stop_workers)
+        except BackendFailure as err:
+            if not stopping.is_set():
+                raise
+            log.info("guard: stopped while starting (%s)", err)
+            return 0
+        guard = Guard(config, stages)
         if stopping.is_set():
             guard.stop()
         return guard.run()

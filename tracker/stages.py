@@ -103,21 +103,22 @@ def reid_threshold(config: Config, card: dict | None) -> float | None:
 
 
 def build_stages(config: Config, *, source_spec: str | None = None, realtime: bool = True,
-                 enroll_scene_people: bool = False) -> Stages:
+                 enroll_scene_people: bool = False, stop: Stop | None = None) -> Stages:
     """Every stage of a run of `config` (already checked by `tracker.preflight.check_runnable`).
 
     source_spec: the command line's --source, parsed by `make_source` (None: the config's);
     realtime: pace a file or a synthetic scene at its own rate; enroll_scene_people: enrol the
-    synthetic scene's people first (the demo). Raises what the stages raise (ModelError for a model
-    whose input is not the guard's crop, BackendUnavailable, InputError ...), after closing
-    whatever it had opened."""
+    synthetic scene's people first (the demo); stop: raised by the caller's signal handler, it ends
+    the wait for a backend worker's start-up (a WorkerFailure). Raises what the stages raise
+    (ModelError for a model whose input is not the guard's crop, BackendUnavailable, InputError
+    ...), after closing whatever it had opened."""
     state_dir = prepare_state_dir(config.resolved_state_dir())
     # The demo keeps its state in <state_dir>/demo (tracker.cli.effective_config); the benchmark
     # records its runs and auto's profile in <state_dir> itself, which is what the demo should use.
     benchmark_dir = state_dir.parent if enroll_scene_people else state_dir
     with ExitStack() as opened:
         opened.callback(os.close, lock_state_dir(state_dir))
-        restarting = _open_backend(config, benchmark_dir)
+        restarting = _open_backend(config, benchmark_dir, stop or Stop())
         opened.callback(restarting.close)
         card = weights_card(config)  # after the backend: it refuses missing or mismatched weights first
         backend = embedder(restarting, chosen_embedding(config, card))  # the callback above closes what it wraps
@@ -165,14 +166,13 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
     return stages
 
 
-def _open_backend(config: Config, benchmark_dir: Path) -> RestartingBackend:
+def _open_backend(config: Config, benchmark_dir: Path, stop: Stop) -> RestartingBackend:
     """The configured backend, restarted with back-off whenever it fails (a worker that died);
-    `auto` reads the profile the benchmark wrote in `benchmark_dir`."""
+    `auto` reads the profile the benchmark wrote in `benchmark_dir`. `stop` reaches every worker
+    it starts, the first and those a restart starts."""
     model = guard_model(config)
     backend_config = config.backend
     options = run_options(backend_config.name, benchmark_dir)
-
-    stop = Stop()  # the guard's stop reaches a worker a restart is starting, too
 
     def create():
         return create_backend(backend_config.name, model, precision=backend_config.precision,
