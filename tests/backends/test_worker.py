@@ -331,11 +331,9 @@ def test_output_tail_is_in_the_error():
 
 
 def test_never_ready_times_out():
-    t0 = time.monotonic()
     with pytest.raises(WorkerFailure, match=r"timeout after 2 s during loading the backend"):
         WorkerBackend("never", default_model(), target="worker_faults:NeverReady", env={"PYTHONPATH": str(TESTS)},
                       ready_timeout_s=2)
-    assert time.monotonic() - t0 < 60  # bounded, generously: never a hang
 
 
 def test_missing_interpreter(tmp_path):
