@@ -6,15 +6,16 @@ to 1.7 GB). OpenCV reads its own bound, OPENCV_IO_MAX_IMAGE_PIXELS, once, when i
 `bound_image_decoding` sets it to MAX_PIXELS before anything imports cv2 (first thing in
 `tracker.cli.main`; a value in the environment wins), so every decoder of the process (a photo
 folder, enrolment, identification, evaluation, training, uploads) refuses a larger image rather
-than allocate it. `read_image` reads one file as `cv2.imread` does, and `decode_image` a file's
-bytes, with a refused image, as a damaged one, read as None (OpenCV raises for a size over its
-bound); so is a JPEG cut short (`jpeg_cut_short`), which imread would decode with grey rows.
+than allocate it. `read_image` reads one file, and `decode_image` a file's bytes, as `cv2.imread`
+decodes a file, with a refused image, as a damaged one, read as None (OpenCV raises for a size over
+its bound); so is a JPEG cut short (an interrupted copy or upload), which imdecode refuses and
+imread would decode with grey rows.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,53 +39,43 @@ def bound_image_decoding() -> None:
 
 
 def read_image(path: Path, flags: int | None = None) -> np.ndarray | None:
-    """The image at `path` as `cv2.imread(path, flags)` decodes it (default: BGR), or None if it
-    cannot be read or decoded, is larger than OpenCV's bound (see the module docstring) or is a
-    JPEG that ends before its image does (`jpeg_cut_short`)."""
-    import cv2  # here: this module is imported before cv2 may be loaded (bound_image_decoding)
+    """The image at `path` decoded as `cv2.imread(path, flags)` would (default: BGR; EXIF
+    orientation applied), or None if it is not a regular file of at most MAX_FILE_BYTES, cannot be
+    read or decoded, is larger than OpenCV's bound (see the module docstring) or is a JPEG cut
+    short. The bytes are read here and decoded by `cv2.imdecode`: imread crashed the process
+    (SIGSEGV) on a name that is not UTF-8, a FIFO's open waited for a writer for ever, and imread
+    decodes a JPEG cut short with grey rows."""
+    import numpy as np  # here: this module is imported before cv2 may be loaded (bound_image_decoding)
 
+    data = _file_bytes(path)
+    return None if data is None else decode_image(np.frombuffer(data, np.uint8), flags)
+
+
+def _file_bytes(path: Path) -> bytes | None:
+    """The bytes of `path` if it is a regular file of 1 to MAX_FILE_BYTES bytes that can be read,
+    else None (opened without blocking, so that a FIFO is refused rather than waited on)."""
     try:
-        with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            if jpeg_cut_short(data):
-                return None
-    except (OSError, ValueError):  # unreadable, or empty (mmap's ValueError): imread says None too
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError):  # ValueError: a NUL in the name
         return None
     try:
-        return cv2.imread(str(path), cv2.IMREAD_COLOR if flags is None else flags)
-    except cv2.error:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE_BYTES:
+            return None
+        data = os.read(fd, info.st_size + 1)  # (+1: a file that grew since is read past its stat)
+    except OSError:
         return None
+    finally:
+        os.close(fd)
+    return data if 0 < len(data) <= MAX_FILE_BYTES else None
 
 
-def decode_image(data: np.ndarray) -> np.ndarray | None:
-    """`data`, an image file's bytes (uint8), decoded to BGR as `read_image` reads a file, or None."""
+def decode_image(data: np.ndarray, flags: int | None = None) -> np.ndarray | None:
+    """`data`, an image file's bytes (uint8), decoded as `cv2.imread` reads a file with `flags`
+    (default: BGR), or None (damaged, a JPEG cut short, over OpenCV's bound, not an image)."""
     import cv2
 
-    try:  # (a JPEG cut short is None here: imdecode, unlike imread, refuses one)
-        return cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
+    try:
+        return cv2.imdecode(data, cv2.IMREAD_COLOR if flags is None else flags) if data.size else None
     except cv2.error:
         return None
-
-
-def jpeg_cut_short(data: bytes | mmap.mmap) -> bool:
-    """Whether `data` is a JPEG file (it starts with the SOI marker FF D8) that ends before its
-    image does: no EOI marker (FF D9) after the start of its first scan (SOS, FF DA). libjpeg
-    decodes such a file anyway, the missing rows grey, with only a warning on stderr (an
-    interrupted copy or upload would be enrolled half grey). The marker segments before the scan
-    are skipped by their lengths, so the markers of an EXIF thumbnail (inside APP1) do not count;
-    inside a scan FF is always followed by 00 or a restart marker, so FF D9 there is the EOI."""
-    if data[:2] != b"\xff\xd8":
-        return False
-    at = 2
-    while at + 4 <= len(data):
-        if data[at] != 0xFF:
-            return True  # a marker must be here: the file is damaged
-        marker = data[at + 1]
-        if marker == 0xFF:  # a fill byte before a marker
-            at += 1
-        elif marker == 0xDA:
-            return data.find(b"\xff\xd9", at) < 0
-        elif 0xD0 <= marker <= 0xD7 or marker == 0x01:  # markers without a length
-            at += 2
-        else:
-            at += 2 + int.from_bytes(data[at + 2 : at + 4], "big")
-    return True
