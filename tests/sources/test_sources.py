@@ -504,3 +504,22 @@ def test_a_streams_password_is_never_in_its_description_or_errors():
 ])
 def test_a_streams_secrets_are_hidden_wherever_the_url_holds_them(uri, shown):
     assert OpenCVSource(uri).description == f"stream {shown!r}"
+
+
+def test_a_video_file_is_refused_whole_before_it_can_harm(tmp_path):
+    """Three things a file --source did to the guard: a name that is not UTF-8 crashed it (OpenCV's
+    SIGSEGV), an image declaring 8000 x 8000 pixels was decoded past the bound every other reader
+    keeps (700 MB), and a FIFO was called a file that does not exist."""
+    import os
+
+    odd = os.fsdecode(bytes(tmp_path) + b"/clip\xff.avi")
+    with pytest.raises(InputError, match=r"the name is not valid UTF-8, which OpenCV cannot open"):
+        OpenCVSource(odd)
+    huge = tmp_path / "huge.png"
+    cv2.imwrite(str(huge), np.zeros((8000, 8000), np.uint8))  # 70 kB
+    with pytest.raises(InputError, match=r"frames of 8000x8000 are over 24 megapixels"):
+        OpenCVSource(str(huge)).open()
+    fifo = tmp_path / "clip.avi"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match=r"'.*clip.avi': not a regular file; expected a video file"):
+        OpenCVSource(str(fifo)).open()

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from tracker.errors import InputError
+from tracker.images import MAX_PIXELS
 from tracker.sources.base import SourceBase, SourceUnavailable
 from tracker.types import Frame
 
@@ -74,6 +75,11 @@ class OpenCVSource(SourceBase):
     def __init__(self, uri: str, *, width: int | None = None, height: int | None = None,
                  fps: float | None = None, live: bool | None = None) -> None:
         super().__init__()
+        try:
+            uri.encode("utf-8")
+        except UnicodeEncodeError:  # OpenCV crashed the process (SIGSEGV) on such a name
+            raise InputError(f"source {redacted(uri)!r}: the name is not valid UTF-8, which OpenCV cannot open; "
+                             "expected a UTF-8 name (rename the file)") from None
         self.uri = uri
         self.kind = classify(uri)
         self.live = self.kind != "file" if live is None else live
@@ -116,21 +122,32 @@ class OpenCVSource(SourceBase):
         else:
             path = Path(self.uri)
             if not _is_file(path):
-                self._fail(f"{self.description}: no such file; expected a video file, a camera (0 or /dev/video0) "
-                           "or an rtsp/http URL")
+                self._fail(f"{self.description}: {'not a regular file' if _exists(path) else 'no such file'}; expected "
+                           "a video file, a camera (0 or /dev/video0) or an rtsp/http URL")
             cap = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
         if not cap.isOpened():
             cap.release()
             self._fail(f"{self.description}: OpenCV cannot open it; expected "
                        + ("a readable V4L2 camera" if self.kind == "camera" else
                           "a reachable stream" if self.kind == "stream" else "a video file FFmpeg can decode"))
+        # what it says before its first frame is decoded (an 8000 x 8000 image file took 700 MB), and
+        # what it decodes (a stream may say 0 x 0 until then)
+        self._check_size(cap, int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT)))
         ok, image = cap.read()
         if not ok or image is None:
             cap.release()
             self._fail(f"{self.description}: opened but no frame could be decoded; expected "
                        + ("a video file with at least one readable frame (corrupt or truncated?)"
                           if self.kind == "file" else "frames from a working device"))
+        self._check_size(cap, image.shape[1], image.shape[0])
         self._cap, self._first = cap, (image, self._media_s(cap))
+
+    def _check_size(self, cap, width: int, height: int) -> None:
+        """Release `cap` and fail if frames of width x height are over MAX_PIXELS."""
+        if width * height > MAX_PIXELS:
+            cap.release()
+            self._fail(f"{self.description}: frames of {width}x{height} are over {MAX_PIXELS // 1_000_000} "
+                       "megapixels; expected smaller frames (the guard detects faces a few hundred pixels wide)")
 
     def read(self) -> Frame | None:
         if self._cap is None:
@@ -163,6 +180,14 @@ class OpenCVSource(SourceBase):
     def _fail(self, message: str) -> None:
         """A failure: worth retrying for a live source, the user's mistake for a file."""
         raise SourceUnavailable(message) if self.live else InputError(message)
+
+
+def _exists(path: Path) -> bool:
+    """path.exists(), False for a name the OS cannot look up."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def _is_file(path: Path) -> bool:
