@@ -4,7 +4,8 @@ the project's .npz archives so that a damaged one is one known kind of error.
 `atomic_write(path, content, mode=0o644)`: the content goes to a temporary file beside `path` (same
 file system, so the final rename is atomic), is flushed to the disk (fsync), gets its permission
 bits, and replaces `path` by rename. On any failure (a full disk, an error in `content`) the
-temporary file is removed and `path` is as it was; the exception propagates (OSError for the disk).
+temporary file is removed and `path` is as it was; the exception propagates (OSError for the disk,
+and for a `path` that is a device, a FIFO or a socket, never replaced).
 
 content: bytes, or a function that writes the file at the temporary path it is given (for writers
 that want a path, such as numpy's or TensorFlow's). The temporary name keeps `path`'s suffix, since
@@ -28,9 +29,11 @@ option's error); `nearest_existing(path)` finds what it would be made in.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
+import stat
 import tempfile
 import time
 import uuid
@@ -112,6 +115,7 @@ def _temporary_name(name: str) -> str:
 def atomic_write(path: Path, content: bytes | memoryview | Callable[[Path], None], *, mode: int = 0o644) -> None:
     """See the module docstring."""
     path = Path(path)
+    _refuse_special(path)
     tmp = path.with_name(_temporary_name(path.name))
     try:
         if callable(content):
@@ -130,6 +134,18 @@ def atomic_write(path: Path, content: bytes | memoryview | Callable[[Path], None
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _refuse_special(path: Path) -> None:
+    """OSError if `path` is there and is neither a regular file nor a symbolic link: the rename
+    would put a file in place of a device, a FIFO or a socket (`tracker convert --out /dev/null`
+    as root replaced the device node)."""
+    try:
+        kind = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not (stat.S_ISREG(kind) or stat.S_ISLNK(kind)):
+        raise OSError(errno.EEXIST, f"{path} exists and is not a regular file")
 
 
 def generations(path: Path, backups: int) -> list[Path]:

@@ -188,6 +188,19 @@ def test_convert_command_bad_input(tmp_path, capsys):
     assert "none.caffemodel" in capsys.readouterr().err
 
 
+def test_convert_command_never_writes_over_a_fifo_or_device(tmp_path, quirky, capsys):
+    """The rename put a regular file in place of what --out named: as root, /dev/null itself."""
+    import os
+    import stat
+
+    fifo = tmp_path / "out.onnx"
+    os.mkfifo(fifo)
+    assert main(["convert", "--to", "onnx", "--prototxt", str(quirky.prototxt), "--weights", str(quirky.weights),
+                 "--cache-dir", str(tmp_path / "cache"), "--out", str(fifo)]) == 2
+    assert f"--out {str(fifo)!r}: cannot write ({fifo} exists and is not a regular file)" in capsys.readouterr().err
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
 def test_convert_command_missing_runtime_exits_3(tmp_path):
     done = run_without("onnx", f"from tracker.cli import main; raise SystemExit(main(['convert', '--to', 'onnx', '--cache-dir', {str(tmp_path)!r}]))")
     assert done.returncode == 3, done.stderr
