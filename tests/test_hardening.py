@@ -63,6 +63,22 @@ def test_files_that_are_not_a_config(tmp_path, capsys, data, fragment):
     assert_one_line(*check(capsys, write(tmp_path, data)), fragment)
 
 
+def test_a_fifo_or_a_huge_file_where_a_small_file_is_read(tmp_path, capsys):
+    """A FIFO as the config waited for a writer for ever (the guard never started, never said why);
+    a 300 MB password file, a video named by mistake, was read whole into memory."""
+    import os
+
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    assert_one_line(*check(capsys, fifo), f"config file {str(fifo)!r}: cannot read (not a regular file)")
+    big = tmp_path / "password"
+    with open(big, "wb") as f:
+        f.truncate(300 << 20)  # sparse: no disk used
+    big.chmod(0o600)
+    path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\nweb:\n  password_file: {str(big)!r}\n")
+    assert_one_line(*check(capsys, path), f"web password file {str(big)!r}: larger than 4096 bytes; expected the password")
+
+
 def test_alias_bomb_is_refused_at_once(tmp_path, capsys):
     """A 'billion laughs' file of about 400 bytes that expands to 9**9 strings."""
     lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']

@@ -20,6 +20,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictFloat, StrictInt, ValidationError, model_validator
 
 from tracker.errors import ConfigError
+from tracker.files import read_regular_file
 from tracker.model.card import Embedding
 from tracker.model.spec import MODELS_DIR, ModelSpec
 
@@ -413,8 +414,7 @@ def load_config(path: Path | None = None) -> Config:
     path = path or DEFAULT_CONFIG
     where = f"config file {str(path)!r}"
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES + 1)
+        raw = read_regular_file(path, MAX_CONFIG_BYTES)  # (a FIFO hung the guard here)
     except OSError as err:
         raise ConfigError(f"{where}: cannot read ({err.strerror or err}); expected a readable YAML file") from None
     if len(raw) > MAX_CONFIG_BYTES:

@@ -20,7 +20,8 @@ to read a member from it is one of `NPZ_UNREADABLE`.
 latency), where a full disk must neither stop the guard nor leave half a line, rotated by size so
 that its disk use is bounded (see the class); `generations(path, backups)` names its files.
 
-`file_sha256(path)`: a file's sha256, read in blocks.
+`file_sha256(path)`: a file's sha256, read in blocks. `read_regular_file(path, limit)`: a small
+file read whole, up to a bound, without waiting on a FIFO.
 
 `make_writable_folder(folder)`, `probe_writable(folder)`: a folder that work will write into, made
 (or not) and proven writable before the work starts (OSError otherwise; each caller words it as its
@@ -146,6 +147,25 @@ def _refuse_special(path: Path) -> None:
         return
     if not (stat.S_ISREG(kind) or stat.S_ISLNK(kind)):
         raise OSError(errno.EEXIST, f"{path} exists and is not a regular file")
+
+
+def read_regular_file(path: Path, limit: int) -> bytes:
+    """At most the first `limit` + 1 bytes of the regular file at `path` (more than `limit`: the
+    file is larger than its reader takes). OSError if it cannot be read or is not a regular file:
+    it is opened without blocking, so a FIFO is refused, never waited on for a writer for ever."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EISDIR if stat.S_ISDIR(info.st_mode) else errno.EINVAL,
+                          "is a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file")
+        chunks, left = [], limit + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def generations(path: Path, backups: int) -> list[Path]:

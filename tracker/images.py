@@ -15,7 +15,6 @@ imread would decode with grey rows.
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,29 +44,15 @@ def read_image(path: Path, flags: int | None = None) -> np.ndarray | None:
     short. The bytes are read here and decoded by `cv2.imdecode`: imread crashed the process
     (SIGSEGV) on a name that is not UTF-8, a FIFO's open waited for a writer for ever, and imread
     decodes a JPEG cut short with grey rows."""
-    import numpy as np  # here: this module is imported before cv2 may be loaded (bound_image_decoding)
+    import numpy as np  # here: this module is imported before numpy and cv2 may load (bound_image_decoding)
 
-    data = _file_bytes(path)
-    return None if data is None else decode_image(np.frombuffer(data, np.uint8), flags)
+    from tracker.files import read_regular_file
 
-
-def _file_bytes(path: Path) -> bytes | None:
-    """The bytes of `path` if it is a regular file of 1 to MAX_FILE_BYTES bytes that can be read,
-    else None (opened without blocking, so that a FIFO is refused rather than waited on)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        data = read_regular_file(path, MAX_FILE_BYTES)
     except (OSError, ValueError):  # ValueError: a NUL in the name
         return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE_BYTES:
-            return None
-        data = os.read(fd, info.st_size + 1)  # (+1: a file that grew since is read past its stat)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return data if 0 < len(data) <= MAX_FILE_BYTES else None
+    return None if len(data) > MAX_FILE_BYTES else decode_image(np.frombuffer(data, np.uint8), flags)
 
 
 def decode_image(data: np.ndarray, flags: int | None = None) -> np.ndarray | None:

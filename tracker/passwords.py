@@ -19,9 +19,11 @@ from pathlib import Path
 
 from tracker.config import WebConfig
 from tracker.errors import ConfigError
+from tracker.files import read_regular_file
 
 log = logging.getLogger(__name__)
 
+MAX_SECRET_BYTES = 4096  # a password, or a token: far less
 WEB_CREDENTIAL = "web-password"  # the web page's password under $CREDENTIALS_DIRECTORY (systemd LoadCredential=)
 
 
@@ -43,11 +45,14 @@ def read_secret(path: Path | None, credential: str, what: str) -> Secret | None:
         return None
     try:
         mode = path.stat().st_mode
-        text = path.read_text(encoding="utf-8")
+        raw = read_regular_file(path, MAX_SECRET_BYTES)
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as err:
         reason = getattr(err, "strerror", None) or str(err)
         raise ConfigError(f"{what} {str(path)!r}: cannot read ({reason}); "
                           "expected a UTF-8 file readable by the guard's user") from None
+    if len(raw) > MAX_SECRET_BYTES:  # a video named by mistake was read whole (300 MB)
+        raise ConfigError(f"{what} {str(path)!r}: larger than {MAX_SECRET_BYTES} bytes; expected the password")
     if not managed and mode & 0o077:
         log.warning("%s %s is readable by group or others (mode %03o); run: chmod 600 %s", what, path,
                     mode & 0o777, path)
