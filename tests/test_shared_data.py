@@ -48,3 +48,17 @@ def test_an_absent_file_is_one_line_naming_it_where_and_how(monkeypatch, tmp_pat
     monkeypatch.delenv(shared_data.ENV)
     with pytest.raises(InputError, match="TRACKER_SHARED_DIR is not set and this is not a source checkout"):
         shared_data.locate("datasets/mine.txt", "train")
+
+
+def test_a_variable_that_cannot_be_looked_up_is_one_line(monkeypatch, tmp_path):
+    """~user of nobody, or a name past the system's limit: tracebacks (RuntimeError, OSError)."""
+    from tracker.errors import ModelError
+
+    monkeypatch.setenv(shared_data.ENV, "~no_such_user_here/shared")
+    with pytest.raises(InputError, match=r"\$TRACKER_SHARED_DIR '~no_such_user_here/shared': cannot expand ~"):
+        shared_data.find("datasets/mine.txt")
+    monkeypatch.setenv(shared_data.ENV, str(tmp_path / ("x" * 300)))
+    with pytest.raises(InputError, match=r"cannot look it up \(File name too long\)"):
+        shared_data.find("datasets/mine.txt")
+    with pytest.raises(ModelError, match=r"yunet detector: .*: cannot look it up \(File name too long\)"):
+        ModelFile("yunet", "m.onnx", "ab" * 32, "mine", "its home page").find()

@@ -25,7 +25,12 @@ _CHECKOUT = Path(__file__).resolve().parents[1]  # the folder holding the `track
 
 def search_path() -> list[Path]:
     """The shared-data folders, in the order they are searched (see the module docstring)."""
-    folders = [Path(os.environ[ENV]).expanduser()] if os.environ.get(ENV) else []
+    folders = []
+    if os.environ.get(ENV):
+        try:
+            folders.append(Path(os.environ[ENV]).expanduser())
+        except RuntimeError:  # ~user of a user without a home
+            raise InputError(f"${ENV} {os.environ[ENV]!r}: cannot expand ~; expected a folder path") from None
     if (_CHECKOUT / "pyproject.toml").is_file():  # a source checkout, not an installed package
         folders.append(_CHECKOUT.parent / "shared")
     return folders
@@ -37,8 +42,16 @@ def candidates(relative: str) -> list[Path]:
 
 
 def find(relative: str) -> Path | None:
-    """The first of `candidates(relative)` that exists, or None."""
-    return next((path for path in candidates(relative) if path.exists()), None)
+    """The first of `candidates(relative)` that exists, or None (InputError naming $TRACKER_SHARED_DIR
+    for one that cannot be looked up: a folder the guard's user may not enter, a name too long)."""
+    for path in candidates(relative):
+        try:
+            if path.exists():
+                return path
+        except OSError as err:
+            raise InputError(f"{path}: cannot look it up ({err.strerror or err}); expected ${ENV} to name a folder "
+                             "the guard's user can read") from None
+    return None
 
 
 def locate(relative: str, what: str, instead: str = "") -> Path:

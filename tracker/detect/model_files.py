@@ -45,8 +45,17 @@ class ModelFile:
         return [folder / self.filename for folder in folders] + shared_data.candidates(f"models/{self.shared_folder}/{self.filename}")
 
     def find(self) -> Path | None:
-        """The first file of the search path that exists (not yet checked), or None."""
-        return next((path for path in self.search_path() if path.is_file()), None)
+        """The first file of the search path that exists (not yet checked), or None; ModelError for
+        a place that cannot be looked up (a folder the guard's user may not enter, a name too long)."""
+        for path in self.search_path():
+            try:
+                if path.is_file():
+                    return path
+            except OSError as err:
+                raise ModelError(f"{self.detector} detector: {path}: cannot look it up ({err.strerror or err}); "
+                                 "expected $TRACKER_MODEL_DIR and $TRACKER_SHARED_DIR to name folders the guard's "
+                                 "user can read") from None
+        return None
 
     def locate(self, override: Path | None = None) -> Path:
         """`override` or the first file on the search path, checked; ModelError otherwise."""
