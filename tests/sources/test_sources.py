@@ -523,3 +523,12 @@ def test_a_video_file_is_refused_whole_before_it_can_harm(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(InputError, match=r"'.*clip.avi': not a regular file; expected a video file"):
         OpenCVSource(str(fifo)).open()
+
+
+def test_a_name_with_a_digit_int_cannot_read_leaves_the_folder_readable(tmp_path):
+    """"²" is a digit to str.isdigit but not to int(): one such name refused the whole folder."""
+    cv2.imwrite(str(tmp_path / "frame1.png"), np.zeros((8, 8, 3), np.uint8))
+    (tmp_path / "scan1²").write_bytes(b"x")
+    source = FolderSource(tmp_path)
+    source.open()
+    assert source.read().image.shape == (8, 8, 3)

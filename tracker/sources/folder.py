@@ -24,7 +24,8 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".p
 
 
 def _natural_key(path: Path) -> list:
-    return [int(part) if part.isdigit() else part.lower() for part in re.split(r"(\d+)", path.name)]
+    # isdecimal, as \d and int() take: "²" is a digit to isdigit(), and int() refused it
+    return [int(part) if part.isdecimal() else part.lower() for part in re.split(r"(\d+)", path.name)]
 
 
 class FolderSource(SourceBase):
