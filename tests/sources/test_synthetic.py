@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 import pytest
 
+from tracker.errors import InputError
 from tracker.sources import Capture
-from tracker.sources.synthetic import CYCLE_S, SyntheticScene, SyntheticSource
+from tracker.sources.synthetic import CYCLE_S, DEFAULT_CHIPS, SyntheticScene, SyntheticSource
 
 FPS = 10.0
 CYCLE = int(CYCLE_S * FPS)  # frames per cycle at 10 fps
@@ -153,3 +155,16 @@ def test_a_faces_folder_with_too_few_people_is_a_clear_error(tmp_path):
         cv2.imwrite(str(tmp_path / name / "a.jpg"), np.full((150, 150, 3), 128, np.uint8))
     with pytest.raises(InputError, match=r"2 people found in .*expected <person>/<face image> files for at least 3"):
         SyntheticScene(faces_dir=tmp_path)
+
+
+def test_the_scene_is_bounded_in_size_and_its_faces_in_pixels(tmp_path, johns):
+    """4096 x 4096 (the config's largest) took 750 MB to make; a faces_dir of phone photos was
+    kept whole (12 photos of 12 megapixels: 590 MB)."""
+    with pytest.raises(InputError, match=r"synthetic scene: size 4096x4096 too large; expected at most 2,073,600"):
+        SyntheticScene(4096, 4096)
+    for person, files in list(johns.items())[:3]:
+        (tmp_path / person).mkdir()
+        cv2.imwrite(str(tmp_path / person / "big.png"), cv2.resize(cv2.imread(str(files[0])), (4000, 3000)))
+    scene = SyntheticScene(640, 480, faces_dir=tmp_path)
+    assert [chip.shape for chip in scene.chips] == [(384, 512, 3)] * 3
+    assert [chip.shape for chip in SyntheticScene(640, 480).chips] == [(150, 150, 3)] * len(DEFAULT_CHIPS)

@@ -55,6 +55,10 @@ CYCLE_S = 20.0
 PILLAR_Z = 1  # actors with a smaller z walk behind the pillar
 _ACTORS_PER_CYCLE = 3
 _NOISE_PAD = 64  # the noise field is this much larger than the frame, for per-frame offsets
+_LARGEST_FACE = 0.29  # the largest face the scene draws, as a fraction of the frame's height (walker B's)
+# The scene's arrays take about 45 bytes a pixel while it is made (the room and its noise, in
+# float32): 4096 x 4096 took 750 MB. A demo needs no more than a camera's 1080p.
+MAX_SCENE_PIXELS = 1920 * 1080
 
 
 @dataclass(frozen=True)
@@ -129,8 +133,10 @@ def enrolment_chips(faces_dir: Path | None = None) -> dict[str, list[Path]]:
             for name in people}
 
 
-def load_chips(faces_dir: Path | None = None) -> tuple[list[np.ndarray], list[str]]:
-    """The face chips (BGR uint8 squares) and the identity of each (see `scene_chips`)."""
+def load_chips(faces_dir: Path | None = None, largest_side: int | None = None) -> tuple[list[np.ndarray], list[str]]:
+    """The face chips (BGR uint8) and the identity of each (see `scene_chips`); with
+    `largest_side`, a chip whose longer side is past it is shrunk (area-averaged) to it as it is
+    read: a faces_dir of phone photos was kept whole (12 of 12 megapixels: 590 MB)."""
     chips, names = [], []
     for name, paths in scene_chips(faces_dir).items():
         for path in paths:
@@ -138,6 +144,11 @@ def load_chips(faces_dir: Path | None = None) -> tuple[list[np.ndarray], list[st
             if image is None:
                 raise InputError(f"scene face {str(path)!r}: cannot be decoded ({TOO_LARGE_OR_DAMAGED}); expected a "
                                  "face image")
+            longer = max(image.shape[:2])
+            if largest_side is not None and longer > largest_side:
+                scale = largest_side / longer
+                size = (max(1, round(image.shape[1] * scale)), max(1, round(image.shape[0] * scale)))
+                image = cv2.resize(image, size, interpolation=cv2.INTER_AREA)
             chips.append(image)
             names.append(name)
     return chips, names
@@ -155,11 +166,16 @@ class SyntheticScene:
                  noise_sigma: float = 2.0, faces_dir: Path | None = None) -> None:
         if width < 64 or height < 64:
             raise InputError(f"synthetic scene: size {width}x{height} too small; expected at least 64x64")
+        if width * height > MAX_SCENE_PIXELS:
+            raise InputError(f"synthetic scene: size {width}x{height} too large; expected at most "
+                             f"{MAX_SCENE_PIXELS:,} pixels (1920x1080)")
         if fps <= 0:
             raise InputError(f"synthetic scene: fps {fps} must be > 0")
         self.width, self.height, self.fps, self.seed = width, height, float(fps), seed
         self.noise_sigma = float(noise_sigma)
-        self.chips, self.chip_identity = load_chips(faces_dir)
+        # chips larger than twice the largest face drawn (and 512 px) are shrunk: the default
+        # chips (150 px) are used as they are at every size
+        self.chips, self.chip_identity = load_chips(faces_dir, max(512, 2 * int(np.ceil(_LARGEST_FACE * height))))
         self.identities: tuple[str, ...] = tuple(sorted(set(self.chip_identity)))
         self.pillar = (round(0.70 * width), round(0.77 * width))  # x range, full height
         self._background = self._draw_background()
@@ -222,7 +238,7 @@ class SyntheticScene:
         a = _Actor(3 * c + 1, name, chip, s, PILLAR_Z + 1, ((ta, -s / 2, ya), a_end))
         a_mid = a.keys[0][0] + (W / 2 + s / 2) / v  # when A's centre is mid-frame
         # B: right to left, nearer (larger, drawn over A) and crossing A mid-frame.
-        name, chip, sb, vb = pick(1, (0.24, 0.29))
+        name, chip, sb, vb = pick(1, (0.24, _LARGEST_FACE))
         tb_mid = a_mid + rng.uniform(-0.3, 0.3)
         a_centre = a.centre(a_mid)
         assert a_centre is not None  # a_mid lies on A's walk by construction
