@@ -438,6 +438,18 @@ def test_a_high_score_no_detection_of_the_detector_can_reach_is_refused(tmp_path
                     "key 'tracking.high_score': 1 with detector yunet, whose scores are at most 1")
 
 
+@pytest.mark.parametrize("command", [["--check-config"], ["--list-backends"]])
+def test_output_to_a_full_disk_is_one_line(tmp_path, command):
+    """`tracker --check-config > file` on a full disk: a traceback (OSError, ENOSPC)."""
+    config = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\n")
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([*tracker_command(), *command, "--config", str(config)], stdout=full,
+                              stderr=subprocess.PIPE, text=True, env=isolated_env(tmp_path), timeout=300)
+    assert proc.returncode == 1
+    assert proc.stderr == ("tracker: error: cannot write the output (No space left on device); expected room on the "
+                           "disk it goes to\n"), proc.stderr
+
+
 @pytest.mark.parametrize("stderr_too", [False, True], ids=["stdout", "stdout-and-stderr"])
 def test_a_reader_that_goes_away_is_no_error(tmp_path, stderr_too):
     """`tracker eval-mot ... | head -1` (and with 2>&1): a traceback and exit 1, or Python's

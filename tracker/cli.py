@@ -20,6 +20,7 @@ only an unexpected failure prints a traceback (exit 1). Only this module knows `
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import select
@@ -252,6 +253,9 @@ def _reader_gone(stream) -> bool:
     return any(events & select.POLLERR for _, events in poller.poll(0))
 
 
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
 def main(argv: list[str] | None = None) -> int:
     bound_idle_spin()  # first: OpenBLAS reads it when numpy loads it (nothing above imports numpy)
     bound_image_decoding()  # and OpenCV its own when cv2 loads
@@ -260,8 +264,11 @@ def main(argv: list[str] | None = None) -> int:
         if argv and argv[0] in SUBCOMMANDS:
             # `convert` says what it converts (and any cache rebuild); the others only warn
             configure_logging("INFO" if argv[0] == "convert" else "WARNING")
-            return _run_subcommand(argv[0], argv[1:])
-        return _run_main(argv)
+            code = _run_subcommand(argv[0], argv[1:])
+        else:
+            code = _run_main(argv)
+        sys.stdout.flush()  # here, not at exit, where a full disk is a message Python prints itself
+        return code
     except TrackerError as err:
         print(f"tracker: error: {err}", file=sys.stderr)
         return err.exit_code
@@ -272,6 +279,16 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush is silent
             return 0
         traceback.print_exc()  # another pipe (a child's): an unexpected failure
+        return EXIT_UNEXPECTED
+    except OSError as err:
+        if err.errno not in _DISK_FULL:
+            traceback.print_exc()
+            return EXIT_UNEXPECTED
+        # what the guard writes as it runs (logs, outbox, snapshots) takes a full disk in its
+        # stride: a full disk that stops a command is its output's (stdout sent to a file)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush is silent
+        print(f"tracker: error: cannot write {err.filename or 'the output'} ({err.strerror}); expected room on the "
+              "disk it goes to", file=sys.stderr)
         return EXIT_UNEXPECTED
     except Exception:  # an unexpected failure: the traceback is the useful report
         traceback.print_exc()
