@@ -202,8 +202,9 @@ def test_options_that_the_run_would_ignore_are_refused(capsys, args, fragment):
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (("--backend", "nope"), "key 'backend.name': unknown backend 'nope'; expected one of caffe-openblas"),
-    (("--backend", "opencv-dnn", "--precision", "int8"), "key 'backend.precision': backend 'opencv-dnn' has no 'int8'"),
+    # named as the option that asked, not as the config key it overrides
+    (("--backend", "nope"), "tracker: error: --backend: unknown backend 'nope'; expected one of caffe-openblas"),
+    (("--backend", "opencv-dnn", "--precision", "int8"), "tracker: error: --precision: backend 'opencv-dnn' has no 'int8'"),
     (("--source", "picamera2:x"), "picamera2 camera number 'x' is not a whole number >= 0"),
     (("--source", "picamera2:-1"), "picamera2 camera number '-1' is not a whole number >= 0"),
     (("--source", "/nonexistent/hall.mp4"), "video file '/nonexistent/hall.mp4': no such file"),

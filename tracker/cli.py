@@ -116,6 +116,14 @@ def effective_config(config: Config, args: argparse.Namespace) -> Config:
         data["backend"]["name"] = args.backend
     if args.precision:
         data["backend"]["precision"] = args.precision
+    if args.backend or args.precision:  # refused under the option's name, not the config key's
+        from tracker.backends import REGISTRY, backend_class, precision_refused
+
+        name, precision = data["backend"]["name"], data["backend"]["precision"]
+        if name not in REGISTRY:
+            raise InputError(f"--backend: unknown backend {name!r}; expected one of {', '.join(REGISTRY)}")
+        if precision not in backend_class(name).precisions:
+            raise precision_refused("--precision" if args.precision else "--backend", name, precision)
     if args.demo:
         data["source"].update(kind="synthetic", uri="", frames=args.frames or DEMO_FRAMES)
         data["state_dir"] = config.resolved_state_dir() / "demo"
