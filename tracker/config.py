@@ -8,6 +8,7 @@ credentials directory) by the MQTT sink.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
 import re
@@ -416,9 +417,9 @@ def load_config(path: Path | None = None) -> Config:
     try:
         raw = read_regular_file(path, MAX_CONFIG_BYTES)  # (a FIFO hung the guard here)
     except OSError as err:
+        if err.errno == errno.EFBIG:
+            raise ConfigError(f"{where}: larger than {MAX_CONFIG_BYTES} bytes; expected a YAML config of a few kB") from None
         raise ConfigError(f"{where}: cannot read ({err.strerror or err}); expected a readable YAML file") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{where}: larger than {MAX_CONFIG_BYTES} bytes; expected a YAML config of a few kB")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:

@@ -150,19 +150,25 @@ def _refuse_special(path: Path) -> None:
 
 
 def read_regular_file(path: Path, limit: int) -> bytes:
-    """At most the first `limit` + 1 bytes of the regular file at `path` (more than `limit`: the
-    file is larger than its reader takes). OSError if it cannot be read or is not a regular file:
-    it is opened without blocking, so a FIFO is refused, never waited on for a writer for ever."""
+    """The bytes of the regular file at `path`, at most `limit` of them. OSError if it cannot be
+    read, is not a regular file (it is opened without blocking: a FIFO is refused, never waited on
+    for a writer), or holds more (EFBIG, found by its size before anything is read, and by the
+    read for a file that grew since)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise OSError(errno.EISDIR if stat.S_ISDIR(info.st_mode) else errno.EINVAL,
                           "is a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file")
+        too_large = OSError(errno.EFBIG, f"larger than {limit} bytes")
+        if info.st_size > limit:
+            raise too_large
         chunks, left = [], limit + 1
         while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
             chunks.append(chunk)
             left -= len(chunk)
+        if left == 0:
+            raise too_large
         return b"".join(chunks)
     finally:
         os.close(fd)

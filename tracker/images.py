@@ -52,7 +52,7 @@ def read_image(path: Path, flags: int | None = None) -> np.ndarray | None:
         data = read_regular_file(path, MAX_FILE_BYTES)
     except (OSError, ValueError):  # ValueError: a NUL in the name
         return None
-    return None if len(data) > MAX_FILE_BYTES else decode_image(np.frombuffer(data, np.uint8), flags)
+    return decode_image(np.frombuffer(data, np.uint8), flags)
 
 
 def decode_image(data: np.ndarray, flags: int | None = None) -> np.ndarray | None:

@@ -11,6 +11,7 @@ that fixes it.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
 import os
@@ -45,14 +46,15 @@ def read_secret(path: Path | None, credential: str, what: str) -> Secret | None:
         return None
     try:
         mode = path.stat().st_mode
-        raw = read_regular_file(path, MAX_SECRET_BYTES)
-        text = raw.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        reason = getattr(err, "strerror", None) or str(err)
-        raise ConfigError(f"{what} {str(path)!r}: cannot read ({reason}); "
+        text = read_regular_file(path, MAX_SECRET_BYTES).decode("utf-8")  # (a video named by mistake was read whole)
+    except OSError as err:
+        if err.errno == errno.EFBIG:
+            raise ConfigError(f"{what} {str(path)!r}: larger than {MAX_SECRET_BYTES} bytes; expected the password") from None
+        raise ConfigError(f"{what} {str(path)!r}: cannot read ({err.strerror or err}); "
                           "expected a UTF-8 file readable by the guard's user") from None
-    if len(raw) > MAX_SECRET_BYTES:  # a video named by mistake was read whole (300 MB)
-        raise ConfigError(f"{what} {str(path)!r}: larger than {MAX_SECRET_BYTES} bytes; expected the password")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{what} {str(path)!r}: cannot read ({err}); "
+                          "expected a UTF-8 file readable by the guard's user") from None
     if not managed and mode & 0o077:
         log.warning("%s %s is readable by group or others (mode %03o); run: chmod 600 %s", what, path,
                     mode & 0o777, path)

@@ -7,6 +7,7 @@ whose image files all fail to decode, is an InputError. Each frame has its image
 
 from __future__ import annotations
 
+import errno
 import logging
 import re
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from tracker.errors import InputError
+from tracker.files import read_regular_file
 from tracker.images import MAX_FILE_BYTES, TOO_LARGE_OR_DAMAGED, decode_image
 from tracker.sources.base import SourceBase
 from tracker.types import Frame
@@ -63,16 +65,15 @@ class FolderSource(SourceBase):
             path = self._files[self._next]
             self._next += 1
             try:
-                size = path.stat().st_size
-                if size > MAX_FILE_BYTES:
-                    log.warning("%s: skipping %r: %d MB, larger than any image it decodes (%d MB); expected a photo",
-                                self.description, path.name, size // 1_000_000, MAX_FILE_BYTES // 1_000_000)
-                    continue
-                data = np.fromfile(path, dtype=np.uint8)
+                data = read_regular_file(path, MAX_FILE_BYTES)  # (bounded also for a file still growing)
             except OSError as err:
-                log.warning("%s: skipping %r: cannot read it (%s)", self.description, path.name, err.strerror)
+                if err.errno == errno.EFBIG:
+                    log.warning("%s: skipping %r: larger than any image it decodes (%d MB); expected a photo",
+                                self.description, path.name, MAX_FILE_BYTES // 1_000_000)
+                else:
+                    log.warning("%s: skipping %r: cannot read it (%s)", self.description, path.name, err.strerror)
                 continue
-            image = decode_image(data)
+            image = decode_image(np.frombuffer(data, np.uint8))
             if image is None:
                 log.warning("%s: skipping %r: not a decodable image (%s)", self.description, path.name,
                             TOO_LARGE_OR_DAMAGED)
