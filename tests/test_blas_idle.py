@@ -74,3 +74,13 @@ def test_the_tracker_command_bounds_it_before_anything_else(monkeypatch):
     done = subprocess.run([sys.executable, "-c", "import sys, tracker.cli; print('numpy' in sys.modules, "
                            "'cv2' in sys.modules)"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False False", done.stderr
+
+
+def test_a_bound_that_is_no_number_is_reported_as_none(monkeypatch):
+    """"²" passed str.isdigit and int() refused it: the benchmark's machine record was a traceback."""
+    from tracker.machine import blas_info
+
+    monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", "²")
+    assert blas_info()["idle_poll_log2_ticks"] is None
+    monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", "20")
+    assert blas_info()["idle_poll_log2_ticks"] == 20

@@ -110,6 +110,8 @@ def test_a_bad_value_inside_an_alias_expansion_is_shown_short(tmp_path, capsys):
     ("source:\n  kind: opencv\n", "key 'source.uri': empty for source kind 'opencv'"),
     ("source:\n  faces_dir: /nonexistent\n", "synthetic scene: 0 people found in '/nonexistent'"),
     ("source:\n  width: 48\n  height: 48\n", "synthetic scene: size 48x48 too small; expected at least 64x64"),
+    # "²" is a digit to str.isdigit, not to int(): said as int()'s complaint
+    ("web:\n  listen: '127.0.0.1:8²'\n", "key 'web.listen': bad value '127.0.0.1:8²'; expected host:port"),
     ("source:\n  kind: opencv\n  uri: /nonexistent/hall.mp4\n", "video file '/nonexistent/hall.mp4': no such file"),
     ("latency:\n  path: {tmp}/x/one.jsonl\nsinks:\n  jsonl: {tmp}/x/../x/one.jsonl\n",
      "key 'sinks.jsonl': '{tmp}/x/../x/one.jsonl' is also 'latency.path'; expected a file of its own"),

@@ -232,7 +232,7 @@ def _descendants(pid: int) -> list[int]:
     except OSError:
         return []
     for entry in entries:
-        if not entry.isdigit():
+        if not entry.isdecimal():
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as f:

@@ -265,7 +265,7 @@ def _listen_address(value: str) -> str:
         host.encode("idna")  # what the server's bind does first: a label over 63 characters fails here
     except UnicodeError:
         host = ""
-    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535 or any(c in host for c in "/ []"):
+    if not sep or not host or not port.isdecimal() or not 1 <= int(port) <= 65535 or any(c in host for c in "/ []"):
         raise ValueError(f"bad value {_short(value)}; expected host:port, e.g. 127.0.0.1:8080, 0.0.0.0:8080 or [::1]:8080")
     return value
 

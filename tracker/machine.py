@@ -75,7 +75,7 @@ def blas_info() -> dict:
     and how long its idle threads poll (OPENBLAS_THREAD_TIMEOUT, see tracker.blas_idle; None: OpenBLAS's default)."""
     timeout = os.environ.get("OPENBLAS_THREAD_TIMEOUT", "")
     blas: dict[str, str | int | None] = {"name": None, "version": None, "architecture": None, "threads": None,
-                                         "idle_poll_log2_ticks": int(timeout) if timeout.isdigit() else None}
+                                         "idle_poll_log2_ticks": int(timeout) if timeout.isdecimal() else None}
     try:
         from threadpoolctl import threadpool_info
 

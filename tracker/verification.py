@@ -52,7 +52,7 @@ def read_pairs(path: Path, images: Path) -> list[tuple[Path, Path, bool]]:
     lines = _pair_lines(path)
     number, first = next(lines, (1, ""))
     header = first.split()
-    if not 1 <= len(header) <= 2 or not all(field.isdigit() for field in header):
+    if not 1 <= len(header) <= 2 or not all(field.isdecimal() for field in header):
         raise InputError(f"pairs file {path}:{number}: {first[:80]!r}; expected LFW's header line: 'N' "
                          "(View 1) or 'folds N' (View 2)")
     pairs = []

@@ -103,7 +103,7 @@ class OpenCVSource(SourceBase):
 
     def _open(self, cv2) -> None:
         if self.kind == "camera":
-            device = f"/dev/video{self.uri}" if self.uri.isdigit() else self.uri
+            device = f"/dev/video{self.uri}" if self.uri.isdecimal() else self.uri
             if not os.path.exists(device):
                 raise SourceUnavailable(f"{self.description}: {device} does not exist (camera absent or unplugged?)")
             cap = cv2.VideoCapture(device, cv2.CAP_V4L2)

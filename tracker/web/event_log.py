@@ -59,7 +59,7 @@ def parse_cursor(text: str) -> tuple[int, int, int]:
     """(inode, mark, offset) of a page's `next` as `read_page` gave it ("<inode>:<mark>:<offset>");
     ValueError if it is not one."""
     fields = text.split(":")
-    if len(fields) != 3 or not all(field.isdigit() for field in fields):
+    if len(fields) != 3 or not all(field.isdecimal() for field in fields):
         raise ValueError(f"not <inode>:<mark>:<offset>: {text!r}")
     inode, mark, offset = map(int, fields)
     return inode, mark, offset
