@@ -387,6 +387,7 @@ class _FakePicamera2:
     cameras = 1
     fail_reads = 0
     fail_configuration = False
+    drop_lores = False
     configs: list = []
     waits: list = []
     closed = 0
@@ -411,6 +412,8 @@ class _FakePicamera2:
     def camera_configuration(self):
         if _FakePicamera2.fail_configuration:
             raise RuntimeError("camera went away")
+        if _FakePicamera2.drop_lores:  # a configuration without the stream asked for
+            return {key: value for key, value in self.config.items() if key != "lores"}
         return self.config
 
     def capture_arrays(self, names, wait=None):
@@ -474,6 +477,13 @@ def test_picamera_source_against_a_fake_picamera2(monkeypatch):
         assert _FakePicamera2.closed == closed + 1
     finally:
         _FakePicamera2.fail_configuration = False
+    _FakePicamera2.drop_lores, closed = True, _FakePicamera2.closed
+    try:  # a KeyError outside the try was fatal to the guard, not a failure to retry
+        with pytest.raises(SourceUnavailable, match=r"cannot start at .*\(KeyError: 'lores'\)"):
+            PiCameraSource(0, luma_width=320).open()
+        assert _FakePicamera2.closed == closed + 1
+    finally:
+        _FakePicamera2.drop_lores = False
 
 
 def test_a_streams_password_is_never_in_its_description_or_errors():

@@ -88,12 +88,12 @@ class PiCameraSource(SourceBase):
             cam.configure(config)
             cam.start()
             actual = cam.camera_configuration()  # the sizes the ISP chose
-        except Exception as err:
+            size = tuple(actual["main"]["size"])
+            luma_size = tuple(actual["lores"]["size"]) if self.luma_size else None
+        except Exception as err:  # (a configuration without the streams asked for, too)
             cam.close()
-            raise SourceUnavailable(f"{self.description}: cannot start at {self.size} ({err})") from None
-        self.size = tuple(actual["main"]["size"])
-        if self.luma_size:
-            self.luma_size = tuple(actual["lores"]["size"])
+            raise SourceUnavailable(f"{self.description}: cannot start at {self.size} ({type(err).__name__}: {err})") from None
+        self.size, self.luma_size = size, luma_size
         self._cam = cam
 
     def read(self) -> Frame | None:
