@@ -542,3 +542,14 @@ def test_a_name_with_a_digit_int_cannot_read_leaves_the_folder_readable(tmp_path
     source = FolderSource(tmp_path)
     source.open()
     assert source.read().image.shape == (8, 8, 3)
+
+
+def test_a_folder_of_other_files_is_counted_not_listed(tmp_path, caplog):
+    """A wrong folder (a library directory) logged a line for each of its thousand files."""
+    cv2.imwrite(str(tmp_path / "frame.png"), np.zeros((8, 8, 3), np.uint8))
+    for i in range(25):
+        (tmp_path / f"lib{i:02d}.so").write_bytes(b"x")
+    with caplog.at_level(logging.WARNING, logger="tracker.sources"):
+        FolderSource(tmp_path).open()
+    assert caplog.text.count("not an image file") == 10
+    assert "skipping 15 more files that are not image files" in caplog.text

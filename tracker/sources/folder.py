@@ -22,6 +22,7 @@ from tracker.types import Frame
 
 log = logging.getLogger(__name__)
 
+SKIPS_NAMED = 10  # files that are not images named one by one; the rest are counted
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".pgm", ".ppm", ".pnm")
 
 
@@ -48,13 +49,14 @@ class FolderSource(SourceBase):
         except (OSError, ValueError) as err:  # no permission, a name too long, a NUL in it
             raise InputError(f"{self.description}: cannot read it ({getattr(err, 'strerror', None) or err}); "
                              "expected a readable folder of images") from None
-        self._files = []
-        for path in files:
-            if path.suffix.lower() in IMAGE_SUFFIXES:
-                self._files.append(path)
-            else:
-                log.warning("%s: skipping %r: not an image file (suffix %r; expected one of %s)",
-                            self.description, path.name, path.suffix, " ".join(IMAGE_SUFFIXES))
+        self._files = [path for path in files if path.suffix.lower() in IMAGE_SUFFIXES]
+        others = [path for path in files if path.suffix.lower() not in IMAGE_SUFFIXES]
+        for path in others[:SKIPS_NAMED]:
+            log.warning("%s: skipping %r: not an image file (suffix %r; expected one of %s)",
+                        self.description, path.name, path.suffix, " ".join(IMAGE_SUFFIXES))
+        if len(others) > SKIPS_NAMED:  # a wrong folder's thousand lines would flood the journal
+            log.warning("%s: skipping %d more files that are not image files", self.description,
+                        len(others) - SKIPS_NAMED)
         if not self._files:
             raise InputError(f"{self.description}: no image files in it; expected files ending in "
                              + ", ".join(IMAGE_SUFFIXES))
