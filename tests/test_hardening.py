@@ -110,7 +110,7 @@ def test_a_bad_value_inside_an_alias_expansion_is_shown_short(tmp_path, capsys):
     ("source:\n  kind: opencv\n", "key 'source.uri': empty for source kind 'opencv'"),
     ("source:\n  faces_dir: /nonexistent\n", "synthetic scene: 0 people found in '/nonexistent'"),
     ("source:\n  width: 48\n  height: 48\n", "synthetic scene: size 48x48 too small; expected at least 64x64"),
-    # "²" is a digit to str.isdigit, not to int(): said as int()'s complaint
+    # "²" is a digit to str.isdigit, not to int(): int()'s complaint was the message
     ("web:\n  listen: '127.0.0.1:8²'\n", "key 'web.listen': bad value '127.0.0.1:8²'; expected host:port"),
     ("source:\n  kind: opencv\n  uri: /nonexistent/hall.mp4\n", "video file '/nonexistent/hall.mp4': no such file"),
     ("latency:\n  path: {tmp}/x/one.jsonl\nsinks:\n  jsonl: {tmp}/x/../x/one.jsonl\n",
@@ -215,6 +215,20 @@ def test_options_that_the_run_would_ignore_are_refused(capsys, args, fragment):
 def test_check_config_applies_the_command_line_overrides(tmp_path, capsys, args, fragment):
     path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\n")
     assert_one_line(*check(capsys, path, *args), fragment)
+
+
+def test_the_demo_of_a_guard_with_a_large_camera_shows_the_scene_at_its_aspect(tmp_path, capsys):
+    """The synthetic scene is at most 1920x1080: the demo took a 5-megapixel camera's size and was
+    refused."""
+    from tracker.cli import effective_config
+    from tracker.config import load_config
+
+    path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\n"
+                           "source: {kind: opencv, uri: /dev/video0, width: 2592, height: 1944}\n")
+    assert check(capsys, path, "--demo")[0] == 0
+    args = type("Args", (), {"backend": None, "precision": None, "demo": True, "frames": None})()
+    source = effective_config(load_config(path), args).source
+    assert (source.kind, source.width, source.height) == ("synthetic", 1662, 1247)
 
 
 def test_blazeface_without_litert_stops_check_config_as_it_stops_the_guard(tmp_path, capsys, monkeypatch):

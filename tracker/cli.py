@@ -106,7 +106,8 @@ def _load_config(args):
 def effective_config(config: Config, args: argparse.Namespace) -> Config:
     """The config with the command line's overrides (--backend, --precision, --frames, --demo)
     applied and validated like the file. --demo: the synthetic scene (paced at its fps unless the
-    config's source.realtime is false), DEMO_FRAMES long unless --frames says otherwise, state in
+    config's source.realtime is false, at the camera's size scaled down to the scene's largest if
+    it is larger), DEMO_FRAMES long unless --frames says otherwise, state in
     `<state_dir>/demo` so that the demo's enrolments never mix with real ones. (--source is parsed
     by `make_source`.)"""
     from tracker.config import parse_config
@@ -125,7 +126,10 @@ def effective_config(config: Config, args: argparse.Namespace) -> Config:
         if precision not in backend_class(name).precisions:
             raise precision_refused("--precision" if args.precision else "--backend", name, precision)
     if args.demo:
-        data["source"].update(kind="synthetic", uri="", frames=args.frames or DEMO_FRAMES)
+        from tracker.sources.synthetic import fitting_size
+
+        width, height = fitting_size(config.source.width, config.source.height)  # a large camera's aspect
+        data["source"].update(kind="synthetic", uri="", frames=args.frames or DEMO_FRAMES, width=width, height=height)
         data["state_dir"] = config.resolved_state_dir() / "demo"
     elif args.frames:
         data["source"]["frames"] = args.frames
@@ -261,7 +265,7 @@ def _reader_gone(stream) -> bool:
     return any(events & select.POLLERR for _, events in poller.poll(0))
 
 
-_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -275,13 +275,16 @@ def run_detector_benchmark(config: Config, names: list[str], out: Path, frames: 
 
 
 def _frame_budget(config: Config, frames: int) -> dict:
-    """The configured guard's frame: detection (+ motion gate) + crops + CNN + tracker, in ms."""
+    """The configured guard's frame: detection (+ motion gate) + crops + CNN + tracker, in ms, on
+    the scene at the camera's size (scaled down to the scene's largest if it is larger: "frame")."""
     from tracker.backends import create_backend, run_options
     from tracker.backends.mirror import embedder
     from tracker.identity import chosen_embedding
+    from tracker.sources.synthetic import fitting_size
     from tracker.tracking import Tracker
 
     cfg = config
+    width, height = fitting_size(cfg.source.width, cfg.source.height)  # a camera larger than the scene: its aspect
     detector = create_detector(cfg.detect, quiet=True)
     model = cfg.model.spec()
     backend = create_backend(cfg.backend.name, model, precision=cfg.backend.precision, threads=cfg.backend.threads,
@@ -289,14 +292,14 @@ def _frame_budget(config: Config, frames: int) -> dict:
     try:
         backend = embedder(backend, chosen_embedding(cfg))  # the guard's embedding: one or two passes per face
         mode = "regions" if cfg.detect.regions else "whole"
-        row, stages = _run_scene(detector, cfg.source.width, cfg.source.height, mode, frames, crops=True,
+        row, stages = _run_scene(detector, width, height, mode, frames, crops=True,
                                  backend=backend, tracker=Tracker.from_config(cfg.tracking))
     finally:
         backend.close()
     detect_ms = float(np.mean(row.times_ms))
     total = detect_ms + stages["crop_ms"] + stages["infer_ms"] + stages["track_ms"]
     return {"detector": resolve_detector(cfg.detect), "detect_width": cfg.detect.detect_width, "mode": mode,
-            "frame": f"{cfg.source.width}x{cfg.source.height}", "backend": cfg.backend.name,
+            "frame": f"{width}x{height}", "backend": cfg.backend.name,
             "mean_faces_per_searched_frame": round(row.mean_faces, 2), "detect_ms": round(detect_ms, 3),
             "crop_ms": round(stages["crop_ms"], 3), "infer_ms": round(stages["infer_ms"], 3),
             "track_ms": round(stages["track_ms"], 3), "total_ms": round(total, 3),

@@ -25,6 +25,7 @@ behind a nearer face). `track_id` is unique per walk through the scene (A, B and
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,6 +132,16 @@ def enrolment_chips(faces_dir: Path | None = None) -> dict[str, list[Path]]:
     shown = {folder / name for name in DEFAULT_CHIPS}
     return {name: sorted(p for p in (folder / name).glob("*.jpg") if p not in shown)[:ENROL_CHIPS]
             for name in people}
+
+
+def fitting_size(width: int, height: int) -> tuple[int, int]:
+    """(width, height) scaled down, keeping the aspect, to at most MAX_SCENE_PIXELS pixels (as they
+    are if within it): the scene the demo and the detectors' frame budget show at the size of a
+    camera that is larger."""
+    if width * height <= MAX_SCENE_PIXELS:
+        return width, height
+    scale = math.sqrt(MAX_SCENE_PIXELS / (width * height))
+    return int(width * scale), int(height * scale)
 
 
 def load_chips(faces_dir: Path | None = None, largest_side: int | None = None) -> tuple[list[np.ndarray], list[str]]:
