@@ -101,9 +101,10 @@ def test_a_second_guard_on_the_same_state_dir_is_refused_while_the_first_runs(tm
     assert third.returncode == 0, third.stderr[-2000:]
 
 
-def test_a_stop_while_a_backend_worker_starts_ends_its_wait(tmp_path, monkeypatch):
+def test_a_stop_while_a_backend_worker_starts_ends_its_wait(tmp_path, monkeypatch, caplog):
     """A SIGTERM while build_stages waited for a worker's start-up (seconds on a Pi 3) waited it
     out, past the unit's TimeoutStopSec, and systemd killed the guard."""
+    import logging
     import os
     import signal
     import threading
@@ -115,9 +116,16 @@ def test_a_stop_while_a_backend_worker_starts_ends_its_wait(tmp_path, monkeypatc
     from tracker.pipeline import run_guard
 
     tests = Path(__file__).resolve().parent
-    monkeypatch.setattr(stages, "create_backend", lambda *args, worker_options, **kwargs: WorkerBackend(
-        "never-ready", default_model(), target="worker_faults:NeverReady", env={"PYTHONPATH": str(tests)},
-        ready_timeout_s=30, stop=worker_options["stop"]))
+
+    def never_ready(*args, worker_options, **kwargs):
+        # the signal once run_guard's handlers are in place: the stages are being built
+        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        return WorkerBackend("never-ready", default_model(), target="worker_faults:NeverReady",
+                             env={"PYTHONPATH": str(tests)}, ready_timeout_s=60, stop=worker_options["stop"])
+
+    monkeypatch.setattr(stages, "create_backend", never_ready)
     config = load_config(write_config(tmp_path, backend={"name": "caffe-openblas-dl", "worker": True}))
-    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
-    assert run_guard(config) == 0
+    with caplog.at_level(logging.INFO, logger="tracker.pipeline"):
+        assert run_guard(config) == 0
+    assert "guard: stopped while starting" in caplog.text and "the guard is stopping" in caplog.text, caplog.text
+    assert "timeout after" not in caplog.text
