@@ -138,14 +138,14 @@ def atomic_write(path: Path, content: bytes | memoryview | Callable[[Path], None
 
 
 def _refuse_special(path: Path) -> None:
-    """OSError if `path` is there and is neither a regular file nor a symbolic link: the rename
-    would put a file in place of a device, a FIFO or a socket (`tracker convert --out /dev/null`
-    as root replaced the device node)."""
+    """OSError if `path`, or the file a link there names, is there and is not a regular file: the
+    rename would put a file in place of a device, a FIFO or a socket (`tracker convert --out
+    /dev/null` as root replaced the device node; `/dev/stdout` is a link to one)."""
     try:
-        kind = os.lstat(path).st_mode
-    except FileNotFoundError:
+        kind = os.stat(path).st_mode
+    except FileNotFoundError:  # absent, or a link to nothing: the rename makes the file
         return
-    if not (stat.S_ISREG(kind) or stat.S_ISLNK(kind)):
+    if not stat.S_ISREG(kind):
         raise OSError(errno.EEXIST, f"{path} exists and is not a regular file")
 
 

@@ -199,6 +199,11 @@ def test_convert_command_never_writes_over_a_fifo_or_device(tmp_path, quirky, ca
                  "--cache-dir", str(tmp_path / "cache"), "--out", str(fifo)]) == 2
     assert f"--out {str(fifo)!r}: cannot write ({fifo} exists and is not a regular file)" in capsys.readouterr().err
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    link = tmp_path / "link.onnx"  # as /dev/stdout is a link to a device
+    link.symlink_to(fifo)
+    assert main(["convert", "--to", "onnx", "--prototxt", str(quirky.prototxt), "--weights", str(quirky.weights),
+                 "--cache-dir", str(tmp_path / "cache"), "--out", str(link)]) == 2
+    assert "exists and is not a regular file" in capsys.readouterr().err and link.is_symlink()
 
 
 def test_convert_command_missing_runtime_exits_3(tmp_path):

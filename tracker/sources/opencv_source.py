@@ -143,11 +143,12 @@ class OpenCVSource(SourceBase):
         self._cap, self._first = cap, (image, self._media_s(cap))
 
     def _check_size(self, cap, width: int, height: int) -> None:
-        """Release `cap` and fail if frames of width x height are over MAX_PIXELS."""
+        """Release `cap` and raise InputError if frames of width x height are over MAX_PIXELS: the
+        source's settings, not a failure that retrying a live one would mend."""
         if width * height > MAX_PIXELS:
             cap.release()
-            self._fail(f"{self.description}: frames of {width}x{height} are over {MAX_PIXELS // 1_000_000} "
-                       "megapixels; expected smaller frames (the guard detects faces a few hundred pixels wide)")
+            raise InputError(f"{self.description}: frames of {width}x{height} are over {MAX_PIXELS // 1_000_000} "
+                             "megapixels; expected smaller frames (the guard detects faces a few hundred pixels wide)")
 
     def read(self) -> Frame | None:
         if self._cap is None:
