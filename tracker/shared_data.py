@@ -49,8 +49,8 @@ def find(relative: str) -> Path | None:
             if path.exists():
                 return path
         except OSError as err:
-            raise InputError(f"{path}: cannot look it up ({err.strerror or err}); expected ${ENV} to name a folder "
-                             "the guard's user can read") from None
+            raise InputError(f"{path}: cannot look it up ({err.strerror or err}); expected the shared data in a "
+                             f"folder the guard's user can read (${ENV} names another)") from None
     return None
 
 

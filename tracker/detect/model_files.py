@@ -53,8 +53,8 @@ class ModelFile:
                     return path
             except OSError as err:
                 raise ModelError(f"{self.detector} detector: {path}: cannot look it up ({err.strerror or err}); "
-                                 "expected $TRACKER_MODEL_DIR and $TRACKER_SHARED_DIR to name folders the guard's "
-                                 "user can read") from None
+                                 "expected the model in a folder the guard's user can read ($TRACKER_MODEL_DIR or "
+                                 "$TRACKER_SHARED_DIR names another)") from None
         return None
 
     def locate(self, override: Path | None = None) -> Path:

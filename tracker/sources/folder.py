@@ -1,7 +1,8 @@
 """A folder of images as an offline source, in natural name order (img2 before img10).
 
-Files whose suffix is not an image type, and image files that do not decode, are skipped with one
-warning line each naming the file and the reason. A folder without any file of an image type, or
+Files whose suffix is not an image type are skipped with a warning line naming each of the first
+SKIPS_NAMED and one counting the rest; image files that do not decode are skipped with a warning
+line each naming the file and the reason. A folder without any file of an image type, or
 whose image files all fail to decode, is an InputError. Each frame has its image's own size.
 """
 
