@@ -81,3 +81,18 @@ def test_bad_pairs_files_name_the_line_and_what_is_expected(tmp_path, text, mess
     pairs.write_bytes(text if isinstance(text, bytes) else text.encode())
     with pytest.raises(InputError, match=message):
         read_pairs(pairs, images)
+
+
+def test_a_pairs_file_with_a_bom_reads_and_a_fifo_is_refused(tmp_path):
+    """A BOM an editor wrote made the header 'not LFW's'; a FIFO named as the pairs file waited for
+    a writer for ever, after the detector and backend had loaded."""
+    import os
+
+    images = _lfw(tmp_path / "images", {"Ann": 2, "Bob": 1})
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_bytes(b"\xef\xbb\xbf" + b"2\nAnn\t1\t2\nAnn\t2\t1\nAnn\t1\tBob\t1\nBob\t1\tAnn\t2\n")
+    assert len(read_pairs(pairs, images)) == 4
+    fifo = tmp_path / "fifo.txt"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match=r"pairs file '.*fifo.txt': cannot read \(.*not a regular file\)"):
+        read_pairs(fifo, images)

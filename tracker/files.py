@@ -20,8 +20,9 @@ to read a member from it is one of `NPZ_UNREADABLE`.
 latency), where a full disk must neither stop the guard nor leave half a line, rotated by size so
 that its disk use is bounded (see the class); `generations(path, backups)` names its files.
 
-`file_sha256(path)`: a file's sha256, read in blocks. `read_regular_file(path, limit)`: a small
-file read whole, up to a bound, without waiting on a FIFO.
+`file_sha256(path)`: a file's sha256, read in blocks. `open_regular_file(path)`: a file opened for
+reading that refuses a FIFO rather than wait on it; `read_regular_file(path, limit)`: a small one
+read whole, up to a bound.
 
 `make_writable_folder(folder)`, `probe_writable(folder)`: a folder that work will write into, made
 (or not) and proven writable before the work starts (OSError otherwise; each caller words it as its
@@ -41,6 +42,7 @@ import uuid
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -149,29 +151,34 @@ def _refuse_special(path: Path) -> None:
         raise OSError(errno.EEXIST, f"{path} exists and is not a regular file")
 
 
-def read_regular_file(path: Path, limit: int) -> bytes:
-    """The bytes of the regular file at `path`, at most `limit` of them. OSError if it cannot be
-    read, is not a regular file (it is opened without blocking: a FIFO is refused, never waited on
-    for a writer), or holds more (EFBIG, found by its size before anything is read, and by the
-    read for a file that grew since)."""
+def open_regular_file(path: Path) -> BinaryIO:
+    """The regular file at `path` opened for reading (binary). OSError if it cannot be, or is not a
+    regular file: it is opened without blocking, so a FIFO is refused, never waited on for a writer
+    for ever (a config, a password file or a pairs file that is one hung the command)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(errno.EISDIR if stat.S_ISDIR(info.st_mode) else errno.EINVAL,
-                          "is a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file")
-        too_large = OSError(errno.EFBIG, f"larger than {limit} bytes")
-        if info.st_size > limit:
-            raise too_large
-        chunks, left = [], limit + 1
-        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
-            chunks.append(chunk)
-            left -= len(chunk)
-        if left == 0:
-            raise too_large
-        return b"".join(chunks)
-    finally:
+        kind = os.fstat(fd).st_mode
+        if not stat.S_ISREG(kind):
+            raise OSError(errno.EISDIR if stat.S_ISDIR(kind) else errno.EINVAL,
+                          "is a directory" if stat.S_ISDIR(kind) else "not a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
         os.close(fd)
+        raise
+
+
+def read_regular_file(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file at `path` (`open_regular_file`), as many as its size said
+    when it was opened, at most `limit`; OSError EFBIG for one that holds more, found by its size
+    before anything is read (and by the read, for one that grew past it since)."""
+    with open_regular_file(path) as file:
+        size = os.fstat(file.fileno()).st_size
+        if size > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes")
+        data = file.read(size + 1)  # (the buffer as large as the file says it is, not as the limit)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes")
+    return data
 
 
 def generations(path: Path, backups: int) -> list[Path]:

@@ -17,12 +17,14 @@ Scores are cosine similarities (higher: more alike); `same` is True for matched 
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 from tracker.errors import InputError
+from tracker.files import open_regular_file
 
 MAX_PAIRS = 100_000  # LFW's View 2 has 6,000: a bound on what a wrong file can make us hold
 MAX_LINE_CHARS = 1024  # a pair line is two names and two numbers
@@ -31,8 +33,8 @@ MAX_LINE_CHARS = 1024  # a pair line is two names and two numbers
 def _pair_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number from 1, line without its end) of `path`, read a line at a time; InputError for
     a file that cannot be read, a line longer than MAX_LINE_CHARS or more than MAX_PAIRS + 1 lines."""
-    try:
-        with open(path, encoding="utf-8") as file:
+    try:  # (utf-8-sig: a BOM an editor wrote is no header)
+        with io.TextIOWrapper(open_regular_file(path), encoding="utf-8-sig") as file:
             for number, line in enumerate(iter(lambda: file.readline(MAX_LINE_CHARS + 1), ""), 1):
                 if len(line.rstrip("\r\n")) > MAX_LINE_CHARS:
                     raise InputError(f"pairs file {path}:{number}: a line of over {MAX_LINE_CHARS} characters; "
