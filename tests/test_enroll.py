@@ -34,6 +34,7 @@ from tracker.config import load_config
 from tracker.crops import crop_batch, crop_definition, face_pixels
 from tracker.detect import create_detector
 from tracker.enroll import chip_face, open_backend
+from tracker.errors import InputError
 from tracker.files import file_sha256
 from tracker.identity import UNKNOWN, Gallery, IdentityVotes, embeddings_key, identity_threshold
 
@@ -357,3 +358,34 @@ def test_enrolling_from_the_web_page_feeds_the_watchdog_for_every_photo(tmp_path
             pings += sock.recv(4096).decode().splitlines().count("WATCHDOG=1")
     sock.close()
     assert pings >= len(photos)
+
+
+def test_the_people_folder_and_names_that_differ_only_in_case(tmp_path, johns, capsys, monkeypatch):
+    """'Alice' after 'alice' made a second person (the gallery's votes for her split); a file named
+    people was a traceback; an unreadable people folder was "nobody enrolled", every face unknown;
+    an image folder that cannot be read was a traceback."""
+    from tracker.enroll import image_files
+
+    chip = str(johns["John_Simm"][0])
+    config = state_config(tmp_path)
+    assert main(["enroll", "alice", "--aligned", chip, "--config", str(config)]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["enroll", "Alice", "--aligned", chip, "--config", str(config)]) == 2
+    assert capsys.readouterr().err == ("tracker: error: enroll: 'Alice': 'alice' is enrolled, a name that differs only "
+                                       "in case; expected 'alice' (to enrol them again) or another name\n")
+    assert main(["enroll", "alice", "--aligned", chip, "--config", str(config)]) == 0  # the same name replaces
+    capsys.readouterr()
+
+    other = tmp_path / "other"
+    (other / "state").mkdir(parents=True)
+    (other / "state" / "people").write_text("not a folder")
+    assert main(["enroll", "bob", "--aligned", chip, "--config", str(state_config(other))]) == 2
+    assert capsys.readouterr().err.startswith(f"tracker: error: people folder {str(other / 'state' / 'people')!r}: "
+                                              "cannot read it (Not a directory)")
+
+    def refused(self):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "iterdir", refused)  # as for a folder of another user's (root reads them all)
+    with pytest.raises(InputError, match=r"identify: folder '.*': cannot read it \(Permission denied\); expected a folder"):
+        image_files([tmp_path], "identify")

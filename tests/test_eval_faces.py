@@ -169,6 +169,18 @@ def test_folder_with_one_person_is_exit_2(tmp_path, johns):
     assert str(folder) in error and "1 person folder" in error and "at least two" in error
 
 
+def test_a_folder_named_like_a_photo_is_no_photo(tmp_path, johns):
+    """eval-faces took <person>/old.jpg, a folder, for a photo and stopped; enroll passes over one."""
+    from tracker.evaluate_faces import _people
+
+    for person in ("John_Simm", "John_Salley"):
+        (tmp_path / person).mkdir()
+        (tmp_path / person / "a.jpg").symlink_to(johns[person][0])
+    (tmp_path / "John_Simm" / "old.jpg").mkdir()
+    assert _people(tmp_path) == {"John_Salley": [tmp_path / "John_Salley" / "a.jpg"],
+                                 "John_Simm": [tmp_path / "John_Simm" / "a.jpg"]}
+
+
 def test_weights_of_another_network_are_exit_2(tmp_path, testdata, lfw):
     lenet = testdata / "caffe" / "lenet" / "lenet_iter_10000.caffemodel"
     config = yunet_config(tmp_path, weights=lenet)

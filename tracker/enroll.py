@@ -40,19 +40,24 @@ MAX_KEPT = 64  # faces a person's enrolment is made from and keeps, the latest (
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 
 
-def image_files(inputs: list[Path]) -> list[Path]:
-    """Files named directly, and the image files (by suffix, sorted; a folder named like one is not) of folders named."""
+def image_files(inputs: list[Path], what: str = "enroll") -> list[Path]:
+    """Files named directly, and the image files (by suffix, sorted; a folder named like one is not) of folders named;
+    InputError, its message starting with `what` (the command), for what is neither or cannot be read."""
     files: list[Path] = []
     for path in inputs:
         if path.is_dir():
-            files.extend(sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and not p.is_dir()))
+            try:
+                files.extend(sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and not p.is_dir()))
+            except OSError as err:
+                raise InputError(f"{what}: folder {str(path)!r}: cannot read it ({err.strerror or err}); expected a "
+                                 "folder of images this user can read") from None
         elif path.is_file():
             files.append(path)
         elif path.exists():
-            raise InputError(f"enroll: {str(path)!r} is neither a file nor a folder; expected an image file or a "
+            raise InputError(f"{what}: {str(path)!r} is neither a file nor a folder; expected an image file or a "
                              "folder of images")
         else:
-            raise InputError(f"enroll: {str(path)!r} does not exist; expected an image file or a folder of images")
+            raise InputError(f"{what}: {str(path)!r} does not exist; expected an image file or a folder of images")
     return files
 
 

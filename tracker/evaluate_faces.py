@@ -126,8 +126,14 @@ def verification_report(scores: np.ndarray, same: np.ndarray, threshold: float) 
 
 
 def _people(folder: Path) -> dict[str, list[Path]]:
-    people = {p.name: sorted(f for f in p.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
-              for p in sorted(folder.iterdir()) if p.is_dir()}
+    """Person name -> their image files (by suffix; a folder named like one is not), of each
+    <person>/ folder of `folder`; InputError for a folder that cannot be read or fewer than two."""
+    try:
+        people = {p.name: sorted(f for f in p.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES and not f.is_dir())
+                  for p in sorted(folder.iterdir()) if p.is_dir()}
+    except OSError as err:
+        raise InputError(f"eval-faces: --folder {str(folder)!r}: cannot read {err.filename or folder} "
+                         f"({err.strerror or err}); expected folders this user can read") from None
     people = {name: files for name, files in people.items() if files}
     if len(people) < 2:
         raise InputError(f"eval-faces: --folder {str(folder)!r} has {len(people)} person folder(s) with images; "

@@ -101,11 +101,7 @@ def identify_command(argv: list[str]) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON document (see the module docstring)")
     p.add_argument("--config", type=Path, help="YAML config (default: config/tracker.yaml)")
     args = p.parse_args(argv)
-    for path in args.images:
-        if not (path.is_file() or path.is_dir()):  # checked here so the message names this command
-            what = "is neither a file nor a folder" if path.exists() else "does not exist"
-            raise InputError(f"identify: {str(path)!r} {what}; expected an image file or a folder of images")
-    files = image_files(args.images)
+    files = image_files(args.images, "identify")
     if not files:
         raise InputError(f"identify: no image files in {', '.join(map(str, args.images))}; "
                          f"expected images ({', '.join(sorted(IMAGE_SUFFIXES))}) or folders holding them")

@@ -17,6 +17,7 @@ and its confidence is its share of all votes.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -116,16 +117,22 @@ def save_person(state_dir: Path, name: str, embeddings: np.ndarray, model_key: s
     """Store the mean of `embeddings` (k, D) float32, k >= 1, as person `name`, made by the
     weights and embedding of `model_key` (`embeddings_key`) from crops of definition `crop`;
     `crops` (k, 1, 88, 88) float32 in [0, 1], the network inputs they came from, are kept (as
-    uint8) so that `refresh_people` can recompute the mean for other weights. Returns the file."""
+    uint8) so that `refresh_people` can recompute the mean for other weights. Returns the file.
+    InputError for a name that differs only in case from an enrolled person's (two files, one
+    person: the gallery's votes for them split)."""
     validate_name(name)
     folder = Path(state_dir) / "people"
-    folder.mkdir(parents=True, exist_ok=True)
+    same = [p.stem for p in people_files(state_dir) if p.stem.casefold() == name.casefold() and p.stem != name]
+    if same:
+        raise InputError(f"enroll: {name!r}: {same[0]!r} is enrolled, a name that differs only in case; expected "
+                         f"{same[0]!r} (to enrol them again) or another name")
     mean = unit_rows(unit_rows(np.asarray(embeddings, np.float32)).mean(axis=0))
     path = folder / f"{name}.npz"
     extra = {}
     if crops is not None:  # the crops are pixel / 255 of uint8 pixels: this is lossless
         extra["chips"] = np.clip(np.rint(np.asarray(crops, np.float32)[:, 0] * 255.0), 0, 255).astype(np.uint8)
     try:
+        folder.mkdir(parents=True, exist_ok=True)  # (here: a file named people is a write error too)
         atomic_write(path, lambda tmp: np.savez(tmp, mean=mean, count=np.int64(len(embeddings)), model=np.str_(model_key),
                                                 crop=np.str_(crop), **extra), mode=0o600)  # a face: private
     except OSError as err:  # the file as it was is kept (atomic_write)
@@ -137,8 +144,17 @@ def save_person(state_dir: Path, name: str, embeddings: np.ndarray, model_key: s
 def people_files(state_dir: Path) -> list[Path]:
     """The enrolled people's files, `<state_dir>/people/NAME.npz`, sorted by name: only those named
     as `validate_name` allows (the temporary file of a write a crash interrupted, `.NAME.*.npz`, is
-    not a person)."""
-    return sorted(p for p in (Path(state_dir) / "people").glob("*.npz") if _is_name(p.stem))
+    not a person). No folder: nobody. InputError for a folder that cannot be read (glob said
+    nobody, and every face was unknown without a word)."""
+    folder = Path(state_dir) / "people"
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    except OSError as err:
+        raise InputError(f"people folder {str(folder)!r}: cannot read it ({err.strerror or err}); expected a folder "
+                         "this user can read") from None
+    return sorted(folder / n for n in names if n.endswith(".npz") and _is_name(n[: -len(".npz")]))
 
 
 def kept_crops(state_dir: Path, name: str, crop: str) -> np.ndarray | None:
