@@ -96,3 +96,15 @@ def test_a_pairs_file_with_a_bom_reads_and_a_fifo_is_refused(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(InputError, match=r"pairs file '.*fifo.txt': cannot read \(.*not a regular file\)"):
         read_pairs(fifo, images)
+
+
+def test_the_best_threshold_is_the_lowest_of_highest_accuracy():
+    """best_threshold counts from running sums: the same choice as trying every midpoint."""
+    rng = np.random.default_rng(5)
+    for n, decimals in ((2, 6), (11, 1), (500, 2), (2000, 6)):
+        same = rng.random(n) < 0.5
+        scores = np.round(rng.normal(same * 0.5, 0.4), decimals)
+        ordered = np.unique(scores)
+        candidates = np.concatenate([[ordered[0] - 1e-6], (ordered[1:] + ordered[:-1]) / 2.0, [ordered[-1] + 1e-6]])
+        accuracy = [((scores >= t) == same).mean() for t in candidates]
+        assert best_threshold(scores, same) == candidates[int(np.argmax(accuracy))]

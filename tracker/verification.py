@@ -90,11 +90,18 @@ def _accuracy(scores: np.ndarray, same: np.ndarray, threshold: float) -> float:
 
 
 def best_threshold(scores: np.ndarray, same: np.ndarray) -> float:
-    """The threshold of highest accuracy (the midpoint between two neighbouring scores)."""
+    """The threshold of highest accuracy (the midpoint between two neighbouring scores; the lowest
+    of equals). Counted from running sums over the sorted scores, not by trying each candidate on
+    every score: that took about 100 s at MAX_PAIRS."""
+    scores, same = np.asarray(scores, np.float64), np.asarray(same, bool)
     ordered = np.unique(scores)
     candidates = np.concatenate([[ordered[0] - 1e-6], (ordered[1:] + ordered[:-1]) / 2.0, [ordered[-1] + 1e-6]])
-    accuracies = [_accuracy(scores, same, t) for t in candidates]
-    return float(candidates[int(np.argmax(accuracies))])
+    # candidate i accepts the scores of rank ordered[i] and above
+    rank = np.searchsorted(ordered, scores)
+    same_below = np.concatenate([[0], np.cumsum(np.bincount(rank[same], minlength=len(ordered)))])
+    different_below = np.concatenate([[0], np.cumsum(np.bincount(rank[~same], minlength=len(ordered)))])
+    right = (same_below[-1] - same_below) + different_below  # matched accepted + mismatched refused
+    return float(candidates[int(np.argmax(right))])
 
 
 def folds(same: np.ndarray, k: int = 10) -> np.ndarray:
