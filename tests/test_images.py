@@ -82,3 +82,24 @@ def test_what_is_not_a_regular_file_is_no_image(tmp_path):
     fifo = tmp_path / "face.jpg"
     os.mkfifo(fifo)
     assert read_image(fifo) is None and read_image(tmp_path) is None
+
+
+def test_a_large_jpeg_photo_is_decoded_reduced_for_finding_faces_in(tmp_path):
+    """Enrolment decoded a 24-megapixel photo whole (72 MB; twenty of them in uploads took the guard
+    past its memory bound): a JPEG is decoded at the fraction that keeps 1600 pixels along its
+    longer side; a PNG, or a JPEG too small to halve, as it is."""
+    image = cv2.resize(cv2.GaussianBlur(np.random.default_rng(0).integers(0, 256, (60, 80, 3), np.uint8), (0, 0), 2),
+                       (4000, 3200))
+    large = tmp_path / "large.jpg"
+    large.write_bytes(cv2.imencode(".jpg", image)[1].tobytes())
+    small = tmp_path / "small.jpg"
+    small.write_bytes(cv2.imencode(".jpg", image[:3000, :3000])[1].tobytes())
+    png = tmp_path / "large.png"
+    png.write_bytes(cv2.imencode(".png", image)[1].tobytes())
+    assert read_image(large, reduced=True).shape == (1600, 2000, 3)
+    assert read_image(large, cv2.IMREAD_GRAYSCALE, reduced=True).shape == (1600, 2000)
+    assert read_image(small, reduced=True).shape == (3000, 3000, 3)
+    assert read_image(png, reduced=True).shape == (3200, 4000, 3)
+    reduced = read_image(large, reduced=True).astype(np.float32)
+    halved = cv2.resize(read_image(large), (2000, 1600), interpolation=cv2.INTER_AREA).astype(np.float32)
+    assert np.abs(reduced - halved).mean() < 2.0  # the same picture, at half its size

@@ -121,7 +121,7 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
     faces_found = 0
     for path in files:
         alive()
-        image = read_image(path)
+        image = read_image(path, reduced=True)  # a phone photo decoded at a fraction of its size
         if image is None:
             report(f"enroll: {path}: not a readable image ({TOO_LARGE_OR_DAMAGED}); skipped")
             continue

@@ -15,6 +15,7 @@ imread would decode with grey rows.
 from __future__ import annotations
 
 import os
+import struct
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,19 +32,30 @@ TOO_LARGE_OR_DAMAGED = f"damaged, not an image, or over {MAX_PIXELS // 1_000_000
 MAX_FILE_BYTES = 4 * MAX_PIXELS
 
 
+# decoded at a quarter or an eighth of its size, a photo that is larger still keeps this many
+# pixels along its longer side: a face in it stays well above the crop's 88 pixels
+REDUCED_MIN_SIDE = 1600
+_PNG = b"\x89PNG\r\n\x1a\n"
+# JPEG start-of-frame markers (baseline, progressive, lossless, arithmetic; not DHT 0xC4, JPG 0xC8, DAC 0xCC)
+_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
+
+
 def bound_image_decoding() -> None:
     """Set OPENCV_IO_MAX_IMAGE_PIXELS to MAX_PIXELS unless the environment sets it. Takes effect in
     this process only if cv2 has not been imported yet; child processes inherit it either way."""
     os.environ.setdefault("OPENCV_IO_MAX_IMAGE_PIXELS", str(MAX_PIXELS))
 
 
-def read_image(path: Path, flags: int | None = None) -> np.ndarray | None:
+def read_image(path: Path, flags: int | None = None, reduced: bool = False) -> np.ndarray | None:
     """The image at `path` decoded as `cv2.imread(path, flags)` would (default: BGR; EXIF
     orientation applied), or None if it is not a regular file of at most MAX_FILE_BYTES, cannot be
     read or decoded, is larger than OpenCV's bound (see the module docstring) or is a JPEG cut
     short. The bytes are read here and decoded by `cv2.imdecode`: imread crashed the process
     (SIGSEGV) on a name that is not UTF-8, a FIFO's open waited for a writer for ever, and imread
-    decodes a JPEG cut short with grey rows."""
+    decodes a JPEG cut short with grey rows. `reduced` (photos to find a face in): a JPEG whose
+    longer side is at least twice REDUCED_MIN_SIDE is decoded at 1/2, 1/4 or 1/8 of its size (by
+    libjpeg's scaled DCT), the most that keeps REDUCED_MIN_SIDE: a 24-megapixel photo took 72 MB,
+    and an upload of twenty of them the guard past its memory bound."""
     import numpy as np  # here: this module is imported before numpy and cv2 may load (bound_image_decoding)
 
     from tracker.files import read_regular_file
@@ -52,7 +64,62 @@ def read_image(path: Path, flags: int | None = None) -> np.ndarray | None:
         data = read_regular_file(path, MAX_FILE_BYTES)
     except (OSError, ValueError):  # ValueError: a NUL in the name
         return None
+    if reduced:
+        flags = _reduced_flags(data, flags)
     return decode_image(np.frombuffer(data, np.uint8), flags)
+
+
+def _reduced_flags(data: bytes, flags: int | None) -> int | None:
+    """imdecode's flags for `data` decoded as `read_image(reduced=True)` says."""
+    import cv2
+
+    try:
+        kind, width, height = declared_size(data)
+    except ValueError:
+        return flags
+    factor = 1
+    while kind == "jpeg" and factor < 8 and max(width, height) // (2 * factor) >= REDUCED_MIN_SIDE:
+        factor *= 2
+    if factor == 1:
+        return flags
+    grey = flags == cv2.IMREAD_GRAYSCALE
+    return {(2, False): cv2.IMREAD_REDUCED_COLOR_2, (4, False): cv2.IMREAD_REDUCED_COLOR_4,
+            (8, False): cv2.IMREAD_REDUCED_COLOR_8, (2, True): cv2.IMREAD_REDUCED_GRAYSCALE_2,
+            (4, True): cv2.IMREAD_REDUCED_GRAYSCALE_4, (8, True): cv2.IMREAD_REDUCED_GRAYSCALE_8}[factor, grey]
+
+
+def declared_size(data: bytes) -> tuple[str, int, int]:
+    """("jpeg" | "png", width, height) as a JPEG's or a PNG's header declares them (PNG's IHDR,
+    JPEG's first start-of-frame marker, walking the marker segments), before anything decodes it;
+    ValueError saying what it is instead and what is expected."""
+    if data.startswith(_PNG):
+        if len(data) < 24 or data[12:16] != b"IHDR":
+            raise ValueError("a damaged PNG (no header); expected a JPEG or PNG photo")
+        width, height = struct.unpack(">II", data[16:24])
+        return "png", width, height
+    if not data.startswith(b"\xff\xd8\xff"):
+        raise ValueError("not a JPEG or PNG image; expected a photo")
+    pos = 2
+    while pos + 4 <= len(data):
+        if data[pos] != 0xFF:
+            break
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:  # no length field
+            pos += 2
+            continue
+        (length,) = struct.unpack(">H", data[pos + 2:pos + 4])
+        if marker in _SOF:
+            if pos + 9 > len(data):
+                break
+            height, width = struct.unpack(">HH", data[pos + 5:pos + 9])
+            return "jpeg", width, height
+        if length < 2:
+            break
+        pos += 2 + length
+    raise ValueError("a damaged JPEG (no frame header); expected a JPEG or PNG photo")
 
 
 def decode_image(data: np.ndarray, flags: int | None = None) -> np.ndarray | None:
