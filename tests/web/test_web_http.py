@@ -465,10 +465,13 @@ JSON = {"Content-Type": "application/json"}
     ("/api/people/bob/from-event", JSON, b"xx", "the body is not JSON"),
     ("/api/people/bob/from-event", JSON, b'{"id": "abc"}', "the body's event_id is NoneType"),
 ])
-def test_bodies_that_are_not_what_the_handler_takes_get_a_400_with_one_line(client, path, headers, body, error):
+def test_bodies_that_are_not_what_the_handler_takes_get_a_400_with_one_line(client, path, headers, body, error, caplog):
     status, _, answer = client.request("POST", path, body, headers)
     message = json.loads(answer)["error"]
     assert status == 400 and message.startswith(error) and "; expected {" in message and "\n" not in message, message
+    # (a body that does not decode was read again after the answer: an ERROR with a traceback)
+    time.sleep(0.5)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith(("aiohttp", "tracker"))]
 
 
 def test_a_request_that_breaks_http_is_no_error_in_the_guards_log(page, caplog):
@@ -476,6 +479,12 @@ def test_a_request_that_breaks_http_is_no_error_in_the_guards_log(page, caplog):
     broken = raw_request(port, (f"POST /api/login HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json"
                                 "\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"pas\r\nzz\r\n").encode())
     assert b" 400 Bad Request" in read_answer(broken).split(b"\r\n")[0]
+    # a client that hangs up mid-body: an ERROR with a traceback, which anyone could repeat
+    gone = raw_request(port, (f"POST /api/login HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json"
+                              "\r\nContent-Length: 100\r\n\r\n{\"pass").encode())
+    time.sleep(0.5)
+    gone.close()
+    time.sleep(0.5)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith(("aiohttp", "tracker"))]
     frames_go_on(guard)
 

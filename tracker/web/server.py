@@ -633,12 +633,17 @@ async def _read_part(part: BodyPartReader, budget: int) -> bytes | None:
 
 
 def _client_mistakes_in_one_line(record: logging.LogRecord) -> bool:
-    """A filter of aiohttp's server log: a request that breaks HTTP (a broken chunked body) is
-    logged there as an ERROR with a traceback, which reads as the guard's failure; it is the
-    client's, so it becomes one DEBUG line of ours instead."""
+    """A filter of aiohttp's server log: a request that breaks HTTP (a broken chunked body, a body
+    that does not decode as its Content-Encoding says, read again after the handler's 400) and a
+    client that hangs up mid-body are logged there as ERRORs with a traceback, which read as the
+    guard's failure (and anyone could fill its journal with them); they are the client's, so each
+    becomes one DEBUG line of ours instead."""
     error = record.exc_info[1] if record.exc_info else None
-    if isinstance(error, HttpProcessingError):
+    if isinstance(error, (HttpProcessingError, web.RequestPayloadError)):
         log.debug("web: a malformed request: %s", one_line(error))
+        return False
+    if isinstance(error, ConnectionError):
+        log.debug("web: the client went away: %s", one_line(error))
         return False
     return True
 
