@@ -243,3 +243,21 @@ def test_the_thresholds_are_those_of_the_embedding_in_use_and_a_missing_one_is_o
         identity_threshold(single)
     chosen = parse_config({"model": {"weights": str(weights)}, "identity": {"embedding": "single", "threshold": 0.7}})
     assert identity_threshold(chosen) == 0.7
+
+
+def test_people_enrolled_before_names_were_compared_ignoring_case_are_still_refreshed(tmp_path):
+    """A new enrolment may not differ from an enrolled name only in case; a household that has
+    'alice' and 'Alice' from before keeps both through a refresh for new weights."""
+    from tracker.identity import Refreshed, check_new_name, refresh_people
+
+    class Embedder:
+        def infer(self, crops):
+            return type("Inference", (), {"embedding": np.ones((len(crops), 4), np.float32)})()
+
+    chips = np.zeros((2, 1, 88, 88), np.float32)
+    for name in ("alice", "Alice"):
+        save_person(tmp_path, name, np.ones((2, 4)), "sha-A", "box-v1", chips)
+    assert refresh_people(tmp_path, Embedder(), "sha-B", "box-v1") == Refreshed(recomputed=("Alice", "alice"))
+    check_new_name(tmp_path, "alice")  # enrolling a name again replaces it
+    with pytest.raises(InputError, match="'ALICE': 'Alice' is enrolled, a name that differs only in case"):
+        check_new_name(tmp_path, "ALICE")

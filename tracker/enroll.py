@@ -27,7 +27,7 @@ from tracker.config import Config, load_config
 from tracker.crops import CROP_MARGIN, crop_batch, crop_definition
 from tracker.detect import FaceDetector, create_detector
 from tracker.errors import EXIT_UNEXPECTED, InputError
-from tracker.identity import Refreshed, chosen_embedding, embeddings_key, kept_crops, refresh_people, save_person, validate_name
+from tracker.identity import Refreshed, check_new_name, chosen_embedding, embeddings_key, kept_crops, refresh_people, save_person, validate_name
 from tracker.images import TOO_LARGE_OR_DAMAGED, read_image
 from tracker.preflight import prepare_state_dir
 from tracker.types import Box, Detection
@@ -115,6 +115,7 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
     `alive`: called before each image (the guard's thread passes its watchdog ping: an upload of
     large photos holds its loop for tens of seconds on a Pi 3, past the unit's WatchdogSec)."""
     validate_name(name)
+    check_new_name(config.resolved_state_dir(), name)
     files = image_files(inputs)
     detector = detector or create_detector(config.detect, quiet=True)
     crops: deque[np.ndarray] = deque(maxlen=MAX_KEPT)  # memory for MAX_KEPT faces, however many images

@@ -117,15 +117,9 @@ def save_person(state_dir: Path, name: str, embeddings: np.ndarray, model_key: s
     """Store the mean of `embeddings` (k, D) float32, k >= 1, as person `name`, made by the
     weights and embedding of `model_key` (`embeddings_key`) from crops of definition `crop`;
     `crops` (k, 1, 88, 88) float32 in [0, 1], the network inputs they came from, are kept (as
-    uint8) so that `refresh_people` can recompute the mean for other weights. Returns the file.
-    InputError for a name that differs only in case from an enrolled person's (two files, one
-    person: the gallery's votes for them split)."""
+    uint8) so that `refresh_people` can recompute the mean for other weights. Returns the file."""
     validate_name(name)
     folder = Path(state_dir) / "people"
-    same = [p.stem for p in people_files(state_dir) if p.stem.casefold() == name.casefold() and p.stem != name]
-    if same:
-        raise InputError(f"enroll: {name!r}: {same[0]!r} is enrolled, a name that differs only in case; expected "
-                         f"{same[0]!r} (to enrol them again) or another name")
     mean = unit_rows(unit_rows(np.asarray(embeddings, np.float32)).mean(axis=0))
     path = folder / f"{name}.npz"
     extra = {}
@@ -139,6 +133,17 @@ def save_person(state_dir: Path, name: str, embeddings: np.ndarray, model_key: s
         raise TrackerError(f"enroll: cannot write {str(path)!r} ({err.strerror or err}); expected room on the disk "
                            "and a folder this user can write") from None
     return path
+
+
+def check_new_name(state_dir: Path, name: str) -> None:
+    """InputError if `name` differs only in case from an enrolled person's: two files for one
+    person, whose gallery votes split (checked for a new enrolment, not for a refresh, which
+    rewrites the people there are). The name of an enrolled person is never refused."""
+    names = [p.stem for p in people_files(state_dir)]
+    same = [other for other in names if other.casefold() == name.casefold()]
+    if same and name not in names:
+        raise InputError(f"enroll: {name!r}: {same[0]!r} is enrolled, a name that differs only in case; expected "
+                         f"{same[0]!r} (to enrol them again) or another name")
 
 
 def people_files(state_dir: Path) -> list[Path]:

@@ -32,7 +32,7 @@ TOO_LARGE_OR_DAMAGED = f"damaged, not an image, or over {MAX_PIXELS // 1_000_000
 MAX_FILE_BYTES = 4 * MAX_PIXELS
 
 
-# decoded at a quarter or an eighth of its size, a photo that is larger still keeps this many
+# a JPEG decoded at 1/2, 1/4 or 1/8 of its size (read_image's `reduced`) keeps at least this many
 # pixels along its longer side: a face in it stays well above the crop's 88 pixels
 REDUCED_MIN_SIDE = 1600
 _PNG = b"\x89PNG\r\n\x1a\n"
