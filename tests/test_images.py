@@ -103,3 +103,6 @@ def test_a_large_jpeg_photo_is_decoded_reduced_for_finding_faces_in(tmp_path):
     reduced = read_image(large, reduced=True).astype(np.float32)
     halved = cv2.resize(read_image(large), (2000, 1600), interpolation=cv2.INTER_AREA).astype(np.float32)
     assert np.abs(reduced - halved).mean() < 2.0  # the same picture, at half its size
+    over = tmp_path / "over.jpg"  # 24,008,000 pixels declared: OpenCV checks its bound on the reduced size
+    over.write_bytes(cv2.imencode(".jpg", np.zeros((3001, 8000), np.uint8))[1].tobytes())
+    assert read_image(over, reduced=True) is None

@@ -54,8 +54,9 @@ def read_image(path: Path, flags: int | None = None, reduced: bool = False) -> n
     (SIGSEGV) on a name that is not UTF-8, a FIFO's open waited for a writer for ever, and imread
     decodes a JPEG cut short with grey rows. `reduced` (photos to find a face in): a JPEG whose
     longer side is at least twice REDUCED_MIN_SIDE is decoded at 1/2, 1/4 or 1/8 of its size (by
-    libjpeg's scaled DCT), the most that keeps REDUCED_MIN_SIDE: a 24-megapixel photo took 72 MB,
-    and an upload of twenty of them the guard past its memory bound."""
+    libjpeg's scaled DCT), the most that keeps REDUCED_MIN_SIDE: a baseline 24-megapixel photo took
+    72 MB of BGR (a progressive one still takes its coefficients, about as much), and uploads of
+    them the guard past its memory bound. The bound holds on the size the file declares."""
     import numpy as np  # here: this module is imported before numpy and cv2 may load (bound_image_decoding)
 
     from tracker.files import read_regular_file
@@ -66,17 +67,25 @@ def read_image(path: Path, flags: int | None = None, reduced: bool = False) -> n
         return None
     if reduced:
         flags = _reduced_flags(data, flags)
+        if flags is None:
+            return None
     return decode_image(np.frombuffer(data, np.uint8), flags)
 
 
 def _reduced_flags(data: bytes, flags: int | None) -> int | None:
-    """imdecode's flags for `data` decoded as `read_image(reduced=True)` says."""
+    """imdecode's flags for `data` (`flags`: as read_image's) decoded as `read_image(reduced=True)`
+    says; None for a JPEG or PNG that declares more than MAX_PIXELS (OpenCV checks its bound
+    against the reduced size, and a progressive JPEG holds its whole image's coefficients at any
+    scale)."""
     import cv2
 
+    flags = cv2.IMREAD_COLOR if flags is None else flags
     try:
         kind, width, height = declared_size(data)
-    except ValueError:
+    except ValueError:  # not a JPEG or PNG (a BMP, a TIFF): OpenCV's bound holds for it as it is
         return flags
+    if width * height > MAX_PIXELS:
+        return None
     factor = 1
     while kind == "jpeg" and factor < 8 and max(width, height) // (2 * factor) >= REDUCED_MIN_SIDE:
         factor *= 2
