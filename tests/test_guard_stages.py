@@ -210,3 +210,17 @@ def test_events_are_stamped_by_the_wall_clock_as_it_reads_when_they_happen(tmp_p
     assert guard.run() == 0
     stamps = [event.wall_time for event in sink.events]
     assert stamps and all(abs(stamp - (real() + step_ns) / 1e9) < 60 for stamp in stamps), stamps
+
+
+def test_people_that_cannot_be_reloaded_leave_the_gallery_as_it_is(tmp_path, caplog):
+    """The people folder made unreadable while the guard ran (here: a file in its place): the
+    reload after a web page's change stopped the guard."""
+    import logging
+
+    config, stages, _ = fake_stages(tmp_path, ByPosition(), max_batch=2)
+    (tmp_path / "people").write_text("not a folder")
+    with caplog.at_level(logging.ERROR, logger="tracker.stages"):
+        stages.reload_people()
+    assert stages.gallery.names == ("alice", "bob")
+    assert "people: cannot reload them (people folder" in caplog.text and "goes on with the 2 it knows" in caplog.text
+    stages.close()

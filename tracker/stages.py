@@ -28,6 +28,7 @@ from tracker.config import Config
 from tracker.crops import crop_definition
 from tracker.detect import FaceDetector, create_detector
 from tracker.enroll import enroll, refresh
+from tracker.errors import TrackerError
 from tracker.events import EventMaker
 from tracker.identity import Gallery, IdentityVotes, chosen_embedding, embeddings_key, identity_threshold, weights_card
 from tracker.latency import LatencyLog
@@ -79,9 +80,14 @@ class Stages:
 
     def reload_people(self) -> None:
         """Take the people enrolled or forgotten while running (the web page's changes) into the
-        gallery, under the same threshold and crop definition."""
-        self.gallery = Gallery.load(self.state_dir, self.embeddings_key, self.gallery.threshold,
-                                    crop_definition(self.detector.gives_landmarks))
+        gallery, under the same threshold and crop definition; if they cannot be read (the people
+        folder made unreadable meanwhile), the guard goes on with the gallery it has, and says so."""
+        try:
+            self.gallery = Gallery.load(self.state_dir, self.embeddings_key, self.gallery.threshold,
+                                        crop_definition(self.detector.gives_landmarks))
+        except TrackerError as err:
+            log.error("people: cannot reload them (%s); the guard goes on with the %d it knows", err,
+                      len(self.gallery.names))
 
 
 def reid_threshold(config: Config, card: dict | None) -> float | None:

@@ -408,7 +408,10 @@ class WebServer:
     # -- people ----------------------------------------------------------------------------------
 
     async def _people(self, request: web.Request) -> web.Response:
-        names = [p.stem for p in await self._run(people_files, self.state_dir)]
+        try:
+            names = [p.stem for p in await self._run(people_files, self.state_dir)]
+        except InputError as err:  # the folder cannot be read: the page says so, polled, in one line
+            return _error(500, str(err))
         return web.json_response({"people": [{"name": n, "face": f"/api/people/{n}/face.png"} for n in names]})
 
     async def _face(self, request: web.Request) -> web.Response:
@@ -642,7 +645,7 @@ def _client_mistakes_in_one_line(record: logging.LogRecord) -> bool:
     if isinstance(error, (HttpProcessingError, web.RequestPayloadError)):
         log.debug("web: a malformed request: %s", one_line(error))
         return False
-    if isinstance(error, ConnectionError):
+    if isinstance(error, (ConnectionResetError, BrokenPipeError)):
         log.debug("web: the client went away: %s", one_line(error))
         return False
     return True
