@@ -265,7 +265,7 @@ def _reader_gone(stream) -> bool:
     return any(events & select.POLLERR for _, events in poller.poll(0))
 
 
-_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # (EFBIG: a write past the file system's file size)
 
 
 def main(argv: list[str] | None = None) -> int:

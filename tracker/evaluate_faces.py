@@ -29,7 +29,7 @@ import numpy as np
 
 from tracker.crops import CROP_MARGIN, CROP_SIZE, face_pixels, network_input
 from tracker.detect import FaceDetector
-from tracker.enroll import IMAGE_SUFFIXES, central_face, chip_face, open_backend
+from tracker.enroll import central_face, chip_face, image_files, open_backend
 from tracker.errors import InputError
 from tracker.files import atomic_write
 from tracker.identity import unit_rows
@@ -129,11 +129,11 @@ def _people(folder: Path) -> dict[str, list[Path]]:
     """Person name -> their image files (by suffix; a folder named like one is not), of each
     <person>/ folder of `folder`; InputError for a folder that cannot be read or fewer than two."""
     try:
-        people = {p.name: sorted(f for f in p.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES and not f.is_dir())
-                  for p in sorted(folder.iterdir()) if p.is_dir()}
+        persons = sorted(p for p in folder.iterdir() if p.is_dir())
     except OSError as err:
-        raise InputError(f"eval-faces: --folder {str(folder)!r}: cannot read {err.filename or folder} "
-                         f"({err.strerror or err}); expected folders this user can read") from None
+        raise InputError(f"eval-faces: --folder {str(folder)!r}: cannot read it ({err.strerror or err}); expected "
+                         "a folder this user can read") from None
+    people = {p.name: image_files([p], "eval-faces") for p in persons}
     people = {name: files for name, files in people.items() if files}
     if len(people) < 2:
         raise InputError(f"eval-faces: --folder {str(folder)!r} has {len(people)} person folder(s) with images; "

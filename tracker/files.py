@@ -168,9 +168,10 @@ def open_regular_file(path: Path) -> BinaryIO:
 
 
 def read_regular_file(path: Path, limit: int) -> bytes:
-    """The bytes of the regular file at `path` (`open_regular_file`), as many as its size said
-    when it was opened, at most `limit`; OSError EFBIG for one that holds more, found by its size
-    before anything is read (and by the read, for one that grew past it since)."""
+    """The bytes of the regular file at `path` (`open_regular_file`), at most `limit` of them;
+    OSError EFBIG for one that holds more, found by its size before anything is read. As many
+    bytes are read as the size said (and one more): a file still growing is read cut there, or,
+    one byte past `limit`, refused."""
     with open_regular_file(path) as file:
         size = os.fstat(file.fileno()).st_size
         if size > limit:

@@ -15,7 +15,8 @@ defaults on each photo's own width, recall and false positives on dlib's annotat
 the reference the README compares with.
 
 Then the frame budget of the configured guard: its detector and detect_width with its region
-setting on the scene at the configured source size, plus the crops, plus the configured backend's
+setting on the scene at the configured source size (a camera larger than the scene's bound:
+scaled to it at its aspect), plus the crops, plus the configured backend's
 forward pass at the mean number of faces per searched frame (measured here, in-process), plus
 the tracker's update: as frames per second.
 
