@@ -42,8 +42,8 @@ def candidates(relative: str) -> list[Path]:
 
 
 def find(relative: str) -> Path | None:
-    """The first of `candidates(relative)` that exists, or None (InputError naming $TRACKER_SHARED_DIR
-    for one that cannot be looked up: a folder the guard's user may not enter, a name too long)."""
+    """The first of `candidates(relative)` that exists, or None (InputError naming the place that
+    cannot be looked up: a folder the guard's user may not enter, a name too long)."""
     for path in candidates(relative):
         try:
             if path.exists():
