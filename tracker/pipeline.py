@@ -430,13 +430,11 @@ def run_guard(config: Config, *, source_spec: str | None = None, enroll_scene_pe
     model can take a while), or at once while they wait for a backend worker's start-up (seconds
     on a Pi 3, past the unit's stop timeout)."""
     check_runnable(config)
-    stopping = threading.Event()
-    stop_workers = Stop()
+    stopping = Stop()  # raised by the handler; also ends a wait for a backend worker's start-up
     guard: Guard | None = None
 
     def stop(_signum, _frame) -> None:
-        stopping.set()
-        stop_workers.requested = True
+        stopping.requested = True
         if guard is not None:
             guard.stop()
 
@@ -446,14 +444,14 @@ def run_guard(config: Config, *, source_spec: str | None = None, enroll_scene_pe
     try:
         try:
             stages = build_stages(config, source_spec=source_spec, realtime=config.source.realtime,
-                                  enroll_scene_people=enroll_scene_people, stop=stop_workers)
+                                  enroll_scene_people=enroll_scene_people, stop=stopping)
         except BackendFailure as err:
-            if not stopping.is_set():
+            if not stopping.requested:
                 raise
             log.info("guard: stopped while starting (%s)", err)
             return 0
         guard = Guard(config, stages)
-        if stopping.is_set():
+        if stopping.requested:
             guard.stop()
         return guard.run()
     finally:
