@@ -118,13 +118,10 @@ def effective_config(config: Config, args: argparse.Namespace) -> Config:
     if args.precision:
         data["backend"]["precision"] = args.precision
     if args.backend or args.precision:  # refused under the option's name, not the config key's
-        from tracker.backends import REGISTRY, backend_class, precision_refused
+        from tracker.backends import check_request
 
-        name, precision = data["backend"]["name"], data["backend"]["precision"]
-        if name not in REGISTRY:
-            raise InputError(f"--backend: unknown backend {name!r}; expected one of {', '.join(REGISTRY)}")
-        if precision not in backend_class(name).precisions:
-            raise precision_refused("--precision" if args.precision else "--backend", name, precision)
+        check_request(data["backend"]["name"], data["backend"]["precision"], name_from="--backend",
+                      precision_from="--precision" if args.precision else "--backend")
     if args.demo:
         from tracker.sources.synthetic import fitting_size
 

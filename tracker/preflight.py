@@ -93,19 +93,15 @@ def check_inference(config) -> str:
     and runtime, the model files, the blobs it reads and the card, the detector, and the tracker's
     score threshold against the detector's scores; returns the detector's name. (The benchmark of
     the detectors runs the configured guard's frame and checks this first.)"""
-    from tracker.backends import REGISTRY, backend_class, precision_refused
+    from tracker.backends import check_request
     from tracker.detect import check_detector
     from tracker.identity import weights_card
     from tracker.model.caffe_io import load_net
     from tracker.model.engine import check_net
     from tracker.model.spec import check_outputs
 
-    name = config.backend.name
-    if name not in REGISTRY:
-        raise InputError(f"config: key 'backend.name': unknown backend {name!r}; expected one of {', '.join(REGISTRY)}")
-    cls = backend_class(name)
-    if config.backend.precision not in cls.precisions:
-        raise precision_refused("config: key 'backend.precision'", name, config.backend.precision)
+    cls = check_request(config.backend.name, config.backend.precision, name_from="config: key 'backend.name'",
+                        precision_from="config: key 'backend.precision'")
     # BackendUnavailable (exit 3), naming what installs it, as the run would; not for a backend the
     # guard runs behind a worker, whose runtime this process must not load (its child checks it)
     if getattr(cls, "runs_in_worker", False) or not config.backend.worker:

@@ -17,6 +17,17 @@ def run_options(name: str, state_dir: Path) -> dict:
     return {"state_dir": str(state_dir)} if name == "auto" else {}
 
 
+def check_request(name: str, precision: str, *, name_from: str, precision_from: str):
+    """The class of backend `name` at `precision`; InputError naming `name_from` (the option or
+    config key that asked) for an unknown backend, and `precision_from` for a precision it lacks."""
+    if name not in REGISTRY:
+        raise InputError(f"{name_from}: unknown backend {name!r}; expected one of {', '.join(REGISTRY)}")
+    cls = backend_class(name)
+    if precision not in cls.precisions:
+        raise precision_refused(precision_from, name, precision)
+    return cls
+
+
 def precision_refused(where: str, name: str, precision: str) -> InputError:
     """The error for backend `name`, which has no `precision` model, named by `where` (the option
     or config key that asked for it), listing the backends that have one."""
