@@ -109,7 +109,8 @@ def check_inference(config) -> str:
     netdef = load_net(config.model.prototxt, config.model.weights)
     check_net(netdef)  # what the engine refuses when it loads (several inputs, STOCHASTIC pooling)
     check_outputs(config.model.spec(), netdef)
-    guard_model(config)
+    (declared,) = netdef.inputs.values()  # (check_net: exactly one)
+    _check_crop_input(config.model.prototxt, tuple(declared[1:]))
     weights_card(config)  # a malformed card, or one of other weights, is refused now, as at start-up
     detector = check_detector(config.detect)
     high = config.tracking.high_score
@@ -123,14 +124,19 @@ def guard_model(config) -> ModelSpec:
     """The configured model, checked to take the guard's crops: (1, CROP_SIZE, CROP_SIZE), the
     one input shape `tracker.crops` makes (the prototxt is the authority on what the net takes)."""
     from tracker.backends.worker import model_input_shape
-    from tracker.crops import CROP_SIZE
 
     model = config.model.spec()
-    shape = model_input_shape(model)
-    if shape != (1, CROP_SIZE, CROP_SIZE):
-        raise ModelError(f"model.prototxt {str(model.prototxt)!r}: input (C, H, W) {shape}; the guard's face crops "
-                         f"are (1, {CROP_SIZE}, {CROP_SIZE}) grey")
+    _check_crop_input(model.prototxt, model_input_shape(model))
     return model
+
+
+def _check_crop_input(prototxt: Path, shape: tuple[int, ...]) -> None:
+    """ModelError unless `shape`, the (C, H, W) input of the net in `prototxt`, is the guard's crop."""
+    from tracker.crops import CROP_SIZE
+
+    if shape != (1, CROP_SIZE, CROP_SIZE):
+        raise ModelError(f"model.prototxt {str(prototxt)!r}: input (C, H, W) {shape}; the guard's face crops "
+                         f"are (1, {CROP_SIZE}, {CROP_SIZE}) grey")
 
 
 def check_runnable(config) -> str:
