@@ -40,8 +40,8 @@ def check_outputs(spec: ModelSpec, netdef) -> None:
     read the first image's rows for both). ModelError if the net's shapes do not hold."""
     from tracker.model.shapes import infer_shapes
 
-    blobs = list(dict.fromkeys([*netdef.inputs, *(top for layer in netdef.layers for top in layer.tops)]))
     of_one, of_two = infer_shapes(netdef, batch=1), infer_shapes(netdef, batch=2)
+    blobs = list(of_one)  # every blob, inputs first, in the order the layers make them
     for key, blob in (("model.probs", spec.probs), ("model.embedding", spec.embedding)):
         if blob not in blobs:
             raise InputError(f"config: key {key!r}: blob {blob!r} is not in the net {str(spec.prototxt)!r}; expected "
