@@ -47,13 +47,11 @@ def read_secret(path: Path | None, credential: str, what: str) -> Secret | None:
     try:
         mode = path.stat().st_mode
         text = read_regular_file(path, MAX_SECRET_BYTES).decode("utf-8")  # (a video named by mistake was read whole)
-    except OSError as err:
-        if err.errno == errno.EFBIG:
+    except (OSError, UnicodeDecodeError) as err:
+        if getattr(err, "errno", None) == errno.EFBIG:
             raise ConfigError(f"{what} {str(path)!r}: larger than {MAX_SECRET_BYTES} bytes; expected the password") from None
-        raise ConfigError(f"{what} {str(path)!r}: cannot read ({err.strerror or err}); "
-                          "expected a UTF-8 file readable by the guard's user") from None
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"{what} {str(path)!r}: cannot read ({err}); "
+        reason = getattr(err, "strerror", None) or str(err)
+        raise ConfigError(f"{what} {str(path)!r}: cannot read ({reason}); "
                           "expected a UTF-8 file readable by the guard's user") from None
     if not managed and mode & 0o077:
         log.warning("%s %s is readable by group or others (mode %03o); run: chmod 600 %s", what, path,
