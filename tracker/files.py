@@ -49,9 +49,9 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 # What opening an .npz or reading one of its members raises for a file that is not a whole archive
-# of the expected members: missing or unreadable (OSError), empty (EOFError), truncated or damaged
-# (zipfile.BadZipFile: no directory, a bad CRC), another format or a single .npy array
-# (ValueError, also raised by load_npz), a member absent (KeyError).
+# of the expected members: missing, unreadable or not a regular file (OSError), not a zip archive
+# (zipfile.BadZipFile: empty, another format, a single .npy array, no directory, a bad CRC), a
+# member that is not a whole array (EOFError, ValueError), a member absent (KeyError).
 NPZ_UNREADABLE = (OSError, EOFError, zipfile.BadZipFile, ValueError, KeyError)
 ROTATION_RETRY_NS = 60 * 10**9  # after a rotation the file system refused, the next try
 
@@ -95,12 +95,18 @@ def make_writable_folder(folder: Path) -> None:
 
 
 def load_npz(path: Path) -> np.lib.npyio.NpzFile:
-    """numpy's lazily read archive of the .npz at `path` (close it: a `with` block); one of
-    NPZ_UNREADABLE if it is not one (np.load returns a bare array for a .npy file)."""
-    data = np.load(path)
-    if not isinstance(data, np.lib.npyio.NpzFile):
-        raise ValueError("a single array (.npy), not an .npz archive")
-    return data
+    """numpy's lazily read archive of the .npz at `path` (close it: a `with` block; it closes the
+    file); one of NPZ_UNREADABLE if it is not one. The file is opened as `open_regular_file` does:
+    a FIFO named like a person's file hung the guard's start (np.load opened it and waited)."""
+    file = open_regular_file(path)
+    try:
+        return np.lib.npyio.NpzFile(file, own_fid=True)
+    except zipfile.BadZipFile:  # an empty file, a .npy, a text, one cut short: "File is not a zip file"
+        file.close()
+        raise zipfile.BadZipFile("not a whole .npz archive") from None
+    except BaseException:
+        file.close()
+        raise
 
 
 def _temporary_name(name: str) -> str:
