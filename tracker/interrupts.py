@@ -3,6 +3,7 @@
 A benchmark or a training run catches KeyboardInterrupt to keep what it did (the cells measured,
 the crops cut, the last checkpoint); systemd, a shell's kill and a closed terminal send SIGTERM or
 SIGHUP instead, whose default action ends the process at once, past every `finally`.
+`interrupts_held()` keeps such a stop out of a few steps that must happen together.
 """
 
 from __future__ import annotations
@@ -25,3 +26,23 @@ def stop_as_ctrl_c() -> Iterator[None]:
     finally:
         for signum, handler in before.items():
             signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """For the block, SIGINT, SIGTERM and SIGHUP are held: the first that comes is noted, and raised
+    again as the block ends to the handler it had before, so a KeyboardInterrupt never falls between
+    the block's steps (the renames that put a caffemodel and its card in place). (Not a signal mask:
+    a process's signal goes to any thread that does not block it, and torch's threads do not.) An
+    ignored signal stays ignored. Main thread only; keep the block short."""
+    came: list[int] = []
+    before = {signum: signal.signal(signum, lambda signum, frame: came.append(signum))
+              for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+              if signal.getsignal(signum) not in (signal.SIG_IGN, None)}  # None: a handler not set from Python
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+        if came:
+            signal.raise_signal(came[0])

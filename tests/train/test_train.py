@@ -249,7 +249,8 @@ def test_a_list_naming_missing_photos_and_an_unusable_pairs_file(tmp_path):
 
 @pytest.mark.parametrize("case", ["out is a folder", "work is a file", "teacher is a .npy", "teacher is cut short",
                                   "teacher has a NaN", "teachers of two lengths", "an earlier run in work",
-                                  "resume without a checkpoint", "a trial over trained weights"])
+                                  "resume without a checkpoint", "a trial over trained weights",
+                                  "a resumed trial over trained weights", "a teacher too short", "two sets of one name"])
 def test_mistakes_in_the_outputs_and_teachers_fail_before_any_photo_is_cut(tmp_path, case):
     """In-process (the CLI's one line and exit 2 for an InputError are tested with the other
     commands): each mistake used to surface only after the photos were cut or the training ran."""
@@ -282,21 +283,32 @@ def test_mistakes_in_the_outputs_and_teachers_fail_before_any_photo_is_cut(tmp_p
         expected = "checkpoint.pt' holds an earlier run; expected --resume to continue it"
     elif case == "resume without a checkpoint":
         expected = "--resume: no checkpoint '" + str(tmp_path / "work" / "checkpoint.pt") + "'; expected one written"
-    else:  # --limit 16 makes every case a trial
+    elif case == "a teacher too short":  # its targets take 64 principal axes: a broadcast error after the cut
+        np.savez(tmp_path / "t.npz", paths=np.array(["a/a_0001.jpg"]), descriptor=np.ones((1, 16), np.float32))
+        args["--teacher"], expected = str(tmp_path / "t.npz"), "descriptors of 16 values; expected at least 64 (half"
+    elif case == "two sets of one name":  # both sets' Bob would be one person
+        for office in ("home", "office"):
+            (tmp_path / office / "people" / "Bob").mkdir(parents=True)
+        expected = f"--data '{tmp_path / 'office' / 'people'}' and '{tmp_path / 'home' / 'people'}' are both named 'people'"
+    else:  # --limit 16 makes every case a trial; --resume let one replace the shipped weights
         (tmp_path / "x.caffemodel").write_bytes(b"trained weights")
         expected = "x.caffemodel' exists, and a trial (--steps, --limit) does not replace trained weights"
     extra = {"teachers of two lengths": ["--teacher", str(tmp_path / "t.npz")],
-             "resume without a checkpoint": ["--resume"]}.get(case, [])
+             "resume without a checkpoint": ["--resume"], "a resumed trial over trained weights": ["--resume"],
+             "two sets of one name": ["--data", str(tmp_path / "home" / "people"),
+                                      "--data", str(tmp_path / "office" / "people")]}.get(case, [])
     with pytest.raises(InputError, match=r"^train: ") as err:
         train_command(["--data", str(LFW / "images"), "--limit", "16", *[x for kv in args.items() for x in kv], *extra])
     assert expected in str(err.value) and "\n" not in str(err.value)
     assert not list(tmp_path.rglob("crops-*.npz"))
 
 
-@pytest.mark.parametrize("case", ["a teacher of other photos", "a checkpoint of another program"])
+@pytest.mark.parametrize("case", ["a teacher of other photos", "a checkpoint of another program",
+                                  "a learning rate that diverges"])
 def test_mistakes_found_once_the_photos_are_cut_are_one_line(tmp_path, case):
     """A --teacher the user named that describes none of the photos would train without its targets;
-    a checkpoint torch loads but tracker train did not write was an AttributeError's traceback."""
+    a checkpoint torch loads but tracker train did not write was an AttributeError's traceback; a
+    diverged run trained on and checkpointed NaN weights over the last good ones."""
     from tracker.errors import InputError
     from tracker.train.command import train_command
 
@@ -308,20 +320,27 @@ def test_mistakes_found_once_the_photos_are_cut_are_one_line(tmp_path, case):
         np.savez(tmp_path / "t.npz", paths=np.array(["Nobody/Nobody_0001.jpg"]), descriptor=np.ones((1, 128), np.float32))
         args += ["--teacher", str(tmp_path / "t.npz")]
         expected = f"--teacher '{tmp_path / 't.npz'}' has a descriptor of none of the {PHOTOS} photos; expected its 'paths'"
-    else:
+    elif case == "a checkpoint of another program":
         (tmp_path / "work").mkdir()
         torch.save([1, 2], tmp_path / "work" / "checkpoint.pt")
         args += ["--teacher", str(LFW / "dlib_descriptors.npz"), "--resume"]
         expected = "is not one tracker train wrote (a list without epoch, fingerprint"
+    else:
+        args += ["--teacher", str(LFW / "dlib_descriptors.npz"), "--lr", "1e30", "--steps", "4"]
+        expected = "(--lr 1e+30): the training diverged; its weights are not saved"
     with pytest.raises(InputError, match=r"^train: ") as err:
         train_command(args)
     assert expected in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / "x.caffemodel").exists()
+    assert (tmp_path / "work" / "checkpoint.pt").exists() == (case == "a checkpoint of another program")
 
 
-@pytest.mark.parametrize("option, value, expected", [("--batch", "1", "--batch: bad value '1'; expected an integer >= 2"),
-                                                     ("--seed", "-1", "--seed: bad value '-1'; expected an integer >= 0")])
-def test_a_batch_of_one_and_a_negative_seed_are_refused_by_the_parser(option, value, expected):
+@pytest.mark.parametrize("option, value, expected", [
+    ("--batch", "1", "--batch: bad value '1'; expected an integer >= 2"),
+    ("--seed", "-1", "--seed: bad value '-1'; expected an integer from 0 to 9223372036854775807"),
+    ("--seed", str(2**64), f"--seed: bad value '{2**64}'; expected an integer from 0 to"),  # torch's overflow
+    ("--threads", "100000000000", "--threads: bad value '100000000000'; expected an integer from 1 to 1024")])
+def test_numbers_out_of_range_are_refused_by_the_parser(option, value, expected):
     from tracker.errors import InputError
     from tracker.train.command import _parser
 
@@ -416,6 +435,31 @@ def test_a_full_disk_at_the_export_keeps_the_training_for_resume(tmp_path):
     assert "resumed from" in again.stderr and "epoch 1/1" not in again.stderr  # not trained again
     assert out.is_file() and json.loads(out.with_name(out.name + ".json").read_text())["training"]["steps"] == 1
 
+
+def test_a_stop_while_exporting_keeps_the_training_for_resume(tmp_path, capsys, monkeypatch):
+    """Measuring the pairs cuts thousands of photos: a Ctrl-C (or SIGTERM) there ended the run with
+    exit 130 and not a word of the checkpoint that holds the training."""
+    import tracker.train.command as command
+
+    need_lfw()
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "threshold_cards", stopped)
+    out = tmp_path / "face.caffemodel"
+    argv = ["--data", str(LFW / "images"), "--limit", str(PHOTOS), "--teacher", str(LFW / "dlib_descriptors.npz"),
+            "--batch", "16", "--steps", "1", "--epochs", "1", "--work", str(tmp_path / "work"), "--out", str(out),
+            "--pairs", str(small_pairs(tmp_path / "pairs.txt")), "--pairs-images", str(LFW / "images")]
+    try:
+        stopped_with = command.train_command(argv)
+    except KeyboardInterrupt:  # (raised on, it would stop the whole test session)
+        pytest.fail("the stop while exporting went past tracker train")
+    assert stopped_with == 130
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert said == (f"train: interrupted while exporting; the checkpoint ({tmp_path / 'work' / 'checkpoint.pt'}) "
+                    "holds the training: continue with --resume (it exports without training again)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.txt", "work"]  # nothing staged left, no --out
 
 @pytest.mark.timeout(300)
 def test_a_kill_while_cutting_photos_keeps_the_crops_cut(tmp_path):

@@ -15,16 +15,19 @@ What it does, in order (scripts/train-face-cnn is the command that made the ship
    with a class. Seeds are fixed (numpy and torch); the progress bar shows loss and images/s.
    A checkpoint (`<work>/checkpoint.pt`) is written atomically after every epoch; `--resume`
    continues from it if it belongs to the same run (same data, classes and settings); without
-   --resume a checkpoint in --work is refused, not written over; Ctrl-C stops with the last
-   checkpoint intact.
+   --resume a checkpoint in --work is refused, not written over; Ctrl-C (or SIGTERM) stops with
+   the last checkpoint intact, here and in step 5. A loss that is not finite (a --lr too large)
+   stops the run before its weights are saved.
 5. Exports the caffemodel with BatchNorm folded (`tracker.train.net.export_netdef`) to a staged file
    beside --out, runs it through the project's Caffe engine and checks it matches the torch net,
    measures the pairs (default: LFW's pairsDevTrain; there is no training without pairs: weights
    without a threshold would name strangers at the untrained default) through that engine,
    embedding faces the EMBEDDING way (mirror-mean) and then the other ways, and only then puts it
    in place with its card (`tracker.model.card`: the embedding, the thresholds for a
-   THRESHOLD_FAR false-accept rate), the card first. The teacher files, the pairs file and the --out and --work folders (made
-   if absent) are checked before any work: a mistake there fails at once, not after the training.
+   THRESHOLD_FAR false-accept rate), the card first. The data sets' names, the teacher files, the
+   pairs file and the --out and --work folders (made if absent) are checked before any work: a
+   mistake there fails at once, not after the training. A trial (--steps, --limit) replaces no
+   --out but a trial's (its card says `"trial": true`).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ import numpy as np
 from tracker import shared_data
 from tracker.errors import InputError, ModelError
 from tracker.files import atomic_write, make_writable_folder
-from tracker.interrupts import stop_as_ctrl_c
+from tracker.interrupts import interrupts_held, stop_as_ctrl_c
 from tracker.machine import cores
 
 CE_WEIGHT = 0.3
@@ -65,6 +68,7 @@ DEFAULT_PAIRS = "datasets/lfw-devtrain/pairsDevTrain.txt"
 CHECKPOINT_KEYS = frozenset({"fingerprint", "net", "optimizer", "schedule", "epoch", "step", "numpy_rng", "torch_rng"})
 CUT_LINE_EVERY = 1000  # photos between two progress lines when stderr is not a terminal (a log, nohup)
 DEFAULT_PAIRS_IMAGES = "datasets/lfw-devtrain/images"
+MAX_THREADS = 1024  # torch.set_num_threads overflows past a C int; more threads than cores only slow it
 
 
 def _parser():
@@ -87,10 +91,10 @@ def _parser():
     p.add_argument("--epochs", type=positive_int, default=30)
     p.add_argument("--batch", type=int_between(2), default=128)  # BatchNorm needs two images a batch
     p.add_argument("--lr", type=positive_float, default=3e-3)
-    p.add_argument("--seed", type=int_between(0), default=20161129)
+    p.add_argument("--seed", type=int_between(0, 2**63 - 1), default=20161129)  # torch's seed is a 64-bit integer
     p.add_argument("--steps", type=positive_int, help="stop after this many steps in all (a short trial)")
     p.add_argument("--limit", type=positive_int, help="use only the first N photos of each data set (a short trial)")
-    p.add_argument("--threads", type=positive_int, help="torch threads (default: all usable cores)")
+    p.add_argument("--threads", type=int_between(1, MAX_THREADS), help="torch threads (default: all usable cores)")
     p.add_argument("--resume", action="store_true", help="continue from <work>/checkpoint.pt")
     p.add_argument("--config", type=Path, help="YAML config: its detector and model files (default: config/tracker.yaml)")
     return p
@@ -117,6 +121,18 @@ def _writable_folder(folder: Path, what: str) -> None:
     except OSError as err:
         raise InputError(f"train: {what} {str(folder)!r} cannot be written in ({err.strerror or err}); expected a "
                          "folder to write in") from None
+
+
+def _written_by_a_trial(weights: Path) -> bool:
+    """Whether the caffemodel `weights` comes from a trial (--steps, --limit), as its card says."""
+    from tracker.files import file_sha256
+    from tracker.model.card import read_card
+
+    try:
+        training = (read_card(weights, file_sha256(weights)) or {}).get("training")
+    except (ModelError, OSError):  # no card of these weights: not known to be a trial's
+        return False
+    return isinstance(training, dict) and training.get("trial") is True
 
 
 def choose_classes(identities: list[str], count: int) -> list[str]:
@@ -250,20 +266,26 @@ def _train(args: argparse.Namespace) -> int:
     from tracker.model.caffe_io import load_net, write_caffemodel
     from tracker.model.convert.graph import lower
     from tracker.model.face_cnn import he_weights
-    from tracker.train.data import CropCache, data_root, definition_key, list_samples, load_crops
+    from tracker.train.data import CropCache, data_root, definition_key, list_samples, load_crops, namespace
     from tracker.train.net import TrainableNet, export_netdef
     from tracker.train.teacher import read_teacher, split_pca_targets
 
     config = load_config(args.config)
     args.data = args.data or [shared_data.locate(name, "train", instead="give --data") for name in DEFAULT_DATA]
+    named: dict[str, Path] = {}
+    for source in args.data:  # people are told apart by their set's name (train.data): one name, one set
+        if (name := namespace(source)) in named:
+            raise InputError(f"train: --data {str(source)!r} and {str(named[name])!r} are both named {name!r}: "
+                             "their people would merge; expected each data set in a folder of its own name")
+        named[name] = source
     teachers_named = args.teacher is not None  # (the defaults may describe none of the photos: not a mistake)
     if args.teacher is None:
         args.teacher = [path for path in map(shared_data.find, DEFAULT_TEACHER) if path is not None]
     prototxt, out = config.model.prototxt, args.out
     if out.is_dir():
         raise InputError(f"train: --out {str(out)!r} is a folder; expected the caffemodel file to write")
-    # `scripts/train-face-cnn --steps 5` would replace the shipped weights (a resumed trial may replace its own)
-    if (args.steps or args.limit) and not args.resume and out.exists():
+    # `scripts/train-face-cnn --steps 5` would replace the shipped weights (a trial may replace a trial's)
+    if (args.steps or args.limit) and out.exists() and not _written_by_a_trial(out):
         raise InputError(f"train: --out {str(out)!r} exists, and a trial (--steps, --limit) does not replace trained "
                          "weights; expected another --out for the trial")
     _writable_folder(out.parent, "--out's folder")
@@ -297,6 +319,14 @@ def _train(args: argparse.Namespace) -> int:
     torch.set_num_threads(threads)
     rng = np.random.default_rng(args.seed)
     torch.manual_seed(args.seed)
+    structure = load_net(prototxt, None)
+    net = TrainableNet(lower(he_weights(structure), config.model.probs, config.model.embedding))
+    net = net.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stubs omit it; oneDNN's convolutions: 0.74 s a step, not 1.07
+    n_classes = net.layers[net.outputs[0]].out_features
+    width = net.layers[[n for n, layer in net.layers.items() if isinstance(layer, torch.nn.Linear)][0]].out_features
+    if lengths and lengths[0] < width // 2:  # the targets are made of width // 2 principal axes (train.teacher)
+        raise InputError(f"train: --teacher descriptors of {lengths[0]} values; expected at least {width // 2} "
+                         f"(half the embedding's {width})")
 
     # 1. crops
     detector = create_detector(config.detect)
@@ -333,11 +363,6 @@ def _train(args: argparse.Namespace) -> int:
     del parts, cache  # the crops are in `crops` now: 218 MB more RSS kept for the whole training otherwise
 
     # 2. classes, 3. targets
-    structure = load_net(prototxt, None)
-    net = TrainableNet(lower(he_weights(structure), config.model.probs, config.model.embedding))
-    net = net.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stubs omit it; oneDNN's convolutions: 0.74 s a step, not 1.07
-    n_classes = net.layers[net.outputs[0]].out_features
-    width = net.layers[[n for n, layer in net.layers.items() if isinstance(layer, torch.nn.Linear)][0]].out_features
     classes = choose_classes([s.identity for s in samples], n_classes)
     class_of = {name: i for i, name in enumerate(classes)}
     labels = np.array([class_of.get(s.identity, -1) for s in samples], np.int64)
@@ -431,6 +456,10 @@ def _train(args: argparse.Namespace) -> int:
                 if (lab >= 0).any():
                     loss = loss + CE_WEIGHT * torch.nn.functional.cross_entropy(logits[lab >= 0], lab[lab >= 0],
                                                                                 label_smoothing=0.1)
+                if not torch.isfinite(loss):  # diverged: its checkpoint would hold NaN weights over the last good one
+                    raise InputError(f"train: the loss is {loss.item()} at step {step + 1} (--lr {args.lr:g}): the "
+                                     "training diverged; its weights are not saved (the last checkpoint, if any, is "
+                                     "kept); expected a smaller --lr")
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
@@ -480,10 +509,11 @@ def _train(args: argparse.Namespace) -> int:
     def put_in_place() -> None:
         """The card first, then the weights, each by a rename (which takes no room): new weights
         never stand without their card (between the two renames, for a moment, the weights they
-        replace stand beside the new card)."""
+        replace stand beside the new card; no stop comes between them)."""
         card_file = write_card(staged, card)
-        card_file.replace(card_path(out))
-        staged.replace(out)
+        with interrupts_held():
+            card_file.replace(card_path(out))
+            staged.replace(out)
 
     try:
         write_or_say(lambda: write_caffemodel(staged, export_netdef(net, structure)))
@@ -499,6 +529,10 @@ def _train(args: argparse.Namespace) -> int:
         finally:
             backend.close()
         write_or_say(put_in_place)
+    except KeyboardInterrupt:  # measuring the pairs cuts thousands of photos: minutes to stop in
+        print(f"\ntrain: interrupted while exporting; the checkpoint ({checkpoint}) holds the training: continue "
+              "with --resume (it exports without training again)", file=sys.stderr)
+        return 130
     finally:
         staged.unlink(missing_ok=True)
         card_path(staged).unlink(missing_ok=True)
@@ -516,7 +550,8 @@ def _card(weights: Path, crop_name: str, classes: list[str], args, photos: int, 
     window = max(1, min(20, len(losses) // 3))  # the loss at the start and at the end, smoothed
     return {"weights_sha256": file_sha256(weights), "crop": crop_name, "embedding": EMBEDDING, "classes": classes,
             "training": {"data": [str(p) for p in args.data], "teacher": [str(p) for p in args.teacher],
-                         "photos": photos, "epochs": epoch, "steps": step, "batch": args.batch,
+                         "trial": bool(args.steps or args.limit), "photos": photos, "epochs": epoch,
+                         "steps": step, "batch": args.batch,
                          "lr": args.lr, "seed": args.seed, "minutes": round(minutes, 1), "threads": threads,
                          "first_loss": round(float(np.mean(losses[:window])), 4) if losses else None,
                          "last_loss": round(float(np.mean(losses[-window:])), 4) if losses else None}}

@@ -3,7 +3,8 @@
 A data set is either a folder of `<person>/<image>` files or a list file of `image identity` lines
 (an optional header line `image identity`; image paths relative to the list's folder), as LFW and
 CelebA ship them. Identities are namespaced by the data set's name (`lfw-devtrain:Aaron_Peirsol`,
-`celeba-10k:2880`) so that two sets never merge people by accident.
+`celeba-10k:2880`: `namespace`) so that two sets never merge people by accident; two sets of one
+name are refused (`tracker train`).
 
 Each photo goes through the guard's own detector (`tracker.detect`, from the config) and crop
 (`tracker.crops.face_crop`): the face nearest the photo's centre (`tracker.enroll.central_face`),
@@ -41,17 +42,26 @@ class Sample:
     identity: str
 
 
+def namespace(source: Path) -> str:
+    """The data set's name its identities start with: a list file's folder's, a folder's own (its
+    parent's for one named `images`, as `lfw-devtrain/images`)."""
+    source = Path(source).absolute()
+    if source.is_dir():
+        return source.parent.name if source.name == "images" else source.name
+    return source.parent.name
+
+
 def _folder_samples(root: Path) -> list[Sample]:
-    samples = []
+    samples, name = [], namespace(root)
     for person in sorted(p for p in root.iterdir() if p.is_dir()):
         for image in sorted(person.iterdir()):
             if image.suffix.lower() in IMAGE_SUFFIXES:
-                samples.append(Sample(image, f"{root.parent.name if root.name == 'images' else root.name}:{person.name}"))
+                samples.append(Sample(image, f"{name}:{person.name}"))
     return samples
 
 
 def _list_samples(list_file: Path) -> list[Sample]:
-    samples = []
+    samples, name = [], namespace(list_file)
     try:
         lines = list_file.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as err:
@@ -63,7 +73,7 @@ def _list_samples(list_file: Path) -> list[Sample]:
             continue
         if len(parts) != 2:
             raise InputError(f"train: {list_file}:{number}: {line[:80]!r}; expected 'image identity'")
-        samples.append(Sample(list_file.parent / parts[0], f"{list_file.parent.name}:{parts[1]}"))
+        samples.append(Sample(list_file.parent / parts[0], f"{name}:{parts[1]}"))
     return samples
 
 
