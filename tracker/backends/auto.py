@@ -76,8 +76,9 @@ class UnusableProfile(TrackerError):
 def read_profile(path: Path, machine: dict) -> tuple[list[tuple[str, str, int, float]], dict[tuple[str, int], str]]:
     """The measurements and recorded picks of the profile at `path`, which must be a schema-1
     profile of `machine`: ([(backend, precision, batch, ms per image), ...], `recorded_picks`).
-    Entries that are malformed, not positive or `auto`'s own are left out: one bad entry does
-    not spoil the others. The one reader of the file, for `auto` and for the benchmark that
+    Entries that are malformed, not positive, `auto`'s own, or of a backend or precision this
+    version does not have (`_measurable`) are left out: one bad entry does not spoil the others,
+    and a backend gone since is never named as `auto`'s pick. The one reader of the file, for `auto` and for the benchmark that
     merges into it; each words what it then does.
 
     Raises FileNotFoundError when there is none, UnusableProfile when it is unreadable, of
@@ -87,9 +88,10 @@ def read_profile(path: Path, machine: dict) -> tuple[list[tuple[str, str, int, f
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise  # not unusable: none yet, which each caller treats as such
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RecursionError) as err:  # RecursionError: nested past Python's limit
         raise UnusableProfile(f"is unreadable ({err.__class__.__name__}: {err})") from None
-    if not isinstance(data, dict) or data.get("schema") != PROFILE_SCHEMA or not isinstance(data.get("results"), list):
+    if (not isinstance(data, dict) or isinstance(data.get("schema"), bool) or data.get("schema") != PROFILE_SCHEMA
+            or not isinstance(data.get("results"), list)):  # (true == 1 to Python)
         raise UnusableProfile(f"is not a schema-{PROFILE_SCHEMA} profile")
     if data.get("machine") != machine:
         raise UnusableProfile(f"was measured on another machine ({data.get('machine')}); this one is {machine}")
@@ -100,9 +102,17 @@ def read_profile(path: Path, machine: dict) -> tuple[list[tuple[str, str, int, f
             batch, ms = int(entry["batch"]), float(entry["ms_per_image"])
         except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: JSON's Infinity as a batch
             continue
-        if backend != "auto" and batch >= 1 and 0 < ms < float("inf"):
+        if _measurable(backend, precision) and batch >= 1 and 0 < ms < float("inf"):
             measured.append((backend, precision, batch, ms))
     return measured, recorded_picks(data)
+
+
+def _measurable(backend: str, precision: str) -> bool:
+    """Whether `backend` is one `auto` may pick and has `precision` (a registered backend other
+    than `auto`; importing its class imports no runtime)."""
+    from tracker.backends.registry import backend_class
+
+    return backend in REGISTRY and backend != "auto" and precision in backend_class(backend).precisions
 
 
 def load_profile(state_dir: Path) -> tuple[dict[str, dict[int, list[tuple[float, str]]]], str | None]:
