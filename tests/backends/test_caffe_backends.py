@@ -167,6 +167,8 @@ def test_bad_input_is_one_clear_line(name):
             with pytest.raises(InputError, match=message) as err:
                 backend.infer(x)
             assert name in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(InputError, match=f"^{name}: the backend was closed$"):  # (was an AttributeError)
+        backend.infer(np.zeros((1, 1, 88, 88), np.float32))
 
 
 def test_bad_construction():

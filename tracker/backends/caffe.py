@@ -55,7 +55,8 @@ class _CaffeEngine(BackendBase):
                 raise InputError(f"workspace_mb: expected a positive number of MiB; found {mb!r}")
             workspace = int(mb * 2**20)
         self.model = model
-        self._net = Net(load_net(model.prototxt, model.weights), np.float32, self.mode, workspace_bytes=workspace, threads=threads)
+        self._net: Net | None = Net(load_net(model.prototxt, model.weights), np.float32, self.mode,
+                                    workspace_bytes=workspace, threads=threads)
         for role, blob in (("probs", model.probs), ("embedding", model.embedding)):
             if blob not in self._net.blob_names:
                 raise ModelError(f"model {model.prototxt}: {role} blob {blob!r} is not in the net; blobs are {', '.join(self._net.blob_names)}")
@@ -77,7 +78,7 @@ class _CaffeEngine(BackendBase):
         return Inference(out[self.model.probs].reshape(n, -1), out[self.model.embedding].reshape(n, -1))
 
     def close(self) -> None:
-        net = self.__dict__.pop("_net", None)  # a closed backend is not used again
+        net, self._net = getattr(self, "_net", None), None  # (absent when __init__ failed before it)
         if net is not None:
             net.close()
 
