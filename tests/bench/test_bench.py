@@ -610,7 +610,8 @@ def test_unavailable_backend_is_exit_3_naming_the_extra(capsys, config_file, tmp
         (["--batches", "-1"], "argument --batches: bad value '-1'"),
         (["--batches", "a,b"], "argument --batches: bad value 'a,b'"),
         (["--batches", "1,,x"], "argument --batches: bad value '1,,x'"),
-        (["--passes", "0"], "argument --passes: bad value '0'; expected an integer from 1 to 100000"),
+        (["--passes", "0"], "argument --passes: bad value '0'; expected an integer from 1 to 10000"),
+        (["--passes", "10001"], "argument --passes: bad value '10001'; expected an integer from 1 to 10000"),
         (["--passes", "many"], "argument --passes: bad value 'many'"),
         (["--timeout", "-5"], "argument --timeout: bad value '-5'"),
         (["--timeout", "1" + "0" * 400], "expected an integer from 1 to 86400"),  # OverflowError before
@@ -619,6 +620,7 @@ def test_unavailable_backend_is_exit_3_naming_the_extra(capsys, config_file, tmp
         (["--detectors", "haar", "--passes", "7"], "--passes: the detector benchmark does not take it"),
         (["--warmup", "-1"], "argument --warmup: bad value '-1'; expected a number of seconds >= 0"),
         (["--warmup", "nan"], "argument --warmup: bad value 'nan'"),
+        (["--warmup", "1e300"], "argument --warmup: bad value '1e300'; expected a number of seconds >= 0 and <= 3600"),
         (["--backend", "caffe-openblas", "--precision", "int8"], "backend 'caffe-openblas' has no 'int8' model; backends "
                                                                  "with 'int8': tf-neon-vfpv4, onnxruntime, auto"),
     ],

@@ -2,6 +2,7 @@
 
     tracker --benchmark --backend a,b|all [--batches 1,2,4,...,256] [--passes 100] [--warmup 1]
             [--precision fp32|int8] [--out DIR] [--timeout S] [--memory-limit MB] [--profile-when-busy]
+            [--worker] [--detectors a,b|all]
 
 For each backend x precision x batch size (a *cell*): load the backend, untimed warm-up passes for
 `--warmup S` seconds (default 1, at least one pass: see command.DEFAULT_WARMUP_S for why), then
@@ -30,8 +31,9 @@ Metrics of a cell (pass times are wall-clock perf_counter_ns around `backend.inf
                    column's model is converted and cached by a priming load before its cells, so
                    no cell counts what converting left resident
 
-Outputs in --out (default bench-out/), rewritten atomically after every cell:
-    results.json, results.csv, per_image_ms_linear.png, per_image_ms_log.png
+Outputs in --out (default bench-out/), rewritten atomically: results.json and results.csv after
+every cell, per_image_ms_linear.png and per_image_ms_log.png after every column (a backend at one
+precision),
 and the calibration profile `<state_dir>/profile.json` read by `auto` (tracker.bench.profile: the
 cells' medians, and for the fastest cells of each batch size their runoff's (tracker.bench.runoff:
 those backends timed again, interleaved in one child); not written under --memory-limit, which
