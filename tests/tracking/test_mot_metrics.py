@@ -77,7 +77,7 @@ def test_switch_fragmentation_and_mostly_tracked():
     assert (m.misses, m.false_positives, m.id_switches, m.fragmentations) == (2, 0, 1, 1)
     assert m.mota == pytest.approx(1 - 3 / 10)
     assert m.motp == pytest.approx(9 / 11)  # IoU of boxes shifted by 1 px of 10
-    assert (m.mostly_tracked, m.partially_tracked, m.mostly_lost) == (1, 0, 0)  # 8/10 >= 0.8
+    assert (m.mostly_tracked, m.partially_tracked, m.mostly_lost) == (0, 1, 0)  # 8/10 is not > 0.8
     assert m.idtp == 4 and m.idf1 == pytest.approx(2 * 4 / (10 + 8))
 
 
@@ -88,10 +88,22 @@ def test_nothing_paired():
 
 
 def test_mostly_lost_and_partially_tracked_thresholds():
-    gt = table([(f, 1, 0.0) for f in range(1, 11)] + [(f, 2, 50.0) for f in range(1, 11)])
-    hyp = table([(1, 5, 0.0)] + [(f, 6, 50.0) for f in range(1, 3)])  # 1/10 and 2/10 tracked
+    """TrackEval's and the devkit's: MT over 0.8, ML under 0.2, PT from 0.2 to 0.8 (the first
+    version took 0.8 for MT)."""
+    gt = table([(f, i, 50.0 * i) for f in range(1, 11) for i in (1, 2, 3, 4)])
+    hyp = table([(1, 5, 50.0)] + [(f, 6, 100.0) for f in range(1, 3)]  # 1/10 and 2/10 tracked
+                + [(f, 7, 150.0) for f in range(1, 9)] + [(f, 8, 200.0) for f in range(1, 10)])  # 8/10, 9/10
     m = evaluate(gt, hyp)
-    assert (m.mostly_tracked, m.partially_tracked, m.mostly_lost) == (0, 1, 1)
+    assert (m.mostly_tracked, m.partially_tracked, m.mostly_lost) == (1, 2, 1)
+
+
+def test_a_frame_an_object_is_absent_from_breaks_its_run_of_tracked_frames():
+    """Object 1 is annotated on frames 1-3 and 6-8 (absent from 4-5) and tracked whenever it is
+    there: two runs, one fragmentation, as TrackEval and the devkit count it (it was 0)."""
+    gt = table([(f, 1, 0.0) for f in (1, 2, 3, 6, 7, 8)] + [(f, 2, 50.0) for f in range(1, 9)])
+    hyp = table([(f, 9, 0.0) for f in (1, 2, 3, 6, 7, 8)] + [(f, 10, 50.0) for f in range(1, 9)])
+    m = evaluate(gt, hyp)
+    assert (m.fragmentations, m.id_switches, m.misses, m.mostly_tracked) == (1, 0, 0, 2)
 
 
 def test_previous_frame_pairs_are_kept_even_if_another_is_closer():

@@ -9,9 +9,11 @@ Written from the metric definitions, matching the MOTChallenge devkit's conventi
   objects and hypotheses by a minimum-total-distance (Hungarian) assignment over the allowed pairs.
   Unpaired objects are misses (FN), unpaired hypotheses false positives (FP). An object paired with a
   hypothesis other than the one it was last paired with (in any earlier frame) is an identity switch.
-  A fragmentation is a tracked -> missed transition within the span from an object's first to its
-  last tracked frame. Per object, the tracked ratio (frames paired / frames present) makes it mostly
-  tracked (>= 0.8), mostly lost (< 0.2) or partially tracked (in between).
+  An object's fragmentations are its runs of consecutively numbered paired frames less one: a
+  frame it was absent from breaks a run as a frame it was missed in does (the devkit's
+  `alltracked(first:last)`, TrackEval's `Frag`). Per object, the tracked ratio (frames paired /
+  frames present) makes it mostly tracked (> 0.8), mostly lost (< 0.2) or partially tracked (in
+  between, both ends included), as TrackEval and the devkit count them.
 - MOTA = 1 - (FN + FP + IDsw) / (ground-truth boxes); MOTP = 1 - mean IoU distance of the pairs,
   i.e. the mean IoU (larger is better), and 0 when nothing was paired (as TrackEval reports it: a
   mean over no pairs is undefined, and 1 would read as perfect overlap).
@@ -134,7 +136,8 @@ def evaluate(gt: MotTable, hyp: MotTable, match_iou: float = MATCH_IOU) -> MotMe
     prev_pair: dict[int, int] = {}  # object id -> hypothesis id it was paired with in the previous frame
     present = np.zeros(len(gt_ids), np.int64)  # frames each object is present
     tracked = np.zeros(len(gt_ids), np.int64)  # frames each object is paired
-    history: list[list[bool]] = [[] for _ in gt_ids]  # per object, paired? on each frame present
+    last_paired = np.full(len(gt_ids), -2, np.int64)  # frame each object was last paired in
+    runs = np.zeros(len(gt_ids), np.int64)  # runs of consecutive frames each object was paired in
     co_rows: list[np.ndarray] = []  # per frame, the (object, hypothesis) indices that may correspond
     co_cols: list[np.ndarray] = []
     fp = fn = switches = matches = 0
@@ -186,20 +189,15 @@ def evaluate(gt: MotTable, hyp: MotTable, match_iou: float = MATCH_IOU) -> MotMe
         matches += len(pairs)
         fn += len(o_ids) - len(pairs)
         fp += len(h_ids) - len(pairs)
-        for i, k in enumerate(oi):
-            present[k] += 1
-            tracked[k] += int(paired_o[i])
-            history[k].append(bool(paired_o[i]))
+        present[oi] += 1
+        paired_k = oi[paired_o]
+        tracked[paired_k] += 1
+        runs[paired_k] += last_paired[paired_k] != frame - 1
+        last_paired[paired_k] = frame
 
-    fragmentations = 0
-    for seq in history:
-        idx = [t for t, ok in enumerate(seq) if ok]
-        if idx:
-            span = seq[idx[0] : idx[-1] + 1]
-            fragmentations += sum(1 for a, b in zip(span, span[1:]) if a and not b)
-
+    fragmentations = int(np.maximum(runs - 1, 0).sum())
     ratio = np.divide(tracked, present, out=np.zeros(len(gt_ids)), where=present > 0)
-    mt = int(np.sum(ratio >= 0.8))
+    mt = int(np.sum(ratio > 0.8))
     ml = int(np.sum(ratio < 0.2))
 
     idtp = _identity_true_positives(co_rows, co_cols, len(gt_ids), len(hyp_ids))
