@@ -82,6 +82,10 @@ def test_missing_embedding_is_neutral():
     a = associate(tracks, dets, iou_threshold=0.3, embedding_weight=1.0, track_embeddings=t_emb, detection_embeddings=d_emb)
     assert a.matches == ((0, 0),)
     assert 0 < NEUTRAL_COSINE_DISTANCE < 1
+    # a zero row has no direction either (it was at distance 1: track 1 won the tie by order)
+    a = associate(tracks, dets, iou_threshold=0.3, embedding_weight=1.0, track_embeddings=np.array([[0, 1], [0, 0]], float),
+                  detection_embeddings=d_emb)
+    assert a.matches == ((1, 0),)
 
 
 def test_empty_inputs():

@@ -345,12 +345,16 @@ def test_a_different_face_is_a_new_person_and_the_held_track_leaves_after_its_wi
     assert entered == [(2, 0.8)] and left == [(1, 1.3)]
 
 
-def test_a_track_without_an_embedding_ends_at_max_age_even_with_reidentification_on():
+@pytest.mark.parametrize("embedding", [None, np.zeros((1, 4), np.float32), np.full((1, 4), np.nan, np.float32)])
+def test_a_track_without_an_embedding_ends_at_max_age_even_with_reidentification_on(embedding):
+    """An all-zero embedding is none (it was kept as the track's, which then waited the whole
+    re-identification window for a face no other can match)."""
     tr = Tracker(min_hits=2, max_age=2, reid_threshold=0.8, reid_window_s=5.0)
     for t in range(3):
-        tr.update([det(0, 0)], None, t_s=0.1 * t)
-    states = [tr.update([], None, t_s=0.3 + 0.1 * k)[0].state for k in range(3)]
-    assert states == [TrackState.LOST, TrackState.LOST, TrackState.ENDED]
+        tr.update([det(0, 0)], embedding, t_s=0.1 * t)
+    views = [tr.update([], None, t_s=0.3 + 0.1 * k)[0] for k in range(3)]
+    assert [v.state for v in views] == [TrackState.LOST, TrackState.LOST, TrackState.ENDED]
+    assert views[-1].embedding is None
 
 
 def test_new_tracks_confirmed_together_are_paired_with_the_lost_ones_by_one_assignment():

@@ -96,8 +96,9 @@ def associate(
     """Assign detections to tracks for one frame.
 
     track_boxes (N, 4), detection_boxes (M, 4): [x, y, w, h] px.
-    track_embeddings (N, D), detection_embeddings (M, D): optional; a row containing NaN means
-    "no embedding for this one". The embedding term is used only when embedding_weight > 0.
+    track_embeddings (N, D), detection_embeddings (M, D): optional; a row containing NaN, or all
+    zeros (no direction to compare), means "no embedding for this one": the neutral distance. The
+    embedding term is used only when embedding_weight > 0.
     """
     track_boxes = np.asarray(track_boxes, dtype=np.float64).reshape(-1, 4)
     detection_boxes = np.asarray(detection_boxes, dtype=np.float64).reshape(-1, 4)
@@ -106,8 +107,8 @@ def associate(
     cost = 1.0 - iou
     allowed = (iou >= iou_threshold) & (iou > 0.0)
     if embedding_weight > 0.0 and track_embeddings is not None and detection_embeddings is not None and n and m:
-        t_ok = np.isfinite(track_embeddings).all(axis=1)
-        d_ok = np.isfinite(detection_embeddings).all(axis=1)
+        t_ok = np.isfinite(track_embeddings).all(axis=1) & np.asarray(track_embeddings).any(axis=1)
+        d_ok = np.isfinite(detection_embeddings).all(axis=1) & np.asarray(detection_embeddings).any(axis=1)
         dist = np.full((n, m), NEUTRAL_COSINE_DISTANCE)
         if t_ok.any() and d_ok.any():
             dist[np.ix_(t_ok, d_ok)] = cosine_distance(track_embeddings[t_ok], detection_embeddings[d_ok])

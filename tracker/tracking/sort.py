@@ -448,7 +448,7 @@ class Tracker:
         if embeddings is None:
             return
         e = embeddings[di].astype(np.float64)
-        if not np.isfinite(e).all():
+        if not np.isfinite(e).all() or not e.any():  # no embedding: a zero one is like no other, itself included
             return
         e = _unit(e)
         if track.embedding is None or track.embedding.shape != e.shape:
