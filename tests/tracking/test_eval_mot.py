@@ -229,6 +229,19 @@ def test_noisy_false_detections_are_bounded_in_all(tmp_path, capsys):
     assert noisy_main([str(gt), str(tmp_path / "n.txt"), "--false-per-frame", "99"]) == 0
 
 
+def test_noisy_detections_of_a_crowded_frame_stay_within_eval_mots_bound(tmp_path):
+    """A frame of 1,000 ground-truth boxes and false detections on top: eval-mot refused the file
+    noisy wrote (box number 1001 of frame 1)."""
+    from tracker.tracking.mot import MAX_BOXES_PER_FRAME
+
+    gt = MotTable.from_rows([(1, i, 25.0 * (i % 40), 25.0 * (i // 40), 20.0, 20.0, 1.0)
+                             for i in range(MAX_BOXES_PER_FRAME)])
+    dets = noisy_detections(gt, DetectionNoise(drop=0.0, false_per_frame=20.0))
+    assert len(dets) == MAX_BOXES_PER_FRAME
+    write_mot(tmp_path / "det.txt", dets)
+    assert len(read_mot(tmp_path / "det.txt", "detections")) == MAX_BOXES_PER_FRAME
+
+
 def test_an_output_that_is_an_input_is_refused_before_it_is_written(testdata, tmp_path, capsys):
     gt = tmp_path / "gt.txt"
     gt.write_bytes((testdata / "mot" / "TUD-Campus" / "gt.txt").read_bytes())

@@ -2,7 +2,8 @@
 
 Each ground-truth box becomes a detection unless dropped (probability `drop`); its centre moves by
 Gaussian noise of `pos_sigma` times its width/height and its width and height are scaled by
-exp(N(0, size_sigma)). Each frame also gets Poisson(`false_per_frame`) false detections, each
+exp(N(0, size_sigma)). Each frame also gets Poisson(`false_per_frame`) false detections (as many
+as fit in eval-mot's bound of boxes a frame, mot.MAX_BOXES_PER_FRAME, beside the kept ones), each
 with the size of a random ground-truth box, placed uniformly inside the area the ground truth
 covers. Everything is drawn from one generator seeded with `seed`: same inputs, same file.
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from tracker.arguments import ArgumentParser, float_between, int_between
 from tracker.errors import InputError, TrackerError
-from tracker.tracking.mot import MotTable, read_mot, refuse_overwriting, write_mot
+from tracker.tracking.mot import MAX_BOXES_PER_FRAME, MotTable, read_mot, refuse_overwriting, write_mot
 
 # The rows are held in memory, as Python tuples until the table is built (about 150 bytes each): a
 # few hundred thousand false ones cover any MOTChallenge sequence at any sensible rate.
@@ -54,6 +55,7 @@ def noisy_detections(gt: MotTable, noise: DetectionNoise = DetectionNoise()) -> 
     per_frame = gt.by_frame()
     for frame in range(1, gt.last_frame + 1):
         _, boxes, _ = per_frame.get(frame, (None, np.zeros((0, 4)), None))
+        first_row = len(rows)
         for x, y, w, h in boxes:
             if rng.random() < noise.drop:
                 continue
@@ -62,7 +64,8 @@ def noisy_detections(gt: MotTable, noise: DetectionNoise = DetectionNoise()) -> 
             nw = w * float(np.exp(rng.normal(0.0, noise.size_sigma)))
             nh = h * float(np.exp(rng.normal(0.0, noise.size_sigma)))
             rows.append((frame, -1, cx - nw / 2, cy - nh / 2, nw, nh, 1.0))
-        for _ in range(int(rng.poisson(noise.false_per_frame))):
+        room = MAX_BOXES_PER_FRAME - (len(rows) - first_row)  # a file eval-mot reads: its bound a frame
+        for _ in range(min(int(rng.poisson(noise.false_per_frame)), room)):
             w, h = gt.boxes[int(rng.integers(len(gt))), 2:4]
             x = rng.uniform(x0, max(x0, x1 - w))
             y = rng.uniform(y0, max(y0, y1 - h))
@@ -79,8 +82,7 @@ def _parser() -> ArgumentParser:
     p.add_argument("--pos-sigma", type=float_between(0, 10), default=d.pos_sigma, help="centre noise, fraction of box size")
     p.add_argument("--size-sigma", type=float_between(0, 10), default=d.size_sigma, help="log-size noise")
     p.add_argument("--drop", type=float_between(0, 0.99), default=d.drop, help="probability a box is missed")
-    # at most 100 a frame, so that eval-mot's bound of boxes a frame (mot.MAX_BOXES_PER_FRAME) holds;
-    # in all, at most MAX_FALSE_DETECTIONS (main)
+    # in all, at most MAX_FALSE_DETECTIONS (main); a frame's are cut to eval-mot's bound (noisy_detections)
     p.add_argument("--false-per-frame", type=float_between(0, 100), default=d.false_per_frame,
                    help="mean false detections per frame")
     return p
