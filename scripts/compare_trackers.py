@@ -45,7 +45,8 @@ def eval_mot(args: list[str]) -> tuple[float, float]:
     if proc.returncode != 0:
         sys.exit(f"compare_trackers: tracker eval-mot {' '.join(args)} failed: {proc.stderr.strip()}")
     header, values = proc.stdout.strip().splitlines()[-2:]
-    table = dict(zip(header.split()[1:], values.split()[1:]))
+    columns = header.split()[1:]
+    table = dict(zip(columns, values.split()[-len(columns):]))  # (the first cell, a sequence's name, may hold spaces)
     return float(table["MOTA"]), float(table["IDF1"])
 
 
