@@ -9,9 +9,10 @@ with (u, v) the box centre in pixels, s its scale (area, px^2) and r its aspect 
 centre and the scale move at constant velocity (du, dv in px/frame, ds in px^2/frame); the aspect
 ratio is modelled as constant. A detection observes [u, v, s, r] directly.
 
-The noise model is this project's own choice: every standard deviation is proportional to the box
-(its side sqrt(s) for positions and their velocities, its area s for the scale and its velocity),
-so a face 40 px wide and one 300 px wide are filtered alike. The covariances are recomputed from the
+The noise model is this project's own choice: every standard deviation but the aspect ratio's
+(absolute: r has no unit) is proportional to the box (its side sqrt(s) for positions and their
+velocities, its area s for the scale and its velocity), so a face 40 px wide and one 300 px wide
+are filtered alike. The covariances are recomputed from the
 current estimate at each step. Time is counted in frames: the filter has no clock.
 """
 

@@ -48,8 +48,6 @@ class MotMetrics:
     """Scores of one sequence. Ratios are fractions in [0, 1] (MOTA can be negative)."""
 
     idf1: float
-    idp: float
-    idr: float
     recall: float
     precision: float
     num_objects: int  # GT: distinct ground-truth ids
@@ -68,7 +66,6 @@ class MotMetrics:
     idtp: int
     idfp: int
     idfn: int
-    num_frames: int
 
     # (header, attribute, format) of the table `tracker eval-mot` prints, as the README's table.
     COLUMNS = (
@@ -206,8 +203,6 @@ def evaluate(gt: MotTable, hyp: MotTable, match_iou: float = MATCH_IOU) -> MotMe
 
     return MotMetrics(
         idf1=_ratio(2 * idtp, n_gt + n_hyp),
-        idp=_ratio(idtp, n_hyp),
-        idr=_ratio(idtp, n_gt),
         recall=_ratio(matches, n_gt),
         precision=_ratio(matches, matches + fp),
         num_objects=len(gt_ids),
@@ -226,5 +221,4 @@ def evaluate(gt: MotTable, hyp: MotTable, match_iou: float = MATCH_IOU) -> MotMe
         idtp=idtp,
         idfp=idfp,
         idfn=idfn,
-        num_frames=len(set(gt_frames) | set(hyp_frames)),
     )

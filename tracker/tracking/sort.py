@@ -220,7 +220,6 @@ class Tracker:
         self.noise = noise
         self._tracks: list[_Track] = []
         self._next_id = 1
-        self._frames = 0
 
     @classmethod
     def from_config(cls, config, **kwargs) -> Tracker:
@@ -233,11 +232,6 @@ class Tracker:
         )
         settings.update(kwargs)
         return cls(**settings)
-
-    @property
-    def frame_count(self) -> int:
-        """Number of `update` calls so far."""
-        return self._frames
 
     @property
     def live_count(self) -> int:
@@ -275,7 +269,6 @@ class Tracker:
                 raise ValueError(f"embeddings must have shape ({n_det}, D), got {embeddings.shape}")
         if self.reid_threshold is not None and t_s is None:
             raise ValueError("t_s (the frame's time) is needed when reid_threshold is set")
-        self._frames += 1
 
         for track in self._tracks:
             if not track.dormant:
