@@ -377,3 +377,21 @@ def test_new_tracks_confirmed_together_are_paired_with_the_lost_ones_by_one_assi
         entered += [v.track_id for v in views if v.entered]
     views = by_id(views)
     assert entered == [] and views[1].detection_index == 0 and views[2].detection_index == 1
+
+
+def test_tracks_past_the_bound_end_the_longest_missed_first(monkeypatch):
+    """Ten fresh faces a frame, confirmed at once and kept 1,000 frames: the tracks (and the cost
+    matrices over them) grew without bound (eval-mot took 2.2 GB in 40 frames of 1,000 boxes)."""
+    import tracker.tracking.sort as sort
+
+    monkeypatch.setattr(sort, "MAX_TRACKS", 25)
+    tr = Tracker(min_hits=1, max_age=1000)
+    ended = []
+    for frame in range(5):
+        views = tr.update([det(100 * i, 100 * frame) for i in range(10)])
+        ended += [(frame, v.track_id) for v in views if v.state is TrackState.ENDED]
+        assert tr.live_count <= 25
+    # frames 0-2 make 30 tracks: the 5 of frame 0 missed longest (ids 1-5) end on frame 2; frame 3's
+    # ten more end frame 0's other 5 and frame 1's 5, frame 4's the rest of frame 1's and 5 of frame 2's
+    assert ended == [(2, i) for i in range(1, 6)] + [(3, i) for i in range(6, 16)] + [(4, i) for i in range(16, 26)]
+    assert all(v.left for v in views if v.state is TrackState.ENDED)  # announced: they were confirmed

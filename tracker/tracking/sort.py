@@ -41,6 +41,10 @@ take the old track that was the second's much better match). So a face hidden fo
 one `entered` and one `left`; the `left` of a track that does not come back is held back until its
 window has passed.
 
+At most MAX_TRACKS tracks are kept: past it, the LOST ones missed longest (dormant ones first)
+end early, so a crowd of short-lived detections (eval-mot with --min-hits 1 and a long --max-age)
+cannot grow the tracks, and the cost matrices over them, without bound.
+
 A track ends exactly once: the frame it ends it is returned with state ENDED, then it is
 forgotten. Track ids start at 1, are unique and increase in order of birth (a tentative track
 that dies, or joins an old track, still used its id).
@@ -63,6 +67,10 @@ from scipy.optimize import linear_sum_assignment
 from tracker.tracking.assign import associate, box_rows, cosine_distance
 from tracker.tracking.kalman import DEFAULT_NOISE, BoxKalman, KalmanNoise
 from tracker.types import Box, Detection
+
+# Tracks kept, live, lost and dormant (module docstring): a home's faces are a handful; each frame's
+# cost matrices are (tracks x detections), 16 MB of float64 each at 1,000 detections.
+MAX_TRACKS = 2000
 
 
 class TrackState(enum.StrEnum):
@@ -307,6 +315,7 @@ class Tracker:
             self._tracks.append(track)
 
         rejoined = self._confirm(just_confirmed, assigned)
+        self._end_excess(assigned)
         views = [self._view(t, assigned.get(t.track_id), t.track_id in just_confirmed, rejoined.get(t.track_id))
                  for t in self._tracks]
         self._tracks = [t for t in self._tracks if t.state is not TrackState.ENDED]
@@ -380,6 +389,15 @@ class Tracker:
             track.state, track.dormant = TrackState.LOST, True
         else:
             track.state = TrackState.ENDED
+
+    def _end_excess(self, assigned: dict[int, int]) -> None:
+        """End the LOST tracks not seen this frame that were missed longest, as many as the
+        tracks exceed MAX_TRACKS (module docstring)."""
+        excess = sum(t.state is not TrackState.ENDED for t in self._tracks) - MAX_TRACKS
+        if excess > 0:
+            waiting = [t for t in self._tracks if t.state is TrackState.LOST and t.track_id not in assigned]
+            for track in sorted(waiting, key=lambda t: (-t.misses, t.track_id))[:excess]:
+                track.state = TrackState.ENDED
 
     def _can_come_back(self, track: _Track) -> bool:
         return self.reid_threshold is not None and track.ever_confirmed and track.embedding is not None
