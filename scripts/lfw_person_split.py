@@ -17,7 +17,9 @@ the others for `tracker train` as symbolic links (no photo is copied), and write
 
 Held out: `share` of the people with 2 to 50 photos, drawn with Python's `random.Random(seed)`
 (people with more photos stay in training, as most of them are in LFW's own training split).
-DIR/images/<person>: links to every other person's folder. DIR/pairsHeldout.txt: `pairs` matched
+DIR/images/<person>: links to every other person's folder (a link an earlier split left there to
+a person now held out is removed). Files not named as LFW's photos (`<person>_NNNN.jpg`) are not
+photos. DIR/pairsHeldout.txt: `pairs` matched
 pairs (a held-out person drawn at random, two of their photos) and `pairs` mismatched pairs (two
 held-out people, one photo each), no pair twice. DIR/pairsTrainPeople.txt: the lines of
 pairsDevTrain.txt whose people all train (the threshold is set on them). DIR/heldout_people.txt:
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
 import sys
 from pathlib import Path
 
@@ -36,9 +39,11 @@ LFW = REPO.parent / "shared" / "datasets" / "lfw-devtrain"
 MOST_PHOTOS = 50  # people with more photos than this are never held out
 
 
-def photo_number(name: str) -> int:
-    """LFW's photo number: 3 for 'Aaron_Peirsol_0003.jpg'."""
-    return int(Path(name).stem.rsplit("_", 1)[1])
+def photo_number(name: str) -> int | None:
+    """LFW's photo number: 3 for 'Aaron_Peirsol_0003.jpg'; None for a file not named so (a
+    Thumbs.db, a .DS_Store)."""
+    found = re.fullmatch(r".+_(\d+)\.jpg", name, re.IGNORECASE | re.ASCII)
+    return int(found[1]) if found else None
 
 
 def split(people: dict[str, list[int]], share: float, pairs: int, seed: int):
@@ -52,8 +57,11 @@ def split(people: dict[str, list[int]], share: float, pairs: int, seed: int):
     matched: set[tuple[str, int, int]] = set()
     mismatched: set[tuple[str, int, str, int]] = set()
     possible = sum(len(people[p]) * (len(people[p]) - 1) // 2 for p in held)
-    if pairs > possible:
-        raise ValueError(f"--pairs {pairs}: the held-out people have only {possible} matched pairs")
+    photos = [len(people[p]) for p in held]
+    possible_mismatched = (sum(photos) ** 2 - sum(n * n for n in photos)) // 2  # one photo of each of two people
+    if pairs > min(possible, possible_mismatched):  # (the loops below would draw for ever)
+        raise ValueError(f"--pairs {pairs}: the held-out people have only {possible} matched and "
+                         f"{possible_mismatched} mismatched pairs")
     while len(matched) < pairs:
         person = rng.choice(held)
         a, b = sorted(rng.sample(people[person], 2))
@@ -79,13 +87,19 @@ def main(argv: list[str] | None = None) -> int:
     images = (args.lfw / "images").resolve()
     if not images.is_dir():
         p.error(f"--lfw {args.lfw}: no images/ folder; expected LFW's images/<person>/<photo> layout")
-    people = {d.name: sorted(photo_number(f.name) for f in d.iterdir()) for d in sorted(images.iterdir()) if d.is_dir()}
+    people = {d.name: sorted(n for f in d.iterdir() if (n := photo_number(f.name)) is not None)
+              for d in sorted(images.iterdir()) if d.is_dir()}
     try:
         held, matched, mismatched = split(people, args.share, args.pairs, args.seed)
     except ValueError as err:
         p.error(str(err))
     held_set = set(held)
     (args.out / "images").mkdir(parents=True, exist_ok=True)
+    for entry in (args.out / "images").iterdir():  # an earlier split's: its held-out people train no more
+        if entry.name in held_set or entry.name not in people:
+            if not entry.is_symlink():
+                p.error(f"--out {args.out}: {entry} is not a link this script made; expected a new or earlier split's folder")
+            entry.unlink()
     for person in people:
         link = args.out / "images" / person
         if person not in held_set and not link.exists():

@@ -66,3 +66,31 @@ def test_bad_settings_exit_2_with_one_line(tmp_path):
                         (["--lfw", str(tmp_path / "nowhere")], "no images/ folder")):
         result = run("--out", str(tmp_path / "out"), "--lfw", str(lfw), *args)
         assert result.returncode == 2 and words in result.stderr.splitlines()[-1], result.stderr
+
+
+def test_a_second_split_into_the_same_folder_trains_none_of_its_held_out_people(tmp_path):
+    """Links were only ever added: people held out by the second split still trained from the
+    first's links, and its held-out figures were of people the net had seen."""
+    lfw, out = lfw_like(tmp_path), tmp_path / "split"
+    for seed in ("3", "4"):
+        assert run("--out", str(out), "--lfw", str(lfw), "--share", "0.5", "--pairs", "4", "--seed", seed).returncode == 0
+    held = set((out / "heldout_people.txt").read_text().split())
+    trained = {p.name for p in (out / "images").iterdir()}
+    assert not held & trained and len(held | trained) == 20
+
+
+def test_more_mismatched_pairs_than_the_held_out_people_have_is_refused(tmp_path):
+    """Held out a person of 30 photos and one of 2: 436 matched pairs but 60 mismatched ones, and the
+    mismatched draw went on for ever; other files in a person's folder are not photos (a Thumbs.db
+    was an IndexError's traceback)."""
+    lfw = tmp_path / "lfw"
+    for name, count in (("Ann", 30), ("Bob", 2), ("Cid", 2)):
+        (lfw / "images" / name).mkdir(parents=True)
+        for i in range(1, count + 1):
+            (lfw / "images" / name / f"{name}_{i:04d}.jpg").write_bytes(b"")
+        (lfw / "images" / name / "Thumbs.db").write_bytes(b"")
+    (lfw / "pairsDevTrain.txt").write_text("1\nAnn\t1\t2\nAnn\t1\tBob\t1\n")
+    for seed in ("1", "2", "3"):  # two of the three held out, whichever
+        result = run("--out", str(tmp_path / "out"), "--lfw", str(lfw), "--share", "0.99", "--pairs", "100", "--seed", seed)
+        assert result.returncode == 2 and "--pairs 100: the held-out people have only" in result.stderr.splitlines()[-1]
+    assert run("--out", str(tmp_path / "out"), "--lfw", str(lfw), "--share", "0.99", "--pairs", "1").returncode == 0
