@@ -91,6 +91,7 @@ class Teacher:
         return np.asarray(self.resnet.compute_face_descriptor(rgb, self.landmarks(rgb, box)), np.float32), found
 
 
+MAX_JOBS = 64
 _teacher: Teacher | None = None  # the process's teacher; forked --jobs workers inherit it
 
 
@@ -122,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not 0.0 <= args.hold_out < 1.0:
             raise InputError(f"teacher: --hold-out {args.hold_out}; expected a share from 0 up to (not including) 1")
-        if args.jobs < 1:
-            raise InputError(f"teacher: --jobs {args.jobs}; expected 1 or more processes")
+        if not 1 <= args.jobs <= MAX_JOBS:  # (a process each: a typo of 1000 would fork a thousand)
+            raise InputError(f"teacher: --jobs {args.jobs}; expected 1 to {MAX_JOBS} processes")
         if args.upsample not in (0, 1, 2):
             raise InputError(f"teacher: --upsample {args.upsample}; expected 0, 1 or 2")
         samples = list_samples(args.data)

@@ -91,7 +91,7 @@ def test_heldout_faces_leaves_out_every_person_of_a_teacher_file(tmp_path, testd
 def test_bad_settings_are_one_line_and_exit_2(tmp_path, testdata):
     johns = testdata / "faces" / "dlib" / "johns"
     for args, expected in ((["--hold-out", "1.5"], "--hold-out 1.5"), (["--upsample", "5"], "--upsample 5"),
-                           (["--jobs", "0"], "--jobs 0")):
+                           (["--jobs", "0"], "--jobs 0"), (["--jobs", "100000"], "--jobs 100000; expected 1 to 64")):
         result = run("teacher_descriptors.py", str(johns), "--out", str(tmp_path / "t.npz"), *args)
         assert result.returncode == 2 and result.stderr.count("\n") == 1 and expected in result.stderr
     missing = run("teacher_descriptors.py", str(tmp_path / "nowhere"), "--out", str(tmp_path / "t.npz"))
@@ -100,3 +100,25 @@ def test_bad_settings_are_one_line_and_exit_2(tmp_path, testdata):
     (tmp_path / "a_file").write_text("")
     unwritable = run("teacher_descriptors.py", str(johns), "--hold-out", "0.8", "--out", str(tmp_path / "a_file" / "t.npz"))
     assert unwritable.returncode == 2 and "a_file" in unwritable.stderr and "Traceback" not in unwritable.stderr
+
+
+def test_heldout_faces_mistakes_are_one_line_and_exit_2(tmp_path, testdata):
+    """Each was a traceback (a missing card, an .npy as teacher), a useless pairs file (--pairs 0),
+    a silent no-op (a teacher of LFW's photos) or a set holding people trained on since (an --out
+    of an earlier run)."""
+    card = tmp_path / "card.json"
+    card.write_text('{"classes": []}')
+    np.save(tmp_path / "t.npy", np.zeros((2, 128), np.float32))
+    np.savez(tmp_path / "lfw.npz", paths=np.array(["AJ_Cook/AJ_Cook_0001.jpg"]), descriptor=np.zeros((1, 128), np.float32))
+    (tmp_path / "used" / "images").mkdir(parents=True)
+    out = ["--out", str(tmp_path / "out")]
+    for args, words in (
+            ([*out, "--card", str(tmp_path / "nowhere.json")], "--card"),
+            ([*out, "--card", str(card), "--pairs", "0"], "--pairs 0: expected a positive number"),
+            ([*out, "--card", str(card), "--teacher", str(tmp_path / "t.npy")], "unreadable (not a whole .npz archive)"),
+            ([*out, "--card", str(card), "--teacher", str(tmp_path / "lfw.npz")], "describes none of CelebA's photos"),
+            (["--out", str(tmp_path / "used"), "--card", str(card)], "not empty; expected a new or empty folder")):
+        result = run("heldout_faces.py", *args)
+        last = result.stderr.strip().splitlines()[-1]
+        assert result.returncode == 2 and "Traceback" not in result.stderr and words in last, result.stderr
+    assert not (tmp_path / "out").exists()
