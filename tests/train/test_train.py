@@ -491,3 +491,22 @@ def test_a_kill_while_cutting_photos_keeps_the_crops_cut(tmp_path):
     (cache,) = work.glob("crops-*.npz")
     with np.load(cache) as data:
         assert len(data["keys"]) >= 1000  # every photo cut is in it, with or without a face
+
+
+def test_the_default_data_without_its_teacher_is_refused(tmp_path, monkeypatch):
+    """An install whose shared data lacks the teacher file trained another recipe without a word
+    but a count of targets on stderr (and a card saying "teacher": [])."""
+    import tracker.shared_data as shared_data
+    from tracker.errors import InputError
+    from tracker.train.command import DEFAULT_DATA, train_command
+
+    need_lfw()
+    shared = tmp_path / "shared"
+    for name in DEFAULT_DATA:  # the data sets, not the teacher beside them
+        (shared / name).parent.mkdir(parents=True, exist_ok=True)
+        (shared / name).symlink_to(LFW.parent.parent / name)
+    monkeypatch.setenv("TRACKER_SHARED_DIR", str(shared))
+    monkeypatch.setattr(shared_data, "_CHECKOUT", tmp_path)  # not a source checkout: no ../shared
+    with pytest.raises(InputError, match=r"^train: datasets/lfw-devtrain/dlib_descriptors.npz not found in the "
+                                         r"shared data .*, or give --teacher$"):
+        train_command(["--out", str(tmp_path / "x.caffemodel"), "--work", str(tmp_path / "work")])

@@ -271,6 +271,7 @@ def _train(args: argparse.Namespace) -> int:
     from tracker.train.teacher import read_teacher, split_pca_targets
 
     config = load_config(args.config)
+    default_data = not args.data
     args.data = args.data or [shared_data.locate(name, "train", instead="give --data") for name in DEFAULT_DATA]
     named: dict[str, Path] = {}
     for source in args.data:  # people are told apart by their set's name (train.data): one name, one set
@@ -279,7 +280,9 @@ def _train(args: argparse.Namespace) -> int:
                              "their people would merge; expected each data set in a folder of its own name")
         named[name] = source
     teachers_named = args.teacher is not None  # (the defaults may describe none of the photos: not a mistake)
-    if args.teacher is None:
+    if args.teacher is None and default_data:  # the shipped recipe: without its teacher it is another one
+        args.teacher = [shared_data.locate(name, "train", instead="give --teacher") for name in DEFAULT_TEACHER]
+    elif args.teacher is None:  # (another set's photos may be none of those the default describes)
         args.teacher = [path for path in map(shared_data.find, DEFAULT_TEACHER) if path is not None]
     prototxt, out = config.model.prototxt, args.out
     if out.is_dir():
