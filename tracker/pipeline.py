@@ -109,7 +109,8 @@ class Guard:
     def stop(self) -> None:
         self._stop.set()
         self._capture.stop()
-        self.stages.interrupt_backend()  # a call waiting on a hung worker ends now, not at its deadline
+        if self.stages.restarting is not None:  # a call waiting on a hung worker ends now, not at its deadline
+            self.stages.restarting.interrupt()
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -355,6 +356,7 @@ class Guard:
             "tracks": self.people_present,
             "frames": self.frames_processed,
             "frames_dropped": self._capture.dropped + self.inference_lost,
+            "backend_restarts": self.stages.restarting.restarts if self.stages.restarting is not None else 0,
             "backend": self.config.backend.name,
             "precision": self.config.backend.precision,
         }

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,9 +69,10 @@ class Stages:
     latency_log: LatencyLog
     embeddings_key: str = ""  # tracker.identity.embeddings_key: the gallery holds the people enrolled with it
     web: WebServer | None = None  # the web page, also one of `sinks`; None when off or not listening
-    # Ends a backend call that waits on a hung worker, and its restarts (the guard is stopping):
-    # RestartingBackend.interrupt; nothing for a backend that cannot wait on another process.
-    interrupt_backend: Callable[[], None] = lambda: None
+    # What restarts the backend after a failure (the one `backend` is or wraps): its `interrupt` ends
+    # a call that waits on a hung worker, and its restarts (the guard is stopping); its `restarts` are
+    # in the guard's state. None: a backend of a test's own, never restarted.
+    restarting: RestartingBackend | None = None
     opened: ExitStack = field(default_factory=ExitStack, repr=False)
 
     def close(self) -> None:
@@ -166,7 +166,7 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
             latency_log=latency_log,
             embeddings_key=key,
             web=web,
-            interrupt_backend=restarting.interrupt,
+            restarting=restarting,
         )
         stages.opened = opened.pop_all()
     return stages

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -23,7 +24,7 @@ import worker_faults
 
 from tracker.backends import create_backend
 from tracker.backends.worker import InputsLost, RestartingBackend, Stop, WorkerBackend, WorkerFailure
-from tracker.errors import BackendFailure, BackendUnavailable, InputError
+from tracker.errors import BackendUnavailable, InputError
 from tracker.model.spec import default_model
 
 TESTS = Path(__file__).resolve().parents[1]  # tests/, which holds worker_faults.py
@@ -142,7 +143,6 @@ def test_kill_9_mid_batch(tmp_path):
     assert err.value.returncode == -signal.SIGKILL
     assert err.value.lost_inputs == 4
     assert "killed by signal 9 (SIGKILL" in str(err.value) and "4 inputs lost" in str(err.value)
-    assert w.in_flight == 0
     assert_gone(pid)
     with pytest.raises(WorkerFailure, match="not running .*killed by signal 9") as again:
         w.infer(batch(2))
@@ -382,7 +382,7 @@ def test_restarting_backend_recovers_a_killed_worker_and_counts_lost_inputs():
         with pytest.raises(InputsLost) as err:
             backend.infer(batch(3))
         assert err.value.lost_inputs == 3 and "killed by signal 9" in err.value.cause
-        assert err.value.retry_in_s == 0.5
+        assert "restart in 0.5 s" in str(err.value)
         assert_gone(started[0])
         # before the back-off delay: inputs are lost at once, no restart yet
         with pytest.raises(InputsLost, match="restarting in") as err:
@@ -392,8 +392,7 @@ def test_restarting_backend_recovers_a_killed_worker_and_counts_lost_inputs():
         out = backend.infer(batch(2, seed=5))  # restarted, then served
         np.testing.assert_allclose(out.embedding, worker_faults.expected(batch(2, seed=5)).embedding)
         assert len(started) == 2 and started[1] != started[0]
-        assert backend.stats() == {"running": True, "restarts": 1, "failures": 1, "consecutive_failures": 0,
-                                   "lost_inputs": 4, "last_cause": err.value.cause.removeprefix("restarting: ")}
+        assert (backend.restarts, backend.consecutive_failures) == (1, 0) and backend.backend is not None
     finally:
         backend.close()
     assert_gone(started[1])
@@ -416,7 +415,7 @@ class _Flaky:
         self.log.append("closed")
 
 
-def test_backoff_doubles_to_its_cap_resets_after_success_and_can_give_up():
+def test_backoff_doubles_to_its_cap_and_resets_after_success():
     clock, log = FakeClock(), []
     plan = iter([True, True, True, True, False])  # each created backend fails or works
     backend = RestartingBackend(lambda: _Flaky(log, next(plan)), backoff_initial_s=1, backoff_max_s=3, clock=clock)
@@ -424,22 +423,17 @@ def test_backoff_doubles_to_its_cap_resets_after_success_and_can_give_up():
     for _ in range(4):
         with pytest.raises(InputsLost) as err:
             backend.infer(np.zeros((2, 1)))
-        delays.append(err.value.retry_in_s)
-        clock.now += err.value.retry_in_s
-    assert delays == [1, 2, 3, 3]
-    assert backend.infer(np.zeros((1, 1))) == "ok" and backend.consecutive_failures == 0
+        delays.append(float(re.search(r"restart in (\S+) s", str(err.value))[1]))
+        clock.now += delays[-1] - 0.01
+        with pytest.raises(InputsLost, match="restarting in"):  # not before the delay
+            backend.infer(np.zeros((1, 1)))
+        clock.now += 0.01
+    assert delays == [1, 2, 3, 3] and backend.restarts == 3
+    assert backend.infer(np.zeros((1, 1))) == "ok" and backend.consecutive_failures == 0 and backend.restarts == 4
     backend.backend.fail = True
-    with pytest.raises(InputsLost) as err:
+    with pytest.raises(InputsLost, match=r"restart in 1 s"):  # reset by the success
         backend.infer(np.zeros((1, 1)))
-    assert err.value.retry_in_s == 1  # reset by the success
-    assert log.count("closed") == 5 and backend.lost_inputs == 9
-
-    give_up = RestartingBackend(lambda: _Flaky([], True), max_consecutive_failures=2, backoff_initial_s=0, clock=clock)
-    with pytest.raises(InputsLost):
-        give_up.infer(np.zeros((1, 1)))
-    with pytest.raises(BackendFailure, match="gave up after 2 consecutive failures") as err:
-        give_up.infer(np.zeros((1, 1)))
-    assert not isinstance(err.value, InputsLost)
+    assert log.count("closed") == 5
 
 
 def test_restart_errors_other_than_failures_propagate():

@@ -290,7 +290,7 @@ class _MXNet(BackendBase):
 
     @property
     def worker(self):
-        """The WorkerBackend running this configuration (pid, output_text(), in_flight)."""
+        """The WorkerBackend running this configuration (pid, output_text())."""
         return self._worker
 
     def interrupt(self) -> None:

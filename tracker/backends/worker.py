@@ -150,8 +150,7 @@ class WorkerBackend:
     stop: the `Stop` its waits read (default: its own, which `interrupt()` raises).
 
     After start-up: `runtime_versions` (what the child runs, e.g. {"python": "3.11.7", "numpy":
-    "1.23.5", "mxnet": "1.9.1"}), `pid`, `load_s`, `input_shape` (N-first, N = -1), `in_flight`
-    (inputs sent whose results have not come back: the current call's, else 0).
+    "1.23.5", "mxnet": "1.9.1"}), `pid`, `load_s`, `input_shape` (N-first, N = -1).
     """
 
     def __init__(self, name: str, model=None, precision: str = "fp32", threads: int | None = None, *,
@@ -205,7 +204,6 @@ class WorkerBackend:
         self.runtime_versions: dict = {}
         self.pid: int | None = None
         self.load_s: float | None = None
-        self.in_flight = 0
         self._proc: ChildProcess | None = None
         self._req = self._rep = self._shm_fd = -1  # pipe and shared-memory descriptors; -1: closed
         self._views: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # shared memory: inputs, probs, embeddings
@@ -294,7 +292,6 @@ class WorkerBackend:
         if x.ndim != len(self.input_shape) or x.shape[1:] != self.input_shape[1:] or x.shape[0] < 1:
             raise InputError(f"{self.name} input: expected shape {want} with N >= 1; found {x.shape}")
         n = x.shape[0]
-        self.in_flight = n
         try:
             parts = [self._call(x[i:i + self.max_batch], lost=n) for i in range(0, n, self.max_batch)]
         except TrackerError:  # the exchange with the child completed, or the child is gone
@@ -303,8 +300,6 @@ class WorkerBackend:
             self._shutdown()
             self._dead = "interrupted during a call"
             raise
-        finally:
-            self.in_flight = 0
         if len(parts) == 1:
             return parts[0]
         return Inference(np.concatenate([p.probs for p in parts]), np.concatenate([p.embedding for p in parts]))
@@ -523,14 +518,12 @@ class InputsLost(BackendFailure):
 
     lost_inputs: how many inputs (crops) of the call are lost (= len(x) of the call).
     cause: why (the worker's failure, or "restarting: ..." while waiting to restart).
-    retry_in_s: seconds until the next restart attempt (0 when the backend is running again).
     """
 
-    def __init__(self, message: str, *, lost_inputs: int, cause: str, retry_in_s: float):
+    def __init__(self, message: str, *, lost_inputs: int, cause: str):
         super().__init__(message)
         self.lost_inputs = lost_inputs
         self.cause = cause
-        self.retry_in_s = retry_in_s
 
 
 class RestartingBackend:
@@ -550,15 +543,12 @@ class RestartingBackend:
     each consecutive failure, capped at `backoff_max_s`; calls before then raise InputsLost at once
     (no blocking). A restart that fails with BackendFailure counts as another failure; any other
     error from the factory (bad config, runtime missing) propagates. A successful call resets the
-    delay. With `max_consecutive_failures` set, failure number N raises a plain BackendFailure
-    (give up; e.g. let systemd restart the guard) instead of InputsLost.
-
-    `stats()` -> dict: running, restarts, failures, consecutive_failures, lost_inputs (total),
-    last_cause. Not thread-safe (one inference thread).
+    delay. `restarts` counts the restarts (the guard's MQTT state reports it). Not thread-safe
+    (one inference thread).
     """
 
     def __init__(self, factory: Callable[[], Backend], *, name: str | None = None, backoff_initial_s: float = 0.5,
-                 backoff_max_s: float = 30.0, backoff_factor: float = 2.0, max_consecutive_failures: int | None = None,
+                 backoff_max_s: float = 30.0, backoff_factor: float = 2.0,
                  clock: Callable[[], float] = time.monotonic, stop: Stop | None = None):
         if not (backoff_initial_s >= 0 and backoff_max_s >= backoff_initial_s and backoff_factor >= 1):
             raise InputError(f"restart back-off: found initial {backoff_initial_s}, max {backoff_max_s}, factor "
@@ -566,14 +556,11 @@ class RestartingBackend:
         self._factory = factory
         self._clock = clock
         self.backoff_initial_s, self.backoff_max_s, self.backoff_factor = backoff_initial_s, backoff_max_s, backoff_factor
-        self.max_consecutive_failures = max_consecutive_failures
         first = factory()
         self._backend: Backend | None = first  # None between a failure and the restart
         self.name = name or first.name
         self.restarts = 0
-        self.failures = 0
         self.consecutive_failures = 0
-        self.lost_inputs = 0
         self.last_cause: str | None = None
         self._next_attempt = 0.0
         self.stop = stop or Stop()  # raised: the guard is stopping, no restart, and a worker's waits end early
@@ -588,16 +575,12 @@ class RestartingBackend:
         return min(self.backoff_max_s, self.backoff_initial_s * self.backoff_factor ** (failures - 1))
 
     def _failed(self, cause: str, lost: int, err: BaseException) -> InputsLost:
-        self.failures += 1
         self.consecutive_failures += 1
-        self.lost_inputs += lost
         self.last_cause = cause
-        if self.max_consecutive_failures is not None and self.consecutive_failures >= self.max_consecutive_failures:
-            raise BackendFailure(f"backend {self.name!r}: gave up after {self.consecutive_failures} consecutive failures; last: {err}") from err
         delay = self.delay_after(self.consecutive_failures)
         self._next_attempt = self._clock() + delay
         return InputsLost(f"backend {self.name!r}: {lost} input{'s' if lost != 1 else ''} lost ({err}); restart in {delay:g} s",
-                          lost_inputs=lost, cause=cause, retry_in_s=delay)
+                          lost_inputs=lost, cause=cause)
 
     def interrupt(self) -> None:
         """The guard is stopping (may be called from a signal handler): a worker's call that waits
@@ -616,10 +599,9 @@ class RestartingBackend:
         if self._backend is None:
             wait = self._next_attempt - self._clock()
             if wait > 0 or self.stop.requested:
-                self.lost_inputs += n
                 when = "not restarted: the guard is stopping" if self.stop.requested else f"restarting in {wait:.3g} s"
                 raise InputsLost(f"backend {self.name!r}: {when}, after: {self.last_cause}; {n} inputs lost",
-                                 lost_inputs=n, cause=f"restarting: {self.last_cause}", retry_in_s=max(wait, 0.0))
+                                 lost_inputs=n, cause=f"restarting: {self.last_cause}")
             try:
                 self._backend = self._factory()
             except BackendFailure as err:
@@ -636,11 +618,6 @@ class RestartingBackend:
             raise self._failed(getattr(err, "cause", str(err)), getattr(err, "lost_inputs", n) or n, err) from err
         self.consecutive_failures = 0
         return out
-
-    def stats(self) -> dict:
-        return {"running": self._backend is not None, "restarts": self.restarts, "failures": self.failures,
-                "consecutive_failures": self.consecutive_failures, "lost_inputs": self.lost_inputs,
-                "last_cause": self.last_cause}
 
     def close(self) -> None:
         if self._backend is not None:
