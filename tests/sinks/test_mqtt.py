@@ -354,3 +354,20 @@ def test_unreadable_password_file_is_a_config_error(tmp_path):
     secret.write_bytes(b"\xff\xfe not utf-8")
     with pytest.raises(ConfigError, match="cannot read"):
         read_password(_mqtt(tmp_path, username="guard", password_file=str(secret)))
+
+
+def test_a_puback_after_close_is_not_taken_for_a_full_disk(broker, sinks, tmp_path, caplog):
+    """paho's thread can deliver a PUBACK after close() closed the outbox: deleting its event failed
+    on the closed database and was logged as the full disk's error."""
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.reasoncodes import ReasonCode
+
+    sink = open_sink(sinks, broker, tmp_path)
+    wait_until(lambda: sink.connected, what="the sink to connect")
+    sink.publish_event(make_event())
+    wait_until(lambda: len(sink.outbox) == 0, what="the event to be acknowledged")
+    sink.close()  # (the PUBACK below comes late)
+    sink._inflight[60000] = 1
+    with caplog.at_level(logging.WARNING, logger="tracker.sinks.mqtt"):
+        sink._on_publish(None, None, 60000, ReasonCode(PacketTypes.PUBACK, "Success"), None)
+    assert not caplog.records

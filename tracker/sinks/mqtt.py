@@ -219,6 +219,7 @@ class MqttSink:
         self._unstable_sessions = 0  # connections in a row that were dropped within _STABLE_S
         self._refused_now = False  # this connection attempt was refused in CONNACK (already logged)
         self._closed = False
+        self._outbox_closed = False  # (paho's thread may deliver a PUBACK after close() closed the outbox)
         self.failed_attempts = 0  # connection attempts that failed or were refused (for tests and logs)
         self._work = False  # set (lock held) whenever the publisher has something new to do
         self._max_packet: int | None = None  # the broker's Maximum Packet Size (MQTT 5 CONNACK)
@@ -345,7 +346,9 @@ class MqttSink:
         stopper.start()
         stopper.join(timeout=1.0)
         left = len(self.outbox)
-        self.outbox.close()
+        with self._wake:  # a PUBACK that comes later leaves its event for the next start (sent again)
+            self.outbox.close()
+            self._outbox_closed = True
         log.info("mqtt: closed (%d event(s) left in the outbox for the next start)", left)
 
     # -- paho callbacks (paho's network thread) -------------------------------------------------
@@ -461,6 +464,8 @@ class MqttSink:
 
     def _on_publish(self, client, userdata, mid, reason_code, properties) -> None:
         with self._wake:
+            if self._outbox_closed:  # its deletion failed with "closed database": not a full disk's error
+                return
             if mid in self._control:
                 self._is_refused(self._control.pop(mid), reason_code)
                 self._poke()
