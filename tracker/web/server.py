@@ -469,6 +469,7 @@ class WebServer:
         except OSError as err:
             await self._run(shutil.rmtree, folder, True)
             return _error(507, f"cannot store the photos in {folder.parent} ({err.strerror or err}); free some space")
+        del form, photos  # on disk now: not held (up to web.max_upload_mb each) while the job waits its turn
         # The job removes the folder when it has run; if it never runs, _people_change does.
         return await self._people_change(
             lambda detector, backend: _enrol_job(self.config, name, paths, messages, folder, detector, backend),
