@@ -3,6 +3,8 @@ the float64 Caffe engine (and OpenCV's outputs for the pooling layer tests); `tr
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from backend_parity import TOL, reference, run_without, write_quirky
@@ -97,7 +99,6 @@ def test_pooling_matches_caffe(tmp_path, method, case):
     h, w, kh, kw, sh, sw, ph, pw = case
     prototxt = tmp_path / "pool.prototxt"
     prototxt.write_text(POOL_PROTOTXT.format(method=method, h=h, w=w, kh=kh, kw=kw, sh=sh, sw=sw, ph=ph, pw=pw))
-    model = ModelSpec(prototxt, prototxt, "pool", "pool")
     netdef = load_net(prototxt, None)
     graph = lower(netdef, "pool", "pool")
     x = np.random.default_rng(1).standard_normal((2, 3, h, w)).astype(np.float32)
@@ -107,7 +108,6 @@ def test_pooling_matches_caffe(tmp_path, method, case):
     for name, (p, _) in _emitters(graph, x).items():
         assert p.shape == want.shape, name
         assert np.abs(p - want).max() <= TOL, (name, np.abs(p - want).max())
-    del model
 
 
 @pytest.mark.parametrize("method", ["max", "ave"])
@@ -128,6 +128,57 @@ def test_lenet_matches_the_engine_in_every_emitter(testdata):
     probs, embedding = reference(model, x)
     for name, (p, e) in _emitters(load_graph(model), x).items():
         assert np.abs(p - probs).max() <= TOL and np.abs(e - embedding).max() <= TOL, name
+
+
+ODD_AXES_PROTOTXT = """
+name: "odd"
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 2 dim: 9 dim: 7 } } }
+layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
+        convolution_param { num_output: 3 kernel_h: 3 kernel_w: 1 pad_h: 1 pad_w: 0 stride: 1 } }
+layer { name: "flat" type: "Flatten" bottom: "conv" top: "flat" flatten_param { axis: -3 end_axis: 3 } }
+layer { name: "fc1" type: "InnerProduct" bottom: "flat" top: "fc1" inner_product_param { num_output: 5 axis: -1 } }
+layer { name: "prob" type: "Softmax" bottom: "fc1" top: "prob" softmax_param { axis: -1 } }
+"""
+
+
+def test_negative_axes_and_unequal_pads_match_the_engine_in_every_emitter(tmp_path):
+    """axis -1 on (N, D) is axis 1: it was refused; a pad of 1 row and 0 columns padded Keras's
+    rows and columns by 1 on one side each (a traceback, or outputs of the wrong size)."""
+    from backend_parity import write_net
+
+    model = write_net(tmp_path, "odd", ODD_AXES_PROTOTXT, "prob", "fc1")
+    x = np.random.default_rng(2).standard_normal((3, 2, 9, 7)).astype(np.float32)
+    probs, embedding = reference(model, x)
+    for name, (p, e) in _emitters(load_graph(model), x).items():
+        assert p.shape == probs.shape and np.abs(p - probs).max() <= TOL, name
+        assert np.abs(e - embedding).max() <= TOL, name
+
+
+@pytest.mark.parametrize("change, refusal, layer", [
+    ('softmax_param { axis: -1 }', "softmax_param { axis: -2 }", "'prob' (Softmax)"),  # over the batch: axis 0
+    ('flatten_param { axis: -3 end_axis: 3 }', "flatten_param { axis: -4 }", "'flat' (Flatten)"),
+])
+def test_an_axis_that_counts_back_to_the_batch_is_refused(tmp_path, change, refusal, layer):
+    """-len(shape) - 1 was taken for axis 1, and a softmax over the batch became one over the
+    channels: a model unlike the engine's, without a word."""
+    from backend_parity import write_net
+
+    model = write_net(tmp_path, "batch_axis", ODD_AXES_PROTOTXT.replace(change, refusal), "prob", "fc1")
+    with pytest.raises(ModelError, match=rf"layer {re.escape(layer)}: the converters support axis 1"):
+        load_graph(model)
+
+
+def test_a_strided_dilated_convolution_is_refused_by_the_keras_conversion(tmp_path):
+    """Keras's Conv2D cannot run it: a ValueError's traceback in `tracker convert --to tf`."""
+    pytest.importorskip("keras")
+    from backend_parity import write_net
+
+    from tracker.model.convert.keras import build_keras
+
+    text = ODD_AXES_PROTOTXT.replace("kernel_h: 3 kernel_w: 1 pad_h: 1 pad_w: 0 stride: 1", "kernel_size: 3 stride: 2 dilation: 2")
+    graph = load_graph(write_net(tmp_path, "dil", text, "prob", "fc1"))
+    with pytest.raises(ModelError, match=r"layer 'conv': stride \(2, 2\) with dilation \(2, 2\), which Keras's Conv2D"):
+        build_keras(graph)
 
 
 def test_unsupported_layer_is_named(tmp_path):

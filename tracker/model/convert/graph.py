@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tracker.errors import ModelError
-from tracker.model.shapes import conv_geometry, infer_layer_shapes, pool_geometry
+from tracker.model.shapes import canonical_axis, conv_geometry, infer_layer_shapes, pool_geometry
 
 # The layer types the converters lower: a subset of the one table (`shapes.LAYER_TYPES`), those
 # `lower` below has an op for; LRN, Concat, Eltwise, BatchNorm and Scale run on the Caffe engine
@@ -153,6 +153,12 @@ def _pool_axis(size: int, k: int, s: int, p: int, out: int, layer: str) -> tuple
     return max(0, -after), max(0, after), divisor
 
 
+def _axis(layer, axis: int, bottom: tuple[int, ...]) -> int:
+    """A layer's `axis` on its input of one image's shape `bottom` with the batch before it, as
+    Caffe counts it (negative from the end): 1 is the channels, len(bottom) the last."""
+    return canonical_axis(layer, axis, len(bottom) + 1)
+
+
 def _lower_pool(layer, src: str, dst: str, bottom: tuple[int, ...]) -> Pool:
     g = pool_geometry(layer, (1,) + bottom)
     method = {0: "max", 1: "ave"}.get(layer.param.pooling_param.pool)
@@ -224,7 +230,7 @@ def lower(netdef, probs: str, embedding: str) -> Graph:
             ops.append(Activation(layer.name, src, dst, layer.type.lower()))
         elif layer.type == "Flatten":
             p = layer.param.flatten_param
-            if p.axis not in (1, -len(bottom) - 1) or p.end_axis != -1:
+            if _axis(layer, p.axis, bottom) != 1 or _axis(layer, p.end_axis, bottom) != len(bottom):
                 raise ModelError(f"layer {layer.name!r} (Flatten): the converters support "
                                  f"axis 1 to end_axis -1 only; found {p.axis}..{p.end_axis}")
             if len(bottom) == 1:
@@ -233,7 +239,7 @@ def lower(netdef, probs: str, embedding: str) -> Graph:
             ops.append(Flatten(layer.name, src, dst))
         elif layer.type == "InnerProduct":
             p = layer.param.inner_product_param
-            if p.axis not in (1, -len(bottom) - 1):
+            if _axis(layer, p.axis, bottom) != 1:
                 raise ModelError(f"layer {layer.name!r} (InnerProduct): the converters support "
                                  f"axis 1 only; found {p.axis}")
             if len(bottom) != 1:
@@ -246,7 +252,7 @@ def lower(netdef, probs: str, embedding: str) -> Graph:
                              layer.blobs[1] if p.bias_term else None))
         elif layer.type == "Softmax":
             axis = layer.param.softmax_param.axis
-            if axis not in (1, -len(bottom) - 1):
+            if _axis(layer, axis, bottom) != 1:
                 raise ModelError(f"layer {layer.name!r} (Softmax): the converters support "
                                  f"axis 1 (channels) only; found {axis}")
             ops.append(Softmax(layer.name, src, dst))

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import keras
 import numpy as np
 
+from tracker.errors import ModelError
 from tracker.model.convert.graph import Activation, Conv, Dense, Flatten, Graph, Pool, Softmax
 
 
@@ -91,8 +92,12 @@ def build_keras(graph: Graph) -> keras.Model:
     for op in graph.ops:
         x = env[op.src]
         if isinstance(op, Conv):
-            if op.pad != (0, 0):
-                x = L.ZeroPadding2D((op.pad, op.pad), name=name(op.name, "_pad"))(x)
+            if max(op.stride) > 1 and max(op.dilation) > 1:
+                raise ModelError(f"layer {op.name!r}: stride {op.stride} with dilation {op.dilation}, which Keras's "
+                                 "Conv2D (the TensorFlow and LiteRT conversions) cannot run; the ONNX one can")
+            if op.pad != (0, 0):  # ((top, bottom), (left, right)): Caffe pads each side of an axis alike
+                (ph, pw) = op.pad
+                x = L.ZeroPadding2D(((ph, ph), (pw, pw)), name=name(op.name, "_pad"))(x)
             layer = L.Conv2D(op.weight.shape[0], op.weight.shape[2:], strides=op.stride,
                              dilation_rate=op.dilation, groups=op.group, padding="valid",
                              use_bias=op.bias is not None, name=name(op.name))
