@@ -891,6 +891,27 @@ def test_a_blob_whose_first_axis_is_not_the_batch_is_returned_whole(tmp_path, mo
     np.testing.assert_array_equal(got, np.concatenate([x, x]))
 
 
+@pytest.mark.parametrize("body, refusal", [
+    ('layer { name: "flat" type: "Flatten" bottom: "data" top: "out" flatten_param { axis: 0 } }',
+     r"layer 'flat' \(Flatten\): flattens from axis 0, the batch"),
+    ('layer { name: "fc" type: "InnerProduct" bottom: "data" top: "out" inner_product_param { num_output: 4 axis: 0 } }',
+     r"layer 'fc' \(InnerProduct\): its weights' shape depends on the batch size \(\(\(4, 48\), \(4,\)\) for one "
+     r"image, \(\(4, 96\), \(4,\)\) for two\)"),
+])
+def test_a_layer_over_the_batch_axis_is_refused_before_it_runs(tmp_path, body, refusal):
+    """Both passed `check_net` and the guard's checks, then failed at the first forward (a
+    reshape of every image into one row, weights of one image's size for two)."""
+    from tracker.model.engine import check_net
+
+    proto = tmp_path / "batch_axis.prototxt"
+    proto.write_text('name: "b"\ninput: "data"\ninput_shape { dim: 1 dim: 3 dim: 4 dim: 4 }\n' + body + "\n")
+    structure = load_net(proto, None)
+    with pytest.raises(ModelError, match=refusal):
+        check_net(structure)
+    with pytest.raises(ModelError, match=refusal):
+        Net(structure, np.float32, "caffe")
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_lrn_within_a_channel_costs_the_same_for_any_window(tmp_path, mode):
     """Its window sums came from AVE pooling over a copy padded by (local_size-1)/2: 400,001 on a

@@ -285,4 +285,15 @@ def _operators(netdef: NetDef, dtype: np.dtype, mode: str) -> list[O.Op]:
         if layer.type not in O.OPS:
             raise ModelError(f"layer {layer.name!r}: unknown layer type {layer.type!r}; the engine runs {', '.join(sorted(O.OPS))}")
     layer_shapes = S.infer_layer_shapes(netdef, batch=1)
+    for layer, one, two in zip(netdef.layers, layer_shapes, S.infer_layer_shapes(netdef, batch=2)):
+        # The engine runs any batch size with one set of weights, and flattens each image: a layer
+        # over the batch axis (its weights sized by the batch, a Flatten from axis 0) failed at
+        # its first forward, past the checks.
+        if one.params != two.params:
+            raise ModelError(f"layer {layer.name!r} ({layer.type}): its weights' shape depends on the batch size "
+                             f"({one.params} for one image, {two.params} for two); expected a layer over each "
+                             "image's own axes (not axis 0)")
+        if layer.type == "Flatten" and S.canonical_axis(layer, layer.param.flatten_param.axis, len(one.bottoms[0])) == 0:
+            raise ModelError(f"layer {layer.name!r} (Flatten): flattens from axis 0, the batch; expected axis 1 "
+                             "or later (each image flattened on its own)")
     return [O.OPS[layer.type](layer, dtype, mode, sh) for layer, sh in zip(netdef.layers, layer_shapes)]
