@@ -186,7 +186,7 @@ def test_hand_written_v1_prototxt_with_legacy_params(tmp_path):
     conv = net.layers[0].param
     assert [(p.lr_mult, p.decay_mult) for p in conv.param] == [(1.0, 1.0), (2.0, 0.0)]
     assert conv.convolution_param.weight_filler.std == pytest.approx(0.01)
-    assert caffe_io.infer_shapes(net, 2) == {
+    assert shapes.infer_shapes(net, 2) == {
         "data": (2, 3, 10, 10), "conv": (2, 4, 10, 10), "pool": (2, 4, 5, 5),
         "ip": (2, 5), "prob": (2, 5)}
 
@@ -200,7 +200,7 @@ def test_opencv_layer_prototxts_parse(testdata):
         assert net.inputs == {"input": (2, 6, 75, 113)}
         assert [layer.tops for layer in net.layers] == [("output",)]
         ref = np.load(path.with_name(path.stem + ".ref_opencv.npy"))
-        assert caffe_io.infer_shapes(net)["output"] == ref.shape, path.name
+        assert shapes.infer_shapes(net)["output"] == ref.shape, path.name
     lrn = load_net(layer_dir / "layer_lrn_spatial.prototxt", None).layers[0].param.lrn_param
     assert (lrn.norm_region, lrn.local_size, lrn.beta) == (1, 5, 0.75)  # WITHIN_CHANNEL
     assert lrn.alpha == pytest.approx(0.9)
@@ -344,7 +344,7 @@ def test_infer_shapes_matches_opencv_on_every_supported_layer(tmp_path):
                                         layer.param, blobs))
     model = tmp_path / "shapes.caffemodel"
     write_caffemodel(model, NetDef(structure.name, structure.inputs, layers))
-    ours = caffe_io.infer_shapes(load_net(proto, model), batch=2)
+    ours = shapes.infer_shapes(load_net(proto, model), batch=2)
     assert ours["p_clip"] == (2, 6, 7, 6)  # Caffe's clip: ceil gives 8x7, last window in pad
     assert ours["p_hw"] == (2, 4, 13, 17)  # ceil((23+4-3)/2)+1, (19+2-5)+1; no clip
     net = cv2.dnn.readNetFromCaffe(str(proto), str(model))
@@ -363,7 +363,7 @@ def test_infer_shapes_batch_and_errors():
     net = caffe_io._structure(proto, Path("mem.prototxt"))
     with pytest.raises(ModelError, match=r"layer 'c' \(Convolution\): kernel \(5, 5\).*does not "
                                          r"fit"):
-        caffe_io.infer_shapes(net)
+        shapes.infer_shapes(net)
 
 
 # ------------------------------------------------------------------ bad input
@@ -584,4 +584,4 @@ def test_v1_writes_non_4d_inputs_as_input_shape(tmp_path):
     back = load_net(v1, None)
     assert back.inputs == {"x": (2, 3)}
     assert [p.name for p in back.layers[0].param.param] == ["shared_w", ""]
-    assert caffe_io.infer_shapes(back) == {"x": (2, 3), "y": (2, 4)}
+    assert shapes.infer_shapes(back) == {"x": (2, 3), "y": (2, 4)}

@@ -154,17 +154,17 @@ def test_negative_axes_and_unequal_pads_match_the_engine_in_every_emitter(tmp_pa
         assert np.abs(e - embedding).max() <= TOL, name
 
 
-@pytest.mark.parametrize("change, refusal, layer", [
-    ('softmax_param { axis: -1 }', "softmax_param { axis: -2 }", "'prob' (Softmax)"),  # over the batch: axis 0
-    ('flatten_param { axis: -3 end_axis: 3 }', "flatten_param { axis: -4 }", "'flat' (Flatten)"),
+@pytest.mark.parametrize("change, refusal, said", [  # (the engine's check refuses the Flatten first)
+    ('softmax_param { axis: -1 }', "softmax_param { axis: -2 }", "'prob' (Softmax): the converters support axis 1"),
+    ('flatten_param { axis: -3 end_axis: 3 }', "flatten_param { axis: -4 }", "'flat' (Flatten): flattens from axis 0"),
 ])
-def test_an_axis_that_counts_back_to_the_batch_is_refused(tmp_path, change, refusal, layer):
+def test_an_axis_that_counts_back_to_the_batch_is_refused(tmp_path, change, refusal, said):
     """-len(shape) - 1 was taken for axis 1, and a softmax over the batch became one over the
     channels: a model unlike the engine's, without a word."""
     from backend_parity import write_net
 
     model = write_net(tmp_path, "batch_axis", ODD_AXES_PROTOTXT.replace(change, refusal), "prob", "fc1")
-    with pytest.raises(ModelError, match=rf"layer {re.escape(layer)}: the converters support axis 1"):
+    with pytest.raises(ModelError, match=f"layer {re.escape(said)}"):
         load_graph(model)
 
 
@@ -179,6 +179,19 @@ def test_a_strided_dilated_convolution_is_refused_by_the_keras_conversion(tmp_pa
     graph = load_graph(write_net(tmp_path, "dil", text, "prob", "fc1"))
     with pytest.raises(ModelError, match=r"layer 'conv': stride \(2, 2\) with dilation \(2, 2\), which Keras's Conv2D"):
         build_keras(graph)
+
+
+def test_a_net_the_engine_refuses_is_not_lowered(tmp_path):
+    """check_net's memory bound: a 300-megapixel input's pooling asked numpy for gigabytes (the
+    OOM killer on a Pi) before any error."""
+    from backend_parity import write_net
+
+    model = write_net(tmp_path, "huge", """
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 1 dim: 300000000 dim: 30 } } }
+layer { name: "pool" type: "Pooling" bottom: "data" top: "pool" pooling_param { pool: AVE kernel_size: 2 stride: 2 } }
+""", "pool", "pool")
+    with pytest.raises(ModelError, match=r"its blobs need .* MB for one image .*; expected at most 256 MB"):
+        load_graph(model)
 
 
 def test_unsupported_layer_is_named(tmp_path):

@@ -103,11 +103,11 @@ def test_missing_record_is_corrupt(tmp_path, model, caplog):
 
 
 @pytest.mark.parametrize("record", [{"key": None, "artifact_sha256": "0"}, {"key": "x", "artifact_sha256": "0"},
-                                    {"key": {}, "artifact_sha256": 7}, []])
+                                    {"key": {}, "artifact_sha256": 7}, [], "[" * 200_000])  # (nested: a RecursionError)
 def test_a_record_of_the_wrong_shape_is_corrupt(tmp_path, model, caplog, record):
     cache = tmp_path / "cache"
     path = convert(model, "onnx", cache_dir=cache)
-    path.with_name(path.name + ".json").write_text(json.dumps(record))
+    path.with_name(path.name + ".json").write_text(record if isinstance(record, str) else json.dumps(record))
     with caplog.at_level(logging.WARNING, logger="tracker.model.convert.cache"):
         assert convert(model, "onnx", cache_dir=cache) == path
     assert "is corrupt (its record onnx-fp32.onnx.json is unreadable" in caplog.text

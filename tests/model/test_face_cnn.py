@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from tracker.model import face_cnn
-from tracker.model.caffe_io import infer_shapes, load_net
-from tracker.model.shapes import count_macs, count_params, layer_costs
+from tracker.model.caffe_io import load_net
+from tracker.model.shapes import count_macs, count_params, infer_shapes, layer_costs
 from tracker.model.spec import default_model
 
 REPO = Path(__file__).resolve().parents[2]

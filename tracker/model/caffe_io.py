@@ -17,7 +17,6 @@ the file, the layer, what was found and what was expected.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,7 @@ from tracker.errors import ModelError
 from tracker.files import atomic_write
 from tracker.model import caffe_pb
 from tracker.model.netdef import LayerDef, NetDef
-from tracker.model.shapes import LAYER_TYPES, infer_layer_shapes, infer_shapes, layer_costs  # noqa: F401
+from tracker.model.shapes import LAYER_TYPES, infer_layer_shapes
 
 # The layer types a prototxt may use: the table of the types the project runs, and "Input",
 # whose layers become NetDef.inputs and never appear in NetDef.layers.
@@ -505,10 +504,3 @@ def load_net(prototxt: Path, weights: Path | None) -> NetDef:
                                blobs))
     return NetDef(structure.name, structure.inputs, layers)
 
-
-def net_summary(netdef: NetDef, batch: int = 1) -> Iterable[str]:
-    """Human-readable lines: each layer's top shape, parameters and multiply-adds."""
-    blobs = infer_shapes(netdef, batch)
-    for layer, cost in zip(netdef.layers, layer_costs(netdef, batch)):
-        yield (f"{layer.name:<12} {layer.type:<13} {str(blobs[layer.tops[0]]):<20} "
-               f"params {cost.params:>9,}  MACs {cost.macs:>12,}")

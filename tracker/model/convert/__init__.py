@@ -51,11 +51,16 @@ TARGETS: dict[str, tuple[str, tuple[str, ...], str, tuple[str, ...], tuple[str, 
 
 
 def load_graph(model):
-    """The lowered graph (.graph.Graph) of `model`, a ModelSpec; ModelError for bad files."""
+    """The lowered graph (.graph.Graph) of `model`, a ModelSpec; ModelError for bad files, and for
+    a net the engine would refuse (`check_net`: its blobs' memory bound among them; lowering a
+    300-megapixel input allocated gigabytes)."""
     from tracker.model.caffe_io import load_net
     from tracker.model.convert.graph import lower
+    from tracker.model.engine import check_net
 
-    return lower(load_net(model.prototxt, model.weights), model.probs, model.embedding)
+    netdef = load_net(model.prototxt, model.weights)
+    check_net(netdef)
+    return lower(netdef, model.probs, model.embedding)
 
 
 def require_runtime(target: str, precision: str = "fp32") -> None:

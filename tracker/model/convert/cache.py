@@ -90,7 +90,7 @@ def _problem(entry: Entry) -> str | None:
         built_for, checksum = meta["key"], meta["artifact_sha256"]
         if not isinstance(built_for, dict) or not isinstance(checksum, str):
             raise TypeError("not a record of this cache")
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:  # RecursionError: nested past the limit
         return f"is corrupt (its record {entry.meta_path.name} is unreadable: {err.__class__.__name__})"
     changed = sorted(k for k in entry.key if built_for.get(k) != entry.key[k])
     if changed:
