@@ -20,6 +20,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictFloat, StrictInt, ValidationError, model_validator
 
+from tracker.detection_scale import MAX_ASPECT, MAX_DETECT_PIXELS, MIN_WINDOW_PX, detection_scale
 from tracker.errors import ConfigError
 from tracker.files import read_regular_file
 from tracker.model.card import Embedding
@@ -304,12 +305,24 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _frame_fits_the_detector(self):
-        # The CNN detectors search at least 64 x 64 detection pixels (tracker.detect.windowed).
-        height = self.source.height * self.detect.detect_width / self.source.width
-        if self.detect.detector != "haar" and height < 64:
-            raise ValueError(f"detect.detect_width {self.detect.detect_width} makes the {self.source.width}x"
-                             f"{self.source.height} frame {height:.0f} px high; expected at least 64 px for the "
-                             "yunet/blazeface detectors (raise detect_width)")
+        # The camera's frames at detection scale (tracker.detection_scale): within its bound of
+        # pixels, each side at least the CNN detectors' minimum; and Haar's smallest face in them.
+        width, height, detect = self.source.width, self.source.height, self.detect
+        frame = f"the {width}x{height} frame"
+        k = detection_scale(width, height, detect.detect_width)
+        asked = min(detect.detect_width / width, MAX_ASPECT * detect.detect_width / height)
+        if asked > k * 1.001:  # (rounding aside) the bound of detection pixels would cut it
+            widest = int(detect.detect_width * k / asked)
+            raise ValueError(f"detect.detect_width {detect.detect_width} makes {frame} "
+                             f"{width * height * asked ** 2 / 1e6:.1f} megapixels to search; expected at most "
+                             f"{MAX_DETECT_PIXELS / 1e6:.1f} (a detect_width of at most {widest})")
+        if detect.detector != "haar" and min(width * k, height * k) < MIN_WINDOW_PX:
+            raise ValueError(f"detect.detect_width {detect.detect_width} makes {frame} {width * k:.0f}x{height * k:.0f} "
+                             f"detection pixels; expected at least {MIN_WINDOW_PX} on each side for the yunet/blazeface "
+                             "detectors (raise detect_width)")
+        if detect.detector == "haar" and detect.min_face_px > min(width, height):
+            raise ValueError(f"detect.min_face_px {detect.min_face_px} is larger than {frame}'s shorter side; expected "
+                             f"at most {min(width, height)} (no face could be found)")
         return self
 
     def resolved_state_dir(self) -> Path:

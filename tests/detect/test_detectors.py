@@ -313,8 +313,30 @@ def test_config_errors_for_detectors(tmp_path):
         parse_config({"detect": {"detector": "haar", "model": str(other)}})
     with pytest.raises(InputError, match="detect.model.*expected an existing file"):
         parse_config({"detect": {"detector": "yunet", "model": str(tmp_path / "nope.onnx")}})
-    with pytest.raises(InputError, match="frame 48 px high; expected at least 64 px"):
+    with pytest.raises(InputError, match="makes the 640x480 frame 64x48 detection pixels; expected at least 64 on each"):
         parse_config({"detect": {"detect_width": 64}})
+    # a tall camera: its width was never checked, and yunet found nothing in it, without a word
+    with pytest.raises(InputError, match="makes the 100x4096 frame 31x1280 detection pixels; expected at least 64"):
+        parse_config({"source": {"width": 100, "height": 4096}, "detect": {"detector": "yunet"}})
+    # 12.6 megapixels to search: 968 MB at yunet's peak
+    with pytest.raises(InputError, match=r"detect_width 4096 makes the 320x240 frame 12.6 megapixels to search; "
+                                         r"expected at most 2.1 \(a detect_width of at most 1662\)"):
+        parse_config({"source": {"width": 320, "height": 240}, "detect": {"detector": "yunet", "detect_width": 4096}})
+    parse_config({"source": {"width": 320, "height": 240}, "detect": {"detector": "yunet", "detect_width": 1662}})
+    with pytest.raises(InputError, match="min_face_px 1024 is larger than the 640x480 frame's shorter side; expected at most 480"):
+        parse_config({"detect": {"detector": "haar", "min_face_px": 1024}})  # every window skipped, nothing found
+
+
+def test_no_frame_is_searched_at_more_detection_pixels_than_the_bound():
+    """A frame of another size than the camera's (an image folder's photo) at a large detect_width
+    is searched at MAX_DETECT_PIXELS at most, the aspect bound and the detect_width otherwise."""
+    from tracker.detection_scale import MAX_DETECT_PIXELS, detection_scale
+
+    for width, height, detect_width in ((320, 240, 4096), (16, 12_000, 640), (4000, 3000, 4096), (640, 480, 320)):
+        k = detection_scale(width, height, detect_width)
+        assert (width * k) * (height * k) <= MAX_DETECT_PIXELS * 1.0001
+        assert k <= detect_width / width and height * k <= 4 * detect_width * 1.0001
+    assert detection_scale(640, 480, 320) == 0.5  # the default: the detect_width alone
 
 
 def test_a_wrong_model_file_stops_the_guard_with_exit_2(tmp_path, capsys):

@@ -17,7 +17,8 @@ import cv2
 import numpy as np
 
 from tracker.detect.regions import search_windows
-from tracker.detect.windowed import MAX_ASPECT, MIN_WINDOW_PX, frame_planes
+from tracker.detect.windowed import frame_planes
+from tracker.detection_scale import MIN_WINDOW_PX, detection_scale
 from tracker.errors import ModelError
 from tracker.types import Box, Detection, Frame
 
@@ -81,11 +82,10 @@ class HaarDetector:
         return found
 
     def _detect_image(self, image: np.ndarray) -> np.ndarray:
-        """`image` as grey uint8, `detect_width` pixels wide, or less if its longer side would be
-        more than MAX_ASPECT detection widths (as the CNN detectors: a 16 x 12,000 strip from a
-        photo folder was blown up to 640 x 480,000, 438 MB)."""
+        """`image` as grey uint8 at detection scale (`tracker.detection_scale`, as the CNN
+        detectors: a 16 x 12,000 strip from a photo folder was blown up to 640 x 480,000, 438 MB)."""
         h, w = image.shape[:2]
-        k = min(self.detect_width / w, MAX_ASPECT * self.detect_width / h)
+        k = detection_scale(w, h, self.detect_width)
         size = (max(1, round(w * k)), max(1, round(h * k)))
         if image.ndim == 3 and image.shape[2] == 1:
             image = image[:, :, 0]

@@ -15,16 +15,10 @@ import numpy as np
 
 from tracker.crops import aligned_region_side
 from tracker.detect.regions import search_windows
+from tracker.detection_scale import MIN_WINDOW_PX, detection_scale
 from tracker.errors import InputError
 from tracker.types import Box, Detection, Frame
 
-# Windows (and frames) are searched at least this large, in detection pixels: below it YuNet
-# returns non-finite or huge boxes (../shared/models/yunet/README.md) and faces have no context.
-MIN_WINDOW_PX = 64
-# A frame's longer side is scaled to at most this many times `detect_width`: a portrait camera's
-# frame (9:16) is far within it, and a strip of an image (16 x 12,000 px from a photo folder) is
-# not scaled up to a window of gigabytes (it then has no side of MIN_WINDOW_PX: no faces).
-MAX_ASPECT = 4
 # The aligned crop's region of a face, in sides of its box: a real detector's landmarks ask for
 # about 2 (at most 5.5 on dlib's photos at any score, YuNet and BlazeFace).
 MAX_REGION_BOXES = 8
@@ -45,7 +39,8 @@ def frame_planes(image: Frame | np.ndarray) -> tuple[np.ndarray, np.ndarray | No
 
 class WindowedDetector:
     """Base of the CNN detectors. detect_width: frames are scaled to this width before detection
-    (pixels; e.g. 320 on a Pi 3); score_threshold: smallest score kept, in [0, 1]."""
+    (pixels; e.g. 320 on a Pi 3; bounded as `tracker.detection_scale` says); score_threshold:
+    smallest score kept, in [0, 1]."""
 
     name = "windowed"
     gives_landmarks = True
@@ -59,9 +54,9 @@ class WindowedDetector:
         full_h, full_w = full.shape[:2]
         source = luma if luma is not None else full
         src_h, src_w = source.shape[:2]
-        k = min(self.detect_width / full_w, MAX_ASPECT * self.detect_width / full_h)  # frame -> detection pixels
+        k = detection_scale(full_w, full_h, self.detect_width)  # frame -> detection pixels
         if full_h * k < MIN_WINDOW_PX or full_w * k < MIN_WINDOW_PX:
-            return []  # smaller than the detector's minimum: nothing to find (the config check says so)
+            return []  # smaller than the detector's minimum: nothing to find (refused for a camera's frames)
         if regions is None:
             windows = [(0, 0, full_w, full_h)]
         else:
