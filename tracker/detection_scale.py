@@ -6,8 +6,8 @@ Every detector scales a frame so that it is `detect_width` detection pixels wide
   within it, and a strip of an image (16 x 12,000 px from a photo folder) is not scaled up to a
   window of gigabytes;
 - it holds at most MAX_DETECT_PIXELS detection pixels: YuNet's peak memory grows with them (a
-  320 x 240 camera at a detect_width of 4,096 is 12.6 megapixels: 968 MB of a 1 GB Pi's; 1,920
-  wide, 268 MB; measured on the x86-64 VM here with `ru_maxrss`).
+  320 x 240 frame at a detect_width of 4,096 is 12.6 megapixels: a 968 MB peak RSS, of a 1 GB
+  Pi's; 218 MB within the bound; one-off `ru_maxrss` readings on the x86-64 VM here).
 
 The CNN detectors (YuNet, BlazeFace) find nothing in a frame with a side under MIN_WINDOW_PX
 detection pixels (below it YuNet returns non-finite or huge boxes: ../shared/models/yunet/README.md),
