@@ -178,14 +178,3 @@ def crop_batch(image: np.ndarray, faces: Sequence[Detection | Box], margin: floa
     for i, face in enumerate(faces):
         face_crop(image, face, margin, out=batch[i])
     return batch
-
-
-def stack_crops(crops: Sequence[np.ndarray]) -> np.ndarray:
-    """Crops of shape (1, 88, 88) (e.g. gathered across frames by the batcher) -> one
-    (N, 1, 88, 88) C-contiguous float32 batch, the layout every backend takes."""
-    batch = np.empty((len(crops), 1, CROP_SIZE, CROP_SIZE), np.float32)
-    for i, crop in enumerate(crops):
-        if crop.shape != (1, CROP_SIZE, CROP_SIZE):
-            raise ValueError(f"crop {i} has shape {crop.shape}; expected (1, {CROP_SIZE}, {CROP_SIZE})")
-        batch[i] = crop
-    return batch

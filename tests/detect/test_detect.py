@@ -19,7 +19,7 @@ import pytest
 from scipy.optimize import linear_sum_assignment
 
 from tracker.config import DetectConfig
-from tracker.crops import CROP_MARGIN, CROP_SIZE, crop_batch, face_crop, square_region, stack_crops
+from tracker.crops import CROP_MARGIN, CROP_SIZE, crop_batch, face_crop, square_region
 from tracker.detect import FaceDetector, HaarDetector
 from tracker.errors import ModelError
 from tracker.motion import MotionGate
@@ -228,7 +228,3 @@ def test_batches_are_contiguous_float32():
     for i, box in enumerate(boxes):
         assert np.array_equal(batch[i], face_crop(image, box))
     assert crop_batch(image, []).shape == (0, 1, CROP_SIZE, CROP_SIZE)
-    stacked = stack_crops([face_crop(image, b) for b in boxes])
-    assert np.array_equal(stacked, batch) and stacked.flags.c_contiguous
-    with pytest.raises(ValueError, match="expected"):
-        stack_crops([np.zeros((88, 88), np.float32)])

@@ -136,7 +136,6 @@ def test_crop_batch_aligns_faces_with_landmarks_only(testdata):
 def test_detections_whose_landmarks_could_not_be_their_faces_are_dropped():
     """Landmarks far outside their box, or both eyes on one point, would make the aligned crop
     copy a region of their spread's size or find no transform (tracker.crops.aligned_face)."""
-    from tracker.crops import aligned_face
     from tracker.detect.windowed import _to_detections
 
     good = [100, 80, 40, 40, 110, 95, 130, 95, 120, 105, 112, 112, 128, 112, 0.9]
@@ -146,7 +145,6 @@ def test_detections_whose_landmarks_could_not_be_their_faces_are_dropped():
     same_eyes[6:8] = same_eyes[4:6]
     at_edge = list(good)
     at_edge[4] = 100 - 20  # half the box's side outside it: still kept
-    rows = np.array([good, far, same_eyes, at_edge], np.float32)
     mouth_above_eyes = list(good)
     mouth_above_eyes[10:14] = (120, 76.57, 120, 76.57)  # inside the box, yet no face's: a transform of no scale
     rows = np.array([good, far, same_eyes, at_edge, mouth_above_eyes], np.float32)
@@ -379,3 +377,42 @@ def test_a_person_standing_still_keeps_their_track_under_region_search(tmp_path,
     assert all(len(found) == 1 for found in on_face)
     ids = {v.track_id for _, _, views in calls[5:] for v in views if v.visible}
     assert len(ids) == 1
+
+
+def test_a_still_face_missed_once_is_searched_around_its_track_next(tmp_path, testdata, monkeypatch):
+    """The frame after a miss has no previous detection of the face and no motion on it: only its
+    track's predicted box brings the search back to it (the test above passes on the previous
+    frame's faces alone, so it could not fail without the tracks' boxes)."""
+    from test_scene_golden import run_recorded
+
+    import tracker.stages as stages
+
+    chip = cv2.imread(str(next((testdata / "faces" / "dlib" / "johns" / "John_Simm").glob("*.jpg"))))
+    room = np.full((240, 320, 3), (150, 160, 170), np.uint8)
+    room[70:160, 180:270] = cv2.resize(chip, (90, 90))
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    for n in range(60):
+        image = room.copy()
+        cv2.circle(image, (10 + (n * 7) % 120, 220), 10, (40, 40, 200), -1)  # something moves each frame
+        cv2.imwrite(str(frames / f"{n:04d}.png"), image)
+    real = stages.create_detector
+
+    def missing_the_face_once(config):
+        detector = real(config)
+        calls = iter(range(10**6))
+
+        class Blinking:  # the real detector, blind on its 40th call
+            name, gives_landmarks = detector.name, detector.gives_landmarks
+
+            def detect(self, frame, regions=None):
+                return [] if next(calls) == 40 else detector.detect(frame, regions)
+
+        return Blinking()
+
+    monkeypatch.setattr(stages, "create_detector", missing_the_face_once)
+    config = parse_config({"state_dir": str(tmp_path / "state"), "sinks": {"console": False},
+                           "source": {"kind": "folder", "uri": str(frames), "width": 320, "height": 240}})
+    calls = run_recorded(config).stages.tracker.calls
+    on_face = [len([d for d in detections if iou(d.box, Box(180, 70, 90, 90)) > 0.3]) for detections, _, _ in calls]
+    assert on_face[40] == 0 and on_face[41] == 1 and sum(on_face) == 59
