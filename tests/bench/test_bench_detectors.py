@@ -37,18 +37,21 @@ def test_detector_benchmark_writes_rows_dlib_counts_and_the_budget(tmp_path, tes
     assert "frame budget (yunet at 320 px, regions" in printed and "fps" in printed
 
 
-def test_the_configured_model_goes_only_to_its_own_detector(tmp_path):
+def test_the_configured_settings_go_only_to_their_own_detector(tmp_path):
     """`detect.model` names the configured detector's file: `--detectors all` must not hand a YuNet
-    file to BlazeFace (its sha256 check would stop the benchmark with exit 2)."""
+    file to BlazeFace (its sha256 check would stop the benchmark with exit 2); nor a threshold set
+    for YuNet (0.95 found 1 of dlib's 43 faces with BlazeFace too)."""
     model = tmp_path / "yunet.onnx"
     model.write_bytes(b"onnx")
     config = parse_config({"state_dir": str(tmp_path / "state"),
-                           "detect": {"detector": "yunet", "model": str(model), "detect_width": 320}})
-    assert detect_settings(config, "yunet", detect_width=640).model == model
-    assert detect_settings(config, "yunet", detect_width=640).detect_width == 640
+                           "detect": {"detector": "yunet", "model": str(model), "detect_width": 320,
+                                      "score_threshold": 0.95, "min_face_px": 40}})
+    mine = detect_settings(config, "yunet", detect_width=640)
+    assert (mine.model, mine.detect_width, mine.score_threshold) == (model, 640, 0.95)
     for other in ("blazeface", "haar"):
         settings = detect_settings(config, other, detect_width=640)
-        assert settings.detector == other and settings.model is None
+        assert settings.detector == other and settings.model is None and settings.detect_width == 640
+        assert settings.score_threshold is None and settings.min_face_px == 24  # the defaults
 
 
 def test_detector_names_are_checked():

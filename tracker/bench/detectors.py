@@ -1,16 +1,19 @@
 """`tracker --benchmark --detectors yunet,blazeface,haar|all`: what finding faces costs and finds.
 
-Each detector runs at two frame sizes, 320x240 and 640x480 (detect_width = the frame's width),
-in two modes, on FRAMES frames of the synthetic scene (seed 0, 10 fps; one 20 s cycle: walks,
-a crossing, a stop, the pillar, empty stretches):
+Each detector runs with the config's detect settings if it is the configured one, else with its
+defaults (`detect_settings`), at two frame sizes, 320x240 and 640x480 (detect_width = the frame's
+width), in two modes, on FRAMES frames of the synthetic scene (seed 0, 10 fps; one 20 s cycle:
+walks, a crossing, a stop, the pillar, empty stretches):
     whole    every frame searched whole;
     regions  as the guard does: the motion gate first; a frame where nothing moved is not
              searched (the previous faces are carried over); otherwise the moving regions plus the
-             previous frame's faces are searched. The time includes the motion gate.
+             previous frame's faces are searched (the guard adds its tracks' predicted boxes,
+             mostly where those faces are: the rows run no tracker). The time includes the
+             motion gate.
 Metrics per row: ms per frame (mean, p50, p95, perf_counter_ns around the work of a frame),
 recall of the scene's whole faces (visible >= 0.95, IoU >= 0.5) and false positives (a detection
-overlapping no face, IoU < 0.3, partly hidden faces included); and, once per detector at its
-defaults on each photo's own width, recall and false positives on dlib's annotated photos
+overlapping no face, IoU < 0.3, partly hidden faces included); and, once per detector on each
+photo's own width, recall and false positives on dlib's annotated photos
 (../shared/testdata/faces/dlib/faces, testing.xml and training.xml, IoU >= 0.3). Haar at 640 px is
 the reference the README compares with.
 
@@ -41,7 +44,7 @@ from scipy.optimize import linear_sum_assignment
 
 from tracker import shared_data
 from tracker.bench.report import prepare_out
-from tracker.config import Config
+from tracker.config import Config, DetectConfig
 from tracker.crops import crop_batch
 from tracker.detect import DETECTORS, create_detector, resolve_detector
 from tracker.errors import BackendUnavailable, InputError, ModelError
@@ -160,15 +163,18 @@ def _run_scene(detector, width: int, height: int, mode: str, frames: int, crops:
 
 
 def detect_settings(config: Config, name: str, **updates):
-    """The config's detect section for detector `name`. `detect.model` is the file of the configured
-    detector only (the config refuses one for any other), so the others use their search path:
-    a YuNet file given to BlazeFace would fail its sha256 check."""
-    model = config.detect.model if name == config.detect.detector else None
-    return config.detect.model_copy(update={**updates, "detector": name, "model": model})
+    """The detect section detector `name` is measured with: the config's own for the configured
+    detector, the defaults for the others (a score threshold set for YuNet is not BlazeFace's,
+    and YuNet's file given to BlazeFace would fail its sha256 check: `detect.model` is the
+    configured detector's only); `updates` over either."""
+    if name == config.detect.detector:
+        return config.detect.model_copy(update=updates)
+    return DetectConfig(detector=name).model_copy(update=updates)
 
 
 def _dlib(detector_name: str, config) -> dict:
-    """Recall and false positives on dlib's annotated photos at the detector's defaults."""
+    """Recall and false positives on dlib's annotated photos at the detector's settings here
+    (`detect_settings`) and each photo's own width."""
     try:
         folder = shared_data.locate(DLIB_FACES, "dlib photos")
     except InputError as err:
