@@ -913,6 +913,21 @@ def test_a_layer_over_the_batch_axis_is_refused_before_it_runs(tmp_path, body, r
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_max_window_wholly_past_the_input_is_caffes_lowest_float(tmp_path, mode, dtype):
+    """Kernel 1, stride 5 on 12: ceil mode's fourth window starts at 15. Caffe gives it -FLT_MAX;
+    it was -inf (which a later layer that adds opposite infinities turns into NaN)."""
+    body = single("Pooling", "pooling_param { pool: MAX kernel_size: 1 stride: 5 }")
+    _, _, netdef = build_net(tmp_path, "pool_past", body, (1, 1, 12, 12))
+    x = np.random.default_rng(4).normal(size=(2, 1, 12, 12)).astype(dtype)
+    out = Net(netdef, dtype, mode).forward(x, ["out"])["out"]
+    assert out.shape == (2, 1, 4, 4)
+    np.testing.assert_array_equal(out[:, :, :3, :3], x[:, :, 0:12:5, 0:12:5])
+    lowest = np.finfo(np.float32).min
+    assert (out[:, :, 3, :] == lowest).all() and (out[:, :, :, 3] == lowest).all()
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_lrn_within_a_channel_costs_the_same_for_any_window(tmp_path, mode):
     """Its window sums came from AVE pooling over a copy padded by (local_size-1)/2: 400,001 on a
     5 x 4 input asked for hundreds of GB."""

@@ -192,13 +192,19 @@ def _pads(pad: tuple[int, int], after: tuple[int, int]) -> bool:
     return bool(pad[0] or pad[1] or after[0] > 0 or after[1] > 0)
 
 
+# What MAX pooling pads with: Caffe's -FLT_MAX, which a ceil-mode window wholly past the input
+# (kernel 1, stride 5 on 12) gives as its value (-inf, which a later layer adding opposite
+# infinities turns into NaN, was not Caffe's).
+_FLT_LOWEST = float(np.finfo(np.float32).min)
+
+
 def _pool2d_block(x, method, kernel, stride, pad, out_hw, out, scratch, div) -> None:
     """`pool2d` of one block into out; div: the AVE divisors (OH, OW), None for MAX."""
     *lead, h, w = x.shape
     count = math.prod(lead)
     need_h, need_w, after = _window_extent((h, w), kernel, stride, pad, out_hw)
     if _pads(pad, after):
-        fill = -np.inf if method == POOL_MAX else 0.0
+        fill = _FLT_LOWEST if method == POOL_MAX else 0.0
         size = count * need_h * need_w
         xp = pad_into(x, pad, after, fill, out=scratch[:size].reshape(*lead, need_h, need_w))
         scratch = scratch[size:]
