@@ -229,3 +229,25 @@ def test_identify_faces_agrees_with_match_and_ranks_the_nearest():
     assert all(len(nearest) == 2 for _, _, nearest in identify_faces(probes, two))
     nobody = Gallery((), np.zeros((0, 16), np.float32), threshold=0.3)
     assert identify_faces(probes[:2], nobody) == [(UNKNOWN, None, [])] * 2
+
+
+def test_a_large_photo_is_read_reduced_and_its_boxes_are_in_its_own_pixels(enrolled, testdata):
+    """identify decoded a 24-megapixel photo whole (72 MB of BGR, where enroll decodes it at a
+    fraction); read reduced, its boxes are still the photo's pixels."""
+    tmp, config_path, _, _ = enrolled
+    photo = testdata / "faces" / "dlib" / "faces" / "Tom_Cruise_avp_2014_4.jpg"
+    small = cv2.imread(str(photo))
+    large = tmp / "large.jpg"
+    cv2.imwrite(str(large), cv2.resize(small, None, fx=6, fy=6, interpolation=cv2.INTER_CUBIC))  # 4800 px: read at 1/2
+    from tracker.images import read_photo
+
+    image, scale = read_photo(large)
+    assert image.shape[:2] == (2400, 1695) and scale == 2.0
+    boxes = []
+    for path in (photo, large):
+        proc = identify_cli(tmp, config_path, path, aligned=False, as_json=True)
+        assert proc.returncode == 0, proc.stderr
+        (face,) = json.loads(proc.stdout)
+        boxes.append(face["box"])
+    for key in "xywh":
+        assert abs(boxes[1][key] - 6 * boxes[0][key]) <= 0.1 * 6 * boxes[0]["w"], (key, boxes)

@@ -38,7 +38,7 @@ from tracker.detect import FaceDetector
 from tracker.enroll import IMAGE_SUFFIXES, chip_face, image_files, open_backend
 from tracker.errors import InputError
 from tracker.identity import UNKNOWN, Gallery
-from tracker.images import TOO_LARGE_OR_DAMAGED, read_image
+from tracker.images import TOO_LARGE_OR_DAMAGED, read_photo
 from tracker.types import Detection
 
 NEAREST = 3  # enrolled people listed per face
@@ -65,11 +65,13 @@ def identify_faces(embeddings: np.ndarray, gallery: Gallery) -> list[tuple[str, 
             for i, (name, similarity) in enumerate(gallery.match(embeddings))]
 
 
-def _face_record(path: Path, number: int, face: Detection, result) -> dict:
+def _face_record(path: Path, number: int, face: Detection, scale: float, result) -> dict:
+    """One face's record; `scale`: the decoded image's pixels -> the photo's (read_photo)."""
     name, similarity, nearest = result
     box = face.box
     return {"image": str(path), "face": number,
-            "box": {"x": round(box.x), "y": round(box.y), "w": round(box.w), "h": round(box.h)},
+            "box": {"x": round(box.x * scale), "y": round(box.y * scale), "w": round(box.w * scale),
+                    "h": round(box.h * scale)},
             "identity": name, "similarity": similarity,
             "nearest": [{"name": n, "similarity": s} for n, s in nearest]}
 
@@ -121,18 +123,19 @@ def identify_command(argv: list[str]) -> int:
             print(f"identify: nobody is enrolled in {state_dir} for weights {config.model.weights.name} and "
                   f"{crop} crops; every face is {UNKNOWN} (enrol people with tracker enroll)", file=sys.stderr)
         for path in files:
-            image = read_image(path)
-            if image is None:
+            photo = read_photo(path)  # a large JPEG decoded at a fraction of its size, as tracker enroll does
+            if photo is None:
                 print(f"{path}: not a readable image ({TOO_LARGE_OR_DAMAGED})", file=sys.stderr)
                 unreadable.append(path)
                 continue
+            image, scale = photo
             faces = _faces(image, detector, args.aligned)
             if not faces:
                 records = [{"image": str(path), "faces": 0}]
             else:
                 crops = crop_batch(image, faces, margin=0.0 if args.aligned else CROP_MARGIN)  # as tracker enroll
                 results = identify_faces(backend.infer(crops).embedding, gallery)
-                records = [_face_record(path, i, f, r) for i, (f, r) in enumerate(zip(faces, results), 1)]
+                records = [_face_record(path, i, f, scale, r) for i, (f, r) in enumerate(zip(faces, results), 1)]
             if args.json:
                 output.extend(records)
             else:

@@ -6,7 +6,8 @@ to 1.7 GB). OpenCV reads its own bound, OPENCV_IO_MAX_IMAGE_PIXELS, once, when i
 `bound_image_decoding` sets it to MAX_PIXELS before anything imports cv2 (first thing in
 `tracker.cli.main`; a value in the environment wins), so every decoder of the process (a photo
 folder, enrolment, identification, evaluation, training, uploads) refuses a larger image rather
-than allocate it. `read_image` reads one file, and `decode_image` a file's bytes, as `cv2.imread`
+than allocate it. `read_image` reads one file (`read_photo`: one to find faces in, at a fraction
+of its size, with the factor back to its pixels), and `decode_image` a file's bytes, as `cv2.imread`
 decodes a file, with a refused image, as a damaged one, read as None (OpenCV raises for a size over
 its bound); so is a JPEG cut short (an interrupted copy or upload), which imdecode refuses and
 imread would decode with grey rows.
@@ -57,6 +58,27 @@ def read_image(path: Path, flags: int | None = None, reduced: bool = False) -> n
     libjpeg's scaled DCT), the most that keeps REDUCED_MIN_SIDE: a baseline 24-megapixel photo took
     72 MB of BGR (a progressive one still takes its coefficients, about as much), and uploads of
     them the guard past its memory bound. The bound holds on the size the file declares."""
+    found = _read(path, flags, reduced)
+    return None if found is None else found[0]
+
+
+def read_photo(path: Path) -> tuple[np.ndarray, float] | None:
+    """A photo to find faces in, as `read_image(path, reduced=True)` decodes it (BGR), and the
+    factor (>= 1) from its pixels to the photo's own (boxes found in it times the factor are in
+    the photo's pixels; EXIF orientation applied to both); None as read_image."""
+    found = _read(path, None, True)
+    if found is None:
+        return None
+    image, data = found
+    try:
+        _, width, height = declared_size(data)
+    except ValueError:  # not a JPEG or PNG: decoded whole
+        return image, 1.0
+    return image, max(width, height) / max(image.shape[:2])
+
+
+def _read(path: Path, flags: int | None, reduced: bool) -> tuple[np.ndarray, bytes] | None:
+    """(the image as read_image decodes it, the file's bytes), or None."""
     import numpy as np  # here: this module is imported before numpy and cv2 may load (bound_image_decoding)
 
     from tracker.files import read_regular_file
@@ -69,7 +91,8 @@ def read_image(path: Path, flags: int | None = None, reduced: bool = False) -> n
         flags = _reduced_flags(data, flags)
         if flags is None:
             return None
-    return decode_image(np.frombuffer(data, np.uint8), flags)
+    image = decode_image(np.frombuffer(data, np.uint8), flags)
+    return None if image is None else (image, data)
 
 
 def _reduced_flags(data: bytes, flags: int | None) -> int | None:
