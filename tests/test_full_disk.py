@@ -137,3 +137,21 @@ def test_an_atomic_write_of_a_name_of_255_bytes(tmp_path):
         assert path.read_bytes() == b"{}"
         path.unlink()
         assert list(tmp_path.iterdir()) == []
+
+
+def test_an_atomic_write_through_a_link_replaces_the_file_it_names(tmp_path):
+    """As `cp` and a shell's `>` write: the link stays (`tracker convert --out` a link to the
+    model in use replaced the link by a file, and the model stayed as it was). A link to nothing
+    makes the file it names."""
+    (tmp_path / "models").mkdir()
+    target = tmp_path / "models" / "face.onnx"
+    target.write_bytes(b"old")
+    link = tmp_path / "face.onnx"
+    link.symlink_to(target)
+    files.atomic_write(link, b"new")
+    assert link.is_symlink() and target.read_bytes() == b"new"
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["face.onnx"]  # no temporary left
+    dangling = tmp_path / "later.onnx"
+    dangling.symlink_to(tmp_path / "models" / "later.onnx")
+    files.atomic_write(dangling, b"made")
+    assert dangling.is_symlink() and (tmp_path / "models" / "later.onnx").read_bytes() == b"made"

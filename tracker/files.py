@@ -2,10 +2,11 @@
 the project's .npz archives so that a damaged one is one known kind of error.
 
 `atomic_write(path, content, mode=0o644)`: the content goes to a temporary file beside `path` (same
-file system, so the final rename is atomic), is flushed to the disk (fsync), gets its permission
-bits, and replaces `path` by rename. On any failure (a full disk, an error in `content`) the
-temporary file is removed and `path` is as it was; the exception propagates (OSError for the disk,
-and for a `path` that is a device, a FIFO or a socket, never replaced).
+file system, so the final rename is atomic; a symbolic link is written through, to the file it
+names), is flushed to the disk (fsync), gets its permission bits, and replaces `path` by rename.
+On any failure (a full disk, an error in `content`) the temporary file is removed and `path` is as
+it was; the exception propagates (OSError for the disk, and for a `path` that is a device, a FIFO
+or a socket, never replaced).
 
 content: bytes, or a function that writes the file at the temporary path it is given (for writers
 that want a path, such as numpy's or TensorFlow's). The temporary name keeps `path`'s suffix, since
@@ -125,6 +126,8 @@ def atomic_write(path: Path, content: bytes | memoryview | Callable[[Path], None
     """See the module docstring."""
     path = Path(path)
     _refuse_special(path)
+    if path.is_symlink():  # written through, as `cp` and `>` do: the rename would have replaced the link
+        path = Path(os.path.realpath(path))
     tmp = path.with_name(_temporary_name(path.name))
     try:
         if callable(content):
