@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--pairs {args.pairs}: expected a positive number")
     if args.seed < 0:
         p.error(f"--seed {args.seed}: expected a number >= 0")
+    if args.out.exists() and not args.out.is_dir():
+        p.error(f"--out {args.out}: not a folder; expected a new or empty folder")
     if args.out.is_dir() and any(args.out.iterdir()):
         p.error(f"--out {args.out}: not empty; expected a new or empty folder (an earlier run's links would stay)")
     try:

@@ -7,12 +7,13 @@ import argparse
 
 import pytest
 
-from tracker.arguments import float_between, int_between, positive_float, seconds
+from tracker.arguments import float_between, int_between, positive_float
 
 
 @pytest.mark.parametrize("parse, good, bad, expected", [
     (float_between(0, 1), ["0", "1", "0.5", "1e-300"], ["-0.001", "1.0001", "nan", "inf", "x", ""], "a number >= 0 and <= 1"),
-    (seconds, ["0", "1e300"], ["-1", "inf", "nan", "1e400"], "a number of seconds >= 0"),
+    (float_between(0, 3600, what="a number of seconds"), ["0", "3600"], ["-1", "3600.5", "inf", "nan", "1e400"],
+     "a number of seconds >= 0 and <= 3600"),
     (positive_float, ["1e-300", "3e-3"], ["0", "-0", "-1", "inf", "nan"], "a number > 0"),
     (int_between(2, 5), ["2", "5"], ["1", "6", "2.5", "x"], "an integer from 2 to 5"),
 ])  # fmt: skip

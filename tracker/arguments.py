@@ -64,7 +64,6 @@ def float_between(low: float, high: float = math.inf, *, above_low: bool = False
     return parse
 
 
-seconds = float_between(0, what="a number of seconds")  # argparse type: finite seconds >= 0
 positive_float = float_between(0, above_low=True)  # argparse type: a finite number > 0
 
 

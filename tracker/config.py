@@ -20,7 +20,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictFloat, StrictInt, ValidationError, model_validator
 
-from tracker.detection_scale import MAX_ASPECT, MAX_DETECT_PIXELS, MIN_WINDOW_PX, detection_scale
+from tracker.detection_scale import MAX_DETECT_PIXELS, MIN_WINDOW_PX, asked_scale, detection_scale
 from tracker.errors import ConfigError
 from tracker.files import read_regular_file
 from tracker.model.card import Embedding
@@ -310,7 +310,7 @@ class Config(Section):
         width, height, detect = self.source.width, self.source.height, self.detect
         frame = f"the {width}x{height} frame"
         k = detection_scale(width, height, detect.detect_width)
-        asked = min(detect.detect_width / width, MAX_ASPECT * detect.detect_width / height)
+        asked = asked_scale(width, height, detect.detect_width)
         if asked > k * 1.001:  # (rounding aside) the bound of detection pixels would cut it
             widest = int(detect.detect_width * k / asked)
             raise ValueError(f"detect.detect_width {detect.detect_width} makes {frame} "

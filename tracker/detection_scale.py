@@ -26,4 +26,9 @@ MAX_DETECT_PIXELS = 1920 * 1080
 
 def detection_scale(width: int, height: int, detect_width: int) -> float:
     """Frame pixels -> detection pixels for a `width` x `height` frame (see the module docstring)."""
-    return min(detect_width / width, MAX_ASPECT * detect_width / height, math.sqrt(MAX_DETECT_PIXELS / (width * height)))
+    return min(asked_scale(width, height, detect_width), math.sqrt(MAX_DETECT_PIXELS / (width * height)))
+
+
+def asked_scale(width: int, height: int, detect_width: int) -> float:
+    """`detection_scale` before the bound of detection pixels: what `detect_width` asks for."""
+    return min(detect_width / width, MAX_ASPECT * detect_width / height)

@@ -117,7 +117,8 @@ def test_heldout_faces_mistakes_are_one_line_and_exit_2(tmp_path, testdata):
             ([*out, "--card", str(card), "--pairs", "0"], "--pairs 0: expected a positive number"),
             ([*out, "--card", str(card), "--teacher", str(tmp_path / "t.npy")], "unreadable (not a whole .npz archive)"),
             ([*out, "--card", str(card), "--teacher", str(tmp_path / "lfw.npz")], "describes none of CelebA's photos"),
-            (["--out", str(tmp_path / "used"), "--card", str(card)], "not empty; expected a new or empty folder")):
+            (["--out", str(tmp_path / "used"), "--card", str(card)], "not empty; expected a new or empty folder"),
+            (["--out", str(card), "--card", str(card)], "not a folder; expected a new or empty folder")):
         result = run("heldout_faces.py", *args)
         last = result.stderr.strip().splitlines()[-1]
         assert result.returncode == 2 and "Traceback" not in result.stderr and words in last, result.stderr

@@ -325,9 +325,9 @@ def test_mistakes_found_once_the_photos_are_cut_are_one_line(tmp_path, case):
         torch.save([1, 2], tmp_path / "work" / "checkpoint.pt")
         args += ["--teacher", str(LFW / "dlib_descriptors.npz"), "--resume"]
         expected = "is not one tracker train wrote (a list without epoch, fingerprint"
-    else:
-        args += ["--teacher", str(LFW / "dlib_descriptors.npz"), "--lr", "1e30", "--steps", "4"]
-        expected = "(--lr 1e+30): the training diverged; its weights are not saved"
+    else:  # one step, whose update diverges: its loss was finite, and its weights were saved (1e30 each)
+        args += ["--teacher", str(LFW / "dlib_descriptors.npz"), "--lr", "1e30"]
+        expected = "after step 1 (--lr 1e+30): the training diverged; its weights are not saved"
     with pytest.raises(InputError, match=r"^train: ") as err:
         train_command(args)
     assert expected in str(err.value) and "\n" not in str(err.value)
@@ -460,6 +460,30 @@ def test_a_stop_while_exporting_keeps_the_training_for_resume(tmp_path, capsys, 
     assert said == (f"train: interrupted while exporting; the checkpoint ({tmp_path / 'work' / 'checkpoint.pt'}) "
                     "holds the training: continue with --resume (it exports without training again)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.txt", "work"]  # nothing staged left, no --out
+
+
+def test_a_stop_held_through_the_renames_says_the_weights_are_written(tmp_path, capsys, monkeypatch):
+    """A stop that comes during the card's and the weights' renames is held until both are done:
+    then the weights are in place, and the line says so (not "continue with --resume")."""
+    import contextlib
+
+    import tracker.train.command as command
+
+    need_lfw()
+
+    @contextlib.contextmanager
+    def stop_held_until_the_end():
+        yield
+        raise KeyboardInterrupt  # as interrupts_held raises a signal that came within
+
+    monkeypatch.setattr(command, "interrupts_held", stop_held_until_the_end)
+    out = tmp_path / "face.caffemodel"
+    argv = ["--data", str(LFW / "images"), "--limit", str(PHOTOS), "--teacher", str(LFW / "dlib_descriptors.npz"),
+            "--batch", "16", "--steps", "1", "--epochs", "1", "--work", str(tmp_path / "work"), "--out", str(out),
+            "--pairs", str(small_pairs(tmp_path / "pairs.txt")), "--pairs-images", str(LFW / "images")]
+    assert command.train_command(argv) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"train: interrupted after writing {out} and its card"
+    assert read_card(out, file_sha256(out))["training"]["trial"] is True
 
 @pytest.mark.timeout(300)
 def test_a_kill_while_cutting_photos_keeps_the_crops_cut(tmp_path):

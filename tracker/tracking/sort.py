@@ -41,9 +41,10 @@ take the old track that was the second's much better match). So a face hidden fo
 one `entered` and one `left`; the `left` of a track that does not come back is held back until its
 window has passed.
 
-At most MAX_TRACKS tracks are kept: past it, the LOST ones missed longest (dormant ones first)
-end early, so a crowd of short-lived detections (eval-mot with --min-hits 1 and a long --max-age)
-cannot grow the tracks, and the cost matrices over them, without bound.
+Past MAX_TRACKS tracks, the LOST ones missed longest (dormant ones first) end early, so a crowd of
+short-lived detections (eval-mot with --min-hits 1 and a long --max-age) cannot grow the tracks,
+and the cost matrices over them, without bound: the tracks are at most MAX_TRACKS plus one
+frame's detections (at most 1,000 in eval-mot's files, a handful in a home).
 
 A track ends exactly once: the frame it ends it is returned with state ENDED, then it is
 forgotten. Track ids start at 1, are unique and increase in order of birth (a tentative track

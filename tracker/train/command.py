@@ -439,6 +439,29 @@ def _train(args: argparse.Namespace) -> int:
 
     t_labels, t_targets = torch.from_numpy(labels), torch.from_numpy(targets)
     t_has_target = torch.from_numpy(has_target)
+
+    def batch_loss(rows: np.ndarray, x: np.ndarray):
+        """The loss of one batch (a 0-d tensor) through the net as it is (train or eval mode)."""
+        logits, embedding = net(torch.from_numpy(x).contiguous(memory_format=torch.channels_last))
+        idx = torch.from_numpy(rows)
+        loss = torch.zeros(())
+        mask = t_has_target[idx]
+        if mask.any():
+            cos = torch.nn.functional.cosine_similarity(embedding[mask], t_targets[idx][mask], eps=1e-8)
+            loss = loss + (1.0 - cos).mean()
+        lab = t_labels[idx]
+        if (lab >= 0).any():
+            loss = loss + CE_WEIGHT * torch.nn.functional.cross_entropy(logits[lab >= 0], lab[lab >= 0],
+                                                                        label_smoothing=0.1)
+        return loss
+
+    def refuse_diverged(loss, when: str) -> None:
+        """A loss that is not finite: the weights diverged, and saving them would put NaN (or
+        1e30) weights in place of the last good checkpoint."""
+        if not torch.isfinite(loss):
+            raise InputError(f"train: the loss is {loss.item()} {when} (--lr {args.lr:g}): the training diverged; "
+                             "its weights are not saved (the last checkpoint, if any, is kept); expected a smaller --lr")
+
     started = time.monotonic()
     try:
         while epoch < args.epochs and not (args.steps and step >= args.steps):
@@ -447,28 +470,15 @@ def _train(args: argparse.Namespace) -> int:
             bar = tqdm(total=steps_per_epoch, desc=f"epoch {epoch + 1}/{args.epochs}", unit="step",
                        file=sys.stderr, disable=None, dynamic_ncols=True)
             seen, t0, done = 0, time.monotonic(), 0
-            for rows, x in _batches(order, args.batch, crops, rng):
-                logits, embedding = net(torch.from_numpy(x).contiguous(memory_format=torch.channels_last))
-                idx = torch.from_numpy(rows)
-                loss = torch.zeros(())
-                mask = t_has_target[idx]
-                if mask.any():
-                    cos = torch.nn.functional.cosine_similarity(embedding[mask], t_targets[idx][mask], eps=1e-8)
-                    loss = loss + (1.0 - cos).mean()
-                lab = t_labels[idx]
-                if (lab >= 0).any():
-                    loss = loss + CE_WEIGHT * torch.nn.functional.cross_entropy(logits[lab >= 0], lab[lab >= 0],
-                                                                                label_smoothing=0.1)
-                if not torch.isfinite(loss):  # diverged: its checkpoint would hold NaN weights over the last good one
-                    raise InputError(f"train: the loss is {loss.item()} at step {step + 1} (--lr {args.lr:g}): the "
-                                     "training diverged; its weights are not saved (the last checkpoint, if any, is "
-                                     "kept); expected a smaller --lr")
+            for picked, x in _batches(order, args.batch, crops, rng):
+                loss = batch_loss(picked, x)
+                refuse_diverged(loss, f"at step {step + 1}")
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
                 schedule.step()
                 step += 1
-                seen += len(rows)
+                seen += len(picked)
                 losses.append(float(loss.detach()))
                 bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}", img_s=f"{seen / (time.monotonic() - t0):.0f}")
                 bar.update(1)
@@ -476,6 +486,10 @@ def _train(args: argparse.Namespace) -> int:
                 if args.steps and step >= args.steps:
                     break
             bar.close()
+            if done:  # the last step's update is in no loss yet: its batch again, through the weights it made
+                net.eval()
+                with torch.no_grad():
+                    refuse_diverged(batch_loss(picked, x), f"after step {step}")
             epoch += done == steps_per_epoch  # a --steps trial may stop inside an epoch: resume repeats it
             save()
             print(f"train: epoch {epoch}/{args.epochs}, step {step}: loss {np.mean(losses[-done:]):.4f}, "
@@ -499,6 +513,7 @@ def _train(args: argparse.Namespace) -> int:
 
     # Staged beside `out` and checked first: a failing check never replaces the weights in use.
     staged = out.with_name(f".{out.name}.staged")
+    placed: list[Path] = []  # `out`, once the weights and their card are in place
 
     def write_or_say(write) -> None:
         """write(); a full disk or a folder removed since the start is one line saying how the
@@ -517,6 +532,7 @@ def _train(args: argparse.Namespace) -> int:
         with interrupts_held():
             card_file.replace(card_path(out))
             staged.replace(out)
+            placed.append(out)  # (a stop held here comes after: the weights are in place)
 
     try:
         write_or_say(lambda: write_caffemodel(staged, export_netdef(net, structure)))
@@ -533,8 +549,11 @@ def _train(args: argparse.Namespace) -> int:
             backend.close()
         write_or_say(put_in_place)
     except KeyboardInterrupt:  # measuring the pairs cuts thousands of photos: minutes to stop in
-        print(f"\ntrain: interrupted while exporting; the checkpoint ({checkpoint}) holds the training: continue "
-              "with --resume (it exports without training again)", file=sys.stderr)
+        if placed:
+            print(f"\ntrain: interrupted after writing {out} and its card", file=sys.stderr)
+        else:
+            print(f"\ntrain: interrupted while exporting; the checkpoint ({checkpoint}) holds the training: continue "
+                  "with --resume (it exports without training again)", file=sys.stderr)
         return 130
     finally:
         staged.unlink(missing_ok=True)

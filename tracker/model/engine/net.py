@@ -287,8 +287,9 @@ def _operators(netdef: NetDef, dtype: np.dtype, mode: str) -> list[O.Op]:
     layer_shapes = S.infer_layer_shapes(netdef, batch=1)
     for layer, one, two in zip(netdef.layers, layer_shapes, S.infer_layer_shapes(netdef, batch=2)):
         # The engine runs any batch size with one set of weights, and flattens each image: a layer
-        # over the batch axis (its weights sized by the batch, a Flatten from axis 0) failed at
-        # its first forward, past the checks.
+        # whose weights are sized by the batch, or a Flatten from axis 0, failed at its first
+        # forward, past the checks. (Layers that mix images, a Softmax over axis 0, a Concat on
+        # it, batch statistics, run as Caffe runs them.)
         if one.params != two.params:
             raise ModelError(f"layer {layer.name!r} ({layer.type}): its weights' shape depends on the batch size "
                              f"({one.params} for one image, {two.params} for two); expected a layer over each "
