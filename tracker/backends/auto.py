@@ -78,8 +78,8 @@ def read_profile(path: Path, machine: dict) -> tuple[list[tuple[str, str, int, f
     profile of `machine`: ([(backend, precision, batch, ms per image), ...], `recorded_picks`).
     Entries that are malformed, not positive, `auto`'s own, or of a backend or precision this
     version does not have (`_measurable`) are left out: one bad entry does not spoil the others,
-    and a backend gone since is never named as `auto`'s pick. The one reader of the file, for `auto` and for the benchmark that
-    merges into it; each words what it then does.
+    and a backend gone since is never named as `auto`'s pick. The one reader of the file, for
+    `auto` and for the benchmark that merges into it; each words what it then does.
 
     Raises FileNotFoundError when there is none, UnusableProfile when it is unreadable, of
     another schema or of another machine.
