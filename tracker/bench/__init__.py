@@ -33,8 +33,7 @@ Metrics of a cell (pass times are wall-clock perf_counter_ns around `backend.inf
 
 Outputs in --out (default bench-out/), rewritten atomically: results.json and results.csv after
 every cell, per_image_ms_linear.png and per_image_ms_log.png after every column (a backend at one
-precision),
-and the calibration profile `<state_dir>/profile.json` read by `auto` (tracker.bench.profile: the
+precision); and the calibration profile `<state_dir>/profile.json` read by `auto` (tracker.bench.profile: the
 cells' medians, and for the fastest cells of each batch size their runoff's (tracker.bench.runoff:
 those backends timed again, interleaved in one child); not written under --memory-limit, which
 emulates another device, nor when the 1-minute load average at the start exceeds the cores, unless
