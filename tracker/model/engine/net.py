@@ -67,7 +67,7 @@ class Net:
         self.name = netdef.name
         self.input_name, self.input_shape = _single_input(netdef)
         self._netdef = netdef
-        self.ops = _operators(netdef, self.dtype, mode)
+        self.ops = _operators(netdef, self.dtype, mode, _layer_shapes(netdef))
         self.blob_names: tuple[str, ...] = tuple(dict.fromkeys([self.input_name] + [t for op in self.ops for t in op.tops]))
         self._shape_cache: dict[int, dict[str, tuple[int, ...]]] = {}
         self._mixes_images = mixes_images(self.ops, self.blob_shapes(1), self.blob_shapes(2))
@@ -260,8 +260,9 @@ def check_net(netdef: NetDef) -> None:
     for one image (a 1x1 convolution padded by 30,000 asked for 40 GB at its first forward): for
     the checks before a run (tracker.preflight)."""
     _single_input(netdef)
+    layer_shapes = _layer_shapes(netdef)
     for mode in MODES:
-        _operators(netdef, np.dtype(np.float32), mode)
+        _operators(netdef, np.dtype(np.float32), mode, layer_shapes)
     shapes = S.infer_shapes(netdef, batch=1)
     need = 4 * sum(int(np.prod(shape, dtype=object)) for shape in shapes.values())
     if need > MAX_IMAGE_ACTIVATIONS_BYTES:
@@ -279,8 +280,9 @@ def _single_input(netdef: NetDef) -> tuple[str, tuple[int, ...]]:
     return name, tuple(int(d) for d in declared)
 
 
-def _operators(netdef: NetDef, dtype: np.dtype, mode: str) -> list[O.Op]:
-    """One op per layer, in order (ModelError for a layer type the engine does not run)."""
+def _layer_shapes(netdef: NetDef) -> list[S.LayerShapes]:
+    """Each layer's shapes for one image, once the engine is known to run every layer (ModelError
+    for a layer type it does not run, or one over the batch axis)."""
     for layer in netdef.layers:
         if layer.type not in O.OPS:
             raise ModelError(f"layer {layer.name!r}: unknown layer type {layer.type!r}; the engine runs {', '.join(sorted(O.OPS))}")
@@ -297,4 +299,10 @@ def _operators(netdef: NetDef, dtype: np.dtype, mode: str) -> list[O.Op]:
         if layer.type == "Flatten" and S.canonical_axis(layer, layer.param.flatten_param.axis, len(one.bottoms[0])) == 0:
             raise ModelError(f"layer {layer.name!r} (Flatten): flattens from axis 0, the batch; expected axis 1 "
                              "or later (each image flattened on its own)")
+    return layer_shapes
+
+
+def _operators(netdef: NetDef, dtype: np.dtype, mode: str, layer_shapes: list[S.LayerShapes]) -> list[O.Op]:
+    """One op per layer, in order, from `_layer_shapes(netdef)` (ModelError for a setting of a
+    layer `mode` does not run)."""
     return [O.OPS[layer.type](layer, dtype, mode, sh) for layer, sh in zip(netdef.layers, layer_shapes)]
