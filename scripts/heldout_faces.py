@@ -62,10 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         identities = shared_data.locate(IDENTITIES, "heldout_faces")
         celeba = identities.parent
-        lines = identities.read_text(encoding="utf-8").splitlines()[1:]
+        rows = [line.split() for line in identities.read_text(encoding="utf-8").splitlines()[1:] if line.strip()]
     except (TrackerError, OSError, UnicodeDecodeError) as err:
         p.error(str(err))
-    photos = {line.split()[0] for line in lines if line.strip()}
+    photos = {image for image, _ in rows}
     distilled = set()
     for teacher in args.teacher:
         try:
@@ -77,10 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--teacher {teacher}: describes none of CelebA's photos; expected one made of them")
         distilled |= paths
     people: dict[str, list[str]] = {}
-    for line in lines:
-        if not line.strip():
-            continue
-        image, identity = line.split()
+    for image, identity in rows:
         if image in distilled:
             trained.add(identity)
         people.setdefault(identity, []).append(image)
