@@ -19,13 +19,8 @@ def stop_as_ctrl_c() -> Iterator[None]:
     KeyboardInterrupt as Ctrl-C does, so that the command keeps what it did (a benchmark kills its
     running child and keeps what it measured); a signal already ignored (SIGHUP under nohup) stays
     ignored. Main thread only."""
-    before = {signum: signal.signal(signum, signal.default_int_handler)
-              for signum in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(signum) is not signal.SIG_IGN}
-    try:
+    with _handled((signal.SIGTERM, signal.SIGHUP), signal.default_int_handler):
         yield
-    finally:
-        for signum, handler in before.items():
-            signal.signal(signum, handler)
 
 
 @contextlib.contextmanager
@@ -36,13 +31,22 @@ def interrupts_held() -> Iterator[None]:
     a process's signal goes to any thread that does not block it, and torch's threads do not.) An
     ignored signal stays ignored. Main thread only; keep the block short."""
     came: list[int] = []
-    before = {signum: signal.signal(signum, lambda signum, frame: came.append(signum))
-              for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-              if signal.getsignal(signum) not in (signal.SIG_IGN, None)}  # None: a handler not set from Python
+    try:
+        with _handled((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), lambda signum, frame: came.append(signum)):
+            yield
+    finally:
+        if came:
+            signal.raise_signal(came[0])
+
+
+@contextlib.contextmanager
+def _handled(signums: tuple[int, ...], handler) -> Iterator[None]:
+    """For the block, `handler` for each of `signums` that is not ignored (nor handled outside
+    Python: its handler could not be put back); the handlers before it put back after."""
+    before = {signum: signal.signal(signum, handler) for signum in signums
+              if signal.getsignal(signum) not in (signal.SIG_IGN, None)}
     try:
         yield
     finally:
-        for signum, handler in before.items():
-            signal.signal(signum, handler)
-        if came:
-            signal.raise_signal(came[0])
+        for signum, previous in before.items():
+            signal.signal(signum, previous)
