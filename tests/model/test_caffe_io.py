@@ -547,6 +547,25 @@ def test_structural_errors(tmp_path):
                   'layer { name: "a" type: "ReLU" bottom: "x" top: "y" } '
                   'layer { name: "b" type: "Sigmoid" bottom: "y" top: "x" }',
                   r"layer 'b' writes blob 'x', which an input"),
+        # Caffe keeps one blob per name; a repeated input was kept once, with one of its shapes
+        "repeated": ('input: "x" input_shape { dim: 1 dim: 2 } input: "x" input_shape { dim: 1 dim: 3 } '
+                     'layer { name: "r" type: "ReLU" bottom: "x" top: "r" }',
+                     r"input 'x' is declared twice"),
+        "repeatedtop": ('layer { name: "in" type: "Input" top: "x" top: "x" '
+                        'input_param { shape { dim: 1 dim: 2 } shape { dim: 1 dim: 3 } } } '
+                        'layer { name: "r" type: "ReLU" bottom: "x" top: "r" }',
+                        r"input 'x' is declared twice"),
+        # Caffe's ConcatLayer refuses both fields; the engine took concat_dim and left axis unread
+        "concatboth": ('input: "x" input_shape { dim: 1 dim: 2 dim: 3 } '
+                       'layer { name: "c" type: "Concat" bottom: "x" bottom: "x" top: "c" '
+                       'concat_param { axis: 2 concat_dim: 1 } }',
+                       r"layer 'c' \(Concat\): sets both axis \(2\) and concat_dim \(1\); "
+                       r"expected one of them"),
+        "concatdim": ('input: "x" input_shape { dim: 1 dim: 2 dim: 3 } '
+                      'layer { name: "c" type: "Concat" bottom: "x" bottom: "x" top: "c" '
+                      'concat_param { concat_dim: 3 } }',
+                      r"layer 'c' \(Concat\): concat_dim 3 is out of range for a 3-D input "
+                      r"\(expected 0..2\)"),
     }
     for name, (text, message) in cases.items():
         path = tmp_path / f"{name}.prototxt"

@@ -397,6 +397,7 @@ def _net_inputs(net, source: Path | str) -> dict[str, tuple[int, ...]]:
         if len(net.input_shape) or len(net.input_dim):
             raise ModelError(f"prototxt {source}: input_shape/input_dim given without `input`")
         return {}
+    _refuse_repeated_inputs(names, source)
     if len(net.input_shape):
         if len(net.input_shape) != len(names):
             raise ModelError(f"prototxt {source}: {len(names)} inputs but {len(net.input_shape)} "
@@ -409,11 +410,20 @@ def _net_inputs(net, source: Path | str) -> dict[str, tuple[int, ...]]:
     return {n: tuple(dims[4 * i:4 * i + 4]) for i, n in enumerate(names)}
 
 
+def _refuse_repeated_inputs(names: list[str], source: Path | str) -> None:
+    """One blob per input name, as Caffe has it (a repeated name was kept once, with one of the
+    shapes given for it)."""
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise ModelError(f"prototxt {source}: input {name!r} is declared twice")
+
+
 def _input_layer_shapes(layer, source: Path | str) -> dict[str, tuple[int, ...]]:
     shapes = list(layer.input_param.shape)
     if len(shapes) not in (1, len(layer.top)) or not len(layer.top):
         raise ModelError(f"prototxt {source}: Input layer {layer.name!r} has {len(layer.top)} "
                          f"tops and {len(shapes)} shapes; expected one shape, or one per top")
+    _refuse_repeated_inputs(list(layer.top), source)
     return {top: tuple(int(d) for d in (shapes[i] if len(shapes) > 1 else shapes[0]).dim)
             for i, top in enumerate(layer.top)}
 

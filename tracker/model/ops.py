@@ -811,9 +811,7 @@ class Flatten(Op):
 class Concat(Op):
     def __init__(self, layer, dtype, mode, shapes):
         super().__init__(layer, dtype, mode, shapes)
-        p = layer.param.concat_param
-        first = shapes.bottoms[0]
-        self.axis = p.concat_dim if p.HasField("concat_dim") else S.canonical_axis(layer, p.axis, len(first))
+        self.axis = S.concat_axis(layer, len(shapes.bottoms[0]))
 
     def run(self, ins, outs, scratch, threads: int = 1):
         return [np.concatenate(ins, axis=self.axis, out=outs[0])]

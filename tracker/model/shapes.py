@@ -267,15 +267,26 @@ def _flatten(layer, bottoms):
     return (b[:start] + (_prod(b[start:end + 1]),) + b[end + 1:],), ()
 
 
+def concat_axis(layer: LayerDef, ndim: int) -> int:
+    """The axis a Concat joins its bottoms of `ndim` axes along: `axis` (Caffe's canonical index)
+    or the legacy `concat_dim`, not both (Caffe's ConcatLayer refuses both)."""
+    p = layer.param.concat_param
+    if not p.HasField("concat_dim"):
+        return canonical_axis(layer, p.axis, ndim)
+    if p.HasField("axis"):
+        raise _err(layer, f"sets both axis ({p.axis}) and concat_dim ({p.concat_dim}); "
+                          f"expected one of them")
+    if p.concat_dim >= ndim:
+        raise _err(layer, f"concat_dim {p.concat_dim} is out of range for a {ndim}-D input "
+                          f"(expected 0..{ndim - 1})")
+    return p.concat_dim
+
+
 def _concat(layer, bottoms):
     if not bottoms:
         raise _err(layer, "takes at least 1 bottom; found 0")
-    p = layer.param.concat_param
     first = bottoms[0]
-    axis = (p.concat_dim if p.HasField("concat_dim")
-            else canonical_axis(layer, p.axis, len(first)))
-    if axis >= len(first):
-        raise _err(layer, f"concat_dim {axis} is out of range for shape {first}")
+    axis = concat_axis(layer, len(first))
     for other in bottoms[1:]:
         if len(other) != len(first) or any(
                 a != c for i, (a, c) in enumerate(zip(first, other)) if i != axis):
