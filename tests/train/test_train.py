@@ -116,7 +116,7 @@ def test_the_exported_caffemodel_matches_the_checkpoint_on_the_caffe_engine(trai
     """Independent of the command's own check: the checkpoint's net (BatchNorm in eval mode) against
     the caffemodel (BatchNorm folded) on real face photos."""
     tmp, out, _ = trained
-    state = torch.load(tmp / "work" / "checkpoint.pt", weights_only=False)
+    state = torch.load(tmp / "work" / "checkpoint.pt", weights_only=True)  # as --resume loads it
     model = default_model()
     net = TrainableNet(lower(he_weights(load_net(model.prototxt, None)), "prob", "fc1"))
     net.load_state_dict(state["net"])
@@ -303,12 +303,23 @@ def test_mistakes_in_the_outputs_and_teachers_fail_before_any_photo_is_cut(tmp_p
     assert not list(tmp_path.rglob("crops-*.npz"))
 
 
+class _RunsCode:
+    """Pickled as a call of os.mkdir: loading it runs that call unless the loader refuses code."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return os.mkdir, (self.path,)
+
+
 @pytest.mark.parametrize("case", ["a teacher of other photos", "a checkpoint of another program",
-                                  "a learning rate that diverges"])
+                                  "a checkpoint that runs code", "a learning rate that diverges"])
 def test_mistakes_found_once_the_photos_are_cut_are_one_line(tmp_path, case):
     """A --teacher the user named that describes none of the photos would train without its targets;
-    a checkpoint torch loads but tracker train did not write was an AttributeError's traceback; a
-    diverged run trained on and checkpointed NaN weights over the last good ones."""
+    a checkpoint torch loads but tracker train did not write was an AttributeError's traceback; one
+    that calls a function when unpickled ran it; a diverged run trained on and checkpointed NaN
+    weights over the last good ones."""
     from tracker.errors import InputError
     from tracker.train.command import train_command
 
@@ -325,6 +336,11 @@ def test_mistakes_found_once_the_photos_are_cut_are_one_line(tmp_path, case):
         torch.save([1, 2], tmp_path / "work" / "checkpoint.pt")
         args += ["--teacher", str(LFW / "dlib_descriptors.npz"), "--resume"]
         expected = "is not one tracker train wrote (a list without epoch, fingerprint"
+    elif case == "a checkpoint that runs code":
+        (tmp_path / "work").mkdir()
+        torch.save({"net": _RunsCode(tmp_path / "ran")}, tmp_path / "work" / "checkpoint.pt")
+        args += ["--teacher", str(LFW / "dlib_descriptors.npz"), "--resume"]
+        expected = "checkpoint.pt' is unreadable (UnpicklingError); expected one written by tracker train"
     else:  # one step, whose update diverges: its loss was finite, and its weights were saved (1e30 each)
         args += ["--teacher", str(LFW / "dlib_descriptors.npz"), "--lr", "1e30"]
         expected = "after step 1 (--lr 1e+30): the training diverged; its weights are not saved"
@@ -332,7 +348,8 @@ def test_mistakes_found_once_the_photos_are_cut_are_one_line(tmp_path, case):
         train_command(args)
     assert expected in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / "x.caffemodel").exists()
-    assert (tmp_path / "work" / "checkpoint.pt").exists() == (case == "a checkpoint of another program")
+    assert (tmp_path / "work" / "checkpoint.pt").exists() == ("checkpoint" in case)
+    assert not (tmp_path / "ran").exists()
 
 
 @pytest.mark.parametrize("option, value, expected", [

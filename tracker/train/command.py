@@ -36,6 +36,7 @@ import argparse
 import hashlib
 import io
 import json
+import math
 import queue
 import sys
 import threading
@@ -403,14 +404,16 @@ def _train(args: argparse.Namespace) -> int:
     total_steps = steps_per_epoch * args.epochs
     warmup = min(300, total_steps // 10 + 1)
     optimizer = torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=5e-4)
+    # math, not numpy: a numpy float in the optimizer's state would make the checkpoint unloadable
+    # with weights_only (torch.load's mode that runs no code from the file)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup) * 0.5 * (
-        1.0 + np.cos(np.pi * min(step, total_steps) / total_steps)))
+        1.0 + math.cos(math.pi * min(step, total_steps) / total_steps)))
     fingerprint = _fingerprint(args, samples, classes, prototxt, crops_key)
     epoch, step, minutes_before = 0, 0, 0.0  # minutes: time spent training, over every resumed run
     losses: list[float] = []  # per step, over every resumed run (13 kB for the shipped run)
     if args.resume:
         try:
-            state = torch.load(checkpoint, weights_only=False)
+            state = torch.load(checkpoint, weights_only=True)  # tensors and plain data: no code runs
         except Exception as err:  # a truncated or foreign file: torch raises several kinds
             raise InputError(f"train: --resume: checkpoint {str(checkpoint)!r} is unreadable ({type(err).__name__}); "
                              "expected one written by tracker train") from None
