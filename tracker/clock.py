@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import logging
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 TIME_ERROR = 5  # adjtimex's answer while the kernel's clock is unsynchronized (STA_UNSYNC)
@@ -57,11 +60,25 @@ def _adjtimex():
     return getattr(ctypes.CDLL(None), "adjtimex", None)
 
 
+@functools.cache
+def _say_refused() -> None:
+    log.warning("clock: the kernel refused adjtimex, so whether the wall clock is synchronized is unknown; "
+                "its stamps are not trusted across restarts (a sandbox denying the @clock system calls, "
+                "e.g. systemd's ProtectClock=yes, does this)")
+
+
 def _synchronized() -> bool:
-    """True unless adjtimex says the clock is unsynchronized. Where it cannot be asked (not Linux,
-    or refused: -1), True: the wall clock is trusted then, as everywhere before this module."""
+    """Whether adjtimex says the wall clock is synchronized. Where there is no adjtimex (not Linux),
+    True: the wall clock is trusted, as everywhere before this module. Where it is refused (-1: a
+    seccomp filter denying the @clock calls), False, logged once: an unknown clock counts as
+    unsynchronized, so no stamp it made ages an event early."""
     adjtimex = _adjtimex()
-    return adjtimex is None or adjtimex(ctypes.create_string_buffer(TIMEX_BYTES)) != TIME_ERROR
+    if adjtimex is None:
+        return True
+    state = adjtimex(ctypes.create_string_buffer(TIMEX_BYTES))
+    if state == -1:
+        _say_refused()
+    return state not in (TIME_ERROR, -1)
 
 
 def now() -> Reading:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -159,6 +161,39 @@ def test_the_machines_clock_reading():
     first, second = now(), now()
     assert first.boot == second.boot == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     assert 0 < first.uptime <= second.uptime and isinstance(first.synchronized, bool)
+
+
+# A seccomp filter that answers adjtimex and clock_adjtime (glibc's adjtimex) with EPERM, as the
+# @clock deny of systemd's ProtectClock=yes and SystemCallFilter=~@privileged does: classic BPF
+# (load the call's number, two compares, allow or EPERM), installed in a child with ctypes.
+DENY_CLOCK_READS = """
+import ctypes, logging, platform, struct, sys
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+from tracker import clock
+calls = {"x86_64": (159, 305), "aarch64": (171, 266)}[platform.machine()]  # adjtimex, clock_adjtime
+code = b"".join(struct.pack("HBBI", *insn) for insn in [
+    (0x20, 0, 0, 0),                  # A = seccomp_data.nr
+    (0x15, 2, 0, calls[0]),           # == adjtimex: to the EPERM below
+    (0x15, 1, 0, calls[1]),           # == clock_adjtime: likewise
+    (0x06, 0, 0, 0x7FFF0000),         # SECCOMP_RET_ALLOW
+    (0x06, 0, 0, 0x00050000 | 1)])    # SECCOMP_RET_ERRNO | EPERM
+program = ctypes.create_string_buffer(code)
+fprog = struct.pack("HxxxxxxP", len(code) // 8, ctypes.addressof(program))
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+assert libc.prctl(22, 2, ctypes.c_char_p(fprog), 0, 0) == 0, ctypes.get_errno()  # PR_SET_SECCOMP, FILTER
+print(clock.now().synchronized, clock.now().synchronized)
+"""
+
+
+def test_a_clock_the_sandbox_will_not_let_us_ask_about_is_not_trusted():
+    """Under the unit's old ProtectClock=yes adjtimex answered -1, which counted as synchronized:
+    stamps a Pi took on its fake-hwclock time before NTP answered were trusted across restarts, and
+    the outbox could age an event past its limit at once. Now unknown: untrusted, said once."""
+    child = subprocess.run([sys.executable, "-c", DENY_CLOCK_READS], capture_output=True, text=True, timeout=60)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.split() == ["False", "False"]
+    assert child.stderr.count("clock: the kernel refused adjtimex") == 1, child.stderr
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "foreign schema"])
