@@ -345,6 +345,28 @@ def test_a_different_face_is_a_new_person_and_the_held_track_leaves_after_its_wi
     assert entered == [(2, 0.8)] and left == [(1, 1.3)]
 
 
+def test_a_lost_track_older_than_the_window_is_not_recognised_though_not_yet_dormant():
+    """Misses are counted in frames: frames far apart in time (a camera that came back after an
+    outage, a slow recording) left a track LOST, not dormant, past its window, and a face found
+    26 s later rejoined it against a window of 10 s."""
+    tr = Tracker(min_hits=2, max_age=5, reid_threshold=0.8, reid_window_s=1.0)
+    _seen_then_hidden(tr, 0)  # A last seen at t 0.2
+    (v,) = tr.update([], None, t_s=5.0)  # one miss, 4.8 s later: LOST, not dormant
+    assert (v.state, v.dormant) == (TrackState.LOST, False)
+    tr.update([det(300, 200)], FACE_A, t_s=5.1)
+    views = by_id(tr.update([det(302, 200)], FACE_A, t_s=5.2))
+    assert views[2].entered and views[2].rejoined is None and views[1].state is TrackState.LOST
+
+
+def test_end_all_ends_every_track_and_new_ids_go_on():
+    tr = Tracker(min_hits=2, max_age=2, reid_threshold=0.8, reid_window_s=5.0)
+    _seen_then_hidden(tr, 6)  # track 1 dormant
+    tr.update([det(300, 200)], FACE_B, t_s=1.0)  # track 2 tentative
+    assert tr.end_all() == [1, 2] and tr.live_count == 0 and tr.predicted_boxes() == []
+    (v,) = tr.update([det(0, 0)], FACE_A, t_s=1.1)  # A again: a new track, nothing to rejoin
+    assert (v.track_id, v.state) == (3, TrackState.TENTATIVE)
+
+
 @pytest.mark.parametrize("embedding", [None, np.zeros((1, 4), np.float32), np.full((1, 4), np.nan, np.float32)])
 def test_a_track_without_an_embedding_ends_at_max_age_even_with_reidentification_on(embedding):
     """An all-zero embedding is none (it was kept as the track's, which then waited the whole

@@ -247,6 +247,13 @@ class Tracker:
         """Tracks not yet ended (tentative, confirmed, lost or dormant)."""
         return len(self._tracks)
 
+    def end_all(self) -> list[int]:
+        """End every track at once (the frames stopped coming: nothing is followed any more) and
+        return their ids; new tracks' ids go on from the last one."""
+        ids = [t.track_id for t in self._tracks]
+        self._tracks.clear()
+        return ids
+
     def predicted_boxes(self) -> list[Box]:
         """Where each live track (tentative, confirmed or lost, not dormant) is expected in the next
         frame: its Kalman state moved one frame at constant velocity; nothing is changed. For
@@ -315,7 +322,7 @@ class Tracker:
             assigned[track.track_id] = di
             self._tracks.append(track)
 
-        rejoined = self._confirm(just_confirmed, assigned)
+        rejoined = self._confirm(just_confirmed, assigned, t_s)
         self._end_excess(assigned)
         views = [self._view(t, assigned.get(t.track_id), t.track_id in just_confirmed, rejoined.get(t.track_id))
                  for t in self._tracks]
@@ -408,7 +415,7 @@ class Tracker:
         re-identification is on: `update` checks)."""
         return t_s is not None and track.seen_s is not None and t_s - track.seen_s <= self.reid_window_s
 
-    def _confirm(self, just_confirmed: set[int], assigned: dict[int, int]) -> dict[int, int]:
+    def _confirm(self, just_confirmed: set[int], assigned: dict[int, int], t_s: float | None) -> dict[int, int]:
         """Confirm the tracks in `just_confirmed`, except those recognised by face as a LOST track
         back: those are merged into it (and removed from `just_confirmed` and `assigned`).
         Returns {old track id: new track id} of the merges."""
@@ -416,7 +423,7 @@ class Tracker:
             return {}
         by_id = {t.track_id: t for t in self._tracks}
         new_tracks = [by_id[i] for i in sorted(just_confirmed)]
-        recognised = self._recognise(new_tracks)
+        recognised = self._recognise(new_tracks, t_s)
         rejoined: dict[int, int] = {}
         for new in new_tracks:
             if new.track_id not in recognised:
@@ -435,10 +442,11 @@ class Tracker:
             rejoined[old.track_id] = new_id
         return rejoined
 
-    def _recognise(self, new_tracks: list[_Track]) -> dict[int, tuple[_Track, np.ndarray]]:
+    def _recognise(self, new_tracks: list[_Track], t_s: float | None) -> dict[int, tuple[_Track, np.ndarray]]:
         """{new track id: (the LOST track it is, the embedding the two share from now on: the unit
         mean of both)}: the pairs of one assignment that maximises the total cosine similarity of
-        their embeddings, each at least reid_threshold."""
+        their embeddings, each at least reid_threshold, of LOST tracks last seen within the window
+        before t_s (one not yet dormant can be older: its misses are counted in frames)."""
         if self.reid_threshold is None:
             return {}
         new = [(t, t.embedding) for t in new_tracks if t.embedding is not None]
@@ -446,7 +454,7 @@ class Tracker:
             return {}
         shape = new[0][1].shape
         lost = [(t, t.embedding) for t in self._tracks if t.state is TrackState.LOST and t.ever_confirmed
-                and t.embedding is not None and t.embedding.shape == shape]
+                and t.embedding is not None and t.embedding.shape == shape and self._within_window(t, t_s)]
         if not lost:
             return {}
         similarity = 1.0 - cosine_distance(np.stack([e for _, e in new]), np.stack([e for _, e in lost]))
