@@ -14,6 +14,7 @@ import json
 import logging
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import cv2
@@ -40,12 +41,13 @@ def scene_frames() -> list[np.ndarray]:
     return [scene.render(n)[0] for n in range(20, 60)]
 
 
-def guard_config(tmp_path: Path, frames: int):
+def guard_config(tmp_path: Path, frames: int, **sections):
     return parse_config({
         "state_dir": str(tmp_path / "state"),
         "source": {"frames": frames, "width": SIZE[0], "height": SIZE[1]},
         "detect": {"detect_width": SIZE[0]},
         "sinks": {"console": False},
+        **sections,
     })
 
 
@@ -127,6 +129,47 @@ def test_guard_rides_out_an_absent_and_unplugged_camera(tmp_path, monkeypatch, c
     assert max(seqs) == 29  # the capture queue is drained at the end: the last frame is processed
     assert all(a["dropped"] <= b["dropped"] for a, b in zip(rows, rows[1:]))
     assert any(r["faces"] for r in rows if r["seq"] >= 12)  # detection kept working after the reopen
+
+
+class CameraWithOutage(SourceBase):
+    """A live camera that delivers `before` frames, is unplugged (a read fails, then every open for
+    `outage_s`), then works again; paced at 25 fps."""
+
+    live = True
+    pace_fps = 25.0
+
+    def __init__(self, frames: list[np.ndarray], before: int, outage_s: float):
+        super().__init__()
+        self.description = "camera test-outage"
+        self._frames, self._before, self._outage_s = frames, before, outage_s
+        self._back_at: float | None = None  # monotonic seconds: when the camera works again
+
+    def open(self) -> None:
+        if self._back_at is not None and time.monotonic() < self._back_at:
+            raise SourceUnavailable(f"{self.description}: /dev/video9 does not exist (unplugged?)")
+
+    def read(self):
+        if self._seq == self._before and self._back_at is None:
+            self._back_at = time.monotonic() + self._outage_s
+            raise SourceUnavailable(f"{self.description}: no frame (unplugged?)")
+        return self._frame(self._frames[self._seq % len(self._frames)])
+
+
+def test_the_people_in_view_leave_when_the_camera_is_gone_past_the_reidentification_window(
+        tmp_path, monkeypatch, caplog, scene_frames):
+    """They stayed "present" for the whole outage (Home Assistant's presence on, the state's
+    tracks 1), and a face found after it rejoined its old track whatever the gap."""
+    caplog.set_level(logging.INFO)
+    config = guard_config(tmp_path, frames=40, tracking={"reid_window_s": 1.0})
+    run_guard_with(CameraWithOutage(scene_frames, before=20, outage_s=2.0), config, monkeypatch)
+    events = [json.loads(line) for line in (config.resolved_state_dir() / "events.jsonl").read_text().splitlines()]
+    before = {e["track_id"] for e in events if e["kind"] == "entered" and e["seq"] < 20}
+    assert before, events  # people were announced before the outage
+    # each of them left before any event of a frame after it, and those are new tracks
+    first_after = next(i for i, e in enumerate(events) if e["seq"] >= 20)
+    assert {e["track_id"] for e in events[:first_after] if e["kind"] == "left"} == before
+    assert not before & {e["track_id"] for e in events[first_after:]}
+    assert sum("no frame for" in r.getMessage() for r in caplog.records) == 1
 
 
 def write_video(path: Path, frames: list[np.ndarray]) -> None:

@@ -103,6 +103,8 @@ class Guard:
         self.people_present = 0  # announced (confirmed) tracks not yet ended, after the last frame
         self._last_seq: int | None = None  # the last frame tracked: for the `left` events at the end
         self._last_media_s: float | None = None
+        self._last_frame_ns = time.monotonic_ns()  # when the capture last gave a frame (see _source_gone)
+        self._failures_at_frame = 0  # the capture's failed opens and reads by then
         self._done_ns: deque[int] = deque(maxlen=100)  # processing end times, for fps
         self._failing_sinks: dict = {}  # (sink, method) -> calls failed in a row (see _to_every_sink)
 
@@ -171,12 +173,19 @@ class Guard:
             if batch is not None:
                 self._process(batch)
             if isinstance(frame, Frame):
+                self._last_frame_ns, self._failures_at_frame = time.monotonic_ns(), self._capture.stats().failures
                 work = self._detect(frame, previous, time.monotonic_ns())
                 previous = work.detections
                 batch = batcher.add(work, crop_batch(frame.image, work.detections if work.has_crops else ()),
                                     frame.t_ns, frame.image.nbytes)
                 if batch is not None:
                     self._process(batch)
+            elif self._source_gone():
+                log.warning("%s: no frame for %.0f s and failing: the people in view are not followed any more "
+                            "(each gets its left; a face seen once it is back starts a new track)",
+                            self.stages.source.description, (time.monotonic_ns() - self._last_frame_ns) / 1e9)
+                self._end_every_track()
+                previous = ()
             now = time.monotonic_ns()
             if now >= next_report:
                 next_report = now + report_every_ns
@@ -188,20 +197,37 @@ class Guard:
             if web is not None and web.jobs.run_next(self.stages.detector, self.stages.backend):
                 self.stages.reload_people()  # the page enrolled or forgot someone: from the next frame on
 
-    def _finish(self) -> None:
-        """The end of a run: the batcher's last frames tracked, every announced track's `left`,
-        the last report and state."""
-        daemon.stopping()
-        batch = self.stages.batcher.flush()
+    def _source_gone(self) -> bool:
+        """The source failed since its last frame (a camera unplugged, a stream down) and nothing
+        came for the re-identification window: past it no track could come back anyway, so the
+        people in view must not stay "present" for the whole outage. A source that is only slow
+        never fails, and keeps its tracks."""
+        return (self.stages.tracker.live_count > 0 and self._capture.stats().failures > self._failures_at_frame
+                and time.monotonic_ns() - self._last_frame_ns >= self.config.tracking.reid_window_s * 1e9)
+
+    def _end_every_track(self) -> None:
+        """Nobody in view is followed any more (the run ends, or the source is gone): the
+        batcher's last frames are tracked, every announced track gets its `left`, and every track
+        ends with its votes and best face."""
+        stages = self.stages
+        batch = stages.batcher.flush()
         if batch is not None:
             self._process(batch)
-        # Nobody in view is followed any more: every announced track gets its `left`.
         now_ns = time.monotonic_ns()
-        events = self.stages.events.close_all(self.stages.votes, now_ns, wall_time_s(now_ns),
-                                              seq=self._last_seq, media_s=self._last_media_s)
+        events = stages.events.close_all(stages.votes, now_ns, wall_time_s(now_ns),
+                                         seq=self._last_seq, media_s=self._last_media_s)
         self.identity_score.add(events, [])
         self._publish_events(events)
-        self.people_present = 0  # the last state says so too
+        for track_id in stages.tracker.end_all():
+            stages.votes.forget(track_id)
+            stages.snapshots.forget(track_id)
+        self.people_present = 0  # the next state says so too
+
+    def _finish(self) -> None:
+        """The end of a run: every track ended (each announced one's `left`), the last report and
+        state."""
+        daemon.stopping()
+        self._end_every_track()
         self._report()
         self._publish_state()
         if self.identity_score.announced:
