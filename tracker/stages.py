@@ -113,7 +113,7 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
     """Every stage of a run of `config` (already checked by `tracker.preflight.check_runnable`).
 
     source_spec: the command line's --source, parsed by `make_source` (None: the config's);
-    realtime: pace a file or a synthetic scene at its own rate; enroll_scene_people: enrol the
+    realtime: pace a synthetic scene at its own rate (files are never paced); enroll_scene_people: enrol the
     synthetic scene's people first (the demo); stop: raised by the caller's signal handler, it ends
     the wait for a backend worker's start-up (a WorkerFailure). Raises what the stages raise
     (ModelError for a model whose input is not the guard's crop, BackendUnavailable, InputError
