@@ -55,6 +55,10 @@ ENROL_CHIPS = 5  # the demo enrols each person from this many chips the scene do
 CYCLE_S = 20.0
 PILLAR_Z = 1  # actors with a smaller z walk behind the pillar
 _ACTORS_PER_CYCLE = 3
+# A faces_dir's people and images the scene reads, the first by name: every chip is held decoded
+# (up to 512 px a side, 0.8 MB), and a faces_dir of LFW's 9,525 photos held 1.7 GB.
+MAX_SCENE_PEOPLE = 16
+MAX_CHIPS_PER_PERSON = 4
 _NOISE_PAD = 64  # the noise field is this much larger than the frame, for per-frame offsets
 _LARGEST_FACE = 0.29  # the largest face the scene draws, as a fraction of the frame's height (walker B's)
 # The scene's arrays take about 45 bytes a pixel while it is made (the room and its noise, in
@@ -99,9 +103,10 @@ def default_faces_dir() -> Path:
 
 
 def scene_chips(faces_dir: Path | None = None) -> dict[str, list[Path]]:
-    """The face images of the scene, per person: `<faces_dir>/<person>/*.jpg|png`, or, with
-    faces_dir None, DEFAULT_CHIPS in `default_faces_dir()`. InputError (exit 2) if they are missing
-    or name fewer people than a scene cycle needs."""
+    """The face images of the scene, per person: `<faces_dir>/<person>/*.jpg|png` (the first
+    MAX_SCENE_PEOPLE people and MAX_CHIPS_PER_PERSON images of each, by name), or, with faces_dir
+    None, DEFAULT_CHIPS in `default_faces_dir()`. InputError (exit 2) if they are missing or name
+    fewer people than a scene cycle needs."""
     if faces_dir is None:
         where, fix = default_faces_dir(), f"; {_FACES_DIR_FIX}"
         files = [where / name for name in DEFAULT_CHIPS]
@@ -113,7 +118,12 @@ def scene_chips(faces_dir: Path | None = None) -> dict[str, list[Path]]:
         files = sorted(p for p in where.glob("*/*") if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
     people: dict[str, list[Path]] = {}
     for path in files:
-        people.setdefault(path.parent.name, []).append(path)
+        chips = people.setdefault(path.parent.name, [])
+        if len(chips) < MAX_CHIPS_PER_PERSON:
+            chips.append(path)
+        if len(people) > MAX_SCENE_PEOPLE:
+            del people[path.parent.name]
+            break
     if len(people) < _ACTORS_PER_CYCLE:
         raise InputError(f"synthetic scene: {len(people)} people found in {str(where)!r}; expected "
                          f"<person>/<face image> files for at least {_ACTORS_PER_CYCLE} people{fix}")
