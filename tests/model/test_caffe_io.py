@@ -3,6 +3,7 @@ identically, the V1 syntax, shape inference against OpenCV's Caffe importer, and
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -398,6 +399,21 @@ def test_empty_files(lenet, tmp_path):
     (tmp_path / "c.prototxt").write_text("# only a comment\n")
     with pytest.raises(ModelError, match=r"c\.prototxt defines no layers"):
         load_net(tmp_path / "c.prototxt", weights)
+
+
+def test_a_model_file_that_is_no_regular_file_or_too_large_is_refused_unread(lenet, tmp_path):
+    """/dev/zero named as the weights grew to 23 GB; a FIFO named as the prototxt hung the start."""
+    prototxt, weights, _ = lenet
+    with pytest.raises(ModelError, match=r"cannot read caffemodel /dev/zero: not a regular file; expected a "
+                                         r"regular file of at most 256 MB"):
+        load_net(prototxt, Path("/dev/zero"))
+    os.mkfifo(tmp_path / "f.prototxt")
+    with pytest.raises(ModelError, match=r"cannot read prototxt .*f\.prototxt: not a regular file"):
+        load_net(tmp_path / "f.prototxt", weights)
+    with open(tmp_path / "big.caffemodel", "wb") as sparse:  # no disk used
+        sparse.truncate((256 << 20) + 1)
+    with pytest.raises(ModelError, match=r"big\.caffemodel: larger than 268435456 bytes"):
+        load_net(prototxt, tmp_path / "big.caffemodel")
 
 
 def test_truncated_caffemodel(lenet, tmp_path):

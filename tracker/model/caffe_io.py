@@ -24,7 +24,7 @@ from google.protobuf import message as pb_message
 from google.protobuf import text_format
 
 from tracker.errors import ModelError
-from tracker.files import atomic_write
+from tracker.files import atomic_write, read_regular_file
 from tracker.model import caffe_pb
 from tracker.model.netdef import LayerDef, NetDef
 from tracker.model.shapes import LAYER_TYPES, infer_layer_shapes
@@ -55,16 +55,24 @@ _TEST_PHASE = 1  # caffe.Phase.TEST: the phase a deploy net runs in
 # ----------------------------------------------------------------------------- reading
 
 
+# The largest model file read: a prototxt is text of a few kB; 256 MB of weights is a quarter of
+# the Pi's memory, decoded twice over (protobuf, then numpy). /dev/zero named as weights grew to
+# 23 GB before these bounds, and a FIFO hung the start.
+MAX_FILE_BYTES = {"prototxt": 16 << 20, "caffemodel": 256 << 20}
+
+
 def _read_bytes(path: Path, kind: str) -> bytes:
+    """The bytes of a regular `kind` file (a key of MAX_FILE_BYTES), within its bound."""
     path = Path(path)
     if not path.exists():
         raise ModelError(f"{kind} not found: {path}")
     if path.is_dir():
         raise ModelError(f"{kind} {path} is a directory; expected a file")
     try:
-        data = path.read_bytes()
+        data = read_regular_file(path, MAX_FILE_BYTES[kind])
     except OSError as err:
-        raise ModelError(f"cannot read {kind} {path}: {err.strerror or err}") from None
+        raise ModelError(f"cannot read {kind} {path}: {err.strerror or err}; expected a regular file of at most "
+                         f"{MAX_FILE_BYTES[kind] >> 20} MB") from None
     if not data.strip():
         raise ModelError(f"{kind} {path} is empty ({len(data)} bytes); expected a Caffe "
                          f"NetParameter")
