@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -371,3 +372,26 @@ def test_a_puback_after_close_is_not_taken_for_a_full_disk(broker, sinks, tmp_pa
     with caplog.at_level(logging.WARNING, logger="tracker.sinks.mqtt"):
         sink._on_publish(None, None, 60000, ReasonCode(PacketTypes.PUBACK, "Success"), None)
     assert not caplog.records
+
+
+def test_a_lasting_publisher_error_is_logged_once_a_minute_not_every_second(broker, sinks, tmp_path, caplog):
+    """A failing disk made every turn of the publisher (one a second) log a traceback: journald's
+    rate limit then drops the guard's own lines too."""
+    sink = open_sink(sinks, broker, tmp_path)
+    wait_until(lambda: sink.connected, what="the sink to connect")
+    real, calls = sink.outbox.pending, []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) <= 3:
+            raise sqlite3.OperationalError("disk I/O error")
+        return real(*args, **kwargs)
+
+    sink.outbox.pending = failing
+    with caplog.at_level(logging.INFO, logger="tracker.sinks.mqtt"):
+        sink.publish_event(make_event())
+        wait_until(lambda: len(sink.outbox) == 0, what="the event to go once the error is over")
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("publisher error" in m for m in said) == 1, said
+    assert "mqtt: the publisher works again after 3 error(s)" in said
+    sink.close()

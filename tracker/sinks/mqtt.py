@@ -69,6 +69,7 @@ log = logging.getLogger(__name__)
 CREDENTIAL_NAME = "mqtt-password"  # the file name under $CREDENTIALS_DIRECTORY (systemd LoadCredential=)
 MAX_SNAPSHOT_BYTES = 1 << 20  # one face JPEG is a few kB; refuse anything absurd rather than hold it
 _EXPIRE_EVERY_S = 60.0  # how often the age bound of the outbox is applied while running
+_ERROR_LOG_EVERY_S = 60.0  # a publisher error that lasts is logged again at most this often
 _STABLE_S = 30.0  # a connection that lasted this long ends an outage (its problems may be logged again)
 # A connection dropped this soon after its CONNACK, with no reason from the broker, whose reconnect
 # then succeeds at once (a broker that restarted refuses connections for a while), is a flap; this
@@ -530,6 +531,7 @@ class MqttSink:
 
     def _publisher(self) -> None:
         next_expire = time.monotonic() + _EXPIRE_EVERY_S
+        errors, next_error_log = 0, 0.0  # errors in a row (see the except below)
         while True:
             with self._wake:
                 if self._stop:
@@ -550,9 +552,18 @@ class MqttSink:
                     self._send_state()
                     self._send_discovery()
                     self._send_snapshot()
-            except Exception:  # a bug here must not silently stop delivery for the rest of the run
-                log.exception("mqtt: publisher error; continuing")
+            except Exception:  # a bug or a failing disk must not silently stop delivery for the rest of the run
+                errors += 1
+                if time.monotonic() >= next_error_log:  # the first and then one a minute: a lasting error
+                    next_error_log = time.monotonic() + _ERROR_LOG_EVERY_S  # must not flood the journal
+                    log.exception("mqtt: publisher error (%d in a row; said at most once a minute); continuing", errors)
                 time.sleep(1.0)
+                with self._wake:  # tried again then, not only at the next event or state
+                    self._work = True
+            else:
+                if errors:
+                    log.info("mqtt: the publisher works again after %d error(s)", errors)
+                errors, next_error_log = 0, 0.0
 
     def _fits(self, name: str, topic: str, payload: int, qos: int, properties: int = 0) -> bool:
         """Whether a PUBLISH fits the broker's Maximum Packet Size (MQTT 5 forbids sending a larger
