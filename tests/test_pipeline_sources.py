@@ -172,6 +172,27 @@ def test_the_people_in_view_leave_when_the_camera_is_gone_past_the_reidentificat
     assert sum("no frame for" in r.getMessage() for r in caplog.records) == 1
 
 
+def test_a_stop_from_a_signal_handler_does_not_wait_for_the_capture_thread(tmp_path, monkeypatch, caplog, scene_frames):
+    """A handler that interrupts the loop's get() runs with the capture's lock held: stop() joined
+    the capture thread, which needs that lock to end, so each such stop hung for the join's timeout
+    and logged a read stuck that was not. (The main thread holding the lock plays the handler.)"""
+    monkeypatch.setattr(stages, "make_source", lambda *args, **kwargs: FlakyCamera(scene_frames, absent=0,
+                                                                                  unplug_after=10_000))
+    config = guard_config(tmp_path, frames=10_000)
+    guard = pipeline.Guard(config, stages.build_stages(config))
+    codes: list[int] = []
+    runner = threading.Thread(target=lambda: codes.append(guard.run()))
+    with caplog.at_level(logging.WARNING, logger="tracker.sources"):
+        runner.start()
+        while guard.frames_processed < 3 and runner.is_alive():
+            time.sleep(0.05)
+        with guard._capture._cond:
+            guard.stop()
+        runner.join(60)
+    assert codes == [0] and guard.frames_processed >= 3
+    assert "still inside a read" not in caplog.text
+
+
 def write_video(path: Path, frames: list[np.ndarray]) -> None:
     writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 10.0, SIZE)
     assert writer.isOpened()

@@ -110,7 +110,7 @@ class Guard:
 
     def stop(self) -> None:
         self._stop.set()
-        self._capture.stop()
+        self._capture.stop(wait=False)  # run() waits for it as it ends
         if self.stages.restarting is not None:  # a call waiting on a hung worker ends now, not at its deadline
             self.stages.restarting.interrupt()
 

@@ -235,15 +235,16 @@ class Capture:
         while (frame := self.get()) is not None:
             yield frame
 
-    def stop(self) -> None:
-        """Stop capturing and wake the consumer; returns within `stop_timeout_s` (+ a little).
-
-        The thread closes the source itself. If it is stuck inside a blocking read (e.g. a stalled
-        network stream), it is left to finish on its own: it is a daemon and drops its frame."""
+    def stop(self, wait: bool = True) -> None:
+        """Stop capturing and wake the consumer. With `wait`, returns once the thread has ended, or
+        within `stop_timeout_s` (+ a little): the thread closes the source itself, and if it is stuck
+        inside a blocking read (e.g. a stalled network stream), it is left to finish on its own (it
+        is a daemon and drops its frame). Without, at once: a signal handler may have interrupted
+        this thread's own get() holding the lock the capture thread needs to end."""
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
-        if self._thread is not None and self._thread is not threading.current_thread():
+        if wait and self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(self.stop_timeout_s)
             if self._thread.is_alive():
                 log.warning("%s: still inside a read after stop(); leaving it to finish in the background",
