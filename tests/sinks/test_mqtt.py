@@ -246,7 +246,8 @@ def test_presence_change_publishes_state_at_once(broker, sinks, tmp_path):
     # state_interval_s is an hour: only the presence change can explain the second state message
     sink = open_sink(sinks, broker, tmp_path, "porch", state_interval_s=3600)
     sub = Subscriber(broker, ["tracker/porch/state"])
-    sub.wait_for(lambda m: m)  # the retained (or first) state
+    sink.publish_state({"tracks": 0, "fps": 10.0})
+    sub.wait_for(lambda m: any(json.loads(p).get("tracks") == 0 for _, p, _ in m))  # the first state
     sink.publish_state({"tracks": 2, "fps": 10.0})
     states = sub.wait_for(lambda m: any(json.loads(p).get("tracks") == 2 for _, p, _ in m))
     assert json.loads(states[-1][1])["fps"] == 10.0
@@ -395,3 +396,17 @@ def test_a_lasting_publisher_error_is_logged_once_a_minute_not_every_second(brok
     assert sum("publisher error" in m for m in said) == 1, said
     assert "mqtt: the publisher works again after 3 error(s)" in said
     sink.close()
+
+
+def test_no_state_goes_out_before_the_guard_gives_one(broker, sinks, tmp_path):
+    """On connect the sink published a state of its own counters alone (no tracks, fps or frames),
+    retained: what a consumer saw until the guard's first numbers came."""
+    sub = Subscriber(broker, ["tracker/pi-new/state", "tracker/pi-new/availability"])  # nothing retained
+    sink = open_sink(sinks, broker, tmp_path, device="pi-new")
+    sub.wait_for(lambda m: any(t == "tracker/pi-new/availability" and p == b"online" for t, p, _ in m))
+    sink.publish_state({"fps": 0.0, "tracks": 0, "frames_dropped": 0, "backend": "caffe-openblas-dl"})
+    messages = sub.wait_for(lambda m: any(t == "tracker/pi-new/state" for t, _, _ in m))
+    first = next(json.loads(p) for t, p, _ in messages if t == "tracker/pi-new/state")
+    assert first["tracks"] == 0 and first["backend"] == "caffe-openblas-dl"
+    sink.close()
+    sub.close()

@@ -299,14 +299,16 @@ class MqttSink:
 
     def publish_state(self, state: dict) -> None:
         """Remember the pipeline's latest numbers; published every `state_interval_s`, at once when
-        `tracks` goes between zero and non-zero (Home Assistant's "person present"), and on connect.
+        `tracks` goes between zero and non-zero (Home Assistant's "person present"), on connect, and
+        the first time (none is published before it: a state without the guard's numbers).
 
         Expected keys (others pass through): fps (float), tracks (int), frames_dropped (int),
         backend (str), latency_ms ({stage: {"p50": ms, "p95": ms}}, tracker.latency.RollingStats)."""
         with self._wake:
+            first = not self._state
             self._state = dict(state)
             present = bool(state.get("tracks", 0))
-            if present != self._present:
+            if first or present != self._present:
                 self._present, self._state_due = present, True
                 self._poke()
 
@@ -634,6 +636,9 @@ class MqttSink:
         with self._wake:
             due = self._state_due or time.monotonic() >= self._next_state
             if not due:
+                return
+            if not self._state:  # none from the guard yet: sent when it comes (publish_state), not without its numbers
+                self._next_state = time.monotonic() + self.config.state_interval_s
                 return
             self._state_due = False
             self._next_state = time.monotonic() + self.config.state_interval_s
