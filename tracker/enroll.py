@@ -110,7 +110,7 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
     At most the last MAX_KEPT faces are used (and kept for a later refresh); the images beyond
     are reported and counted as skipped.
     `add`: keep the faces `name` was enrolled from (the latest MAX_KEPT in all) and add these,
-    rather than replace them (the web page's "this was alice" on an event's snapshot).
+    rather than replace them (the web page's uploads and its "this was alice" on an event's snapshot).
     `backend`, `detector`: open ones to use (default: made from `config` for this call).
     `alive`: called before each image (the guard's thread passes its watchdog ping: an upload of
     large photos holds its loop for tens of seconds on a Pi 3, past the unit's WatchdogSec)."""

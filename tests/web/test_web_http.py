@@ -342,6 +342,18 @@ def test_enrolling_by_upload_reports_each_photo_and_takes_effect_in_the_running_
     frames_go_on(guard)
 
 
+def test_photos_uploaded_for_someone_enrolled_are_added_to_their_faces(client, page):
+    """An upload for a known name replaced the person: the faces they were enrolled from were lost."""
+    guard, _ = page
+    person = guard.stages.state_dir / "people" / "twice.npz"
+    for kept in (1, 2):
+        status, answer = client.upload("twice", [("astronaut.png", ASTRONAUT.read_bytes())])
+        assert status == 200 and answer["used"] == 1, answer
+        with np.load(person) as data:
+            assert int(data["count"]) == len(data["chips"]) == kept
+    assert client.json("DELETE", "/api/people/twice")[0] == 200
+
+
 @pytest.mark.parametrize("name", ["../etc", "a/b", "unknown", ".hidden", "", "x" * 65, "bob\n"])
 def test_a_name_with_path_tricks_is_refused(client, name):
     status, answer = client.upload(name, [("astronaut.png", ASTRONAUT.read_bytes())])

@@ -16,7 +16,7 @@ Routes (JSON errors are {"error": one line} with a 4xx/5xx status):
     GET  /api/events?before=&limit=&identity=   a page of the event log, newest first
     GET  /snapshots/{event id}.jpg              an event's snapshot
     GET  /api/people   GET /api/people/{name}/face.png
-    POST /api/people (multipart: name, photos)  enrol, as `tracker enroll` does
+    POST /api/people (multipart: name, photos)  enrol, as `tracker enroll` does, or add to a known person's faces
     POST /api/people/{name}/from-event {event_id}   add an event's snapshot to a person
     DELETE /api/people/{name}
     GET  /api/speed   GET /speed/{linear,log}.png   the last benchmark on this device, auto's picks
@@ -547,14 +547,15 @@ class _NotEnrolled(InputError):
 def _enrol_job(config: Config, name: str, paths: list[Path], messages: list[str], folder: Path | None,
                detector, backend, snapshot: bool = False) -> dict:
     """Enrol `name` from `paths` (the guard's thread): photos of one face each, as `tracker enroll`
-    does; or (`snapshot`) an event's snapshot, a face with some context, added to the person's kept
-    faces. Messages name each photo without the upload folder, which is removed afterwards."""
+    does, or (`snapshot`) an event's snapshot, a face with some context. Either is added to the
+    faces a known person was enrolled from (the page never replaces a person: deleting one is its
+    own step). Messages name each photo without the upload folder, which is removed afterwards."""
 
     def report(line: str) -> None:
         messages.append(line.replace(f"{folder}/", "") if folder is not None else line)
 
     try:
-        path, used, skipped = enroll(name, list(paths), config, aligned=snapshot, add=snapshot, report=report,
+        path, used, skipped = enroll(name, list(paths), config, aligned=snapshot, add=True, report=report,
                                      backend=backend, detector=detector, alive=daemon.watchdog)
     finally:
         if folder is not None:
