@@ -91,6 +91,28 @@ def test_login_limiter_refuses_after_five_failures_until_the_window_passes():
     assert limiter.retry_after("10.0.0.2") is None
 
 
+def test_the_login_limit_cannot_be_dodged_by_more_addresses_than_it_remembers():
+    """Wrong passwords from MAX_CLIENTS + 1 addresses in turn: each address was forgotten before
+    its fifth failure, so none was ever refused. Only an address whose failures have all left the
+    window is forgotten; while every remembered one is live, a new address waits its turn."""
+    clock = Clock()
+    limiter = auth.LoginLimiter(clock)
+    addresses = [f"10.0.{i // 256}.{i % 256}" for i in range(auth.MAX_CLIENTS + 1)]
+    refused = 0
+    for _ in range(auth.FAILURES_ALLOWED):
+        for address in addresses:
+            if limiter.retry_after(address) is None:
+                limiter.failed(address)
+            else:
+                refused += 1
+    assert refused > 0 and all(limiter.retry_after(a) is not None for a in addresses)
+    newcomer = "10.9.9.9"
+    assert limiter.retry_after(newcomer) == pytest.approx(auth.WINDOW_S)  # the table is full of live addresses
+    clock.now += auth.WINDOW_S
+    assert limiter.retry_after(newcomer) is None  # their failures left the window: they are forgotten
+    limiter.failed(newcomer)
+
+
 def test_a_page_beyond_loopback_needs_a_password(tmp_path, monkeypatch):
     monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)
     assert web_password(parse_config({"web": {"listen": "127.0.0.1:8080"}}).web) is None

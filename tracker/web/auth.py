@@ -16,7 +16,10 @@ CORS grant the server never gives. (SameSite=Strict keeps the cookie off cross-s
 
 Logins are rate-limited per client address: after FAILURES_ALLOWED wrong passwords within WINDOW_S,
 that address is refused until the oldest of them is WINDOW_S old. Bounded: at most MAX_CLIENTS
-addresses are remembered (the longest-quiet is forgotten first).
+addresses are remembered, and an address is forgotten only once its last failure is WINDOW_S old
+(forgetting one still failing would let a guesser go round more addresses than that, never refused);
+while MAX_CLIENTS addresses with recent failures are remembered, every other address is refused
+until the first of them is forgotten.
 """
 
 from __future__ import annotations
@@ -94,28 +97,33 @@ class LoginLimiter:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic):
         self._clock = clock
+        # address -> its latest failures, the address failed longest ago first
         self._failures: OrderedDict[str, deque[float]] = OrderedDict()
 
     def retry_after(self, client: str) -> float | None:
         """Seconds until `client` may try again, or None if it may now."""
-        recent = self._recent(client)
+        self._forget_quiet()
+        recent = self._failures.get(client)
+        if recent is None:
+            if len(self._failures) < MAX_CLIENTS:
+                return None
+            recent = next(iter(self._failures.values()))  # no room: wait until this one is forgotten
+            return max(0.1, recent[-1] + WINDOW_S - self._clock())
+        while recent[0] <= self._clock() - WINDOW_S:
+            recent.popleft()
         if len(recent) < FAILURES_ALLOWED:
             return None
         return max(0.1, recent[0] + WINDOW_S - self._clock())
 
     def failed(self, client: str) -> None:
-        recent = self._recent(client)
-        recent.append(self._clock())
-        self._failures[client] = recent
+        """Count a wrong password of `client`, which retry_after let try."""
+        self._failures.setdefault(client, deque(maxlen=FAILURES_ALLOWED)).append(self._clock())
         self._failures.move_to_end(client)
-        while len(self._failures) > MAX_CLIENTS:
-            self._failures.popitem(last=False)
 
     def succeeded(self, client: str) -> None:
         self._failures.pop(client, None)
 
-    def _recent(self, client: str) -> deque[float]:
-        recent = self._failures.get(client, deque(maxlen=FAILURES_ALLOWED))
-        while recent and recent[0] <= self._clock() - WINDOW_S:
-            recent.popleft()
-        return recent
+    def _forget_quiet(self) -> None:
+        """Forget the addresses whose failures have all left the window."""
+        while self._failures and next(iter(self._failures.values()))[-1] <= self._clock() - WINDOW_S:
+            self._failures.popitem(last=False)
