@@ -261,6 +261,24 @@ def test_a_viewer_that_takes_no_frames_gives_its_place_up(client, page, monkeypa
     frames_go_on(guard)
 
 
+def test_a_live_view_ends_with_its_session(client, page):
+    """The session was checked only when the stream opened: a stream went on after its logout."""
+    guard, port = page
+    sock = socket.create_connection(("127.0.0.1", port), timeout=120)
+    sock.sendall(f"GET /live.mjpg HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: {auth.COOKIE}={client.cookie}\r\n"
+                 "Connection: close\r\n\r\n".encode())
+    answer = b""
+    while answer.count(b"--frame") < 2:  # it streams
+        answer += sock.recv(65536)
+    assert client.json("POST", "/api/logout")[0] == 200
+    frames = 0
+    while frames < 50 and (chunk := sock.recv(65536)):  # the stream ends, or 10 s of frames come on
+        frames += chunk.count(b"--frame")
+    sock.close()
+    assert frames < 50
+    frames_go_on(guard)
+
+
 # ---- events --------------------------------------------------------------------------------
 
 

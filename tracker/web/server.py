@@ -12,7 +12,8 @@ Routes (JSON errors are {"error": one line} with a 4xx/5xx status):
     GET  /api/session                           {password_required, logged_in, csrf}
     POST /api/login {password}  /api/logout
     GET  /api/state                             the guard's fps, per-stage latency p50/p95, tracks
-    GET  /live.mjpg                             the live view (multipart JPEG, stream_fps at most)
+    GET  /live.mjpg                             the live view (multipart JPEG, stream_fps at most), until
+                                                its session ends
     GET  /api/events?before=&limit=&identity=   a page of the event log, newest first
     GET  /snapshots/{event id}.jpg              an event's snapshot
     GET  /api/people   GET /api/people/{name}/face.png
@@ -345,7 +346,8 @@ class WebServer:
             await response.prepare(request)
             sent = 0
             poll_s = min(0.1, self.live.interval_ns / 2e9)
-            while True:
+            token = request.cookies.get(auth.COOKIE)
+            while self.sessions.get(token) is not None:  # logged out or expired: the stream ends
                 frame = await self._run(self.live.jpeg) if self.live.seq != sent else None
                 if frame is None:
                     await asyncio.sleep(poll_s)
@@ -354,6 +356,7 @@ class WebServer:
                 await asyncio.wait_for(response.write(b"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: "
                                                       + str(len(jpeg)).encode() + b"\r\n\r\n" + jpeg + b"\r\n"),
                                        LIVE_WRITE_TIMEOUT_S)
+            return response
         except (ConnectionError, asyncio.CancelledError):
             return response  # the viewer went away, or the server is closing
         except TimeoutError:  # a viewer that takes no frames holds a place other viewers may want
