@@ -243,6 +243,21 @@ def test_pages_go_on_through_the_rotated_logs_and_survive_a_rotation_between_the
     assert event_log.read_page(path, backups=2, before=gone) == ([], None)
 
 
+@pytest.mark.parametrize("limit, max_scan", [(3, 4 << 20), (100, 1)])  # the next page starts at the older file's end
+def test_pages_go_on_into_a_rotated_log_that_ends_in_a_torn_line(tmp_path, limit, max_scan):
+    """A crash mid-line, then a rotation: the older file ends without a newline, and the cursor of
+    its end was refused (not the start of a line), so its events could not be reached."""
+    path = tmp_path / "events.jsonl"
+    rows = write_log(path.with_name("events.jsonl.1"), 5, torn_tail=True) + write_log(path, 3)
+    seen, before = [], None
+    while True:
+        page, before = event_log.read_page(path, backups=1, before=before, limit=limit, max_scan=max_scan)
+        seen += [e["track_id"] for e in page]
+        if before is None:
+            break
+    assert seen == [r["track_id"] for r in reversed(rows)]
+
+
 def test_a_file_opened_twice_in_a_rotation_is_read_once(tmp_path, monkeypatch):
     """The guard rotates between the page's opening of `path` and of `path.1`: both names then open
     the same file (the one `path` was); its events are listed once."""

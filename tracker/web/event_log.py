@@ -8,7 +8,9 @@ None at the start of the oldest file. A cursor is "<inode>:<mark>:<byte offset>"
 found by its inode, so a cursor stays good while the guard rotates the files under a reader, and
 its mark (the CRC-32 of its first line, which never changes once written) must match, since a file
 system may give a new file the inode of one the rotation removed (ext4 does); one whose file has
-been rotated out, or whose offset is not the start of one of its lines, gives an empty last page.
+been rotated out, or whose offset is neither the start of one of its lines nor its end, gives an
+empty last page. (A page that ends at the start of a file points at the next file's end: a rotated
+file may end in a torn line, the guard having stopped mid-line before the rotation.)
 A request reads at most `max_scan` bytes: a filter that matches rarely returns a short page and
 the cursor to go on from, not a long wait. A line that is not a JSON object (a torn last line
 while the guard writes, a stray edit) is skipped; a line longer than MAX_LINE is skipped without
@@ -75,8 +77,9 @@ def _cursor(f, inode: int, offset: int) -> str:
     return f"{inode}:{_mark(f)}:{offset}"
 
 
-def _starts_a_line(f, offset: int) -> bool:
-    if offset == 0:
+def _starts_a_line(f, offset: int, size: int) -> bool:
+    """Whether `offset` is where a line of `f` (`size` bytes) starts, or its end."""
+    if offset in (0, size):
         return True
     f.seek(offset - 1)
     return f.read(1) == b"\n"
@@ -101,7 +104,7 @@ def read_page(path: Path, *, backups: int = 0, before: str | None = None, limit:
         if before is not None:
             inode, mark, offset = parse_cursor(before)
             at = next((i for i, (f, ino, size) in enumerate(opened)
-                       if ino == inode and offset <= size and _mark(f) == mark and _starts_a_line(f, offset)), None)
+                       if ino == inode and offset <= size and _mark(f) == mark and _starts_a_line(f, offset, size)), None)
             if at is None:  # its file was rotated out, or the cursor was not made from this one
                 return [], None
             opened = [(opened[at][0], inode, offset), *opened[at + 1:]]
