@@ -40,6 +40,10 @@ MAX_KEPT = 64  # faces a person's enrolment is made from and keeps, the latest (
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 
 
+class AlreadyKept(InputError):
+    """Every face found to add to a person is one kept for them already (the same crop)."""
+
+
 def image_files(inputs: list[Path], what: str = "enroll") -> list[Path]:
     """Files named directly, and the image files (by suffix, sorted; a folder named like one is not) of folders named;
     InputError, its message starting with `what` (the command), for what is neither or cannot be read."""
@@ -110,7 +114,9 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
     At most the last MAX_KEPT faces are used (and kept for a later refresh); the images beyond
     are reported and counted as skipped.
     `add`: keep the faces `name` was enrolled from (the latest MAX_KEPT in all) and add these,
-    rather than replace them (the web page's uploads and its "this was alice" on an event's snapshot).
+    rather than replace them (the web page's uploads and its "this was alice" on an event's snapshot);
+    a face kept already (the same crop: the same photo or snapshot again) is reported and skipped,
+    and AlreadyKept is raised when that leaves none.
     `backend`, `detector`: open ones to use (default: made from `config` for this call).
     `alive`: called before each image (the guard's thread passes its watchdog ping: an upload of
     large photos holds its loop for tens of seconds on a Pi 3, past the unit's WatchdogSec)."""
@@ -118,8 +124,10 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
     check_new_name(config.resolved_state_dir(), name)
     files = image_files(inputs)
     detector = detector or create_detector(config.detect, quiet=True)
+    crop = crop_definition(detector.gives_landmarks)
+    kept = kept_crops(config.resolved_state_dir(), name, crop) if add else None
     crops: deque[np.ndarray] = deque(maxlen=MAX_KEPT)  # memory for MAX_KEPT faces, however many images
-    faces_found = 0
+    faces_found = repeated = 0
     for path in files:
         alive()
         image = read_image(path, reduced=True)  # a phone photo decoded at a fraction of its size
@@ -137,13 +145,18 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
                 report(f"enroll: {path}: {len(faces)} faces found; expected exactly one; skipped")
                 continue
             face = faces[0]
-        crops.append(crop_batch(image, [face], margin=0.0 if aligned else CROP_MARGIN))
+        new = crop_batch(image, [face], margin=0.0 if aligned else CROP_MARGIN)
+        if kept is not None and (kept == new).all(axis=(1, 2, 3)).any():
+            report(f"enroll: {path}: this face is kept for {name!r} already; skipped")
+            repeated += 1
+            continue
+        crops.append(new)
         faces_found += 1
+    if not crops and repeated:
+        raise AlreadyKept(f"enroll: every face found is kept for {name!r} already; nothing added")
     if not crops:
         raise InputError(f"enroll: no usable face for {name!r} in {len(files)} image(s); "
                          "expected images showing exactly one face each")
-    crop = crop_definition(detector.gives_landmarks)
-    kept = kept_crops(config.resolved_state_dir(), name, crop) if add else None
     batch = np.ascontiguousarray(np.concatenate(([kept] if kept is not None else []) + list(crops))[-MAX_KEPT:])
     used = len(crops)
     if used < faces_found:

@@ -365,11 +365,14 @@ def test_photos_uploaded_for_someone_enrolled_are_added_to_their_faces(client, p
     """An upload for a known name replaced the person: the faces they were enrolled from were lost."""
     guard, _ = page
     person = guard.stages.state_dir / "people" / "twice.npz"
-    for kept in (1, 2):
-        status, answer = client.upload("twice", [("astronaut.png", ASTRONAUT.read_bytes())])
+    mirrored = cv2.imencode(".png", cv2.flip(cv2.imread(str(ASTRONAUT)), 1))[1].tobytes()
+    for kept, photo in ((1, ASTRONAUT.read_bytes()), (2, mirrored)):
+        status, answer = client.upload("twice", [("astronaut.png", photo)])
         assert status == 200 and answer["used"] == 1, answer
         with np.load(person) as data:
             assert int(data["count"]) == len(data["chips"]) == kept
+    status, answer = client.upload("twice", [("again.png", mirrored)])  # a face kept already
+    assert status == 409 and answer["messages"] == ["enroll: 01-again.png: this face is kept for 'twice' already; skipped"]
     assert client.json("DELETE", "/api/people/twice")[0] == 200
 
 
@@ -567,15 +570,33 @@ def test_the_servers_own_errors_are_json_with_the_security_headers(client, page,
 
 def test_an_events_snapshot_teaches_the_guard_a_face(client, page):
     guard, _ = page
-    events = wait_for(lambda: [e for e in client.json("GET", "/api/events?limit=100")[1]["events"] if e["snapshot"]],
-                      "an event with a snapshot")
-    status, answer = client.json("POST", "/api/people/visitor/from-event", {"event_id": events[0]["id"]})
+
+    def snapshots_of_two_tracks():
+        events = [e for e in client.json("GET", "/api/events?limit=100")[1]["events"] if e["snapshot"]]
+        other = next((e for e in events if e["track_id"] != events[0]["track_id"]), None)
+        return other and (events[0], other)
+
+    first, other = wait_for(snapshots_of_two_tracks, "events with snapshots of two tracks")
+    status, answer = client.json("POST", "/api/people/visitor/from-event", {"event_id": first["id"]})
     assert status == 200 and answer["used"] == 1, answer
     wait_for(lambda: "visitor" in guard.stages.gallery.names, "the guard to know the visitor")
-    status, answer = client.json("POST", "/api/people/visitor/from-event", {"event_id": events[-1]["id"]})
+    status, answer = client.json("POST", "/api/people/visitor/from-event", {"event_id": other["id"]})
     assert status == 200  # added to the faces kept for the visitor
     assert client.json("POST", "/api/people/visitor/from-event", {"event_id": "../../people/x"})[0] == 404
     assert client.json("DELETE", "/api/people/visitor")[0] == 200
+
+
+def test_an_events_face_is_added_to_a_person_once(client, page):
+    """ "This was..." clicked twice added the same snapshot's face twice."""
+    guard, _ = page
+    event = wait_for(lambda: next((e for e in client.json("GET", "/api/events?limit=100")[1]["events"] if e["snapshot"]),
+                                  None), "an event with a snapshot")
+    assert client.json("POST", "/api/people/twice/from-event", {"event_id": event["id"]})[0] == 200
+    status, answer = client.json("POST", "/api/people/twice/from-event", {"event_id": event["id"]})
+    assert status == 409 and answer["error"] == "enroll: every face found is kept for 'twice' already; nothing added"
+    with np.load(guard.stages.state_dir / "people" / "twice.npz") as data:
+        assert int(data["count"]) == len(data["chips"]) == 1
+    assert client.json("DELETE", "/api/people/twice")[0] == 200
 
 
 # ---- speed ---------------------------------------------------------------------------------

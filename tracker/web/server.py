@@ -18,7 +18,7 @@ Routes (JSON errors are {"error": one line} with a 4xx/5xx status):
     GET  /snapshots/{event id}.jpg              an event's snapshot
     GET  /api/people   GET /api/people/{name}/face.png
     POST /api/people (multipart: name, photos)  enrol, as `tracker enroll` does, or add to a known person's faces
-    POST /api/people/{name}/from-event {event_id}   add an event's snapshot to a person
+    POST /api/people/{name}/from-event {event_id}   add an event's snapshot to a person (409: kept already)
     DELETE /api/people/{name}
     GET  /api/speed   GET /speed/{linear,log}.png   the last benchmark on this device, auto's picks
 
@@ -62,7 +62,7 @@ from aiohttp.multipart import BadContentDispositionHeader, BadContentDisposition
 from tracker import daemon
 from tracker.child_process import one_line
 from tracker.config import Config
-from tracker.enroll import enroll
+from tracker.enroll import AlreadyKept, enroll
 from tracker.errors import BackendFailure, InputError, TrackerError
 from tracker.identity import UNKNOWN, people_files, person_chip, remove_person, validate_name
 from tracker.passwords import loopback
@@ -531,7 +531,7 @@ class WebServer:
                 await self._run(not_run)
             return _error(503, f"the guard did not get to the change within {JOB_TIMEOUT_S:.0f} s; try again")
         except InputError as err:
-            status = 404 if isinstance(err, _NotEnrolled) else 400
+            status = 404 if isinstance(err, _NotEnrolled) else 409 if isinstance(err, AlreadyKept) else 400
             return _error(status, str(err), messages=messages)
         except BackendFailure as err:
             return _error(503, f"the backend failed ({err}); try again", messages=messages)

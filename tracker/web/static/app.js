@@ -191,7 +191,7 @@ function eventItem(event) {
     const message = element("small", { class: "this-was-message" });
     button.addEventListener("click", async () => {
       message.textContent = "";
-      button.disabled = true;  // a second click would add the same face twice
+      button.disabled = true;  // while the guard adds the face; after it has, for good (the server refuses it again too)
       try {
         const answer = await api(`/api/people/${encodeURIComponent(name.value)}/from-event`, {
           method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ event_id: event.id }),
@@ -199,7 +199,6 @@ function eventItem(event) {
         message.textContent = `added to ${answer.name}`;
       } catch (error) {
         message.textContent = error.message;
-      } finally {
         button.disabled = false;
       }
     });
