@@ -544,6 +544,16 @@ def test_a_request_that_breaks_http_is_no_error_in_the_guards_log(page, caplog):
     frames_go_on(guard)
 
 
+@pytest.mark.parametrize("encoding", ["br", "zstd"])
+def test_a_body_in_an_encoding_the_server_cannot_decode_gets_aiohttps_plain_400(client, encoding, caplog):
+    """The README's exception to "every error is JSON with the page's headers": aiohttp refuses a
+    body in br or zstd (it decodes them only with modules the project does not install) before the
+    application sees the request. No error in the guard's log either."""
+    status, headers, body = client.request("POST", "/api/login", b"\x00" * 8, {**JSON, "Content-Encoding": encoding})
+    assert status == 400 and headers["content-type"].startswith("text/plain") and "x-frame-options" not in headers
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith(("aiohttp", "tracker"))]
+
+
 def test_a_handler_that_fails_is_a_json_500_and_the_page_goes_on(client, page, monkeypatch):
     guard, _ = page
 

@@ -27,8 +27,9 @@ required unless the page listens on a loopback address only; then requests must 
 page by a loopback host (a web site that rebinds its own name to 127.0.0.1 cannot read the page).
 Every response the application gives, errors of its own routing too (no route, a method, a body
 too large) and a handler's crash (500), forbids framing and sniffing, allows only the page's own
-scripts, and is JSON when it is an error; a request too malformed to parse gets aiohttp's own plain
-400 before the application sees it.
+scripts, and is JSON when it is an error; aiohttp answers two kinds of request with its own plain
+400 (without those headers) before the application sees them: one too malformed to parse, and one
+whose body is in br or zstd (aiohttp decodes those only with modules the guard does not install).
 
 Bounded, so that no client can exhaust the guard's process (its file descriptors, memory or
 threads): at most MAX_CONNECTIONS open connections (one more is answered 503 and closed); a
