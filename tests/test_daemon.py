@@ -153,11 +153,11 @@ def test_systemd_analyze_security_exposure_below_2(tmp_path):
     assert score < 2.0
 
 
-def _install_pi(*args: str, shared: str | None = None) -> subprocess.CompletedProcess:
+def _install_pi(*args: str, shared: str | None = None, checkout: Path = REPO) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "TRACKER_SHARED_DIR"}
     if shared is not None:
         env["TRACKER_SHARED_DIR"] = shared
-    return subprocess.run(["bash", str(REPO / "scripts" / "install-pi"), *args], capture_output=True, text=True,
+    return subprocess.run(["bash", str(checkout / "scripts" / "install-pi"), *args], capture_output=True, text=True,
                           timeout=60, env=env)
 
 
@@ -190,6 +190,29 @@ def test_install_script_hands_the_callers_shared_data_to_the_check_and_the_unit(
         refused = _install_pi("--dry-run", shared=value)
         assert refused.returncode == 2 and f"TRACKER_SHARED_DIR '{value}' {expected}" in refused.stderr, refused.stderr
         assert refused.stdout == ""  # refused before any step
+
+
+def test_install_script_copies_the_project_and_not_the_checkouts_environments_and_caches(tmp_path):
+    """It copied all but .venv, .git, bench-out and train-work: .venv-mxnet (300 MB), the caches,
+    build/ and *.egg-info went to /opt/tracker/src too (355 MB for 14 MB of project)."""
+    checkout = tmp_path / "checkout"
+    project = ["pyproject.toml", "scripts/install-pi", "tracker/__init__.py", "tests/test_cache.py", "models/a.caffemodel"]
+    other = [".git/HEAD", ".venv/bin/python", ".venv-mxnet/bin/python", "tracker/__pycache__/x.pyc", ".pytest_cache/v",
+             ".ruff_cache/v", ".mypy_cache/v", ".hypothesis/v", "build/lib/x.py", "tracker.egg-info/PKG-INFO",
+             "bench-out/x", "train-work/x", "test-artifacts/x", ".cache/x"]
+    for name in project + other:
+        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / name).write_text("x")
+    (checkout / "scripts" / "install-pi").write_text((REPO / "scripts" / "install-pi").read_text())
+    out = _install_pi("--dry-run", "--no-start", checkout=checkout).stdout
+    # the copy the dry run shows, run into an archive of the test's
+    tar = next(line[2:].split() for line in out.splitlines() if line.startswith(f"+ tar -C {checkout} "))
+    archive = tmp_path / "src.tar"
+    tar[tar.index("-cf") + 1] = str(archive)
+    subprocess.run(tar, check=True, timeout=60)
+    listed = subprocess.run(["tar", "-tf", str(archive)], capture_output=True, text=True, check=True, timeout=60).stdout
+    copied = {name.removeprefix("./") for name in listed.splitlines() if not name.endswith("/")}
+    assert copied == set(project)
 
 
 @pytest.mark.timeout(30)
