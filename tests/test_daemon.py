@@ -178,6 +178,25 @@ def test_install_script_dry_run_lists_every_step():
     assert bad.returncode == 2 and "unknown option '--frobnicate'" in bad.stderr
 
 
+def test_install_script_refuses_extras_without_a_list_in_one_line():
+    """`--extras` at the end exited 1 with bash's own message (line 34: 2: ...)."""
+    for args in (["--extras"], ["--extras", "--dry-run"], ["--extras", "mqtt,,onnx", "--dry-run"]):
+        refused = _install_pi(*args)
+        value = args[1] if len(args) > 1 else ""
+        assert refused.returncode == 2 and refused.stdout == "", refused.stderr
+        assert refused.stderr == (f"install-pi: --extras '{value}' is not a comma-separated list of pip extras; "
+                                  "expected e.g. --extras mqtt,onnx\n")
+    assert "pip install --quiet -e /opt/tracker/src[mqtt,onnx,camera]" in _install_pi("--dry-run", "--extras", "mqtt,onnx").stdout
+
+
+def test_install_script_dry_run_says_it_would_write_the_config():
+    """It said "wrote /etc/tracker/tracker.yaml", though a dry run writes nothing."""
+    out = _install_pi("--dry-run").stdout
+    assert " wrote " not in out
+    if not Path("/etc/tracker/tracker.yaml").exists():
+        assert "install-pi: would write /etc/tracker/tracker.yaml" in out
+
+
 def test_install_script_hands_the_callers_shared_data_to_the_check_and_the_unit(tmp_path):
     shared = "/usr"  # a folder the service sees on any machine (a dry run only reads its name)
     out = _install_pi("--dry-run", "--no-start", shared=str(shared)).stdout
