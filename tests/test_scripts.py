@@ -33,6 +33,30 @@ def test_scripts_test_takes_a_relative_test_path_from_where_it_is_called(tmp_pat
     assert "tests/test_arguments.py::test_value_types" in proc.stdout
 
 
+def _stub(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n" + text)
+    path.chmod(0o755)
+
+
+def test_scripts_test_hands_option_values_on_as_they_are(tmp_path):
+    """`-k config` from the checkout's root ran no test: the value named the folder config/ there, so
+    pytest got `-k /path/to/config`. Run on a copy whose setup and venv are stubs (pytest prints its arguments)."""
+    checkout = tmp_path / "checkout"
+    _stub(checkout / "scripts" / "setup", "exit 0\n")
+    shutil.copy(REPO / "scripts" / "test", checkout / "scripts" / "test")
+    _stub(checkout / ".venv" / "bin" / "python", 'printf "%s\\n" "$@"\n')
+    caller = tmp_path / "caller"
+    for name in ("config", "name", "expression", "test_x.py"):
+        (caller / name).mkdir(parents=True)
+    proc = subprocess.run([str(checkout / "scripts" / "test"), "-k", "config", "-m", "expression", "-p", "name",
+                           "test_x.py::t", "-W", "config", "--deselect", "test_x.py::u"],
+                          cwd=caller, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["-m", "pytest", "-k", "config", "-m", "expression", "-p", "name",
+                                        f"{caller}/test_x.py::t", "-W", "config", "--deselect", "test_x.py::u"]
+
+
 def test_setup_mxnet_without_python_3_11_says_so_and_lets_the_setup_go_on(tmp_path):
     """It exited 2, so scripts/setup, and with it run-demo and scripts/test, stopped on Debian 13
     (Python 3.13), though the demo needs no MXNet."""
