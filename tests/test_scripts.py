@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 from test_pipeline_e2e import isolated_env
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,3 +72,72 @@ def test_setup_mxnet_without_python_3_11_says_so_and_lets_the_setup_go_on(tmp_pa
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "setup-mxnet: skipped: no Python 3.11 found" in proc.stderr and "mxnet-*" in proc.stderr
+
+
+# -- the interpreter a set-up script is given, and the venv it finds: run on a copy of the script in a
+# scratch checkout, with stubs for the Pythons, the Debian check and the steps after the venv
+
+def _python_stub(path: Path, version: str) -> Path:
+    """A Python `version` that answers the scripts' questions, makes venvs (a copy of itself with a
+    pyvenv.cfg) and logs every call to $CALLS."""
+    _stub(path, f"""echo "$0 $*" >> "$CALLS"
+case "$1" in
+  -c) echo {version} ;;
+  -m) if [ "$2" = venv ]; then
+        for venv; do :; done
+        mkdir -p "$venv/bin" && cp "$0" "$venv/bin/python"
+        case " $* " in *" --system-site-packages "*) site=true ;; *) site=false ;; esac
+        printf 'include-system-site-packages = %s\\nversion = {version}.2\\n' "$site" > "$venv/pyvenv.cfg"
+      fi ;;
+esac
+""")
+    return path
+
+
+def _setup_checkout(tmp_path: Path, script: str) -> tuple[Path, dict[str, str]]:
+    checkout = tmp_path / "checkout"
+    for name in (script, "lib/python-version.sh"):
+        (checkout / "scripts" / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / "scripts" / name, checkout / "scripts" / name)
+    (checkout / "pyproject.toml").write_text("[project]\n")
+    for name in {"fetch-blazeface", "setup-mxnet"} - {script}:
+        _stub(checkout / "scripts" / name, "exit 0\n")
+    _stub(tmp_path / "bin" / "dpkg-query", "echo install ok installed\n")
+    _stub(tmp_path / "bin" / "uname", "echo x86_64\n")
+    return checkout, {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "CALLS": str(tmp_path / "calls")}
+
+
+@pytest.mark.parametrize(("script", "variable", "expected"), [
+    ("setup", "PYTHON", "expected Python 3.11 or newer"),
+    ("setup-mxnet", "PYTHON311", "expected a Python 3.11"),
+])
+def test_setup_refuses_an_interpreter_that_is_missing_or_of_another_version_in_one_line(tmp_path, script, variable, expected):
+    """A missing one ended in bash's "command not found" (127); one of a wrong version made the venv."""
+    checkout, env = _setup_checkout(tmp_path, script)
+    old = _python_stub(tmp_path / "python3.9", "3.9") if script == "setup" else _python_stub(tmp_path / "python3.13", "3.13")
+    for python, found in ((tmp_path / "missing", "not a Python that runs here"), (old, f"Python {old.name[6:]}")):
+        proc = subprocess.run([str(checkout / "scripts" / script)], env={**env, variable: str(python)}, capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert proc.stderr.startswith(f"{script}: {variable} '{python}' is {found}; {expected}") and proc.stderr.count("\n") == 1
+        assert not (checkout / ".venv").exists() and not (checkout / ".venv-mxnet").exists()
+
+
+@pytest.mark.parametrize(("script", "variable", "venv", "kept"), [
+    ("setup", "PYTHON", ".venv", ""),
+    ("setup-mxnet", "PYTHON311", ".venv-mxnet", ".installed-mxnet-1.9.1-numpy-1.23.5"),
+])
+def test_setup_makes_again_a_venv_that_another_python_made(tmp_path, script, variable, venv, kept):
+    """A venv made by a wrong PYTHON was kept on every later run (it had its pip; setup-mxnet's had
+    its stamp too), so setting the right one never helped."""
+    checkout, env = _setup_checkout(tmp_path, script)
+    _python_stub(tmp_path / "python3.10", "3.10")
+    subprocess.run([str(tmp_path / "python3.10"), "-m", "venv", str(checkout / venv)], env=env, check=True, timeout=60)
+    if kept:
+        (checkout / venv / kept).touch()  # mxnet 1.9.1 and numpy 1.23.5 install under 3.10 too
+    python = _python_stub(tmp_path / "python3.11", "3.11")
+    proc = subprocess.run([str(checkout / "scripts" / script)], env={**env, variable: str(python)}, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "version = 3.11.2" in (checkout / venv / "pyvenv.cfg").read_text()
+    assert f"{python} -m venv" in (tmp_path / "calls").read_text()
