@@ -1,6 +1,6 @@
 """Which backends run in this install, checked against what pyproject promises.
 
-On aarch64 the install is the Raspberry Pi's (scripts/setup --pi: extras [pi,test]); everywhere
+On aarch64 the install is the Raspberry Pi's (scripts/setup --pi: extras [pi,test,lint]); everywhere
 else it is the full one (extras [all,test] plus scripts/setup-mxnet). Every backend whose runtime the
 install's extras provide must be available, and every other one must say why not in one line,
 from `tracker --list-backends` without a crash. scripts/test-aarch64 runs this on emulated aarch64:

@@ -94,7 +94,7 @@ esac
     return path
 
 
-def _setup_checkout(tmp_path: Path, script: str) -> tuple[Path, dict[str, str]]:
+def _setup_checkout(tmp_path: Path, script: str, machine: str = "x86_64") -> tuple[Path, dict[str, str]]:
     checkout = tmp_path / "checkout"
     for name in (script, "lib/python-version.sh"):
         (checkout / "scripts" / name).parent.mkdir(parents=True, exist_ok=True)
@@ -103,7 +103,7 @@ def _setup_checkout(tmp_path: Path, script: str) -> tuple[Path, dict[str, str]]:
     for name in {"fetch-blazeface", "setup-mxnet"} - {script}:
         _stub(checkout / "scripts" / name, "exit 0\n")
     _stub(tmp_path / "bin" / "dpkg-query", "echo install ok installed\n")
-    _stub(tmp_path / "bin" / "uname", "echo x86_64\n")
+    _stub(tmp_path / "bin" / "uname", f"echo {machine}\n")
     return checkout, {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "CALLS": str(tmp_path / "calls")}
 
 
@@ -141,3 +141,15 @@ def test_setup_makes_again_a_venv_that_another_python_made(tmp_path, script, var
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "version = 3.11.2" in (checkout / venv / "pyvenv.cfg").read_text()
     assert f"{python} -m venv" in (tmp_path / "calls").read_text()
+
+
+def test_setup_on_aarch64_installs_the_lint_tools(tmp_path):
+    """The Pi's install ([pi,test]) had no ruff nor mypy, so scripts/lint, .ci/run's first step, could
+    not run on aarch64; both have aarch64 wheels."""
+    checkout, env = _setup_checkout(tmp_path, "setup", machine="aarch64")
+    python = _python_stub(tmp_path / "python3.11", "3.11")
+    proc = subprocess.run([str(checkout / "scripts" / "setup")], env={**env, "PYTHON": str(python)}, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "-m venv --system-site-packages" in (tmp_path / "calls").read_text()  # the Pi's kind of venv
+    assert "-m pip install -q -e .[pi,test,lint]" in (tmp_path / "calls").read_text()
