@@ -63,8 +63,9 @@ def read_secret(path: Path | None, credential: str, what: str) -> Secret | None:
 
 
 def loopback(host: str) -> bool:
-    """`host` (a name or an address) is this machine only: localhost, 127.0.0.0/8 or ::1."""
-    if host == "localhost":
+    """`host` (a name or an address) is this machine only: localhost (in any case, as DNS names
+    are), 127.0.0.0/8 or ::1."""
+    if host.lower() == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback

@@ -149,9 +149,11 @@ def test_the_page_and_its_files_come_with_security_headers(client):
 
 
 def test_another_host_name_is_refused(client):
-    """A site that rebinds its own name to 127.0.0.1 cannot read a loopback page."""
+    """A site that rebinds its own name to 127.0.0.1 cannot read a loopback page; this machine's
+    own name is not case-sensitive (LOCALHOST was refused)."""
     status, _, body = client.request("GET", "/api/state", headers={"Host": f"evil.example:{client.port}"})
     assert status == 421 and "is not this page's" in json.loads(body)["error"]
+    assert client.request("GET", "/api/session", headers={"Host": f"LocalHost:{client.port}"})[0] == 200
 
 
 @pytest.mark.parametrize("header", ["X-Forwarded-For", "Forwarded", "X-Real-IP"])
