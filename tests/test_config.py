@@ -85,6 +85,9 @@ def test_default_file_documents_every_key_with_a_comment():
     ({"source": {"fps": 1e-300}}, "source.fps", "greater than or equal to 0.01"),
     ({"latency": {"path": 12}}, "latency.path", "bad value 12; expected a file path (a string)"),
     ({"latency": {"report_every_s": 1e300}}, "latency.report_every_s", "less than or equal to 86400"),
+    # a report line every frame, and an overflow when the live view started
+    ({"latency": {"report_every_s": 1e-300}}, "latency.report_every_s", "greater than or equal to 1"),
+    ({"web": {"stream_fps": 1e-300}}, "web.stream_fps", "greater than or equal to 0.1"),
     ({"batcher": {"max_batch": 1000}}, "batcher.max_batch", "less than or equal to 256"),
     ({"sinks": {"console": "maybe"}}, "sinks.console", "valid boolean"),
     ({"sinks": {"jsonl_max_bytes": 999}}, "sinks.jsonl_max_bytes", "greater than or equal to 10000"),

@@ -24,7 +24,7 @@ def test_guard_reports_ready_watchdog_status_and_stopping(tmp_path):
     reader.start()
     env = isolated_env(tmp_path)
     env.update(NOTIFY_SOCKET=address, WATCHDOG_USEC="200000")  # ping at least every 0.1 s
-    config = write_config(tmp_path, latency={"report_every_s": 0.2})
+    config = write_config(tmp_path, latency={"report_every_s": 1.0})
     run = subprocess.run([*tracker_command(), "--demo", "--frames", "40", "--config", str(config)],
                          env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]

@@ -167,7 +167,8 @@ class LatencyConfig(Section):
     path: FilePath | None = None  # default: <state_dir>/latency.jsonl
     max_bytes: StrictInt = Field(10_000_000, ge=10_000)
     backups: StrictInt = Field(3, ge=0, le=100)
-    report_every_s: StrictFloat = Field(10.0, gt=0, le=86_400)  # a day at most (1e300 overflowed the timer)
+    # a day at most (1e300 overflowed the timer); a second at least (1e-300 logged a report every frame)
+    report_every_s: StrictFloat = Field(10.0, ge=1.0, le=86_400)
 
 
 class SinksConfig(Section):
@@ -277,7 +278,7 @@ class WebConfig(Section):
     password_file: ExistingFile | None = None  # default: $CREDENTIALS_DIRECTORY/web-password if it exists
     session_hours: StrictFloat = Field(12.0, gt=0, le=24 * 31)
     max_viewers: StrictInt = Field(3, ge=1, le=16)
-    stream_fps: StrictFloat = Field(5.0, gt=0, le=30)
+    stream_fps: StrictFloat = Field(5.0, ge=0.1, le=30)  # a frame in 10 s at least (1e-300 overflowed the live view)
     stream_width: StrictInt = Field(640, ge=160, le=1920)
     max_upload_mb: StrictFloat = Field(8.0, gt=0, le=64)
 
