@@ -89,6 +89,8 @@ def test_default_file_documents_every_key_with_a_comment():
     ({"latency": {"report_every_s": 1e-300}}, "latency.report_every_s", "greater than or equal to 1"),
     ({"web": {"stream_fps": 1e-300}}, "web.stream_fps", "greater than or equal to 0.1"),
     ({"batcher": {"max_batch": 1000}}, "batcher.max_batch", "less than or equal to 256"),
+    # Haar's pyramid of a step just over 1 took 16.9 GB and minutes a frame
+    ({"detect": {"scale_factor": 1.0000000000000002}}, "detect.scale_factor", "greater than or equal to 1.05"),
     ({"sinks": {"console": "maybe"}}, "sinks.console", "valid boolean"),
     ({"sinks": {"jsonl_max_bytes": 999}}, "sinks.jsonl_max_bytes", "greater than or equal to 10000"),
     ({"sinks": {"jsonl_backups": 101}}, "sinks.jsonl_backups", "less than or equal to 100"),
