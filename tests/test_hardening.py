@@ -103,6 +103,9 @@ def test_a_bad_value_inside_an_alias_expansion_is_shown_short(tmp_path, capsys):
     ("source:\n  seed: -5\n", "key 'source.seed': bad value -5"),
     ("sinks:\n  jsonl: ''\n", "key 'sinks.jsonl': bad value ''; expected a file path"),
     ("mqtt:\n  outbox:\n    path: ''\n", "key 'mqtt.outbox.path': bad value ''"),
+    # SQLite cannot open a device: the outbox went to memory in silence, said as a failing disk
+    ("mqtt:\n  enabled: true\n  outbox:\n    path: /dev/null\n",
+     "key 'mqtt.outbox.path': '/dev/null' is a character device; expected a regular file (or a path to create one)"),
     ("backend:\n  name: caffe-turbo\n", "key 'backend.name': unknown backend 'caffe-turbo'; expected one of caffe-openblas"),
     ("backend:\n  name: opencv-dnn\n  precision: int8\n",
      "key 'backend.precision': backend 'opencv-dnn' has no 'int8' model; backends with 'int8': tf-neon-vfpv4, onnxruntime, auto"),

@@ -66,10 +66,11 @@ def check_directory(key: str, path: Path) -> None:
                              "expected a writable directory") from None
 
 
-def check_file(key: str, path: Path) -> None:
-    """`path` is a regular file (or a character device, /dev/null) that can be written, or can be
-    created. A FIFO is refused: opening it for writing waits for a reader, where no signal ends the
-    wait, so the guard would hang at start-up past SIGTERM."""
+def check_file(key: str, path: Path, *, device_ok: bool = True) -> None:
+    """`path` is a regular file that can be written, or can be created; or, if `device_ok`, a
+    character device (/dev/null: a log thrown away). A FIFO is refused: opening it for writing
+    waits for a reader, where no signal ends the wait, so the guard would hang at start-up past
+    SIGTERM."""
     if path.is_dir():
         raise InputError(f"config: key {key!r}: {str(path)!r} is a directory; expected a file path")
     if path.is_symlink() and not path.exists():  # opening it creates its target
@@ -80,6 +81,9 @@ def check_file(key: str, path: Path) -> None:
         check_directory(key, target.parent)
         return
     if path.exists():
+        if path.is_char_device() and not device_ok:
+            raise InputError(f"config: key {key!r}: {str(path)!r} is a character device; expected a regular file "
+                             "(or a path to create one)")
         if not (path.is_file() or path.is_char_device()):
             raise InputError(f"config: key {key!r}: {str(path)!r} is a FIFO, socket or block device; expected a regular file")
         if not os.access(path, os.W_OK):
@@ -153,7 +157,8 @@ def check_runnable(config) -> str:
     if config.mqtt.enabled:
         files["mqtt.outbox.path"] = (config.mqtt.outbox.path or state_dir / "outbox.sqlite3", 0)
     for key, (path, _) in files.items():
-        check_file(key, path)
+        # SQLite opens no device: on /dev/null the outbox went to memory, blaming the disk
+        check_file(key, path, device_ok=key != "mqtt.outbox.path")
     # files the guard reads or holds, which no log may be: a rotation would free the lock, or
     # rename the weights away
     kept = {state_dir / GUARD_LOCK: "the guard's lock", config.model.weights: "key 'model.weights'",
