@@ -94,6 +94,10 @@ def test_default_file_documents_every_key_with_a_comment():
     ({"sinks": {"console": "maybe"}}, "sinks.console", "valid boolean"),
     ({"sinks": {"jsonl_max_bytes": 999}}, "sinks.jsonl_max_bytes", "greater than or equal to 10000"),
     ({"sinks": {"jsonl_backups": 101}}, "sinks.jsonl_backups", "less than or equal to 100"),
+    # logs that never rotate, an outbox without a bound
+    ({"sinks": {"jsonl_max_bytes": 10**29}}, "sinks.jsonl_max_bytes", "less than or equal to 1000000000"),
+    ({"latency": {"max_bytes": 10**29}}, "latency.max_bytes", "less than or equal to 1000000000"),
+    ({"mqtt": {"outbox": {"max_events": 10**29}}}, "mqtt.outbox.max_events", "less than or equal to 100000"),
     ({"colour": "blue"}, "colour", "unknown key"),
 ])
 def test_bad_values_are_one_line_naming_key_value_and_expectation(data, key, fragment):

@@ -31,6 +31,9 @@ DEFAULT_CONFIG = Path(str(files("tracker") / "data" / "config" / "tracker.yaml")
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few kB; a bigger file is a mistake or an attack
 MAX_ALIASES = 32  # YAML aliases (*name) in one file: enough for hand-written reuse, too few for a bomb
 MAX_DEPTH = 32  # nesting of mappings and lists: the schema is 3 deep
+# A log rotates at this size at the latest (1e29 passed, and the logs never rotated): 1 GB, 100 times
+# the default; with its rotated files kept, what an SD card can hold
+MAX_LOG_BYTES = 1_000_000_000
 
 
 def _existing_file(path: Path) -> Path:
@@ -167,7 +170,7 @@ class TrackingConfig(Section):
 
 class LatencyConfig(Section):
     path: FilePath | None = None  # default: <state_dir>/latency.jsonl
-    max_bytes: StrictInt = Field(10_000_000, ge=10_000)
+    max_bytes: StrictInt = Field(10_000_000, ge=10_000, le=MAX_LOG_BYTES)
     backups: StrictInt = Field(3, ge=0, le=100)
     # a day at most (1e300 overflowed the timer); a second at least (1e-300 logged a report every frame)
     report_every_s: StrictFloat = Field(10.0, ge=1.0, le=86_400)
@@ -176,7 +179,7 @@ class LatencyConfig(Section):
 class SinksConfig(Section):
     console: bool = True
     jsonl: FilePath | None = None  # default: <state_dir>/events.jsonl
-    jsonl_max_bytes: StrictInt = Field(10_000_000, ge=10_000)
+    jsonl_max_bytes: StrictInt = Field(10_000_000, ge=10_000, le=MAX_LOG_BYTES)
     jsonl_backups: StrictInt = Field(3, ge=0, le=100)
 
 
@@ -201,7 +204,8 @@ class TLSConfig(Section):
 
 class OutboxConfig(Section):
     path: FilePath | None = None  # default: <state_dir>/outbox.sqlite3
-    max_events: StrictInt = Field(10_000, ge=1)
+    # events of about 330 bytes: 100,000 is some 50 MB, also in memory (an outbox the disk refused)
+    max_events: StrictInt = Field(10_000, ge=1, le=100_000)
     max_age_s: StrictFloat = Field(7 * 24 * 3600, gt=0, le=366 * 24 * 3600)
 
 
