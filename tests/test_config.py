@@ -72,9 +72,9 @@ def test_default_file_documents_every_key_with_a_comment():
     ({"mqtt": {"state_interval_s": float("inf")}}, "mqtt.state_interval_s", "finite number"),
     ({"mqtt": {"outbox": {"max_events": 0}}}, "mqtt.outbox.max_events", "greater than or equal to 1"),
     ({"mqtt": {"outbox": {"max_age_s": -1}}}, "mqtt.outbox.max_age_s", "greater than 0"),
-    ({"mqtt": {"username": ""}}, "mqtt.username", "at least 1 character"),
+    ({"mqtt": {"username": ""}}, "mqtt.username", "bad value ''; expected a string of at least 1 character"),
     # MQTT strings end at 65,535 bytes: paho's network thread died on these, or a topic was refused
-    ({"mqtt": {"username": "u" * 70_000}}, "mqtt.username", "at most 256 characters"),
+    ({"mqtt": {"username": "u" * 70_000}}, "mqtt.username", "expected a string of at most 256 characters"),
     ({"mqtt": {"prefix": "p" * 70_000}}, "mqtt.prefix", "at most 256 characters"),
     ({"mqtt": {"discovery_prefix": "d" * 70_000}}, "mqtt.discovery_prefix", "at most 256 characters"),
     ({"mqtt": "yes"}, "mqtt", "a mapping of keys"),

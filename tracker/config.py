@@ -369,7 +369,8 @@ def _describe(error) -> str:
         return (f"config: section {section!r}: key {_short(error['input'])} is not a name (YAML reads on, off, yes and "
                 "no as booleans, and digits as numbers); expected a key name, quoted if it is one of those")
     message = error["msg"]  # pydantic's "Input should be a valid integer": "a valid integer"
-    for prefix, instead in (("Input should be ", ""), ("String should match ", "a string matching ")):
+    for prefix, instead in (("Input should be ", ""), ("String should match ", "a string matching "),
+                            ("String should have ", "a string of ")):
         if message.startswith(prefix):
             message = instead + message[len(prefix):]
             break
