@@ -109,6 +109,13 @@ def test_bad_values_are_one_line_naming_key_value_and_expectation(data, key, fra
     assert len(message) < 400
 
 
+def test_a_rule_across_sections_names_its_keys_without_a_key_prefix():
+    """It read "key '(top level)': detect.detect_width 4096 makes ..."."""
+    with pytest.raises(ConfigError) as err:
+        parse_config({"detect": {"detect_width": 4096}})
+    assert str(err.value).startswith("config: detect.detect_width 4096 makes the 640x480 frame 12.6 megapixels"), err.value
+
+
 def test_long_bad_values_are_shortened():
     with pytest.raises(ConfigError) as err:
         parse_config({"device": {"name": "x" * 5000}})

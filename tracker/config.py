@@ -359,7 +359,8 @@ def _describe(error) -> str:
     if kind == "extra_forbidden":
         return f"config: unknown key {path!r} (value {_short(error['input'])}); remove it or check its spelling"
     if kind == "value_error":  # our own validators word the whole message (bad value and expectation)
-        return f"config: key {path!r}: {str(error['ctx']['error'])}"
+        where = f"key {path!r}: " if error["loc"] else ""  # Config's own validator names its keys itself
+        return f"config: {where}{error['ctx']['error']}"
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         return f"config: key {path!r}: bad value {_short(error['input'])}; expected a mapping of keys (a YAML section)"
     if kind == "path_type":  # pydantic's own words name a Python class
