@@ -116,6 +116,11 @@ def test_a_rule_across_sections_names_its_keys_without_a_key_prefix():
     assert str(err.value).startswith("config: detect.detect_width 4096 makes the 640x480 frame 12.6 megapixels"), err.value
 
 
+def test_a_camera_device_index_may_be_written_unquoted():
+    """The YAML's comment says "device index": `uri: 0` was refused as "expected a valid string"."""
+    assert parse_config(yaml.safe_load("source: {kind: opencv, uri: 0}")).source.uri == "0"
+
+
 def test_long_bad_values_are_shortened():
     with pytest.raises(ConfigError) as err:
         parse_config({"device": {"name": "x" * 5000}})
@@ -132,6 +137,9 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     ("mqtt: [\n", "not valid YAML at line"),
     ("- just\n- a list\n", "top level is list; expected a mapping of sections"),
     ("mqtt:\n  enabled: true\n  tls:\n    key: /etc/hostname\n", "key given alone"),
+    # PyYAML reads 1e3 and 1.0e3 as strings: "expected a valid number" left the user puzzled
+    ("source:\n  fps: 1e3\n", "bad value '1e3'; expected a valid number (YAML reads a number like 1e3 as text; write it with a dot "
+     "and a signed exponent, as 1.0e+3, or in full)"),
 ])
 def test_check_config_exits_2_with_one_line(tmp_path, content, fragment):
     path = tmp_path / "bad.yaml"

@@ -68,6 +68,12 @@ def _not_empty(value: object) -> object:
     return value
 
 
+def _device_index_as_text(value: object) -> object:
+    """A camera's number written unquoted (`uri: 0`, which YAML reads as an int) is the text "0" the
+    source takes; other ints (negative, or past any device number) are left to be refused as such."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31 else value
+
+
 FilePath = Annotated[Path, BeforeValidator(_not_empty), AfterValidator(_expanded)]
 ExistingFile = Annotated[Path, BeforeValidator(_not_empty), AfterValidator(_expanded), AfterValidator(_existing_file)]
 
@@ -85,7 +91,8 @@ class DeviceConfig(Section):
 
 class SourceConfig(Section):
     kind: Literal["synthetic", "opencv", "folder", "picamera2"] = "synthetic"
-    uri: str = ""  # opencv: device index, /dev/videoN, URL or file; folder: a directory
+    # opencv: device index, /dev/videoN, URL or file; folder: a directory; picamera2: the camera number
+    uri: Annotated[str, BeforeValidator(_device_index_as_text)] = ""
     width: StrictInt = Field(640, ge=32, le=4096)
     height: StrictInt = Field(480, ge=32, le=4096)
     fps: StrictFloat = Field(10.0, ge=0.01, le=120)  # a frame in 100 s at least (1e-300 overflowed the pacing timer)
@@ -352,6 +359,18 @@ def _short(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _number_read_as_text(value: object) -> bool:
+    """Whether `value` is a number with an exponent that PyYAML read as a string: YAML 1.1 takes an
+    exponent only after a dot and with a sign (1.0e+3), so 1e3 and 1.0e3 stay text."""
+    if not isinstance(value, str) or "e" not in value.lower():
+        return False
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
 def _describe(error) -> str:
     """One line for pydantic's first error (an ErrorDetails: loc, type, input, ctx, msg)."""
     path = ".".join(str(p) for p in error["loc"]) or "(top level)"
@@ -375,6 +394,8 @@ def _describe(error) -> str:
         if message.startswith(prefix):
             message = instead + message[len(prefix):]
             break
+    if kind == "float_type" and _number_read_as_text(error["input"]):
+        message += " (YAML reads a number like 1e3 as text; write it with a dot and a signed exponent, as 1.0e+3, or in full)"
     # lower-case its first letter only: the rest may quote a pattern or a type
     return f"config: key {path!r}: bad value {_short(error['input'])}; expected {message[:1].lower()}{message[1:]}"
 
