@@ -206,6 +206,14 @@ def test_options_that_the_run_would_ignore_are_refused(capsys, args, fragment):
     assert_one_line(main(list(args)), capsys.readouterr().err, fragment)
 
 
+def test_the_demo_help_says_that_the_configs_broker_still_gets_its_events():
+    """It said "(no camera, no broker)": the demo publishes to the config's broker (README)."""
+    from tracker.cli import _main_parser
+
+    text = " ".join(_main_parser().format_help().split())
+    assert "no broker" not in text and "the config's MQTT and web page still apply" in text, text
+
+
 @pytest.mark.parametrize("args, fragment", [
     # named as the option that asked, not as the config key it overrides
     (("--backend", "nope"), "tracker: error: --backend: unknown backend 'nope'; expected one of caffe-openblas"),

@@ -69,7 +69,9 @@ def _main_parser() -> ArgumentParser:
     p.add_argument("--precision", choices=("fp32", "int8"), help="model precision (default from config)")
     p.add_argument("--source", type=words("a source: 'synthetic', a camera, a URL, a video file or an image folder"),
                    help="override source: 'synthetic', a device index or /dev/videoN, a URL, a video file or an image folder")
-    p.add_argument("--demo", action="store_true", help="run on the built-in synthetic scene (no camera, no broker)")
+    p.add_argument("--demo", action="store_true",
+                   help="run on the built-in synthetic scene instead of the camera (the config's MQTT and web page "
+                        "still apply; state in <state_dir>/demo)")
     p.add_argument("--frames", type=positive_int, help="stop after this many frames")
     p.add_argument("--check-config", action="store_true", help="validate the config and exit")
     p.add_argument("--list-backends", action="store_true", help="list backends and whether they run here")
