@@ -188,6 +188,10 @@ def test_the_tracker_command_decodes_no_image_over_24_megapixels(tmp_path):
     (("--worker",), "--worker: only with --benchmark"),
     (("--passes", "5"), "--passes: only with --benchmark"),
     (("--out", "x"), "--out: only with --benchmark"),
+    # at their default values they were ignored in silence
+    (("--check-config", "--passes", "100"), "--passes: only with --benchmark"),
+    (("--out", "bench-out"), "--out: only with --benchmark"),
+    (("--batches", "1,2,4,8,16,32,64,128,256"), "--batches: only with --benchmark"),
     (("--memory-limit", "900"), "--memory-limit: only with --benchmark"),
     (("--demo", "--source", "hall.mp4"), "--source 'hall.mp4': --demo runs the built-in synthetic scene"),
     (("--detector", "haar"), "unrecognized arguments: --detector haar"),  # not taken for --detectors

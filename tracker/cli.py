@@ -45,6 +45,9 @@ DEMO_FRAMES = 400  # 40 s of the synthetic scene at its default 10 fps: two peop
 
 
 MAX_BENCH_BATCH = 256  # the study's largest batch, and the backend worker's default max_batch
+# The benchmark's defaults, filled in once its options are checked: the parser's are None, so that
+# an option given without --benchmark is refused whatever its value (at its default it was ignored)
+BENCH_DEFAULTS = {"batches": [1, 2, 4, 8, 16, 32, 64, 128, 256], "passes": 100, "out": Path("bench-out")}
 
 
 def _batch_list(text: str) -> list[int]:
@@ -76,13 +79,13 @@ def _main_parser() -> ArgumentParser:
     p.add_argument("--check-config", action="store_true", help="validate the config and exit")
     p.add_argument("--list-backends", action="store_true", help="list backends and whether they run here")
     p.add_argument("--benchmark", action="store_true", help="time forward passes per batch size")
-    p.add_argument("--batches", type=_batch_list, default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
+    p.add_argument("--batches", type=_batch_list, help="benchmark: comma-separated batch sizes (default 1,2,4,...,256)")
     # every pass time is kept and written to results.json after each cell: 117 cells of 100,000 took 1.4 GB
-    p.add_argument("--passes", type=int_between(1, 10_000), default=100, help="forward passes per batch size")
+    p.add_argument("--passes", type=int_between(1, 10_000), help="benchmark: forward passes per batch size (default 100)")
     # an hour a cell at most: a warm-up's passes report progress, so --timeout never ended one of 1e300 s
     p.add_argument("--warmup", type=float_between(0, 3600, what="a number of seconds"), metavar="S",
                    help="benchmark: untimed passes for this many seconds before each cell's timed ones, at least one (default 1)")
-    p.add_argument("--out", type=Path, default=Path("bench-out"), help="benchmark output directory")
+    p.add_argument("--out", type=Path, help="benchmark: output directory (default bench-out)")
     p.add_argument("--timeout", type=int_between(1, 86_400), help="benchmark: kill a cell after this many seconds without progress (default 600)")
     p.add_argument("--memory-limit", type=int_between(1, 1 << 20), metavar="MB",
                    help="benchmark: memory limit of each cell's processes (a memory cgroup; address space where none can be made), "
@@ -197,6 +200,7 @@ def _run_main(argv: list[str]) -> int:
         return print_backend_list(config)
     if args.benchmark:
         _require_bench_extra()
+        vars(args).update({name: value for name, value in BENCH_DEFAULTS.items() if getattr(args, name) is None})
         from tracker.bench import run_benchmark_command
 
         if args.detectors:
