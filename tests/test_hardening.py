@@ -210,6 +210,12 @@ def test_options_that_the_run_would_ignore_are_refused(capsys, args, fragment):
     assert_one_line(main(list(args)), capsys.readouterr().err, fragment)
 
 
+@pytest.mark.parametrize("command", [[], ["enroll"], ["identify"], ["eval-faces"], ["eval-mot"], ["train"]])
+def test_an_empty_config_option_is_refused_as_empty(capsys, command):
+    """`--config ""` became Path("."), and the error named '.' (the working directory)."""
+    assert_one_line(main([*command, "--config", ""]), capsys.readouterr().err, "argument --config: bad value ''; expected a YAML config file")
+
+
 def test_the_demo_help_says_that_the_configs_broker_still_gets_its_events():
     """It said "(no camera, no broker)": the demo publishes to the config's broker (README)."""
     from tracker.cli import _main_parser

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 
 from tracker.errors import InputError
 
@@ -78,3 +79,17 @@ def words(what: str):
         return text
 
     return parse
+
+
+def file_path(what: str):
+    """argparse type factory: a Path from text that is not blank; `what` says what is expected. An
+    empty value (`--config ""`) became Path("."), the working directory, and the error named '.'."""
+    text_of = words(what)
+
+    def parse(text: str) -> Path:
+        return Path(text_of(text))
+
+    return parse
+
+
+config_path = file_path("a YAML config file")  # argparse type: every command's --config

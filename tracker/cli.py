@@ -29,7 +29,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracker.arguments import ArgumentParser, float_between, int_between, positive_int, words
+from tracker.arguments import ArgumentParser, config_path, float_between, int_between, positive_int, words
 from tracker.blas_idle import bound_idle_spin
 from tracker.errors import EXIT_UNEXPECTED, InputError, TrackerError
 from tracker.images import bound_image_decoding
@@ -64,7 +64,7 @@ def _batch_list(text: str) -> list[int]:
 
 def _main_parser() -> ArgumentParser:
     p = ArgumentParser(prog="tracker", description="Home-surveillance guard and its backend benchmark.")
-    p.add_argument("--config", type=Path, help="YAML config (default: config/tracker.yaml)")
+    p.add_argument("--config", type=config_path, help="YAML config (default: config/tracker.yaml)")
     p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS,
                    help="log lines from this level up (default: INFO for the guard, WARNING for the rest)")
     p.add_argument("--backend", type=words("a backend name (with --benchmark: a comma list or 'all')"),

@@ -206,7 +206,7 @@ def refresh(config: Config, detector: FaceDetector, backend, report=print) -> Re
 
 
 def enroll_command(argv: list[str]) -> int:
-    from tracker.arguments import ArgumentParser
+    from tracker.arguments import ArgumentParser, config_path
 
     parser = ArgumentParser(prog="tracker enroll", description="Store a person's face for identification.")
     parser.add_argument("name", nargs="?", help="the person's name (letters, digits, '_', '.', '-')")
@@ -214,7 +214,7 @@ def enroll_command(argv: list[str]) -> int:
     parser.add_argument("--aligned", action="store_true", help="each image is a tight face chip (the whole image is the face)")
     parser.add_argument("--refresh", action="store_true",
                         help="recompute everyone enrolled with other weights from their kept crops (no NAME)")
-    parser.add_argument("--config", type=Path, help="YAML config (default: config/tracker.yaml)")
+    parser.add_argument("--config", type=config_path, help="YAML config (default: config/tracker.yaml)")
     args = parser.parse_intermixed_args(argv)  # options after NAME too: `enroll alice --aligned DIR`
     if args.refresh == (args.name is not None):
         raise InputError("tracker enroll: expected NAME IMAGE_OR_FOLDER... or --refresh alone")

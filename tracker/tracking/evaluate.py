@@ -33,7 +33,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tracker.arguments import ArgumentParser, float_between, int_between
+from tracker.arguments import ArgumentParser, config_path, float_between, int_between
 from tracker.errors import InputError
 from tracker.tracking.metrics import MotMetrics, evaluate
 from tracker.tracking.mot import MotTable, format_rows, read_mot, refuse_overwriting, write_mot
@@ -97,7 +97,7 @@ def _parser() -> ArgumentParser:
     p.add_argument("--tracks", type=Path, help="score this MOTChallenge tracks file (another tracker's output) instead of tracking")
     p.add_argument("--gt", type=Path, help="MOTChallenge ground truth; prints CLEAR-MOT and IDF1")
     p.add_argument("--out", type=Path, help="write the tracks here (MOTChallenge format)")
-    p.add_argument("--config", type=Path, help="YAML config whose tracking section gives the defaults (default: config/tracker.yaml)")
+    p.add_argument("--config", type=config_path, help="YAML config whose tracking section gives the defaults (default: config/tracker.yaml)")
     p.add_argument("--min-hits", type=int_between(1, 100), help="default: the config's tracking.min_hits")
     p.add_argument("--max-age", type=int_between(1, 1000), help="default: the config's tracking.max_age")
     p.add_argument("--iou-threshold", type=float_between(0, 1), help="default: the config's tracking.iou_threshold")
