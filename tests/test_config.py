@@ -121,6 +121,12 @@ def test_a_camera_device_index_may_be_written_unquoted():
     assert parse_config(yaml.safe_load("source: {kind: opencv, uri: 0}")).source.uri == "0"
 
 
+def test_a_section_left_empty_takes_its_defaults():
+    """Every key of a section commented out leaves it None to YAML: it was refused as "expected a mapping"."""
+    document = "device:\n  # id: hall\nmqtt:\n  tls:\n    # ca: /etc/ssl/broker-ca.pem\n"  # (device and mqtt.tls)
+    assert parse_config(yaml.safe_load(document)) == Config()
+
+
 def test_long_bad_values_are_shortened():
     with pytest.raises(ConfigError) as err:
         parse_config({"device": {"name": "x" * 5000}})

@@ -83,6 +83,12 @@ class Section(BaseModel):
     # are StrictInt / StrictFloat: pydantic would take YAML's true as 1 (an int also serves a float).
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_when_none(cls, data: object) -> object:
+        # a section whose keys are all commented out is None to YAML: all defaults, as keys left out are
+        return {} if data is None else data
+
 
 class DeviceConfig(Section):
     id: str = Field("tracker", pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
