@@ -58,6 +58,8 @@ def write(tmp_path: Path, data: bytes | str, name: str = "tracker.yaml") -> Path
     ("".join("  " * i + f"k{i}:\n" for i in range(100)).encode(), "nested more than 32 levels deep"),
     (b"# " + b"x" * (2 << 20), "larger than 1048576 bytes"),
     (b"source:\n  width: 640\n  width: 320\n", "key 'width' twice in one section (lines 2 and 3); expected each key once"),
+    # Python reads no integer of more than 4,300 digits: a ValueError's traceback
+    (b"mqtt:\n  port: " + b"1" * 5000 + b"\n", "a number of 5000 characters (line 2); expected at most 64"),
 ])
 def test_files_that_are_not_a_config(tmp_path, capsys, data, fragment):
     assert_one_line(*check(capsys, write(tmp_path, data)), fragment)

@@ -31,6 +31,7 @@ DEFAULT_CONFIG = Path(str(files("tracker") / "data" / "config" / "tracker.yaml")
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few kB; a bigger file is a mistake or an attack
 MAX_ALIASES = 32  # YAML aliases (*name) in one file: enough for hand-written reuse, too few for a bomb
 MAX_DEPTH = 32  # nesting of mappings and lists: the schema is 3 deep
+MAX_INT_CHARS = 64  # an integer's characters in YAML (digits, sign, underscores)
 # A log rotates at this size at the latest (1e29 passed, and the logs never rotated): 1 GB, 100 times
 # the default; with its rotated files kept, what an SD card can hold
 MAX_LOG_BYTES = 1_000_000_000
@@ -456,6 +457,17 @@ class _BoundedLoader(yaml.SafeLoader):
                                       f"{line}); expected each key once")
                 lines[key_node.value] = line
         return super().construct_mapping(node, deep)
+
+    def construct_yaml_int(self, node):
+        # Python reads no integer of more than 4,300 digits from text (a ValueError's traceback);
+        # the config's largest numbers have ten
+        if len(node.value) > MAX_INT_CHARS:
+            raise ConfigError(f"a number of {len(node.value)} characters (line {node.start_mark.line + 1}); "
+                              f"expected at most {MAX_INT_CHARS}")
+        return super().construct_yaml_int(node)
+
+
+_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
 
 
 def load_config(path: Path | None = None) -> Config:
