@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 from tracker.errors import InputError
@@ -93,3 +94,17 @@ def file_path(what: str):
 
 
 config_path = file_path("a YAML config file")  # argparse type: every command's --config
+
+
+def comma_names(text: str, valid: Sequence[str], option: str, noun: str) -> tuple[list[str], bool]:
+    """`a,b` or `all` -> (the names, each once, in the order given; whether `all` was asked, which
+    gives every valid name). InputError naming `option` for a name not in `valid` (a `noun`) or an
+    empty one ("a,,b")."""
+    if text.strip() == "all":
+        return list(valid), True
+    names = [part.strip() for part in text.split(",")]
+    for name in names:
+        if name not in valid:
+            what = f"unknown {noun} {name!r}" if name else f"an empty name in {text!r}"
+            raise InputError(f"{option}: {what}; expected a comma list of {', '.join(valid)}, or all")
+    return list(dict.fromkeys(names)), False

@@ -602,8 +602,9 @@ def test_unavailable_backend_is_exit_3_naming_the_extra(capsys, config_file, tmp
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["--backend", "caffe-openblas,nosuch"], "unknown backend 'nosuch'; expected one of caffe-openblas, caffe-openblas-dl"),
-        (["--backend", "caffe-openblas,,caffe-openblas-dl"], "empty name"),
+        (["--backend", "caffe-openblas,nosuch"], "--backend: unknown backend 'nosuch'; expected a comma list of "
+                                                  "caffe-openblas, caffe-openblas-dl"),
+        (["--backend", "caffe-openblas,,caffe-openblas-dl"], "--backend: an empty name in 'caffe-openblas,,caffe-openblas-dl'"),
         (["--batches", "0"], "argument --batches: bad value '0'; expected comma-separated batch sizes from 1 to 256"),
         (["--batches", "1,,2"], "argument --batches: bad value '1,,2'"),
         (["--batches", "512"], "argument --batches: bad value '512'; expected comma-separated batch sizes from 1 to 256"),

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import tracker.bench.runoff as runoff
+from tracker.arguments import comma_names
 from tracker.backends import REGISTRY, precision_refused, run_options
 from tracker.bench.memory_cap import cap_method
 from tracker.bench.profile import profile_path, record_last_run, recorded_at_start, update_profile
@@ -41,23 +42,11 @@ DEFAULT_TIMEOUT_S = 600.0
 # a transient that moves the median of 30 passes. A guard runs for hours; its steady state is what
 # the table is for.
 DEFAULT_WARMUP_S = 1.0
-ALL = "all"
 
 
 def parse_backend_names(text: str) -> tuple[list[str], bool]:
     """`a,b` or `all` -> (registered names in order, whether `all` was asked)."""
-    if text.strip() == ALL:
-        return list(REGISTRY), True
-    names: list[str] = []
-    for part in text.split(","):
-        name = part.strip()
-        if not name:
-            raise InputError(f"--backend: empty name in {text!r}; expected comma-separated names, e.g. caffe-openblas,caffe-openblas-dl, or 'all'")
-        if name not in REGISTRY:
-            raise InputError(f"--backend: unknown backend {name!r}; expected one of {', '.join(REGISTRY)}, or 'all'")
-        if name not in names:
-            names.append(name)
-    return names, False
+    return comma_names(text, list(REGISTRY), "--backend", "backend")
 
 
 def _entries(names: list[str]) -> list[tuple[str, list]]:

@@ -43,6 +43,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from tracker import shared_data
+from tracker.arguments import comma_names
 from tracker.bench.report import prepare_out
 from tracker.config import Config, DetectConfig
 from tracker.crops import crop_batch
@@ -86,16 +87,7 @@ class Row:
 
 def parse_detector_names(text: str) -> list[str]:
     """'a,b' or 'all' -> detector names (not auto); InputError naming the bad one."""
-    valid = [d for d in DETECTORS if d != "auto"]
-    if text.strip() == "all":
-        return valid
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    for name in names:
-        if name not in valid:
-            raise InputError(f"--detectors: unknown detector {name!r}; expected a comma list of {', '.join(valid)} or all")
-    if not names:
-        raise InputError(f"--detectors: bad value {text!r}; expected a comma list of {', '.join(valid)} or all")
-    return list(dict.fromkeys(names))
+    return comma_names(text, [d for d in DETECTORS if d != "auto"], "--detectors", "detector")[0]
 
 
 def _matches(truth: list[Box], found: list[Box], threshold: float) -> int:
