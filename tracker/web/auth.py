@@ -102,18 +102,19 @@ class LoginLimiter:
 
     def retry_after(self, client: str) -> float | None:
         """Seconds until `client` may try again, or None if it may now."""
-        self._forget_quiet()
+        now = self._clock()  # once: an address forgotten at one reading must not be emptied at the next
+        self._forget_quiet(now)
         recent = self._failures.get(client)
         if recent is None:
             if len(self._failures) < MAX_CLIENTS:
                 return None
             recent = next(iter(self._failures.values()))  # no room: wait until this one is forgotten
-            return max(0.1, recent[-1] + WINDOW_S - self._clock())
-        while recent[0] <= self._clock() - WINDOW_S:
+            return max(0.1, recent[-1] + WINDOW_S - now)
+        while recent[0] <= now - WINDOW_S:  # (not emptied: _forget_quiet left an address with a failure in the window)
             recent.popleft()
         if len(recent) < FAILURES_ALLOWED:
             return None
-        return max(0.1, recent[0] + WINDOW_S - self._clock())
+        return max(0.1, recent[0] + WINDOW_S - now)
 
     def failed(self, client: str) -> None:
         """Count a wrong password of `client`, which retry_after let try."""
@@ -123,7 +124,7 @@ class LoginLimiter:
     def succeeded(self, client: str) -> None:
         self._failures.pop(client, None)
 
-    def _forget_quiet(self) -> None:
-        """Forget the addresses whose failures have all left the window."""
-        while self._failures and next(iter(self._failures.values()))[-1] <= self._clock() - WINDOW_S:
+    def _forget_quiet(self, now: float) -> None:
+        """Forget the addresses whose failures have all left the window by `now`."""
+        while self._failures and next(iter(self._failures.values()))[-1] <= now - WINDOW_S:
             self._failures.popitem(last=False)
