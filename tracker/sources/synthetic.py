@@ -42,7 +42,8 @@ from tracker.types import Box, Frame
 # three each of four people, read in place from the shared data (tracker.shared_data); they are
 # frontal and evenly lit, so the Haar cascade finds them at the scene's face sizes (80-140 px).
 # John_Salley is left out because the cascade misses several of his chips. `source.faces_dir` names
-# any other folder of `<person>/<image>` files instead (all of its .jpg/.png images are used).
+# any other folder of `<person>/<image>` files instead (its first MAX_SCENE_PEOPLE people and
+# MAX_CHIPS_PER_PERSON .jpg/.png images of each, by name).
 DEFAULT_FACES = "testdata/faces/dlib/johns"
 _FACES_DIR_FIX = "set source.faces_dir to a folder of <person>/<face image> files"
 DEFAULT_CHIPS = (
