@@ -167,6 +167,11 @@ def test_resume_continues_the_same_run_and_refuses_another(trained, tmp_path):
     first = run_train(tmp_path, "--steps", "3", "--epochs", "2", "--out", str(tmp_path / "a.caffemodel"),
                       "--pairs", str(small_pairs(tmp_path / "pairs.txt")), "--pairs-images", str(LFW / "images"), work=work)
     assert first.returncode == 0, first.stderr[-2000:]
+    # as a version whose schedule computed in numpy wrote it: numpy floats (weights_only refused them)
+    state = torch.load(work / "checkpoint.pt", weights_only=True)
+    state["schedule"]["_last_lr"] = [np.float64(lr) for lr in state["schedule"]["_last_lr"]]
+    state["optimizer"]["param_groups"][0]["lr"] = np.float64(state["optimizer"]["param_groups"][0]["lr"])
+    torch.save(state, work / "checkpoint.pt")
     again = run_train(tmp_path, "--steps", "5", "--epochs", "2", "--resume", "--out", str(tmp_path / "b.caffemodel"),
                       "--pairs", str(tmp_path / "pairs.txt"), "--pairs-images", str(LFW / "images"), work=work)
     assert again.returncode == 0, again.stderr[-2000:]
