@@ -180,8 +180,9 @@ def test_enrolling_from_more_faces_than_a_person_keeps_says_which_are_used(tmp_p
     folder = tmp_path / "many"
     folder.mkdir()
     chips = johns["John_Simm"]
-    for i in range(MAX_KEPT + 2):
-        shutil.copy(chips[i % len(chips)], folder / f"chip{i:03d}.jpg")
+    for i in range(MAX_KEPT + 2):  # each a photo of its own (a face given twice is used once): other JPEG qualities
+        quality = 95 - 5 * (i // len(chips))
+        cv2.imwrite(str(folder / f"chip{i:03d}.jpg"), cv2.imread(str(chips[i % len(chips)])), [cv2.IMWRITE_JPEG_QUALITY, quality])
     proc = enroll_cli(tmp_path, state_config(tmp_path, "yunet"), "John_Simm", folder)
     assert proc.returncode == 0, proc.stderr
     assert f"{MAX_KEPT + 2} images show a face; the last {MAX_KEPT} are used (at most {MAX_KEPT} a person)" in proc.stderr
@@ -324,7 +325,7 @@ def test_refresh_names_whom_it_cannot_use_or_write(tmp_path, johns):
 
 
 def test_enroll_needs_a_name_and_images_or_refresh_alone(tmp_path):
-    for args in (["--refresh", "ann"], ["ann"], []):
+    for args in (["--refresh", "ann"], ["ann"], [], ["--refresh", "--aligned"]):  # --aligned was ignored
         proc = subprocess.run([*tracker_command(), "enroll", *args], capture_output=True, text=True,
                               env=isolated_env(tmp_path), cwd=tmp_path, timeout=120)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "expected" in proc.stderr, proc.stderr
@@ -389,3 +390,57 @@ def test_the_people_folder_and_names_that_differ_only_in_case(tmp_path, johns, c
     monkeypatch.setattr(Path, "iterdir", refused)  # as for a folder of another user's (root reads them all)
     with pytest.raises(InputError, match=r"identify: folder '.*': cannot read it \(Permission denied\); expected a folder"):
         image_files([tmp_path], "identify")
+
+
+@pytest.fixture
+def enrolment(tmp_path):
+    """(config, a function that enrols as the web page does: one detector and backend for all)."""
+    from tracker.enroll import enroll
+
+    config = load_config(state_config(tmp_path, detector="auto"))
+    detector, backend = create_detector(config.detect, quiet=True), open_backend(config)
+
+    def enrol(name, photos, said=None, **options):
+        return enroll(name, photos, config, aligned=True, report=(said if said is not None else []).append,
+                      detector=detector, backend=backend, **options)
+
+    yield config, enrol
+    backend.close()
+
+
+def test_a_change_made_while_the_photos_are_read_is_kept(tmp_path, johns, enrolment):
+    """A `tracker enroll` beside the guard while the page added a photo to the same person: the
+    page wrote what it had read before its photos plus its face, undoing the other; and a name
+    that differs only in case passed the check of both."""
+    config, enrol = enrolment
+    simm, salley = johns["John_Simm"], johns["John_Salley"]
+    enrol("alice", simm[:2])
+    meanwhile = iter([lambda: enrol("alice", salley[:3]), lambda: enrol("Bob", salley[:1])])
+    enrol("alice", simm[2:3], add=True, alive=lambda: next(meanwhile)())
+    with np.load(tmp_path / "state" / "people" / "alice.npz") as data:
+        assert int(data["count"]) == 4  # the other enrolment's 3 faces and the one added (it was 2 + 1)
+    with pytest.raises(InputError, match="'bob': 'Bob' is enrolled, a name that differs only in case"):
+        enrol("bob", simm[:1], alive=lambda: next(meanwhile)())
+    assert sorted(p.name for p in (tmp_path / "state" / "people").glob("*.npz")) == ["Bob.npz", "alice.npz"]
+
+
+def test_a_face_given_twice_is_used_once(tmp_path, johns, enrolment):
+    """The same photo twice in one upload was kept twice: the mean leaned to it and it took two of
+    the person's 64 places."""
+    _, enrol = enrolment
+    chips, said = johns["John_Simm"], []
+    _, used, skipped = enrol("carol", [chips[0], chips[1], chips[0]], said)
+    assert (used, skipped) == (2, 1) and any("this face is given twice; skipped" in line for line in said)
+
+
+def test_a_write_cut_short_leaves_no_face_behind(tmp_path, johns, enrolment):
+    """A write killed before its rename left `.NAME.<pid>.<random>.tmp.npz`: never a person, but
+    a face on the disk that deleting the person did not remove."""
+    from tracker.identity import remove_person
+
+    _, enrol = enrolment
+    enrol("dave", johns["John_Simm"][:1])
+    leftover = tmp_path / "state" / "people" / ".dave.4242.0badc0de.tmp.npz"
+    leftover.write_bytes(b"a face")
+    assert remove_person(tmp_path / "state", "dave")
+    assert sorted(p.name for p in (tmp_path / "state" / "people").iterdir()) == [".lock"]

@@ -27,7 +27,17 @@ from tracker.config import Config, load_config
 from tracker.crops import CROP_MARGIN, crop_batch, crop_definition
 from tracker.detect import FaceDetector, create_detector
 from tracker.errors import EXIT_UNEXPECTED, InputError
-from tracker.identity import Refreshed, check_new_name, chosen_embedding, embeddings_key, kept_crops, refresh_people, save_person, validate_name
+from tracker.identity import (
+    Refreshed,
+    check_new_name,
+    chosen_embedding,
+    embeddings_key,
+    kept_crops,
+    people_lock,
+    refresh_people,
+    save_person,
+    validate_name,
+)
 from tracker.images import TOO_LARGE_OR_DAMAGED, read_image
 from tracker.preflight import prepare_state_dir
 from tracker.types import Box, Detection
@@ -116,17 +126,19 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
     `add`: keep the faces `name` was enrolled from (the latest MAX_KEPT in all) and add these,
     rather than replace them (the web page's uploads and its "this was alice" on an event's snapshot);
     a face kept already (the same crop: the same photo or snapshot again) is reported and skipped,
-    and AlreadyKept is raised when that leaves none.
+    and AlreadyKept is raised when that leaves none. A face given twice in one call is used once.
+    The photos are read first; the name's check, the faces kept, the embedding and the write are
+    then done under `identity.people_lock`, so that a change made meanwhile is kept.
     `backend`, `detector`: open ones to use (default: made from `config` for this call).
     `alive`: called before each image (the guard's thread passes its watchdog ping: an upload of
     large photos holds its loop for tens of seconds on a Pi 3, past the unit's WatchdogSec)."""
     validate_name(name)
-    check_new_name(config.resolved_state_dir(), name)
+    state_dir = config.resolved_state_dir()
+    check_new_name(state_dir, name)
     files = image_files(inputs)
     detector = detector or create_detector(config.detect, quiet=True)
     crop = crop_definition(detector.gives_landmarks)
-    kept = kept_crops(config.resolved_state_dir(), name, crop) if add else None
-    crops: deque[np.ndarray] = deque(maxlen=MAX_KEPT)  # memory for MAX_KEPT faces, however many images
+    found: deque[tuple[Path, np.ndarray]] = deque(maxlen=MAX_KEPT)  # memory for MAX_KEPT faces, however many images
     faces_found = repeated = 0
     for path in files:
         alive()
@@ -146,30 +158,40 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
                 continue
             face = faces[0]
         new = crop_batch(image, [face], margin=0.0 if aligned else CROP_MARGIN)
-        if kept is not None and (kept == new).all(axis=(1, 2, 3)).any():
-            report(f"enroll: {path}: this face is kept for {name!r} already; skipped")
+        if any((new == earlier).all() for _, earlier in found):
+            report(f"enroll: {path}: this face is given twice; skipped")
             repeated += 1
             continue
-        crops.append(new)
+        found.append((path, new))
         faces_found += 1
-    if not crops and repeated:
-        raise AlreadyKept(f"enroll: every face found is kept for {name!r} already; nothing added")
-    if not crops:
-        raise InputError(f"enroll: no usable face for {name!r} in {len(files)} image(s); "
-                         "expected images showing exactly one face each")
-    batch = np.ascontiguousarray(np.concatenate(([kept] if kept is not None else []) + list(crops))[-MAX_KEPT:])
-    used = len(crops)
-    if used < faces_found:
-        report(f"enroll: {faces_found} images show a face; the last {MAX_KEPT} are used (at most {MAX_KEPT} a person)")
     own_backend = backend is None
-    if own_backend:
+    if own_backend and found:
         backend = open_backend(config)
     try:
-        embeddings = backend.infer(batch).embedding
+        with people_lock(state_dir):  # from the name's check to the write (identity.people_lock)
+            check_new_name(state_dir, name)  # again: an enrolment may have taken it, in another case, meanwhile
+            kept = kept_crops(state_dir, name, crop) if add else None
+            crops = []
+            for path, new in found:
+                if kept is not None and (kept == new).all(axis=(1, 2, 3)).any():
+                    report(f"enroll: {path}: this face is kept for {name!r} already; skipped")
+                    repeated += 1
+                else:
+                    crops.append(new)
+            if not crops and repeated:
+                raise AlreadyKept(f"enroll: every face found is kept for {name!r} already; nothing added")
+            if not crops:
+                raise InputError(f"enroll: no usable face for {name!r} in {len(files)} image(s); "
+                                 "expected images showing exactly one face each")
+            batch = np.ascontiguousarray(np.concatenate(([kept] if kept is not None else []) + crops)[-MAX_KEPT:])
+            embeddings = backend.infer(batch).embedding
+            path = save_person(state_dir, name, embeddings, embeddings_key(config), crop, batch)
     finally:
-        if own_backend:
+        if own_backend and found:
             backend.close()
-    path = save_person(config.resolved_state_dir(), name, embeddings, embeddings_key(config), crop, batch)
+    used = len(crops)
+    if faces_found > MAX_KEPT:
+        report(f"enroll: {faces_found} images show a face; the last {MAX_KEPT} are used (at most {MAX_KEPT} a person)")
     return path, used, len(files) - used
 
 
@@ -218,6 +240,9 @@ def enroll_command(argv: list[str]) -> int:
     args = parser.parse_intermixed_args(argv)  # options after NAME too: `enroll alice --aligned DIR`
     if args.refresh == (args.name is not None):
         raise InputError("tracker enroll: expected NAME IMAGE_OR_FOLDER... or --refresh alone")
+    if args.refresh and args.aligned:  # it reads no image: the option would be ignored in silence
+        raise InputError("tracker enroll: --aligned is not taken with --refresh, which reads no image; expected "
+                         "--refresh alone")
     if not args.refresh and not args.images:
         raise InputError(f"tracker enroll: no images for {args.name!r}; expected NAME IMAGE_OR_FOLDER...")
     config = load_config(args.config)

@@ -16,10 +16,13 @@ and its confidence is its share of all votes.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import re
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,12 +115,39 @@ def unit_rows(rows: np.ndarray) -> np.ndarray:
     return (rows / np.maximum(norms, 1e-12)).astype(np.float32)
 
 
+@contextmanager
+def people_lock(state_dir: Path) -> Iterator[None]:
+    """Hold `<state_dir>/people/.lock` (flock, exclusive; waits for the holder). Every change to a
+    person reads, computes and writes their file under it (`save_person` and `remove_person` are
+    called in it), so that two changes at once (the web page's and a `tracker enroll` beside the
+    running guard) cannot undo one another, nor a refresh bring back a person removed meanwhile.
+    No photo is read under it: it is held for the embedding of at most MAX_KEPT faces and a
+    write. Whoever holds it is the only writer, so a temporary file left there (a write killed
+    between its start and its rename, `.NAME.<pid>.<random>.tmp.npz`) is deleted: a face the user
+    removed must not stay on the disk. TrackerError if the folder cannot be made or locked."""
+    folder = Path(state_dir) / "people"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as err:
+        raise TrackerError(f"people folder {str(folder)!r}: cannot lock it ({err.strerror or err}); expected a "
+                           "folder this user can write") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        for leftover in folder.glob(".*.tmp.npz"):
+            leftover.unlink(missing_ok=True)
+        yield
+    finally:
+        os.close(fd)  # (releases the lock)
+
+
 def save_person(state_dir: Path, name: str, embeddings: np.ndarray, model_key: str, crop: str,
                 crops: np.ndarray | None = None) -> Path:
     """Store the mean of `embeddings` (k, D) float32, k >= 1, as person `name`, made by the
     weights and embedding of `model_key` (`embeddings_key`) from crops of definition `crop`;
     `crops` (k, 1, 88, 88) float32 in [0, 1], the network inputs they came from, are kept (as
-    uint8) so that `refresh_people` can recompute the mean for other weights. Returns the file."""
+    uint8) so that `refresh_people` can recompute the mean for other weights. Returns the file.
+    Called under `people_lock`."""
     validate_name(name)
     folder = Path(state_dir) / "people"
     mean = unit_rows(unit_rows(np.asarray(embeddings, np.float32)).mean(axis=0))
@@ -144,6 +174,16 @@ def check_new_name(state_dir: Path, name: str) -> None:
     if same and name not in names:
         raise InputError(f"enroll: {name!r}: {same[0]!r} is enrolled, a name that differs only in case; expected "
                          f"{same[0]!r} (to enrol them again) or another name")
+
+
+def people_stamp(state_dir: Path) -> int | None:
+    """The people folder's modification time (ns), which every person's write and removal (a
+    rename or an unlink in it) moves; None without the folder. For a running guard to see a
+    `tracker enroll` made beside it."""
+    try:
+        return os.stat(Path(state_dir) / "people").st_mtime_ns
+    except OSError:
+        return None
 
 
 def people_files(state_dir: Path) -> list[Path]:
@@ -182,7 +222,7 @@ def kept_crops(state_dir: Path, name: str, crop: str) -> np.ndarray | None:
     except NPZ_UNREADABLE as err:
         why = f"unreadable ({err.__class__.__name__})"
     raise InputError(f"enroll: cannot add a face to {name!r}: {str(path)!r} is {why}; expected an enrolment to "
-                     f"add to: enroll {name!r} again from photos")
+                     f"add to: enrol {name!r} afresh from photos (tracker enroll; on the page, Delete them first)")
 
 
 def person_chip(state_dir: Path, name: str) -> np.ndarray | None:
@@ -198,10 +238,11 @@ def person_chip(state_dir: Path, name: str) -> np.ndarray | None:
 def remove_person(state_dir: Path, name: str) -> bool:
     """Forget person `name` (their file and kept crops); False if nobody of that name is enrolled."""
     path = Path(state_dir) / "people" / f"{validate_name(name)}.npz"
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        return False
+    with people_lock(state_dir):
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False
     return True
 
 
@@ -224,32 +265,35 @@ def refresh_people(state_dir: Path, backend, model_key: str, crop: str) -> Refre
     logged, left as it was and `unwritten`."""
     recomputed, stale, unwritten = [], [], []
     for path in people_files(state_dir):
-        try:
-            with load_npz(path) as data:
-                data["mean"]  # read as Gallery.load reads it: a damaged one makes the person unusable
-                model = str(data["model"])
-                made_with = str(data["crop"]) if "crop" in data.files else CROP_BOX
-                chips = data["chips"] if "chips" in data.files else None
-        except NPZ_UNREADABLE as err:
-            stale.append((path.stem, f"unreadable ({err.__class__.__name__})"))
-            continue
-        if made_with != crop:
-            stale.append((path.stem, f"enrolled from {made_with} crops, the detector gives {crop} crops"))
-            continue
-        if model == model_key:
-            continue
-        if chips is None:
-            stale.append((path.stem, "enrolled without kept crops"))
-            continue
-        crops = network_input(chips)
-        embeddings = backend.infer(crops).embedding
-        try:
-            save_person(state_dir, path.stem, embeddings, model_key, made_with, crops)
-        except TrackerError as err:  # the file as it was stays: Gallery.load skips it as of other weights
-            log.error("%s; %s stays as it was", err, path.stem)
-            unwritten.append(path.stem)
-            continue
-        recomputed.append(path.stem)
+        with people_lock(state_dir):  # one person at a time: read, recompute, write
+            try:
+                with load_npz(path) as data:
+                    data["mean"]  # read as Gallery.load reads it: a damaged one makes the person unusable
+                    model = str(data["model"])
+                    made_with = str(data["crop"]) if "crop" in data.files else CROP_BOX
+                    chips = data["chips"] if "chips" in data.files else None
+            except FileNotFoundError:  # removed since the folder was listed
+                continue
+            except NPZ_UNREADABLE as err:
+                stale.append((path.stem, f"unreadable ({err.__class__.__name__})"))
+                continue
+            if made_with != crop:
+                stale.append((path.stem, f"enrolled from {made_with} crops, the detector gives {crop} crops"))
+                continue
+            if model == model_key:
+                continue
+            if chips is None:
+                stale.append((path.stem, "enrolled without kept crops"))
+                continue
+            crops = network_input(chips)
+            embeddings = backend.infer(crops).embedding
+            try:
+                save_person(state_dir, path.stem, embeddings, model_key, made_with, crops)
+            except TrackerError as err:  # the file as it was stays: Gallery.load skips it as of other weights
+                log.error("%s; %s stays as it was", err, path.stem)
+                unwritten.append(path.stem)
+                continue
+            recomputed.append(path.stem)
     return Refreshed(tuple(recomputed), tuple(stale), tuple(unwritten))
 
 
