@@ -224,3 +224,15 @@ def test_people_that_cannot_be_reloaded_leave_the_gallery_as_it_is(tmp_path, cap
     assert stages.gallery.names == ("alice", "bob")
     assert "people: cannot reload them (people folder" in caplog.text and "goes on with the 2 it knows" in caplog.text
     stages.close()
+
+
+def test_a_person_enrolled_beside_the_running_guard_is_taken_in(tmp_path):
+    """The README says to run `tracker enroll` as the service's user against its state: the person's
+    file was written, and the guard went on without them until it was restarted."""
+    from tracker.crops import crop_definition
+    from tracker.identity import save_person
+
+    config, stages, _ = fake_stages(tmp_path, ByPosition(), max_batch=2)
+    save_person(tmp_path, "carol", BOB[None], stages.embeddings_key, crop_definition(False))
+    assert Guard(config, stages).run() == 0
+    assert stages.gallery.names == ("carol",)  # the folder's people now (the test's alice and bob were in memory)

@@ -193,6 +193,7 @@ class Guard:
             if now >= next_state:  # sinks rate-limit what they send; MQTT also reacts to presence at once
                 next_state = now + _STATE_EVERY_NS
                 self._publish_state()
+                self.stages.reload_people_if_changed()  # a `tracker enroll` beside the guard
             web = self.stages.web
             if web is not None and web.jobs.run_next(self.stages.detector, self.stages.backend):
                 self.stages.reload_people()  # the page enrolled or forgot someone: from the next frame on

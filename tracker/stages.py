@@ -29,7 +29,7 @@ from tracker.detect import FaceDetector, create_detector
 from tracker.enroll import enroll, refresh
 from tracker.errors import TrackerError
 from tracker.events import EventMaker
-from tracker.identity import Gallery, IdentityVotes, chosen_embedding, embeddings_key, identity_threshold, weights_card
+from tracker.identity import Gallery, IdentityVotes, chosen_embedding, embeddings_key, identity_threshold, people_stamp, weights_card
 from tracker.latency import LatencyLog
 from tracker.model.card import thresholds
 from tracker.motion import MotionGate
@@ -68,6 +68,7 @@ class Stages:
     sinks: list[Sink]
     latency_log: LatencyLog
     embeddings_key: str = ""  # tracker.identity.embeddings_key: the gallery holds the people enrolled with it
+    people_stamp: int | None = None  # tracker.identity.people_stamp when the gallery was loaded
     web: WebServer | None = None  # the web page, also one of `sinks`; None when off or not listening
     # What restarts the backend after a failure (the one `backend` is or wraps): its `interrupt` ends
     # a call that waits on a hung worker, and its restarts (the guard is stopping); its `restarts` are
@@ -79,15 +80,22 @@ class Stages:
         self.opened.close()
 
     def reload_people(self) -> None:
-        """Take the people enrolled or forgotten while running (the web page's changes) into the
-        gallery, under the same threshold and crop definition; if they cannot be read (the people
-        folder made unreadable meanwhile), the guard goes on with the gallery it has, and says so."""
+        """Take the people enrolled or forgotten while running (the web page's changes, a `tracker
+        enroll` beside the guard) into the gallery, under the same threshold and crop definition; if
+        they cannot be read (the people folder made unreadable meanwhile), the guard goes on with
+        the gallery it has, and says so."""
+        self.people_stamp = people_stamp(self.state_dir)  # before: a change during the load is seen next time
         try:
             self.gallery = Gallery.load(self.state_dir, self.embeddings_key, self.gallery.threshold,
                                         crop_definition(self.detector.gives_landmarks))
         except TrackerError as err:
             log.error("people: cannot reload them (%s); the guard goes on with the %d it knows", err,
                       len(self.gallery.names))
+
+    def reload_people_if_changed(self) -> None:
+        """`reload_people` if the people folder changed since (one stat: called every second)."""
+        if people_stamp(self.state_dir) != self.people_stamp:
+            self.reload_people()
 
 
 def reid_threshold(config: Config, card: dict | None) -> float | None:
@@ -149,6 +157,7 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
             log.warning("identity: the weights were trained on %s crops but detector %s gives %s crops: "
                         "identities will be less reliable (use a detector with landmarks)", trained_on,
                         detector.name, crop)
+        stamp = people_stamp(state_dir)  # before the gallery's load (as in reload_people)
         stages = Stages(
             state_dir=state_dir,
             source=make_source(config.source, spec=source_spec, realtime=realtime,
@@ -165,6 +174,7 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
             sinks=sinks,
             latency_log=latency_log,
             embeddings_key=key,
+            people_stamp=stamp,
             web=web,
             restarting=restarting,
         )
