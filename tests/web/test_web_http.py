@@ -489,6 +489,19 @@ def test_connections_are_bounded_in_number_and_in_the_time_a_request_takes(clien
     frames_go_on(guard)
 
 
+def test_uploads_a_killed_guard_left_are_removed_when_the_page_starts(tmp_path):
+    """A guard killed (the watchdog, the OOM killer) while an upload waited for its enrolment left
+    the household's photos in <state_dir>/uploads for good."""
+    left = tmp_path / "uploads" / "0123456789abcdef"
+    left.mkdir(parents=True)
+    (left / "ann.jpg").write_bytes(b"a face")
+    config = parse_config({"state_dir": str(tmp_path), "web": {"listen": f"127.0.0.1:{free_port()}"}})
+    server = WebServer(config, tmp_path, tmp_path / "events.jsonl", password=None)
+    assert server.start()
+    server.close()
+    assert not (tmp_path / "uploads").exists()
+
+
 def test_bad_part_headers_of_an_upload_are_refused_without_a_word_on_stderr(tmp_path, recwarn):
     """aiohttp warns of each bad Content-Disposition of a part (warnings.warn: two lines on stderr,
     each up to the header's 8 kB): 200 such uploads grew the guard's log by 68 MB."""

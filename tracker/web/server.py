@@ -143,7 +143,10 @@ class WebServer:
 
     def start(self) -> bool:
         """Serve from a thread of its own; False (and an error in the log) if it cannot listen.
-        The guard guards on without its page rather than stopping for it."""
+        The guard guards on without its page rather than stopping for it. Uploads a guard killed
+        before their enrolment ran left behind (people's photos) are removed first: only this
+        guard, which holds the state directory, puts uploads there."""
+        shutil.rmtree(self.state_dir / "uploads", ignore_errors=True)
         self._thread = threading.Thread(target=self._serve, name="web", daemon=True)
         self._thread.start()
         self._started.wait()
