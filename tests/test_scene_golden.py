@@ -252,17 +252,18 @@ def test_region_search_costs_no_recall(measured, tmp_path):
 
 
 def test_no_per_track_state_outlives_its_track(measured):
-    """Every track of the run has ended (the scene ends empty) or is dormant (its person left less
-    than the re-identification window ago); no ended track keeps identity votes or a best face (a
-    tentative track that died used to keep both for the rest of the run)."""
+    """At the last frame every track of the run has ended (the scene ends empty) or is dormant (its
+    person left less than the re-identification window ago), and the run's end ends those too; no
+    track keeps identity votes or a best face (a tentative track that died used to keep both for
+    the rest of the run)."""
     guard, _ = measured
     live = {v.track_id for v in guard.stages.tracker.calls[-1][2] if v.state is not TrackState.ENDED}
-    assert all(v.dormant for v in guard.stages.tracker.calls[-1][2] if v.track_id in live)
-    assert guard.stages.tracker.live_count == len(live) <= 1
+    assert all(v.dormant for v in guard.stages.tracker.calls[-1][2] if v.track_id in live) and len(live) <= 1
+    assert guard.stages.tracker.live_count == 0
     ids = {v.track_id for _, _, views in guard.stages.tracker.calls for v in views}
     ended = {v.track_id for _, _, views in guard.stages.tracker.calls for v in views if v.state is TrackState.ENDED}
     assert ids == ended | live and len(ended) >= 8
-    for track_id in ended:
+    for track_id in ids:
         assert guard.stages.votes.voted(track_id) == (UNKNOWN, 0.0)
         assert guard.stages.snapshots.save(track_id, "leak-check") == (None, None)
 
