@@ -405,8 +405,8 @@ def _train(args: argparse.Namespace) -> int:
     total_steps = steps_per_epoch * args.epochs
     warmup = min(300, total_steps // 10 + 1)
     optimizer = torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=5e-4)
-    # math, not numpy: a numpy float in the optimizer's state would make the checkpoint unloadable
-    # with weights_only (torch.load's mode that runs no code from the file)
+    # math, not numpy: no numpy float in the optimizer's state, the plain data torch.load's
+    # weights_only mode (which runs no code from the file) takes without an allowance
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup) * 0.5 * (
         1.0 + math.cos(math.pi * min(step, total_steps) / total_steps)))
     fingerprint = _fingerprint(args, samples, classes, prototxt, crops_key)
