@@ -82,18 +82,10 @@ def words(what: str):
     return parse
 
 
-def file_path(what: str):
-    """argparse type factory: a Path from text that is not blank; `what` says what is expected. An
-    empty value (`--config ""`) became Path("."), the working directory, and the error named '.'."""
-    text_of = words(what)
-
-    def parse(text: str) -> Path:
-        return Path(text_of(text))
-
-    return parse
-
-
-config_path = file_path("a YAML config file")  # argparse type: every command's --config
+def config_path(text: str) -> Path:
+    """argparse type of every command's --config: a Path from text that is not blank (`--config ""`
+    became Path("."), the working directory, and the error named '.')."""
+    return Path(words("a YAML config file")(text))
 
 
 def comma_names(text: str, valid: Sequence[str], option: str, noun: str) -> tuple[list[str], bool]:
