@@ -118,13 +118,12 @@ def scene_chips(faces_dir: Path | None = None) -> dict[str, list[Path]]:
         where, fix = Path(faces_dir), ""
         files = sorted(p for p in where.glob("*/*") if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
     people: dict[str, list[Path]] = {}
-    for path in files:
+    for path in files:  # (sorted: each person's images come together)
+        if path.parent.name not in people and len(people) == MAX_SCENE_PEOPLE:
+            break
         chips = people.setdefault(path.parent.name, [])
         if len(chips) < MAX_CHIPS_PER_PERSON:
             chips.append(path)
-        if len(people) > MAX_SCENE_PEOPLE:
-            del people[path.parent.name]
-            break
     if len(people) < _ACTORS_PER_CYCLE:
         raise InputError(f"synthetic scene: {len(people)} people found in {str(where)!r}; expected "
                          f"<person>/<face image> files for at least {_ACTORS_PER_CYCLE} people{fix}")
