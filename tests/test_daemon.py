@@ -215,14 +215,16 @@ def test_install_script_copies_the_project_and_not_the_checkouts_environments_an
     """It copied all but .venv, .git, bench-out and train-work: .venv-mxnet (300 MB), the caches,
     build/ and *.egg-info went to /opt/tracker/src too (355 MB for 14 MB of project)."""
     checkout = tmp_path / "checkout"
-    project = ["pyproject.toml", "scripts/install-pi", "tracker/__init__.py", "tests/test_cache.py", "models/a.caffemodel"]
+    project = ["pyproject.toml", "scripts/install-pi", "scripts/lib/not-copied.sh", "tracker/__init__.py",
+               "tests/test_cache.py", "models/a.caffemodel"]
     other = [".git/HEAD", ".venv/bin/python", ".venv-mxnet/bin/python", "tracker/__pycache__/x.pyc", ".pytest_cache/v",
              ".ruff_cache/v", ".mypy_cache/v", ".hypothesis/v", "build/lib/x.py", "tracker.egg-info/PKG-INFO",
              "bench-out/x", "train-work/x", "test-artifacts/x", ".cache/x"]
     for name in project + other:
         (checkout / name).parent.mkdir(parents=True, exist_ok=True)
         (checkout / name).write_text("x")
-    (checkout / "scripts" / "install-pi").write_text((REPO / "scripts" / "install-pi").read_text())
+    for script in ("install-pi", "lib/not-copied.sh"):
+        (checkout / "scripts" / script).write_text((REPO / "scripts" / script).read_text())
     out = _install_pi("--dry-run", "--no-start", checkout=checkout).stdout
     # the copy the dry run shows, run into an archive of the test's
     tar = next(line[2:].split() for line in out.splitlines() if line.startswith(f"+ tar -C {checkout} "))
