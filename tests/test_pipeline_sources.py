@@ -172,6 +172,62 @@ def test_the_people_in_view_leave_when_the_camera_is_gone_past_the_reidentificat
     assert sum("no frame for" in r.getMessage() for r in caplog.records) == 1
 
 
+class CameraThatHangs(SourceBase):
+    """A live camera whose read after `before` frames fails once, and whose reopen then hangs
+    for `hang_s` (a network camera rebooting), after which it works again; paced at 25 fps."""
+
+    live = True
+    pace_fps = 25.0
+
+    def __init__(self, frames: list[np.ndarray], before: int, hang_s: float):
+        super().__init__()
+        self.description = "camera test-hang"
+        self._frames, self._before, self._hang_s = frames, before, hang_s
+        self.failed = threading.Event()
+
+    def open(self) -> None:
+        if self.failed.is_set() and self._hang_s:
+            hang_s, self._hang_s = self._hang_s, 0.0
+            time.sleep(hang_s)
+
+    def read(self):
+        if self._seq == self._before and not self.failed.is_set():
+            self.failed.set()
+            raise SourceUnavailable(f"{self.description}: no frame (unplugged?)")
+        return self._frame(self._frames[self._seq % len(self._frames)])
+
+
+def test_an_outage_that_began_while_frames_were_queued_is_noticed(tmp_path, monkeypatch, scene_frames):
+    """The failures were counted from when the loop took its last frame: a camera that failed
+    while that frame still waited in the queue (the guard busy) and then hung in one reopen
+    seemed not to have failed at all, and its people stayed "present" for the whole outage.
+    (The loop taking the last frame only after the failure plays the busy guard.)"""
+    camera = CameraThatHangs(scene_frames, before=20, hang_s=3.0)
+    monkeypatch.setattr(stages, "make_source", lambda *args, **kwargs: camera)
+    config = guard_config(tmp_path, frames=40, tracking={"reid_window_s": 1.0})
+    guard = pipeline.Guard(config, stages.build_stages(config))
+    get = guard._capture.get
+
+    def get_after_the_failure(timeout=None):
+        frame = get(timeout)
+        if frame is not None and frame.seq == 19:
+            assert camera.failed.wait(30)
+        return frame
+
+    monkeypatch.setattr(guard._capture, "get", get_after_the_failure)
+    watchdog = threading.Timer(120, guard.stop)
+    watchdog.start()
+    try:
+        assert guard.run() == 0
+    finally:
+        watchdog.cancel()
+    events = [json.loads(line) for line in (config.resolved_state_dir() / "events.jsonl").read_text().splitlines()]
+    before = {e["track_id"] for e in events if e["kind"] == "entered" and e["seq"] < 20}
+    assert before, events
+    first_after = next(i for i, e in enumerate(events) if e["seq"] >= 20)
+    assert {e["track_id"] for e in events[:first_after] if e["kind"] == "left"} == before
+
+
 def test_a_stop_from_a_signal_handler_does_not_wait_for_the_capture_thread(tmp_path, monkeypatch, caplog, scene_frames):
     """A handler that interrupts the loop's get() runs with the capture's lock held: stop() joined
     the capture thread, which needs that lock to end, so each such stop hung for the join's timeout

@@ -104,7 +104,6 @@ class Guard:
         self._last_seq: int | None = None  # the last frame tracked: for the `left` events at the end
         self._last_media_s: float | None = None
         self._last_frame_ns = time.monotonic_ns()  # when the capture last gave a frame (see _source_gone)
-        self._failures_at_frame = 0  # the capture's failed opens and reads by then
         self._done_ns: deque[int] = deque(maxlen=100)  # processing end times, for fps
         self._failing_sinks: dict = {}  # (sink, method) -> calls failed in a row (see _to_every_sink)
 
@@ -173,7 +172,7 @@ class Guard:
             if batch is not None:
                 self._process(batch)
             if isinstance(frame, Frame):
-                self._last_frame_ns, self._failures_at_frame = time.monotonic_ns(), self._capture.stats().failures
+                self._last_frame_ns = time.monotonic_ns()
                 work = self._detect(frame, previous, time.monotonic_ns())
                 previous = work.detections
                 batch = batcher.add(work, crop_batch(frame.image, work.detections if work.has_crops else ()),
@@ -202,8 +201,10 @@ class Guard:
         """The source failed since its last frame (a camera unplugged, a stream down) and nothing
         came for the re-identification window: past it no track could come back anyway, so the
         people in view must not stay "present" for the whole outage. A source that is only slow
-        never fails, and keeps its tracks."""
-        return (self.stages.tracker.live_count > 0 and self._capture.stats().failures > self._failures_at_frame
+        never fails, and keeps its tracks. The failures are those after the source's last frame,
+        whenever the loop took that frame: a camera that failed while frames were still queued has
+        failed since them."""
+        return (self.stages.tracker.live_count > 0 and self._capture.stats().failures_since_frame > 0
                 and time.monotonic_ns() - self._last_frame_ns >= self.config.tracking.reid_window_s * 1e9)
 
     def _end_every_track(self) -> None:

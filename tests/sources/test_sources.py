@@ -270,6 +270,7 @@ def test_stop_interrupts_pacing_and_backoff_waits():
     assert not slow.running
     retrying = Capture(_FlakySource(open_failures=1000), 2, backoff=Backoff(30.0, 30.0)).start()
     wait_until(lambda: retrying.stats().failures == 1, "the first failure")
+    assert retrying.stats().failures_since_frame == 1
     retrying.stop()
     assert not retrying.running
 
@@ -459,6 +460,7 @@ def test_picamera_source_against_a_fake_picamera2(monkeypatch):
     with Capture(source, 4, max_frames=3, drop_oldest=False, backoff=FAST) as capture:
         assert [f.seq for f in capture] == [1, 2, 3]
     assert capture.stats().failures == 2 and capture.stats().reopens == 2
+    assert capture.stats().failures_since_frame == 0  # frames came after them
     _FakePicamera2.cameras = 0
     try:
         with pytest.raises(SourceUnavailable, match="no such camera"):

@@ -143,13 +143,14 @@ class Backoff:
 
 @dataclass(frozen=True)
 class CaptureStats:
-    """Counters of one capture run (all since start)."""
+    """Counters of one capture run (since its start, but for failures_since_frame)."""
 
     captured: int  # frames read from the source
     delivered: int  # frames handed to the consumer
     dropped: int  # frames discarded because the queue was full (oldest first)
     failures: int  # open or read failures of a live source
     reopens: int  # successful reopens after a failure
+    failures_since_frame: int  # of those, since the source last gave a frame (queued or not yet taken)
 
 
 class Capture:
@@ -195,6 +196,7 @@ class Capture:
         self._ended = False
         self._error: BaseException | None = None
         self._captured = self._delivered = self._dropped = self._failures = self._reopens = 0
+        self._failures_since_frame = 0
         self._thread: threading.Thread | None = None
 
     # -- consumer side -------------------------------------------------------------------------
@@ -264,7 +266,8 @@ class Capture:
 
     def stats(self) -> CaptureStats:
         with self._cond:
-            return CaptureStats(self._captured, self._delivered, self._dropped, self._failures, self._reopens)
+            return CaptureStats(self._captured, self._delivered, self._dropped, self._failures, self._reopens,
+                                self._failures_since_frame)
 
     @property
     def running(self) -> bool:
@@ -338,6 +341,7 @@ class Capture:
         delay = self.backoff.delay(attempt)
         with self._cond:
             self._failures += 1
+            self._failures_since_frame += 1
         log.warning("%s; retrying in %.1f s (attempt %d)", err, delay, attempt)
         self._stop.wait(delay)
         return attempt
@@ -346,6 +350,7 @@ class Capture:
         size = _frame_bytes(frame)
         with self._cond:
             self._captured += 1
+            self._failures_since_frame = 0
             if self.drop_oldest:
                 while self._full_for(size):
                     self._queued_bytes -= _frame_bytes(self._queue.popleft())
