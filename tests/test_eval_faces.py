@@ -236,3 +236,32 @@ def test_photos_are_held_as_pixels_with_a_progress_line_and_embed_as_the_guard_c
     image = cv2.imread(str(first))
     expected = crop_batch(image, [central_face(image, detector)])
     assert np.array_equal(evaluate.network_input(pixels[:1]), expected)
+
+
+def test_pairs_are_embedded_a_part_of_the_photos_at_a_time_with_the_same_scores(tmp_path, lfw, monkeypatch):
+    """Every photo of the pairs file was cut before any was embedded: 100,000 pairs' photos held
+    1.5 GB of pixels. They are cut PHOTOS_AT_ONCE at a time, each part embedded by every backend."""
+    import tracker.evaluate_faces as evaluate
+    from tracker.config import parse_config
+    from tracker.detect import create_detector
+    from tracker.enroll import open_backend
+
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text(pairs_text(), encoding="utf-8")
+    config = parse_config({"detect": {"detector": "yunet"}})
+    detector = create_detector(config.detect, quiet=True)
+    backend = open_backend(config, None, "fp32")
+    cut = evaluate.photo_crops
+    parts: list[int] = []
+    monkeypatch.setattr(evaluate, "photo_crops", lambda files, *args: parts.append(len(files)) or cut(files, *args))
+    try:
+        [(whole, same, left_out)] = evaluate.pair_scores(pairs, lfw, detector, [backend])
+        assert parts == [19] and left_out == 0  # the 19 distinct photos of the 10 pairs, at once
+        parts.clear()
+        monkeypatch.setattr(evaluate, "PHOTOS_AT_ONCE", 4)
+        results = evaluate.pair_scores(pairs, lfw, detector, [backend, backend])
+    finally:
+        backend.close()
+    assert parts == [4, 4, 4, 4, 3]
+    for scores, same_again, left_out in results:
+        assert np.allclose(scores, whole, atol=1e-6) and np.array_equal(same_again, same) and left_out == 0

@@ -37,6 +37,7 @@ from tracker.images import TOO_LARGE_OR_DAMAGED, read_image
 from tracker.verification import read_pairs, roc_auc, ten_fold_accuracy, threshold_at_far
 
 PROGRESS_EVERY = 500  # photos between two progress lines
+PHOTOS_AT_ONCE = 512  # photos cut before they are embedded: 4 MB of pixels (see embed_photos)
 
 
 class Progress:
@@ -75,24 +76,35 @@ def photo_crops(files: list[Path], detector: FaceDetector, chips: bool = False,
     return crops[: found.sum()], found
 
 
-def embed_crops(crops: np.ndarray, found: np.ndarray, backend, batch: int = 64) -> np.ndarray:
-    """Unit embeddings (N, D) float32 of the N files of `found` from `crops` (photo_crops' pixels);
-    rows of files without a face are zero ((N, 0) when no file has one)."""
-    embeddings = np.zeros((len(found), 0), np.float32)
-    if len(crops):
-        parts = [backend.infer(network_input(crops[s:s + batch])).embedding for s in range(0, len(crops), batch)]
-        rows = unit_rows(np.concatenate(parts).astype(np.float32))
-        embeddings = np.zeros((len(found), rows.shape[1]), np.float32)
-        embeddings[found] = rows
-    return embeddings
+def embed_crops(crops: np.ndarray, backend, batch: int = 64) -> np.ndarray:
+    """Unit embeddings (M, D) float32 of `crops` (photo_crops' M > 0 faces)."""
+    parts = [backend.infer(network_input(crops[s:s + batch])).embedding for s in range(0, len(crops), batch)]
+    return unit_rows(np.concatenate(parts).astype(np.float32))
 
 
-def embed_photos(files: list[Path], detector: FaceDetector, backend, chips: bool = False,
-                 progress: Progress | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(unit embeddings (N, D) float32, found (N,) bool) of each file's face (photo_crops,
-    embed_crops); rows of files without one are zero."""
-    crops, found = photo_crops(files, detector, chips, progress)
-    return embed_crops(crops, found, backend), found
+def embed_photos(files: list[Path], detector: FaceDetector, backends: list, chips: bool = False,
+                 progress: Progress | None = None) -> tuple[list[np.ndarray], np.ndarray]:
+    """(per backend: unit embeddings (N, D) float32, found (N,) bool) of each file's face
+    (photo_crops, embed_crops); rows of files without one are zero, and a backend's array is
+    (N, 0) when no file has one. The photos are cut PHOTOS_AT_ONCE at a time and each part is
+    embedded by every backend before the next is cut: a run holds the embeddings and one part's
+    pixels (the pixels of every photo of 100,000 pairs took 1.5 GB)."""
+    progress = progress or Progress(len(files))
+    found = np.zeros(len(files), bool)
+    embeddings: list[np.ndarray | None] = [None] * len(backends)
+    for start in range(0, len(files), PHOTOS_AT_ONCE):
+        part = slice(start, start + PHOTOS_AT_ONCE)
+        crops, found[part] = photo_crops(files[part], detector, chips, progress)
+        if not len(crops):
+            continue
+        rows = start + np.flatnonzero(found[part])
+        for k, backend in enumerate(backends):
+            part_embeddings = embed_crops(crops, backend)
+            whole = embeddings[k]
+            if whole is None:
+                whole = embeddings[k] = np.zeros((len(files), part_embeddings.shape[1]), np.float32)
+            whole[rows] = part_embeddings
+    return [np.zeros((len(files), 0), np.float32) if e is None else e for e in embeddings], found
 
 
 def pair_scores(pairs_file: Path, images: Path, detector: FaceDetector,
@@ -102,12 +114,11 @@ def pair_scores(pairs_file: Path, images: Path, detector: FaceDetector,
     pairs = read_pairs(pairs_file, images)
     files = sorted({p for a, b, _ in pairs for p in (a, b)})
     index = {p: i for i, p in enumerate(files)}
-    crops, found = photo_crops(files, detector)
+    every_embedding, found = embed_photos(files, detector, backends)
     both = [(index[a], index[b], s) for a, b, s in pairs if found[index[a]] and found[index[b]]]
     same = np.array([s for _, _, s in both], bool)
     results = []
-    for backend in backends:
-        embeddings = embed_crops(crops, found, backend)
+    for embeddings in every_embedding:
         scores = np.array([float(embeddings[i] @ embeddings[j]) for i, j, _ in both])
         results.append((scores, same, len(pairs) - len(both)))
     return results
@@ -154,7 +165,7 @@ def identification_report(folder: Path, enroll: int, detector: FaceDetector, bac
     probes: list[tuple[np.ndarray, str | None]] = []  # (embedding, true name or None for a stranger)
     progress = Progress(sum(len(files) for files in people.values()))  # over the folder, not a person
     for name in names:
-        embeddings, found = embed_photos(people[name], detector, backend, chips, progress)
+        [embeddings], found = embed_photos(people[name], detector, [backend], chips, progress)
         if name in gallery_names:
             enrolled = embeddings[:enroll][found[:enroll]]
             if not len(enrolled):
