@@ -70,6 +70,18 @@ def test_watchdog_is_rate_limited_to_half_the_interval(notify_socket, monkeypatc
     assert received(notify_socket) == [b"WATCHDOG=1"]
 
 
+def test_a_ping_the_full_queue_refused_is_sent_at_the_next_call(notify_socket, monkeypatch):
+    """The refused ping counted as sent: the next was held back for half the interval, so the last
+    one delivered was a whole interval old when it came, and systemd killed a working guard."""
+    monkeypatch.setenv("WATCHDOG_USEC", str(3600 * 10**6))
+    while daemon.status("a slow reader"):  # the datagram queue fills
+        pass
+    assert not daemon.watchdog()
+    received(notify_socket)  # the reader catches up
+    assert daemon.watchdog()
+    assert received(notify_socket) == [b"WATCHDOG=1"]
+
+
 def test_abstract_namespace_socket(monkeypatch):
     name = f"tracker-test-{os.getpid()}"
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:

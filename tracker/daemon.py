@@ -94,14 +94,16 @@ def watchdog() -> bool:
     """Ping the watchdog if half its interval has passed since the last ping (monotonic clock).
 
     Call it from the loop whose progress proves the guard is alive, not from a timer thread: a stuck
-    loop then stops the pings and systemd restarts the service."""
+    loop then stops the pings and systemd restarts the service. A ping the socket refused (its
+    queue full for a moment) is tried again at the next call, not half an interval later: by then
+    the last ping delivered would be a whole interval old, and systemd would kill a working guard."""
     global _last_watchdog
     interval = watchdog_interval_s()
     if interval is None or _address() is None:
         return False
-    now = time.monotonic()
-    with _lock:
-        if now - _last_watchdog < interval / 2:
+    with _lock:  # held over the send: two threads' calls must not both ping
+        now = time.monotonic()
+        if now - _last_watchdog < interval / 2 or not notify("WATCHDOG=1"):
             return False
         _last_watchdog = now
-    return notify("WATCHDOG=1")
+    return True
