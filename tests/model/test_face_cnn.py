@@ -4,6 +4,7 @@ generate on the fly and that regenerate to identical bytes."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -91,6 +92,30 @@ def test_module_entry_point_writes_the_same_file(tmp_path, random_weights):
                             capture_output=True, text=True, cwd=REPO, timeout=120)
     assert result.returncode == 0, result.stderr
     assert out.read_bytes() == random_weights.read_bytes()
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--ou", "w.caffemodel"], "python -m tracker.model.face_cnn: the following arguments are required: --out"),
+    (["--out", "no-such-folder/w.caffemodel"], "cannot write --out 'no-such-folder/w.caffemodel' (No such file or "
+                                               "directory); expected a file in an existing folder this user can write"),
+])
+def test_module_entry_point_refuses_bad_arguments_in_one_line(tmp_path, args, expected):
+    """A missing folder was a traceback (exit 1), and `--ou` was taken for `--out` (abbreviated)."""
+    result = subprocess.run([sys.executable, "-m", "tracker.model.face_cnn", *args],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr == f"tracker: error: {expected}\n"
+    assert not (tmp_path / "w.caffemodel").exists()
+
+
+def test_module_entry_point_does_not_overwrite_the_shipped_weights(monkeypatch, capsys):
+    """Nothing stopped random weights from replacing the trained ones in a checkout."""
+    monkeypatch.setattr(face_cnn, "generate", lambda *args: pytest.fail("the shipped weights were written"))
+    for out in (REPO / "models" / "face_cnn.caffemodel", face_cnn.CAFFEMODEL):  # the checkout's and the package's
+        assert face_cnn.main(["--out", str(out)]) == 2
+        assert capsys.readouterr().err == (f"tracker: error: --out {str(out)!r} is the shipped trained weights; "
+                                           "expected another path (random weights would replace them)\n")
 
 
 def test_opencv_runs_the_committed_files():

@@ -16,13 +16,13 @@ numpy Generator(PCG64(SEED)) draws all layers in order, so regenerating gives id
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from tracker.errors import TrackerError
+from tracker.arguments import ArgumentParser
+from tracker.errors import InputError, TrackerError
 from tracker.model.caffe_io import load_net, write_caffemodel
 from tracker.model.netdef import LayerDef, NetDef
 from tracker.model.shapes import infer_layer_shapes
@@ -68,17 +68,24 @@ def generate(out: Path, prototxt: Path = PROTOTXT, seed: int = SEED) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m tracker.model.face_cnn",
         description="Write seeded random (untrained, He-normal) weights for the face CNN.")
     parser.add_argument("--prototxt", type=Path, default=PROTOTXT)
     parser.add_argument("--out", type=Path, required=True, help="caffemodel to write (not the shipped one)")
     parser.add_argument("--seed", type=int, default=SEED)
-    args = parser.parse_args(argv)
     try:
-        path = generate(args.out, args.prototxt, args.seed)
+        args = parser.parse_args(argv)
+        if args.out.resolve() == CAFFEMODEL.resolve():
+            raise InputError(f"--out {str(args.out)!r} is the shipped trained weights; expected another path "
+                             "(random weights would replace them)")
+        try:
+            path = generate(args.out, args.prototxt, args.seed)
+        except OSError as err:
+            raise InputError(f"cannot write --out {str(args.out)!r} ({err.strerror or err}); expected a file in "
+                             "an existing folder this user can write") from None
     except TrackerError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"tracker: error: {err}", file=sys.stderr)
         return err.exit_code
     print(f"wrote {path} ({path.stat().st_size:,} bytes)")
     return 0
