@@ -48,14 +48,15 @@ def test_killing_a_child_kills_its_grandchild_in_another_session_too():
     child.close()
 
 
-def test_what_a_child_leading_its_group_leaves_behind_when_it_dies_goes_at_close():
-    """A backend worker's child that crashes leaves the helpers it started orphaned, no longer
-    below it: closing it kills what is left of its process group (they held its output pipe, and
-    its reader, open for good)."""
+def test_what_a_child_leaves_behind_when_it_dies_goes_at_close():
+    """A child that crashes (a backend worker's, a benchmark cell's) leaves the helpers it started
+    orphaned, no longer below it: closing it kills what is left of its process group (they held its
+    output pipe, and its reader, open for good). A benchmark cell's child led no group of its own,
+    and its helpers outlived it."""
     crashing = ("import subprocess, sys; "
                 "h = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
                 "print(h.pid, flush=True); sys.exit(3)")
-    child = ChildProcess([sys.executable, "-c", crashing], start_new_session=True)
+    child = ChildProcess([sys.executable, "-c", crashing])
     deadline = time.monotonic() + 60
     while child.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)

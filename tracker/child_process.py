@@ -9,8 +9,9 @@ have in common (ARCHITECTURE.md, section 2).
 Parent side: `ChildProcess` starts a child with its output (stdout and stderr together) kept as a
 bounded tail (`OutputTail`, the last 16 KiB: never on disk, never unbounded), reaps it with wait4
 so that its peak RSS is known even when it was killed, and kills (SIGKILL) it and every process
-below it, then reaps it, on request, so that no child nor grandchild is left behind (a benchmark
-cell's worker runs in a session of its own, which a signal to the cell's group would miss);
+below it or left in its session's group, then reaps it, on request, so that no child nor grandchild
+is left behind (a benchmark cell's worker runs in a session of its own, which a signal to the cell's
+group would miss);
 `describe_exit` and `short_exit` say in words how a child ended.
 Child side: `one_line` (an error as one line for the parent), `RUNTIME_MODULES` and
 `loaded_versions` (which runtimes the child's backend loaded, at which versions).
@@ -121,29 +122,28 @@ class OutputTail:
 class ChildProcess:
     """One child process, its output kept by an OutputTail, reaped with wait4.
 
-    argv, pass_fds, env, start_new_session: as for subprocess.Popen; stdin is /dev/null, stdout and
-    stderr go to the tail (runtimes print on both). Raises OSError when it cannot be started (EAGAIN,
-    the child killed and reaped, when no thread can be started to read its output).
-    A child in a session of its own leads its process group: `kill` (and `close`) also kill what is
-    left of that group, the processes it started that outlived it (orphaned when it died, they are
-    no longer below it; they would hold its output pipe open, and its reader with it).
+    argv, pass_fds, env: as for subprocess.Popen; stdin is /dev/null, stdout and stderr go to the
+    tail (runtimes print on both). Raises OSError when it cannot be started (EAGAIN, the child killed
+    and reaped, when no thread can be started to read its output).
+    The child runs in a session of its own, leading its process group: a Ctrl-C at the terminal
+    reaches the caller alone, which closes the child as it stops; and `kill` (and `close`) also kill
+    what is left of that group, the processes it started that outlived it (orphaned when it died,
+    they are no longer below it; they would hold its output pipe open, and its reader with it).
     `pid`; once reaped (`poll`, `reap`, `kill`), `returncode` (as Popen's: -N for signal N) and
     `maxrss_kb`, the child's peak RSS in KiB, known even when it was killed.
     """
 
-    def __init__(self, argv: list[str], *, pass_fds: tuple[int, ...] = (), env: dict | None = None,
-                 start_new_session: bool = False):
+    def __init__(self, argv: list[str], *, pass_fds: tuple[int, ...] = (), env: dict | None = None):
         out_r, out_w = os.pipe()
         try:
             self._popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
-                                           pass_fds=pass_fds, env=env, start_new_session=start_new_session)
+                                           pass_fds=pass_fds, env=env, start_new_session=True)
         except BaseException:
             os.close(out_r)
             raise
         finally:
             os.close(out_w)
         self.pid = self._popen.pid
-        self._leads_group = start_new_session
         self.returncode: int | None = None
         self.maxrss_kb: int | None = None
         try:
@@ -180,9 +180,9 @@ class ChildProcess:
 
     def kill(self) -> None:
         """SIGKILL the child and every process below it, and reap the child (os.kill, not
-        Popen.kill: that could reap it and lose the rusage); init reaps the others. Then, if the
-        child led its process group, SIGKILL what is left of the group (its id is not reused while
-        a member lives, so this reaches no stranger)."""
+        Popen.kill: that could reap it and lose the rusage); init reaps the others. Then SIGKILL
+        what is left of the child's process group (its id is not reused while a member lives, so
+        this reaches no stranger)."""
         if self.returncode is None:
             for pid in [*_descendants(self.pid), self.pid]:
                 try:
@@ -190,11 +190,10 @@ class ChildProcess:
                 except ProcessLookupError:
                     pass
             self._wait4(block=True)
-        if self._leads_group:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except ProcessLookupError:  # nobody left in it
-                pass
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except ProcessLookupError:  # nobody left in it
+            pass
 
     def reap(self, grace_s: float) -> None:
         """Give the child up to grace_s to exit, then kill it; it is reaped on return."""

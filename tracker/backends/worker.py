@@ -228,9 +228,7 @@ class WorkerBackend:
         try:
             self._proc = ChildProcess(
                 [self.python, "-c", _BOOTSTRAP, str(ROOT), str(req_r), str(rep_w), str(shm_fd), json.dumps(self._job)],
-                pass_fds=child_fds, env=self._env,
-                start_new_session=True,  # a Ctrl-C meant for the guard reaches the guard, which closes us
-            )
+                pass_fds=child_fds, env=self._env)
         except OSError as err:
             for fd in (req_r, req_w, rep_r, rep_w) + ((shm_fd,) if shm_fd >= 0 else ()):
                 os.close(fd)
