@@ -49,7 +49,7 @@ class LatencyLog:
     """Appends FrameLatency records as JSON lines, rotating at `max_bytes` keeping `backups` files.
 
     Each line is written whole as it comes (a crash loses at most the line being written); one the
-    disk refuses is lost and counted, never raised (`LineFile`).
+    disk refuses is lost, never raised, and the count said in the log (`LineFile`).
     """
 
     def __init__(self, path: Path, max_bytes: int = 10_000_000, backups: int = 3):
@@ -57,11 +57,6 @@ class LatencyLog:
 
     def write(self, record: FrameLatency) -> None:
         self._file.append(json.dumps(asdict(record), separators=(",", ":")) + "\n")
-
-    @property
-    def lost(self) -> int:
-        """Lines the disk refused, over the log's life."""
-        return self._file.lost
 
     def close(self) -> None:
         self._file.end()
