@@ -353,6 +353,28 @@ def test_log_paths_that_the_guard_cannot_open_are_exit_2_for_check_config_and_gu
     assert_one_line(main(["--config", str(path)]), capsys.readouterr().err, f"key {key!r}", fragment)
 
 
+def _without_root_overrides(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """`tracker *args` with no power over file modes: as root, setpriv (util-linux) takes away the
+    capabilities that override them, so a folder's mode refuses it as it refuses the guard's user."""
+    drop = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--inh-caps", "-all", "--"]
+    return subprocess.run([*(drop if os.geteuid() == 0 else []), *tracker_command(), *args], capture_output=True,
+                          text=True, env=isolated_env(tmp_path), timeout=300)
+
+
+def test_a_log_in_a_folder_the_user_cannot_search_is_exit_2_for_check_config_and_guard(tmp_path):
+    """Its stat's EACCES was a traceback and exit 1, which systemd restarts for ever."""
+    locked = tmp_path / "locked"
+    (locked / "sub").mkdir(parents=True)
+    locked.chmod(0)
+    target = locked / "sub" / "latency.jsonl"
+    config = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\nsource:\n  realtime: false\n  frames: 3\n"
+                   f"latency:\n  path: {str(target)!r}\n")
+    for command in (["--check-config"], []):
+        run = _without_root_overrides(tmp_path, *command, "--config", str(config))
+        assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+        assert f"key 'latency.path': cannot look at {str(target)!r} (Permission denied)" in run.stderr, run.stderr
+
+
 def test_a_log_path_linked_to_a_file_not_made_yet_is_written_through_the_link(tmp_path, capsys):
     state = tmp_path / "state"
     state.mkdir()

@@ -19,6 +19,7 @@ is expected.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
@@ -70,26 +71,40 @@ def check_file(key: str, path: Path, *, device_ok: bool = True) -> None:
     """`path` is a regular file that can be written, or can be created; or, if `device_ok`, a
     character device (/dev/null: a log thrown away). A FIFO is refused: opening it for writing
     waits for a reader, where no signal ends the wait, so the guard would hang at start-up past
-    SIGTERM."""
-    if path.is_dir():
-        raise InputError(f"config: key {key!r}: {str(path)!r} is a directory; expected a file path")
-    if path.is_symlink() and not path.exists():  # opening it creates its target
-        try:
+    SIGTERM. A path in a folder this user cannot search is refused too (its stat's EACCES)."""
+    found = _reach(key, path)
+    if found is None:
+        if not path.is_symlink():
+            check_directory(key, path.parent)
+            return
+        try:  # a link that leads nowhere: opening it creates its target
             target = path.resolve()
         except (OSError, RuntimeError):  # a loop of links
             raise InputError(f"config: key {key!r}: {str(path)!r} is a link that leads nowhere; expected a file path") from None
         check_directory(key, target.parent)
         return
-    if path.exists():
-        if path.is_char_device() and not device_ok:
-            raise InputError(f"config: key {key!r}: {str(path)!r} is a character device; expected a regular file "
-                             "(or a path to create one)")
-        if not (path.is_file() or path.is_char_device()):
-            raise InputError(f"config: key {key!r}: {str(path)!r} is a FIFO, socket or block device; expected a regular file")
-        if not os.access(path, os.W_OK):
-            raise InputError(f"config: key {key!r}: {str(path)!r} is not writable; expected a writable file")
-        return
-    check_directory(key, path.parent)
+    if stat.S_ISDIR(found.st_mode):
+        raise InputError(f"config: key {key!r}: {str(path)!r} is a directory; expected a file path")
+    if stat.S_ISCHR(found.st_mode) and not device_ok:
+        raise InputError(f"config: key {key!r}: {str(path)!r} is a character device; expected a regular file "
+                         "(or a path to create one)")
+    if not (stat.S_ISREG(found.st_mode) or stat.S_ISCHR(found.st_mode)):
+        raise InputError(f"config: key {key!r}: {str(path)!r} is a FIFO, socket or block device; expected a regular file")
+    if not os.access(path, os.W_OK):
+        raise InputError(f"config: key {key!r}: {str(path)!r} is not writable; expected a writable file")
+
+
+def _reach(key: str, path: Path) -> os.stat_result | None:
+    """The stat of what `path` names (links followed), None if nothing is there (absent, under a
+    file, or a link to nothing or to itself); InputError if this user cannot look (a folder on the
+    way it may not search: the guard's start would fail the same way)."""
+    try:
+        return os.stat(path)
+    except OSError as err:
+        if err.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            return None
+        raise InputError(f"config: key {key!r}: cannot look at {str(path)!r} ({err.strerror or err}); expected a "
+                         "path the guard's user can reach (every folder on the way searchable)") from None
 
 
 def check_inference(config) -> str:
