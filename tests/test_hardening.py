@@ -375,6 +375,20 @@ def test_a_log_in_a_folder_the_user_cannot_search_is_exit_2_for_check_config_and
         assert f"key 'latency.path': cannot look at {str(target)!r} (Permission denied)" in run.stderr, run.stderr
 
 
+def test_a_log_whose_folder_takes_no_new_file_is_exit_2_for_check_config_and_guard(tmp_path):
+    """The file could be written but not rotated: it passed, and grew without bound."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "events.jsonl").write_text("")
+    logs.chmod(0o555)
+    config = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\nsource:\n  realtime: false\n  frames: 3\n"
+                   f"sinks:\n  jsonl: {str(logs / 'events.jsonl')!r}\n")
+    for command in (["--check-config"], []):
+        run = _without_root_overrides(tmp_path, *command, "--config", str(config))
+        assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+        assert f"key 'sinks.jsonl': cannot create files in {str(logs)!r} (Permission denied)" in run.stderr, run.stderr
+
+
 def test_a_log_path_linked_to_a_file_not_made_yet_is_written_through_the_link(tmp_path, capsys):
     state = tmp_path / "state"
     state.mkdir()

@@ -4,8 +4,9 @@ the guard and `tracker enroll` all run these, so the check catches what the run 
 - `check_runnable(config)`: `check_inference(config)` (the backend name, precision and runtime, the
   prototxt and caffemodel, read and shape-checked, and the blobs the guard reads from them, the
   model card, the detector's model file: sha256), then the state directory and every file the guard
-  writes (latency log, events, outbox): each must be, or be creatable as, what it should be, and no
-  two the same file; nothing is created.
+  writes (latency log, events, outbox): each must be, or be creatable as, what it should be (and a
+  log's folder must take the files its rotation makes), and no two the same file; nothing is
+  created.
 - `check_source(config, spec)`: `--check-config`'s check of the source the guard would open (the
   guard meets the same refusals when it opens it).
 - `prepare_state_dir(path)`: creates the state directory 0700 and makes every file the process
@@ -67,31 +68,39 @@ def check_directory(key: str, path: Path) -> None:
                              "expected a writable directory") from None
 
 
-def check_file(key: str, path: Path, *, device_ok: bool = True) -> None:
+def check_file(key: str, path: Path, *, device_ok: bool = True, rotates: bool = False) -> None:
     """`path` is a regular file that can be written, or can be created; or, if `device_ok`, a
     character device (/dev/null: a log thrown away). A FIFO is refused: opening it for writing
     waits for a reader, where no signal ends the wait, so the guard would hang at start-up past
-    SIGTERM. A path in a folder this user cannot search is refused too (its stat's EACCES)."""
+    SIGTERM. A path in a folder this user cannot search is refused too (its stat's EACCES). If
+    `rotates` (a log rotated by size, `files.LineFile`), its folder must also take new files: the
+    rotation renames the file there and starts a new one, and a file that cannot rotate grows
+    without bound."""
     found = _reach(key, path)
-    if found is None:
-        if not path.is_symlink():
-            check_directory(key, path.parent)
-            return
-        try:  # a link that leads nowhere: opening it creates its target
+    if found is None and not path.is_symlink():
+        check_directory(key, path.parent)  # (a folder that takes the file takes its rotated ones)
+        return
+    if found is None:  # a link that leads nowhere: opening it creates its target
+        try:
             target = path.resolve()
         except (OSError, RuntimeError):  # a loop of links
             raise InputError(f"config: key {key!r}: {str(path)!r} is a link that leads nowhere; expected a file path") from None
         check_directory(key, target.parent)
-        return
-    if stat.S_ISDIR(found.st_mode):
-        raise InputError(f"config: key {key!r}: {str(path)!r} is a directory; expected a file path")
-    if stat.S_ISCHR(found.st_mode) and not device_ok:
-        raise InputError(f"config: key {key!r}: {str(path)!r} is a character device; expected a regular file "
-                         "(or a path to create one)")
-    if not (stat.S_ISREG(found.st_mode) or stat.S_ISCHR(found.st_mode)):
-        raise InputError(f"config: key {key!r}: {str(path)!r} is a FIFO, socket or block device; expected a regular file")
-    if not os.access(path, os.W_OK):
-        raise InputError(f"config: key {key!r}: {str(path)!r} is not writable; expected a writable file")
+    else:
+        if stat.S_ISDIR(found.st_mode):
+            raise InputError(f"config: key {key!r}: {str(path)!r} is a directory; expected a file path")
+        if stat.S_ISCHR(found.st_mode) and not device_ok:
+            raise InputError(f"config: key {key!r}: {str(path)!r} is a character device; expected a regular file "
+                             "(or a path to create one)")
+        if not (stat.S_ISREG(found.st_mode) or stat.S_ISCHR(found.st_mode)):
+            raise InputError(f"config: key {key!r}: {str(path)!r} is a FIFO, socket or block device; expected a regular file")
+        if not os.access(path, os.W_OK):
+            raise InputError(f"config: key {key!r}: {str(path)!r} is not writable; expected a writable file")
+    if rotates and (found is None or not stat.S_ISCHR(found.st_mode)):  # a device never grows, so never rotates
+        why = _can_create_in(path.parent)
+        if why is not None:
+            raise InputError(f"config: key {key!r}: cannot create files in {str(path.parent)!r} ({why}), which "
+                             f"rotating {str(path)!r} does; expected a folder the guard can create and rename files in")
 
 
 def _reach(key: str, path: Path) -> os.stat_result | None:
@@ -173,7 +182,8 @@ def check_runnable(config) -> str:
         files["mqtt.outbox.path"] = (config.mqtt.outbox.path or state_dir / "outbox.sqlite3", 0)
     for key, (path, _) in files.items():
         # SQLite opens no device: on /dev/null the outbox went to memory, blaming the disk
-        check_file(key, path, device_ok=key != "mqtt.outbox.path")
+        is_log = key != "mqtt.outbox.path"
+        check_file(key, path, device_ok=is_log, rotates=is_log)
     # files the guard reads or holds, which no log may be: a rotation would free the lock, or
     # rename the weights away
     kept = {state_dir / GUARD_LOCK: "the guard's lock", config.model.weights: "key 'model.weights'",
