@@ -103,6 +103,17 @@ def test_a_log_removed_from_under_the_guard_is_made_again(tmp_path, caplog):
     log.close()
 
 
+def test_a_log_whose_folder_is_removed_from_under_the_guard_is_made_again_with_its_folder(tmp_path):
+    """The folder was never made again: every later line was lost for the rest of the run."""
+    folder = tmp_path / "state"
+    log = LineFile(folder / "events.jsonl", "events log")
+    assert log.append(LINE)
+    (folder / "events.jsonl").unlink()
+    folder.rmdir()
+    assert log.append(LINE) and (folder / "events.jsonl").read_text() == LINE and log.lost == 0
+    log.close()
+
+
 def test_a_rotation_the_file_system_refuses_is_logged_once_and_tried_again_a_minute_later(tmp_path, caplog,
                                                                                          monkeypatch):
     """The lines go on into the current file meanwhile; none is lost. (A refused rename, faked: as

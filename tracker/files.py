@@ -202,10 +202,10 @@ class LineFile:
     write(2), so a crash loses at most the line being written. A line that cannot be written whole
     (a full disk, a device that refuses it) is taken back out of the file, counted in `lost` and
     never raised: the first of a run of failures is logged as an error naming `what`, the return to
-    writing as a warning with the count. A file deleted from under it is made again at the next
-    line, not written on unseen (a file renamed, as logrotate does by default, is written on under
-    its new name). After `close()` (or a line that could not be taken back), the next line opens
-    the file again. One fstat(2) a line. Not thread-safe (one writer).
+    writing as a warning with the count. A file deleted from under it, its folder too, is made
+    again at the next line, not written on unseen (a file renamed, as logrotate does by default, is
+    written on under its new name). After `close()` (or a line that could not be taken back), the
+    next line opens the file again. One fstat(2) a line. Not thread-safe (one writer).
 
     With `max_bytes`, a line that would take the file past it (and is not the file's first) rotates
     the files first (`generations`: each is renamed one along, the oldest goes, the line starts
@@ -219,13 +219,17 @@ class LineFile:
         self.lost = 0  # lines not written, over the file's life
         self._lost_in_run = 0  # since the last line that was written
         self._next_rotation_ns = 0  # after a failed rotation, the next try (monotonic ns); 0: none failed
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd: int | None = None
         self._size = 0  # the file's bytes as of the last line (0 while it is not open)
         self._open()
 
     def _open(self) -> int:
-        fd = self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        try:
+            fd = self._fd = os.open(self.path, flags, 0o644)
+        except FileNotFoundError:  # no folder: not made yet, or removed by hand while the guard runs
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = self._fd = os.open(self.path, flags, 0o644)
         self._size = os.fstat(fd).st_size
         return fd
 
