@@ -9,7 +9,7 @@ state in a temporary directory):
 
 1. Unpaced (`source.realtime: false`): the scene is rendered as fast as the guard takes frames,
    so the guard is never idle for lack of a frame and every frame is processed. From its latency
-   log (one line per frame, DESIGN.md section 5):
+   log (one line per frame, README "How it works", "Latency log"):
    - frames per second = (frames - 1) / (end of the last frame - end of the first), where a
      frame's end is t_ns + total_ms;
    - per-stage p50/p95 over all frames (infer_ms also over backend calls, counted once per call);

@@ -16,7 +16,7 @@ import numpy as np
 from tracker.model.spec import ModelSpec, default_model
 
 REPO = Path(__file__).resolve().parents[1]
-TOL = 1e-4  # DESIGN.md: every backend within 1e-4 of the float64 engine
+TOL = 1e-4  # docs/ARCHITECTURE.md section 2: every backend within 1e-4 of the float64 engine
 
 # Caffe prototxt of a small net whose every quirk matters: a non-square 2-channel input; a conv
 # with pad, stride 2 and group 2; a leaky ReLU; MAX pooling whose windows do not divide the input

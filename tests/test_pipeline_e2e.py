@@ -6,12 +6,12 @@ synthetic scene is rendered as fast as the guard takes it, so every frame is pro
 run is reproducible; the demo enrolls the scene's four people itself. What is checked:
 
 - exit status 0 and no traceback;
-- events.jsonl: the schema-1 payload of DESIGN.md section 4 (plus the snapshot path), unique ids,
+- events.jsonl: the schema-1 payload of docs/ARCHITECTURE.md section 4 (plus the snapshot path), unique ids,
   per track `entered` first, `identified` only after it, `left` last and at most once; every
   event's snapshot JPEG exists and decodes; the console sink printed the same events; the three
   walkers of the scene's first cycle entered and left; the demo's own score of the identities it
   announced against the scene's truth (enrolled from chips the scene does not show);
-- latency.jsonl, every line: exactly the keys of DESIGN.md section 5 in order, seq 0..N-1 in
+- latency.jsonl, every line: exactly the keys of README's "Latency log" in order, seq 0..N-1 in
   order (nothing dropped by an unpaced run), t_ns non-decreasing, every stage >= 0, total_ms >=
   the sum of the frame's own stages (they are disjoint intervals of its life, so by
   construction), `dropped` non-decreasing, `batch`/`faces`/`infer_ms` consistent: the frames

@@ -32,7 +32,7 @@ from tracker.types import Inference
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parents[1]
-FACE_CNN_MACS = 49_371_200  # DESIGN.md section 1
+FACE_CNN_MACS = 49_371_200  # docs/ARCHITECTURE.md section 1 (98.7 MFLOP: two per multiply-add)
 REAL = ["caffe-openblas", "caffe-openblas-dl"]
 
 

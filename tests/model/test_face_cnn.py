@@ -1,4 +1,4 @@
-"""The face CNN's Caffe files: the network of DESIGN.md section 1 derived from the prototxt
+"""The face CNN's Caffe files: the network of docs/ARCHITECTURE.md section 1 derived from the prototxt
 itself, the shipped (trained) weights loading in OpenCV, and the seeded random weights that tests
 generate on the fly and that regenerate to identical bytes."""
 
