@@ -51,6 +51,21 @@ def test_picks_the_fastest_at_the_nearest_measured_batch_at_or_above(auto):
         "opencv-dnn", "opencv-dnn", "onnxruntime", "onnxruntime", "onnxruntime", "onnxruntime", "onnxruntime"]
 
 
+def test_a_backend_measured_alone_at_some_sizes_competes_there_with_the_others_next_sizes(tmp_path):
+    """A profile merges runs: `--backend caffe-openblas --batches 2,4` after a run of all at 1, 8
+    left caffe-openblas the only candidate, and so the pick, at 2 to 4, where onnxruntime measured
+    four times faster on both sides."""
+    write_profile(tmp_path, results=[("onnxruntime", "fp32", 1, 0.5), ("caffe-openblas", "fp32", 1, 2.0),
+                                     ("onnxruntime", "fp32", 8, 0.3), ("caffe-openblas", "fp32", 8, 1.5),
+                                     ("caffe-openblas", "fp32", 2, 1.9), ("caffe-openblas", "fp32", 4, 1.7)])
+    backend = create_backend("auto", default_model(), state_dir=str(tmp_path))
+    try:
+        assert [backend.pick(n) for n in (1, 2, 3, 4, 5, 8)] == ["onnxruntime"] * 6
+    finally:
+        backend.close()
+    assert [name for _, name, _ in describe_picks(tmp_path)] == ["onnxruntime"] * 4  # at 1, 2, 4, 8
+
+
 def test_runs_the_pick_and_keeps_sub_backends(auto):
     x = face_inputs()
     assert_parity(auto, default_model(), x[:1])

@@ -4,10 +4,10 @@ The calibration profile is `<state_dir>/profile.json`, written by `tracker --ben
 (tracker.bench.profile, schema 1): {"machine": {"cpu", "cores", "arch"}, "results": [{"backend",
 "precision", "batch", "ms_per_image"}, ...], "picks": [{"precision", "batch", "backend"}, ...]}.
 For a batch of N images at precision P, `auto` looks at the profile's entries of precision P,
-takes the smallest measured batch size >= N (the largest one measured if N is beyond them all:
-per-image time flattens out at large batches) and runs the backend with the lowest ms_per_image
-there (a cell's median, or a runoff's: see tracker.bench.profile), except among ties: backends
-within TIE_MARGIN of the lowest count as tied, and a tie goes to the profile's recorded pick for
+takes for each backend its entry at its smallest measured batch size >= N (its largest one if N
+is beyond them all: per-image time flattens out at large batches) and runs the backend with the
+lowest ms_per_image (a cell's median, or a runoff's: see tracker.bench.profile), except among
+ties: backends within TIE_MARGIN of the lowest count as tied, and a tie goes to the profile's recorded pick for
 that batch size if it is among them, else to the first in the registry's order. The benchmark
 records as the new pick what `rank` puts first given the previous profile's pick, so a pick holds
 for as long as it stays within the margin: noise between two benchmark runs cannot swap it
@@ -147,12 +147,22 @@ def rank(candidates: list[tuple[float, str]], held: str | None = None) -> list[t
 def rank_all(measured: Iterable[tuple[str, str, int, float]],
              held: dict[tuple[str, int], str]) -> dict[str, dict[int, list[tuple[float, str]]]]:
     """(backend, precision, batch, ms per image) entries ranked per precision and batch size:
-    {precision: {batch: rank(its (ms, backend) entries, held.get((precision, batch)))}}."""
-    ranking: dict[str, dict[int, list[tuple[float, str]]]] = {}
+    {precision: {batch: rank(candidates, held.get((precision, batch)))}} for every batch size
+    measured at that precision, where every backend measured at that precision is a candidate
+    with its time at its own nearest measured batch size at or above (`measured_batch`). Not only
+    the backends measured at that size: a profile merges runs, and a run of one slow backend at
+    sizes no other was measured at left it alone, and so `auto`'s pick, there."""
+    times: dict[str, dict[str, dict[int, float]]] = {}  # precision -> backend -> batch -> ms
     for backend, precision, batch, ms in measured:
-        ranking.setdefault(precision, {}).setdefault(batch, []).append((ms, backend))
-    return {precision: {batch: rank(candidates, held.get((precision, batch))) for batch, candidates in per_batch.items()}
-            for precision, per_batch in ranking.items()}
+        times.setdefault(precision, {}).setdefault(backend, {})[batch] = ms
+    ranking: dict[str, dict[int, list[tuple[float, str]]]] = {}
+    for precision, per_backend in times.items():
+        batches = sorted({batch for per_batch in per_backend.values() for batch in per_batch})
+        ranking[precision] = {
+            batch: rank([(per_batch[measured_batch(per_batch, batch)], backend) for backend, per_batch in per_backend.items()],
+                        held.get((precision, batch)))
+            for batch in batches}
+    return ranking
 
 
 def recorded_picks(profile: dict) -> dict[tuple[str, int], str]:
