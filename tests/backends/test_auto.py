@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import re
 
 import numpy as np
@@ -128,6 +129,8 @@ def test_describe_picks(tmp_path):
     ("old-schema", "is not a schema-1 profile"),
     ("schema true", "is not a schema-1 profile"),
     ("nested", "is unreadable (RecursionError"),
+    ("fifo", "is unreadable (OSError: [Errno 22] not a regular file)"),  # it hung the guard's start
+    ("huge", "is unreadable (OSError: [Errno 27] larger than 4000000 bytes)"),
 ])
 def test_unusable_profile_is_ignored_with_a_warning_and_the_default_runs(tmp_path, caplog, case, reason):
     state = tmp_path / "state"
@@ -145,6 +148,13 @@ def test_unusable_profile_is_ignored_with_a_warning_and_the_default_runs(tmp_pat
     elif case == "nested":  # a traceback at the guard's start and in the benchmark
         state.mkdir()
         (state / "profile.json").write_text("[" * 100_000)
+    elif case == "fifo":
+        state.mkdir()
+        os.mkfifo(state / "profile.json")
+    elif case == "huge":
+        state.mkdir()
+        with open(state / "profile.json", "wb") as huge:
+            huge.truncate(4_000_001)
     with caplog.at_level(logging.WARNING, logger="tracker.backends.auto"):
         with create_backend("auto", default_model(), state_dir=str(state)) as auto:
             for n in (1, 3, 1):

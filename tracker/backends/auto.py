@@ -45,6 +45,7 @@ from pathlib import Path
 from tracker.backends.base import Backend, BackendBase
 from tracker.backends.registry import REGISTRY
 from tracker.errors import BackendFailure, BackendUnavailable, InputError, TrackerError
+from tracker.files import read_regular_file
 from tracker.model.spec import ModelSpec
 from tracker.types import Inference
 
@@ -53,6 +54,7 @@ log = logging.getLogger(__name__)
 DEFAULTS = {"fp32": "caffe-openblas-dl", "int8": "tf-neon-vfpv4"}
 PROFILE_NAME = "profile.json"
 PROFILE_SCHEMA = 1
+MAX_PROFILE_BYTES = 4_000_000  # every backend and precision at 256 batch sizes takes about 0.6 MB
 DEFAULT_MAX_LIVE = 3
 # The issue's bound on auto (1.05x the fastest), so a tie or a held pick stays within it as the
 # profile measured it. 3% was too narrow to hold a pick: on the 2-core EPYC VM, in int8 at batch 8,
@@ -84,8 +86,8 @@ def read_profile(path: Path, machine: dict) -> tuple[list[tuple[str, str, int, f
     Raises FileNotFoundError when there is none, UnusableProfile when it is unreadable, of
     another schema or of another machine.
     """
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+    try:  # (a regular file, bounded: a FIFO there hung the guard's start, --list-backends and the benchmark)
+        data = json.loads(read_regular_file(path, MAX_PROFILE_BYTES).decode("utf-8"))
     except FileNotFoundError:
         raise  # not unusable: none yet, which each caller treats as such
     except (OSError, ValueError, RecursionError) as err:  # RecursionError: nested past Python's limit
