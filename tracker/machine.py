@@ -137,8 +137,10 @@ def sgemm_peak(n: int = 1024, min_seconds: float = 0.5, max_repeats: int = 20) -
     return {"gflops": round(2 * n**3 / best / 1e9, 3), "n": n, "repeats": repeats, "best_s": best}
 
 
-def machine_info(peak: dict) -> dict:
-    """The results.json "machine" object (see tracker.bench)."""
+def machine_info(peak: dict, load_at_start: list[float] | None) -> dict:
+    """The results.json "machine" object (see tracker.bench); `load_at_start`: `load_average()`
+    as the command began, before any of its own work (the sgemm peak, the detectors) loaded the
+    machine."""
     key = machine_key()
     return {
         **key,
@@ -147,7 +149,7 @@ def machine_info(peak: dict) -> dict:
         "blas": blas_info(),
         "sgemm_peak_gflops": peak["gflops"],
         "sgemm": {"n": peak["n"], "repeats": peak["repeats"], "best_s": peak["best_s"]},
-        "load_average": {"start": load_average(), "end": None},
+        "load_average": {"start": load_at_start, "end": None},
     }
 
 

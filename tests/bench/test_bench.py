@@ -26,6 +26,7 @@ import pytest
 
 from tracker import backends
 from tracker.backends.base import BackendBase
+from tracker.bench import command as bench_command
 from tracker.cli import main
 from tracker.machine import machine_key
 from tracker.types import Inference
@@ -62,12 +63,11 @@ def test_backends(monkeypatch):
 
 @pytest.fixture
 def load(monkeypatch):
-    """Sets the 1-minute load average the benchmark sees at its start (tracker.machine's reading):
+    """Sets the 1-minute load average the benchmark sees (tracker.bench.command's readings):
     whether a run may write auto's profile depends on it, and a test machine's own load varies."""
-    import tracker.machine
 
     def set_load(one_minute: float) -> None:
-        monkeypatch.setattr(tracker.machine, "load_average", lambda: [one_minute, one_minute, one_minute])
+        monkeypatch.setattr(bench_command, "load_average", lambda: [one_minute, one_minute, one_minute])
 
     return set_load
 
@@ -528,6 +528,23 @@ def test_with_the_detectors_the_backends_request_is_checked_before_anything_is_m
                             "caffe-openblas-dl", "--precision", "int8", "--batches", "1")
     assert code == 2 and "--precision: backend 'caffe-openblas-dl' has no 'int8' model" in stderr
     assert not (tmp_path / "out" / "detectors.json").exists()  # the detectors' 4 rows and budget were measured first
+
+
+def test_the_load_at_the_start_is_read_before_the_detectors_load_the_machine(capsys, config_file, state_dir, tmp_path,
+                                                                            monkeypatch):
+    """It was read after the detectors' benchmark had run, so the command's own work counted as
+    the machine being busy, and could keep the profile from being written."""
+    import tracker.bench.detectors as detectors
+
+    ran: list[str] = []
+    monkeypatch.setattr(detectors, "run_detector_benchmark", lambda *args: ran.append("detectors") or 0)
+    monkeypatch.setattr(bench_command, "load_average", lambda: [9.0] * 3 if ran else [0.5] * 3)
+    code, _, stderr = bench(capsys, config_file, tmp_path / "out", "--detectors", "haar", "--backend",
+                            "caffe-openblas-dl", "--batches", "1", "--passes", "1")
+    assert code == 0 and ran == ["detectors"], stderr
+    load = json.loads((tmp_path / "out" / "results.json").read_text())["machine"]["load_average"]
+    assert load == {"start": [0.5] * 3, "end": [9.0] * 3}
+    assert (state_dir / "profile.json").exists() and "not writing the calibration profile" not in stderr
 
 
 def test_empty_option_values_are_refused_not_taken_for_options_left_out(capsys, config_file, tmp_path):

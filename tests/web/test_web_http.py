@@ -634,9 +634,9 @@ def test_speed_shows_the_last_benchmark_on_this_device_and_autos_picks(client, p
     assert client.request("GET", "/speed/linear.png")[0] == 404
     config = tmp_path / "tracker.yaml"
     config.write_text(f"state_dir: {guard.stages.state_dir}\n")
-    import tracker.machine
+    import tracker.bench.command
 
-    monkeypatch.setattr(tracker.machine, "load_average", lambda: [0.1, 0.1, 0.1])  # a quiet machine: write the profile
+    monkeypatch.setattr(tracker.bench.command, "load_average", lambda: [0.1, 0.1, 0.1])  # a quiet machine: write the profile
     assert main(["--config", str(config), "--benchmark", "--backend", "caffe-openblas-dl", "--batches", "1,2",
                  "--passes", "2", "--out", str(tmp_path / "out")]) == 0
     status, answer = client.json("GET", "/api/speed")

@@ -108,6 +108,7 @@ def run_benchmark_command(config, args, first: Callable[[], int] | None = None) 
     """`tracker --benchmark`: see the module docstring of tracker.bench for outputs and schema.
     `first`: another benchmark of the same command (the detectors'), run once this one's request
     is checked and before it measures anything; its non-zero exit code (an interrupt) ends here."""
+    load_at_start = load_average()  # how busy the machine is besides this command: before its own work
     names, all_mode = parse_backend_names(args.backend or config.backend.name)
     batches = sorted(set(args.batches))
     passes = args.passes
@@ -137,7 +138,7 @@ def run_benchmark_command(config, args, first: Callable[[], int] | None = None) 
 
     print("benchmark: measuring this machine's sgemm peak ...", file=sys.stderr)
     peak = sgemm_peak()
-    machine = machine_info(peak)
+    machine = machine_info(peak, load_at_start)
     # A run under --memory-limit emulates a smaller device: its failures say nothing about this one.
     profile_ok = memory_limit is None
     busy = _busy(machine["load_average"]["start"], machine["cores"])
