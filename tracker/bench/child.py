@@ -41,7 +41,6 @@ from pathlib import Path
 from tracker.child_process import loaded_versions, one_line
 
 _PROGRESS_EVERY_S = 0.2
-_QUALITY_CHUNK = 50  # crops per forward pass of the quality check: bounded memory at any set size
 
 
 class _Channel:
@@ -193,19 +192,17 @@ def run_quality(job: dict, channel: _Channel, stage: _Stage) -> None:
     top1_agreement, decided_crops / top1_agreement_decided (crops fp32 decides by >= DECIDED_GAP nats; see
     tracker.bench.quality for why), embedding_cosine_mean, embedding_cosine_min.
     """
-    from tracker.bench.quality import compare
-    from tracker.model.convert.calibration import QUALITY_COUNT, QUALITY_SEED, sample_set
+    from tracker.bench.quality import compare, quality_crops
 
     stage.text = "making the quality set"
-    quality_set = sample_set(None, QUALITY_COUNT, QUALITY_SEED)
-    x = quality_set.make(tuple(job["input_shape"]))
+    x, set_id = quality_crops(job["input_shape"])
     stage.text = "loading the backend"
     reference, candidate = _create(job, "fp32"), _create(job, job["precision"])
     stage.text = "comparing outputs"
-    metrics = compare(reference, candidate, x, chunk=_QUALITY_CHUNK)
+    metrics = compare(reference, candidate, x)
     reference.close()
     candidate.close()
-    channel.send(event="quality", set_id=quality_set.set_id, **metrics)
+    channel.send(event="quality", set_id=set_id, **metrics)
 
 
 def run_runoff(job: dict, channel: _Channel, stage: _Stage) -> None:

@@ -23,6 +23,8 @@ real face chips shipped with the package, drawn with a different seed from the c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 DECIDED_GAP = 0.2  # nats: see the module docstring
@@ -63,6 +65,16 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return cos
 
 
+def quality_crops(input_shape: Sequence[int]) -> tuple[np.ndarray, str]:
+    """(the fixed quality set's crops (N, C, H, W) float32 for a model whose input image is
+    `input_shape` (C, H, W), the set's id)."""
+    from tracker.model.convert.calibration import QUALITY_COUNT, QUALITY_SEED, sample_set
+
+    channels, height, width = input_shape
+    quality_set = sample_set(None, QUALITY_COUNT, QUALITY_SEED)
+    return quality_set.make((channels, height, width)), quality_set.set_id
+
+
 def int8_quality(backend_name: str, model=None, *, crops: np.ndarray | None = None,
                  threads: int | None = None, **options) -> dict:
     """compare() of `backend_name` in int8 against itself in fp32 on `crops` (default: the fixed
@@ -70,13 +82,12 @@ def int8_quality(backend_name: str, model=None, *, crops: np.ndarray | None = No
     backends (e.g. cache_dir, calibration)."""
     from tracker.backends import create_backend
     from tracker.model.convert import load_graph
-    from tracker.model.convert.calibration import QUALITY_COUNT, QUALITY_SEED, sample_set
+    from tracker.model.convert.calibration import sample_set
     from tracker.model.spec import default_model
 
     model = model or default_model()
     if crops is None:
-        quality_set = sample_set(None, QUALITY_COUNT, QUALITY_SEED)
-        crops, set_id = quality_set.make(load_graph(model).input_shape), quality_set.set_id
+        crops, set_id = quality_crops(load_graph(model).input_shape)
     else:
         set_id = sample_set(crops).set_id
     reference = create_backend(backend_name, model, precision="fp32", threads=threads, **options)

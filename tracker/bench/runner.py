@@ -21,6 +21,7 @@ from tracker.child_process import POLL_S, ChildProcess, describe_exit, short_exi
 
 # After the child closed its pipe it should exit promptly; runtimes with thread pools may need a moment.
 _EXIT_GRACE_S = 30.0
+PROBE_TIMEOUT_S = 300.0  # without a message, for importing every runtime (TensorFlow takes seconds on a Pi)
 _TAIL_LINES, _TAIL_CHARS = 3, 400  # the child's output in an error detail
 
 
@@ -31,7 +32,7 @@ class _TimedOut(Exception):
 class _Child:
     """One `python -m tracker.bench.child` process and the pipe it answers on."""
 
-    def __init__(self, job: dict, env: dict | None = None):
+    def __init__(self, job: dict):
         # --memory-limit: a memory cgroup for the child's process tree, or RLIMIT_AS set by the child
         self.cap = MemoryCap(job["memory_limit_mb"]) if job.get("memory_limit_mb") else None
         if self.cap is not None:
@@ -39,7 +40,7 @@ class _Child:
         read_fd, write_fd = os.pipe()
         try:
             self.process = ChildProcess([sys.executable, "-m", "tracker.bench.child", str(write_fd), json.dumps(job)],
-                                        pass_fds=(write_fd,), env=env)
+                                        pass_fds=(write_fd,))
             if self.cap is not None:
                 self.cap.add(self.process.pid)
         except BaseException:
@@ -117,7 +118,7 @@ class CellOutcome:
     error_detail: str | None = None  # the cause plus the tail of the child's output
 
 
-def run_cell(job: dict, timeout_s: float, on_progress: Callable[[int], None], env: dict | None = None) -> CellOutcome:
+def run_cell(job: dict, timeout_s: float, on_progress: Callable[[int], None]) -> CellOutcome:
     """Run one cell in a fresh child; every way it can end becomes a CellOutcome.
 
     on_progress(done) is called with the number of passes done (warm-up included) as they finish.
@@ -147,7 +148,7 @@ def run_cell(job: dict, timeout_s: float, on_progress: Callable[[int], None], en
         # progress is reported at most every 0.2 s: this is the earliest pass it can be
         return f"pass {state['done']}/{job['passes']}"
 
-    child = _Child(job, env)
+    child = _Child(job)
     interrupted = False
     try:
         try:
@@ -191,7 +192,7 @@ def run_cell(job: dict, timeout_s: float, on_progress: Callable[[int], None], en
 
 
 def run_job(job: dict, timeout_s: float, event: str, on_progress: Callable[[int], None] | None = None,
-            stage: Callable[[int | None], str] | None = None, env: dict | None = None) -> dict:
+            stage: Callable[[int | None], str] | None = None) -> dict:
     """A quality check or a runoff (tracker.bench.child) in a fresh child: the fields of its
     `event` message, or {"error": cause} when it sent none.
 
@@ -214,7 +215,7 @@ def run_job(job: dict, timeout_s: float, event: str, on_progress: Callable[[int]
             got.clear()
             got.update(msg)
 
-    child = _Child(job, env)
+    child = _Child(job)
     interrupted = False
     try:
         try:
@@ -245,7 +246,7 @@ class Probe:
     precisions: tuple[str, ...]
 
 
-def probe_backends(entries: list[tuple[str, list]], timeout_s: float = 300.0, env: dict | None = None) -> dict[str, Probe]:
+def probe_backends(entries: list[tuple[str, list]]) -> dict[str, Probe]:
     """check_runtime() of each (name, registry entry as a list), in a child so that importing a runtime can
     neither crash nor bloat the parent. A child that dies is restarted on the remaining names; the
     name it died on is reported unavailable with the cause."""
@@ -257,13 +258,13 @@ def probe_backends(entries: list[tuple[str, list]], timeout_s: float = 300.0, en
             if msg.get("event") == "probe":
                 probes[msg["backend"]] = Probe(msg["available"], msg["reason"], tuple(msg["precisions"]))
 
-        child = _Child({"mode": "probe", "backends": [list(e) for e in pending]}, env)
+        child = _Child({"mode": "probe", "backends": [list(e) for e in pending]})
         try:
             try:
-                child.communicate(timeout_s, on_message)
+                child.communicate(PROBE_TIMEOUT_S, on_message)
                 cause = None if child.process.returncode == 0 else child.ended()
             except _TimedOut:
-                cause = f"timeout after {timeout_s:g} s"
+                cause = f"timeout after {PROBE_TIMEOUT_S:g} s"
             remaining = [e for e in pending if e[0] not in probes]
             if remaining and cause is None:
                 cause = "the probe ended early"
