@@ -547,6 +547,25 @@ def test_the_load_at_the_start_is_read_before_the_detectors_load_the_machine(cap
     assert (state_dir / "profile.json").exists() and "not writing the calibration profile" not in stderr
 
 
+def test_a_ctrl_c_while_the_profile_is_written_keeps_the_cell_in_it(capsys, config_file, state_dir, tmp_path,
+                                                                    monkeypatch, load):
+    """The interrupt stopped the write: the cell measured was in results.json but not in the
+    profile, and the interrupted run never wrote the profile again."""
+    load(0.5)
+    write = bench_command.update_profile
+
+    def interrupted_write(*args):
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, as the write begins
+        return write(*args)
+
+    monkeypatch.setattr(bench_command, "update_profile", interrupted_write)
+    code, _, stderr = bench(capsys, config_file, tmp_path / "out", "--backend", "caffe-openblas-dl", "--batches", "1,2",
+                            "--passes", "1")
+    assert code == 130, stderr
+    profile = json.loads((state_dir / "profile.json").read_text())
+    assert [(r["backend"], r["batch"]) for r in profile["results"]] == [("caffe-openblas-dl", 1)]
+
+
 def test_empty_option_values_are_refused_not_taken_for_options_left_out(capsys, config_file, tmp_path):
     for option in ("--backend", "--detectors"):
         code, _, stderr = bench(capsys, config_file, tmp_path / "out", option, "")

@@ -27,7 +27,7 @@ from tracker.bench.profile import profile_path, record_last_run, recorded_at_sta
 from tracker.bench.report import Column, Results, make_row, prepare_out, quality_line, runoff_line, summary_line
 from tracker.bench.runner import Probe, probe_backends, run_cell, run_job
 from tracker.errors import BackendUnavailable, InputError, TrackerError
-from tracker.interrupts import stop_as_ctrl_c
+from tracker.interrupts import interrupts_held, stop_as_ctrl_c
 from tracker.machine import base_versions, load_average, machine_info, machine_key, memory_mb, sgemm_peak
 from tracker.model.engine import check_net
 from tracker.model.spec import ModelSpec, check_outputs
@@ -197,7 +197,8 @@ def run_benchmark_command(config, args, first: Callable[[], int] | None = None) 
         if not profile_ok:
             return
         try:
-            warning = update_profile(profile, machine_key(), measured, failed, held)
+            with interrupts_held():  # a Ctrl-C in the write would lose the cell just measured from the profile
+                warning = update_profile(profile, machine_key(), measured, failed, held)
         except OSError as err:
             profile_ok = False
             _warn(f"cannot write the calibration profile {profile} ({err.strerror or err}); auto will not see this run")
