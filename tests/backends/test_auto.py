@@ -205,6 +205,13 @@ def test_entries_with_infinite_numbers_are_left_out_not_fatal(tmp_path):
     assert sorted(describe_picks(tmp_path)) == sorted(describe_picks_of(tmp_path, RESULTS))
 
 
+def test_entries_whose_batch_is_not_an_integer_are_left_out(tmp_path):
+    """int() took 1.7 and true for batch 1: a hand-edited entry could replace batch 1's time."""
+    write_profile(tmp_path, results=RESULTS + [("onnxruntime", "fp32", 1.7, 0.01), ("onnxruntime", "fp32", True, 0.01),
+                                               ("onnxruntime", "fp32", "1", 0.01)])
+    assert sorted(describe_picks(tmp_path)) == sorted(describe_picks_of(tmp_path, RESULTS))
+
+
 def describe_picks_of(tmp_path, results):
     other = tmp_path / "reference"
     write_profile(other, results=results)

@@ -101,12 +101,20 @@ def read_profile(path: Path, machine: dict) -> tuple[list[tuple[str, str, int, f
     for entry in data["results"]:
         try:
             backend, precision = str(entry["backend"]), str(entry["precision"])
-            batch, ms = int(entry["batch"]), float(entry["ms_per_image"])
-        except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: JSON's Infinity as a batch
+            batch, ms = _batch_size(entry["batch"]), float(entry["ms_per_image"])
+        except (KeyError, TypeError, ValueError):
             continue
         if _measurable(backend, precision) and batch >= 1 and 0 < ms < float("inf"):
             measured.append((backend, precision, batch, ms))
     return measured, recorded_picks(data)
+
+
+def _batch_size(value) -> int:
+    """A profile entry's batch size: a JSON integer; ValueError for anything else (int() took
+    1.7 and true for batch 1, and raised OverflowError for Infinity)."""
+    if type(value) is not int:
+        raise ValueError(f"batch {value!r} is not an integer")
+    return value
 
 
 def _measurable(backend: str, precision: str) -> bool:
@@ -174,8 +182,8 @@ def recorded_picks(profile: dict) -> dict[tuple[str, int], str]:
     picks: dict[tuple[str, int], str] = {}
     for entry in entries if isinstance(entries, list) else ():
         try:
-            picks[(str(entry["precision"]), int(entry["batch"]))] = str(entry["backend"])
-        except (KeyError, TypeError, ValueError, OverflowError):
+            picks[(str(entry["precision"]), _batch_size(entry["batch"]))] = str(entry["backend"])
+        except (KeyError, TypeError, ValueError):
             continue
     return picks
 
