@@ -498,10 +498,13 @@ def test_a_run_stopped_before_its_first_cell_ended_writes_nothing(tmp_path, conf
         for line in proc.stderr:  # the children before it probe the backends
             if "measuring this machine's sgemm peak" in line:
                 break
+        # Until the hanging cell's child runs: the run is measuring then. (Any child was not enough:
+        # `uname -p`, which platform.platform() runs for results.json's machine, is one, and once in
+        # a suite run the SIGTERM came then, before the run takes it as Ctrl-C: exit -15.)
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not _children(proc.pid) and proc.poll() is None:
+        while time.monotonic() < deadline and not _cells(proc.pid) and proc.poll() is None:
             time.sleep(0.1)
-        assert _children(proc.pid), proc.stderr.read() if proc.poll() is not None else "no cell started"
+        assert _cells(proc.pid), proc.stderr.read() if proc.poll() is not None else "no cell started"
         proc.send_signal(signal.SIGTERM)
         stdout, stderr = proc.communicate(timeout=60)
     finally:
@@ -590,6 +593,19 @@ def test_each_column_loads_once_before_its_cells_so_no_cell_counts_the_converter
 def _children(pid: int) -> list[int]:
     with open(f"/proc/{pid}/task/{pid}/children") as f:
         return [int(child) for child in f.read().split()]
+
+
+def _cells(pid: int) -> list[int]:
+    """The children of `pid` that measure a cell (their job, JSON in their argv, says so)."""
+    cells = []
+    for child in _children(pid):
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as f:
+                if b'"mode": "cell"' in f.read():
+                    cells.append(child)
+        except FileNotFoundError:  # it ended meanwhile
+            pass
+    return cells
 
 
 def test_results_that_cannot_be_written_are_a_warning_and_the_table_is_printed(capsys, config_file, tmp_path):
