@@ -363,6 +363,31 @@ def test_enrolling_from_the_web_page_feeds_the_watchdog_for_every_photo(tmp_path
     assert pings >= len(photos)
 
 
+def test_enrolling_a_name_again_adds_to_the_faces_kept_and_replace_starts_afresh(tmp_path, johns, capsys):
+    """A second `tracker enroll alice photo.jpg` replaced the faces alice was enrolled from with the
+    one photo, in silence (the page's uploads add to them)."""
+    chips = [str(chip) for chip in johns["John_Simm"][:4]]
+    config = state_config(tmp_path)
+    people = tmp_path / "state" / "people"
+
+    def kept() -> int:
+        with np.load(people / "alice.npz") as data:
+            return len(data["chips"])
+
+    assert main(["enroll", "alice", "--aligned", *chips[:2], "--config", str(config)]) == 0
+    assert capsys.readouterr().out.startswith("enrolled 'alice' from 2 image(s) (0 skipped) -> ") and kept() == 2
+    assert main(["enroll", "alice", "--aligned", chips[2], "--config", str(config)]) == 0
+    assert capsys.readouterr().out.startswith("added 1 image(s) to 'alice' (0 skipped; the faces kept before stay: "
+                                              "--replace starts afresh) -> ") and kept() == 3
+    assert main(["enroll", "alice", "--aligned", chips[2], "--config", str(config)]) == 2  # nothing new
+    assert "every face found is kept for 'alice' already; nothing added" in capsys.readouterr().err and kept() == 3
+    assert main(["enroll", "alice", "--aligned", "--replace", chips[3], "--config", str(config)]) == 0
+    assert capsys.readouterr().out.startswith("enrolled 'alice' from 1 image(s) (0 skipped) -> ") and kept() == 1
+    assert main(["enroll", "--refresh", "--replace", "--config", str(config)]) == 2
+    assert capsys.readouterr().err == ("tracker: error: tracker enroll: --replace is not taken with --refresh, which "
+                                       "reads no image; expected --refresh alone\n")
+
+
 def test_the_people_folder_and_names_that_differ_only_in_case(tmp_path, johns, capsys, monkeypatch):
     """'Alice' after 'alice' made a second person (the gallery's votes for her split); a file named
     people was a traceback; an unreadable people folder was "nobody enrolled", every face unknown;
@@ -375,8 +400,8 @@ def test_the_people_folder_and_names_that_differ_only_in_case(tmp_path, johns, c
     capsys.readouterr()
     assert main(["enroll", "Alice", "--aligned", chip, "--config", str(config)]) == 2
     assert capsys.readouterr().err == ("tracker: error: enroll: 'Alice': 'alice' is enrolled, a name that differs only "
-                                       "in case; expected 'alice' (to enrol them again) or another name\n")
-    assert main(["enroll", "alice", "--aligned", chip, "--config", str(config)]) == 0  # the same name replaces
+                                       "in case; expected 'alice' (to add to them) or another name\n")
+    assert main(["enroll", "alice", "--aligned", "--replace", chip, "--config", str(config)]) == 0
     capsys.readouterr()
 
     other = tmp_path / "other"

@@ -8,8 +8,9 @@ and its largest face is taken; with Haar (no landmarks; it misses or doubles fac
 the whole chip is the box. The faces go through the same detector, crop (`tracker.crops`) and
 backend as the guard, and `tracker.identity.save_person` stores the mean embedding in
 `<state_dir>/people/NAME.npz` with the crop definition, the weights' sha256 and the crops themselves.
-Enrolling a name again replaces it. `tracker enroll --refresh` (and the guard at start) recomputes
-the people enrolled with other weights from those kept crops.
+Enrolling a name again adds the new faces to those kept (as the web page's uploads do); `--replace`
+starts the person afresh from the new ones. `tracker enroll --refresh` (and the guard at start)
+recomputes the people enrolled with other weights from those kept crops.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from tracker.identity import (
     chosen_embedding,
     embeddings_key,
     kept_crops,
+    people_files,
     people_lock,
     refresh_people,
     save_person,
@@ -234,14 +236,17 @@ def enroll_command(argv: list[str]) -> int:
     parser.add_argument("name", nargs="?", help="the person's name (letters, digits, '_', '.', '-')")
     parser.add_argument("images", nargs="*", type=Path, help="image files or folders of images")
     parser.add_argument("--aligned", action="store_true", help="each image is a tight face chip (the whole image is the face)")
+    parser.add_argument("--replace", action="store_true",
+                        help="start NAME afresh from these images (default: add them to the faces NAME was enrolled from)")
     parser.add_argument("--refresh", action="store_true",
                         help="recompute everyone enrolled with other weights from their kept crops (no NAME)")
     parser.add_argument("--config", type=config_path, help="YAML config (default: config/tracker.yaml)")
     args = parser.parse_intermixed_args(argv)  # options after NAME too: `enroll alice --aligned DIR`
     if args.refresh == (args.name is not None):
         raise InputError("tracker enroll: expected NAME IMAGE_OR_FOLDER... or --refresh alone")
-    if args.refresh and args.aligned:  # it reads no image: the option would be ignored in silence
-        raise InputError("tracker enroll: --aligned is not taken with --refresh, which reads no image; expected "
+    if args.refresh and (args.aligned or args.replace):  # it reads no image: the option would be ignored in silence
+        option = "--aligned" if args.aligned else "--replace"
+        raise InputError(f"tracker enroll: {option} is not taken with --refresh, which reads no image; expected "
                          "--refresh alone")
     if not args.refresh and not args.images:
         raise InputError(f"tracker enroll: no images for {args.name!r}; expected NAME IMAGE_OR_FOLDER...")
@@ -256,7 +261,12 @@ def enroll_command(argv: list[str]) -> int:
         if done == Refreshed():
             print("enroll: nothing to recompute: everyone is enrolled with these weights and crops")
         return EXIT_UNEXPECTED if done.unwritten else 0
-    path, used, skipped = enroll(args.name, args.images, config, aligned=args.aligned,
+    enrolled = args.name in {p.stem for p in people_files(config.resolved_state_dir())}
+    path, used, skipped = enroll(args.name, args.images, config, aligned=args.aligned, add=not args.replace,
                                  report=lambda line: print(line, file=sys.stderr))
-    print(f"enrolled {args.name!r} from {used} image(s) ({skipped} skipped) -> {path}")
+    if enrolled and not args.replace:
+        print(f"added {used} image(s) to {args.name!r} ({skipped} skipped; the faces kept before stay: --replace "
+              f"starts afresh) -> {path}")
+    else:
+        print(f"enrolled {args.name!r} from {used} image(s) ({skipped} skipped) -> {path}")
     return 0

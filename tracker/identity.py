@@ -173,7 +173,7 @@ def check_new_name(state_dir: Path, name: str) -> None:
     same = [other for other in names if other.casefold() == name.casefold()]
     if same and name not in names:
         raise InputError(f"enroll: {name!r}: {same[0]!r} is enrolled, a name that differs only in case; expected "
-                         f"{same[0]!r} (to enrol them again) or another name")
+                         f"{same[0]!r} (to add to them) or another name")
 
 
 def people_stamp(state_dir: Path) -> int | None:
@@ -222,7 +222,8 @@ def kept_crops(state_dir: Path, name: str, crop: str) -> np.ndarray | None:
     except NPZ_UNREADABLE as err:
         why = f"unreadable ({err.__class__.__name__})"
     raise InputError(f"enroll: cannot add a face to {name!r}: {str(path)!r} is {why}; expected an enrolment to "
-                     f"add to: enrol {name!r} afresh from photos (tracker enroll; on the page, Delete them first)")
+                     f"add to: enrol {name!r} afresh from photos (tracker enroll --replace; on the page, Delete them "
+                     "first)")
 
 
 def person_chip(state_dir: Path, name: str) -> np.ndarray | None:
