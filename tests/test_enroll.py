@@ -287,7 +287,7 @@ def test_refresh_recomputes_people_for_new_weights_from_their_kept_crops(tmp_pat
     proc = subprocess.run([*tracker_command(), "enroll", "--refresh", "--config", str(new)], capture_output=True,
                           text=True, env=isolated_env(tmp_path), cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert "recomputed 1 person(s)" in proc.stdout and "simm" in proc.stdout
+    assert "recomputed 1 person(s) for the weights face_cnn.caffemodel and mirror-mean embeddings: simm" in proc.stdout
     assert "cannot recompute legacy" in proc.stdout
     shipped = load_config(new).model.weights
     with np.load(tmp_path / "state" / "people" / "simm.npz") as data:

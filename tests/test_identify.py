@@ -210,6 +210,18 @@ def test_people_enrolled_from_other_crops_are_not_matched(enrolled, johns):
     assert json.loads(proc.stdout)[0]["identity"] == UNKNOWN
 
 
+def test_people_enrolled_with_another_embedding_are_not_matched_and_the_note_says_which(enrolled, johns):
+    """The note named the weights and crops alone: with only identity.embedding changed, it blamed
+    the weights, which had not changed."""
+    tmp, _, names, _ = enrolled
+    config = tmp / "single.yaml"
+    config.write_text(f"state_dir: {str(tmp / 'state')!r}\nidentity: {{embedding: single}}\n", encoding="utf-8")
+    proc = identify_cli(tmp, config, johns[names[0]][-1], as_json=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "nobody is enrolled" in proc.stderr and "single embeddings" in proc.stderr
+    assert "tracker enroll --refresh" in proc.stderr
+
+
 def test_identify_faces_agrees_with_match_and_ranks_the_nearest():
     rng = np.random.default_rng(7)
     means = rng.normal(size=(5, 16)).astype(np.float32)

@@ -219,8 +219,8 @@ def refresh(config: Config, detector: FaceDetector, backend, report=print) -> Re
     done = refresh_people(config.resolved_state_dir(), backend, embeddings_key(config),
                           crop_definition(detector.gives_landmarks))
     if done.recomputed:
-        report(f"enroll: recomputed {len(done.recomputed)} person(s) for the weights {config.model.weights.name}: "
-               f"{', '.join(done.recomputed)}")
+        report(f"enroll: recomputed {len(done.recomputed)} person(s) for the weights {config.model.weights.name} and "
+               f"{chosen_embedding(config)} embeddings: {', '.join(done.recomputed)}")
     for name, why in done.stale:
         report(f"enroll: cannot recompute {name}: {why}; enroll {name} again from photos")
     if done.unwritten:

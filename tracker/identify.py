@@ -95,7 +95,7 @@ def identify_command(argv: list[str]) -> int:
     from tracker.arguments import ArgumentParser, config_path
     from tracker.config import load_config
     from tracker.detect import create_detector
-    from tracker.identity import embeddings_key, identity_threshold
+    from tracker.identity import chosen_embedding, embeddings_key, identity_threshold
 
     p = ArgumentParser(prog="tracker identify", description="Say who each face in the images is, as the guard would.")
     p.add_argument("images", nargs="+", type=Path, help="image files or folders of images")
@@ -120,8 +120,9 @@ def identify_command(argv: list[str]) -> int:
         crop = crop_definition(detector.gives_landmarks)
         gallery = Gallery.load(state_dir, embeddings_key(config), identity_threshold(config), crop)
         if not gallery.names:
-            print(f"identify: nobody is enrolled in {state_dir} for weights {config.model.weights.name} and "
-                  f"{crop} crops; every face is {UNKNOWN} (enrol people with tracker enroll)", file=sys.stderr)
+            print(f"identify: nobody is enrolled in {state_dir} for weights {config.model.weights.name}, "
+                  f"{chosen_embedding(config)} embeddings and {crop} crops; every face is {UNKNOWN} (enrol people "
+                  "with tracker enroll, or recompute them with tracker enroll --refresh)", file=sys.stderr)
         for path in files:
             photo = read_photo(path)  # a large JPEG decoded at a fraction of its size, as tracker enroll does
             if photo is None:
