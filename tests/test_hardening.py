@@ -129,6 +129,11 @@ def test_a_bad_value_inside_an_alias_expansion_is_shown_short(tmp_path, capsys):
     ("tracking:\n  iou_threshold: false\n", "key 'tracking.iou_threshold': bad value False; expected a valid number"),
     ("mqtt:\n  prefix: a/b/\n", "bad value 'a/b/'; expected a string matching pattern '^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$'"),
     ("model:\n  prototxt: ''\n", "key 'model.prototxt': bad value ''; expected a file path"),
+    # it said "caffemodel not found: /no/such.caffemodel", naming neither the key nor what is expected
+    ("model:\n  weights: /no/such.caffemodel\n", "config: key 'model.weights': '/no/such.caffemodel' does not exist; "
+     "expected Caffe weights (.caffemodel)"),
+    ("model:\n  prototxt: /no/such.prototxt\n", "config: key 'model.prototxt': '/no/such.prototxt' does not exist; "
+     "expected a Caffe net in text (.prototxt)"),
     ("latency:\n  path: \"/tmp/a\\0b\"\n", "key 'latency.path': bad value '/tmp/a\\x00b'; expected a path without a NUL"),
     ("latency:\n  path: /tmp/" + "a" * 300 + "\n", "each name in it at most 255 bytes"),
     ("latency:\n  path: ~nosuchuser8f3/l.jsonl\n", "key 'latency.path': bad value '~nosuchuser8f3/l.jsonl'; expected ~ or ~user"),

@@ -134,6 +134,10 @@ def check_inference(config) -> str:
     # guard runs behind a worker, whose runtime this process must not load (its child checks it)
     if getattr(cls, "runs_in_worker", False) or not config.backend.worker:
         cls.check_runtime()
+    for key, path, expected in (("model.prototxt", config.model.prototxt, "a Caffe net in text (.prototxt)"),
+                                ("model.weights", config.model.weights, "Caffe weights (.caffemodel)")):
+        if not os.path.lexists(path):  # (what else is wrong with one, load_net says)
+            raise InputError(f"config: key {key!r}: {str(path)!r} does not exist; expected {expected}")
     netdef = load_net(config.model.prototxt, config.model.weights)
     check_net(netdef)  # what the engine refuses when it loads (several inputs, STOCHASTIC pooling)
     check_outputs(config.model.spec(), netdef)

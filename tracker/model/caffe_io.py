@@ -65,7 +65,7 @@ def _read_bytes(path: Path, kind: str) -> bytes:
     """The bytes of a regular `kind` file (a key of MAX_FILE_BYTES), within its bound."""
     path = Path(path)
     if not path.exists():
-        raise ModelError(f"{kind} not found: {path}")
+        raise ModelError(f"{kind} not found: {path}; expected an existing Caffe {kind} file")
     if path.is_dir():
         raise ModelError(f"{kind} {path} is a directory; expected a file")
     try:
