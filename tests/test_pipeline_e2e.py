@@ -176,6 +176,7 @@ def test_demo_streaming_events_and_latency_log(tmp_path):
     # The demo enrolled the scene's people in its own state directory, and the console sink
     # printed one line per event.
     assert {p.stem for p in (state / "people").glob("*.npz")} == SCENE_PEOPLE
+    assert "given twice" not in proc.stderr  # the built-in chips' duplicate is no warning of the user's
     printed = [line for line in proc.stdout.splitlines() if re.search(r"\b(entered|identified|left)\s+track", line)]
     assert [(m.group(1), int(m.group(2))) for m in
             (re.search(r"(entered|identified|left)\s+track (\d+)", line) for line in printed)] == \

@@ -229,9 +229,12 @@ def _open_web(config: Config, state_dir: Path, benchmark_dir: Path) -> WebServer
 
 def _enroll_scene_people(config: Config, backend, detector: FaceDetector) -> None:
     """The demo knows the synthetic scene's people: enroll each from face chips the scene does
-    not show (tracker.sources.synthetic.enrolment_chips)."""
+    not show (tracker.sources.synthetic.enrolment_chips). What it skips is a warning for the
+    user's own `source.faces_dir`, and a debug line for the built-in chips (one of which the
+    shared data holds twice: "given twice" at every start), where nothing is the user's to mend."""
     from tracker.sources.synthetic import enrolment_chips
 
+    report = log.warning if config.source.faces_dir is not None else log.debug
     for name, files in enrolment_chips(config.source.faces_dir).items():
-        enroll(name, files, config, aligned=True, backend=backend, detector=detector, report=log.warning)
+        enroll(name, files, config, aligned=True, backend=backend, detector=detector, report=report)
 
