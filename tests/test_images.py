@@ -12,7 +12,10 @@ import numpy as np
 import pytest
 from test_pipeline_e2e import isolated_env, tracker_command
 
+from tracker.cli import main
 from tracker.images import decode_image, read_image
+from tracker.model.convert.calibration import image_files as calibration_images
+from tracker.sources.folder import FolderSource
 
 
 def _jpeg(seed: int, size=(120, 160), **params) -> bytes:
@@ -75,6 +78,24 @@ def test_a_name_that_is_not_utf8_is_read(tmp_path, johns):
                           env=isolated_env(tmp_path), cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     assert b"face 1 of 1" in proc.stdout
+
+
+def test_every_command_takes_the_same_image_types_in_a_folder(tmp_path, johns, capsys):
+    """Each had its own list: a folder holding only a .ppm was a photo folder to the guard but "no
+    image files" to identify and "no usable face in 0 image(s)" to enroll."""
+    folder = tmp_path / "ppm"
+    folder.mkdir()
+    cv2.imwrite(str(folder / "tom.ppm"), cv2.imread(str(johns["John_Simm"][0])))
+    config = tmp_path / "tracker.yaml"
+    config.write_text(f"state_dir: {str(tmp_path / 'state')!r}\ndetect: {{detector: haar}}\n")
+    assert main(["enroll", "tom", str(folder), "--aligned", "--config", str(config)]) == 0, capsys.readouterr().err
+    assert "from 1 image(s)" in capsys.readouterr().out
+    assert main(["identify", str(folder), "--aligned", "--config", str(config)]) == 0, capsys.readouterr().err
+    assert "tom.ppm face 1 of 1" in capsys.readouterr().out
+    source = FolderSource(folder)
+    source.open()
+    assert source._files == [folder / "tom.ppm"]
+    assert calibration_images(folder) == [folder / "tom.ppm"]
 
 
 def test_what_is_not_a_regular_file_is_no_image(tmp_path):

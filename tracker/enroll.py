@@ -40,7 +40,7 @@ from tracker.identity import (
     save_person,
     validate_name,
 )
-from tracker.images import TOO_LARGE_OR_DAMAGED, read_image
+from tracker.images import IMAGE_SUFFIXES, TOO_LARGE_OR_DAMAGED, read_image
 from tracker.preflight import prepare_state_dir
 from tracker.types import Box, Detection
 
@@ -48,8 +48,6 @@ from tracker.types import Box, Detection
 CHIP_PAD = 0.4
 PAD_MAX_WIDTHS = 4  # a photo to pad is first shrunk to at most this many detector widths (see _detect_padded)
 MAX_KEPT = 64  # faces a person's enrolment is made from and keeps, the latest (7.7 kB each)
-
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 
 
 class AlreadyKept(InputError):

@@ -31,6 +31,9 @@ TOO_LARGE_OR_DAMAGED = f"damaged, not an image, or over {MAX_PIXELS // 1_000_000
 # stored (BMP, uncompressed TIFF), so a larger file is no image the guard decodes (a 400 MB one read
 # whole took a photo folder's guard past 500 MB).
 MAX_FILE_BYTES = 4 * MAX_PIXELS
+# The file types taken as images wherever a folder is searched for them (enrolment, identification,
+# a photo folder source, calibration, training, the scene's faces): ones OpenCV's imread decodes.
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".pgm", ".ppm", ".pnm")
 
 
 # a JPEG decoded at 1/2, 1/4 or 1/8 of its size (read_image's `reduced`) keeps at least this many

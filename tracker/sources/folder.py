@@ -17,14 +17,13 @@ import numpy as np
 
 from tracker.errors import InputError
 from tracker.files import read_regular_file
-from tracker.images import MAX_FILE_BYTES, TOO_LARGE_OR_DAMAGED, decode_image
+from tracker.images import IMAGE_SUFFIXES, MAX_FILE_BYTES, TOO_LARGE_OR_DAMAGED, decode_image
 from tracker.sources.base import SourceBase
 from tracker.types import Frame
 
 log = logging.getLogger(__name__)
 
 SKIPS_NAMED = 10  # files that are not images named one by one; the rest are counted
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".pgm", ".ppm", ".pnm")
 
 
 def _natural_key(path: Path) -> list:

@@ -34,7 +34,7 @@ import numpy as np
 
 from tracker import shared_data
 from tracker.errors import InputError
-from tracker.images import TOO_LARGE_OR_DAMAGED, read_image
+from tracker.images import IMAGE_SUFFIXES, TOO_LARGE_OR_DAMAGED, read_image
 from tracker.sources.base import SourceBase
 from tracker.types import Box, Frame
 
@@ -43,7 +43,7 @@ from tracker.types import Box, Frame
 # frontal and evenly lit, so the Haar cascade finds them at the scene's face sizes (80-140 px).
 # John_Salley is left out because the cascade misses several of his chips. `source.faces_dir` names
 # any other folder of `<person>/<image>` files instead (its first MAX_SCENE_PEOPLE people and
-# MAX_CHIPS_PER_PERSON .jpg/.png images of each, by name).
+# MAX_CHIPS_PER_PERSON image files of each, by name).
 DEFAULT_FACES = "testdata/faces/dlib/johns"
 _FACES_DIR_FIX = "set source.faces_dir to a folder of <person>/<face image> files"
 DEFAULT_CHIPS = (
@@ -104,7 +104,7 @@ def default_faces_dir() -> Path:
 
 
 def scene_chips(faces_dir: Path | None = None) -> dict[str, list[Path]]:
-    """The face images of the scene, per person: `<faces_dir>/<person>/*.jpg|png` (the first
+    """The face images of the scene, per person: `<faces_dir>/<person>/<image>` (the first
     MAX_SCENE_PEOPLE people and MAX_CHIPS_PER_PERSON images of each, by name), or, with faces_dir
     None, DEFAULT_CHIPS in `default_faces_dir()`. InputError (exit 2) if they are missing or name
     fewer people than a scene cycle needs."""
@@ -116,7 +116,7 @@ def scene_chips(faces_dir: Path | None = None) -> dict[str, list[Path]]:
                              f"test data){fix}")
     else:
         where, fix = Path(faces_dir), ""
-        files = sorted(p for p in where.glob("*/*") if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
+        files = sorted(p for p in where.glob("*/*") if p.suffix.lower() in IMAGE_SUFFIXES)
     people: dict[str, list[Path]] = {}
     for path in files:  # (sorted: each person's images come together)
         if path.parent.name not in people and len(people) == MAX_SCENE_PEOPLE:
@@ -140,7 +140,7 @@ def enrolment_chips(faces_dir: Path | None = None) -> dict[str, list[Path]]:
         return people
     folder = default_faces_dir()
     shown = {folder / name for name in DEFAULT_CHIPS}
-    return {name: sorted(p for p in (folder / name).glob("*.jpg") if p not in shown)[:ENROL_CHIPS]
+    return {name: sorted(p for p in (folder / name).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p not in shown)[:ENROL_CHIPS]
             for name in people}
 
 

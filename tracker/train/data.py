@@ -28,10 +28,10 @@ import numpy as np
 
 from tracker.crops import CROP_SIZE, crop_definition, face_pixels
 from tracker.detect import FaceDetector
-from tracker.enroll import IMAGE_SUFFIXES, central_face
+from tracker.enroll import central_face
 from tracker.errors import InputError
 from tracker.files import NPZ_UNREADABLE, atomic_write, load_npz
-from tracker.images import read_image
+from tracker.images import IMAGE_SUFFIXES, read_image
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def list_samples(source: Path) -> list[Sample]:
                          "<person>/<image> files or a list file of 'image identity' lines")
     if not samples:
         raise InputError(f"train: data set {str(source)!r} holds no images; expected <person>/<image> "
-                         f"files with suffixes {', '.join(sorted(IMAGE_SUFFIXES))} or 'image identity' lines")
+                         f"files with suffixes {', '.join(IMAGE_SUFFIXES)} or 'image identity' lines")
     return samples
 
 

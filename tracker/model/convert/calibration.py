@@ -1,7 +1,7 @@
 """Representative inputs for int8: calibration sets (to choose quantisation ranges) and the fixed
 quality set (to measure what int8 costs), both made from face images.
 
-Source: a folder of face images (any of .jpg .jpeg .png .bmp .pgm, searched recursively). Default:
+Source: a folder of face images (of the types in tracker.images.IMAGE_SUFFIXES, searched recursively). Default:
 the real face chips of the synthetic scene (tracker.sources.synthetic.scene_chips: 4 people, read
 from the shared test data); `tracker convert --calibration DIR` (or the
 backend option `calibration`) takes the guard's own crops instead; of a folder of more images than
@@ -32,11 +32,10 @@ import numpy as np
 
 from tracker.crops import CROP_SIZE, box_face
 from tracker.errors import InputError
-from tracker.images import TOO_LARGE_OR_DAMAGED, read_image
+from tracker.images import IMAGE_SUFFIXES, TOO_LARGE_OR_DAMAGED, read_image
 from tracker.sources.synthetic import scene_chips
 from tracker.types import Box
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".pgm")
 CALIBRATION_COUNT = 200
 CALIBRATION_SEED = 1
 QUALITY_COUNT = 200
