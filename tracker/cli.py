@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from tracker.arguments import ArgumentParser, config_path, float_between, int_between, positive_int, words
 from tracker.blas_idle import bound_idle_spin
 from tracker.errors import EXIT_UNEXPECTED, InputError, TrackerError
-from tracker.images import bound_image_decoding
+from tracker.images import set_opencv_environment
 
 if TYPE_CHECKING:
     from tracker.config import Config
@@ -275,7 +275,7 @@ _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # (EFBIG: a write past t
 
 def main(argv: list[str] | None = None) -> int:
     bound_idle_spin()  # first: OpenBLAS reads it when numpy loads it (nothing above imports numpy)
-    bound_image_decoding()  # and OpenCV its own when cv2 loads
+    set_opencv_environment()  # and OpenCV its own (image bound, FFmpeg quiet) when cv2 loads
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] in SUBCOMMANDS:

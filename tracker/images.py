@@ -1,9 +1,9 @@
-"""The largest image the guard decodes, and reading an image file within it.
+"""The largest image the guard decodes, and reading an image file within it; FFmpeg kept quiet.
 
 OpenCV decodes whatever size a file's header declares, up to 2**30 pixels (3 GB of BGR): a few-kB
 PNG can declare 16,000 x 16,000 pixels (a decompression bomb: one in a photo folder took the guard
 to 1.7 GB). OpenCV reads its own bound, OPENCV_IO_MAX_IMAGE_PIXELS, once, when it is loaded:
-`bound_image_decoding` sets it to MAX_PIXELS before anything imports cv2 (first thing in
+`set_opencv_environment` sets it to MAX_PIXELS before anything imports cv2 (second thing in
 `tracker.cli.main`; a value in the environment wins), so every decoder of the process (a photo
 folder, enrolment, identification, evaluation, training, uploads) refuses a larger image rather
 than allocate it. `read_image` reads one file (`read_photo`: one to find faces in, at a fraction
@@ -20,7 +20,7 @@ import struct
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # numpy and cv2 load only when an image is read (see bound_image_decoding)
+if TYPE_CHECKING:  # numpy and cv2 load only when an image is read (see set_opencv_environment)
     import numpy as np
 
 # A face needs far fewer; a 24-megapixel photo decodes to 72 MB of BGR, within the guard's budget on
@@ -44,10 +44,14 @@ _PNG = b"\x89PNG\r\n\x1a\n"
 _SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 
 
-def bound_image_decoding() -> None:
-    """Set OPENCV_IO_MAX_IMAGE_PIXELS to MAX_PIXELS unless the environment sets it. Takes effect in
-    this process only if cv2 has not been imported yet; child processes inherit it either way."""
+def set_opencv_environment() -> None:
+    """Set OPENCV_IO_MAX_IMAGE_PIXELS to MAX_PIXELS, and OPENCV_FFMPEG_LOGLEVEL to FFmpeg's quiet
+    (-8), each unless the environment sets it. Takes effect in this process only if cv2 has not been
+    imported yet; child processes inherit it either way. FFmpeg's own lines (a corrupt video's "moov
+    atom not found") went to stderr before the one-line error the project prints for the same fault;
+    OPENCV_FFMPEG_LOGLEVEL=16 in the environment shows them again."""
     os.environ.setdefault("OPENCV_IO_MAX_IMAGE_PIXELS", str(MAX_PIXELS))
+    os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")
 
 
 def read_image(path: Path, flags: int | None = None, reduced: bool = False) -> np.ndarray | None:
@@ -82,7 +86,7 @@ def read_photo(path: Path) -> tuple[np.ndarray, float] | None:
 
 def _read(path: Path, flags: int | None, reduced: bool) -> tuple[np.ndarray, bytes] | None:
     """(the image as read_image decodes it, the file's bytes), or None."""
-    import numpy as np  # here: this module is imported before numpy and cv2 may load (bound_image_decoding)
+    import numpy as np  # here: this module is imported before numpy and cv2 may load (set_opencv_environment)
 
     from tracker.files import read_regular_file
 

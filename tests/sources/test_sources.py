@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from test_pipeline_e2e import isolated_env, tracker_command
 
 from tracker.config import SourceConfig
 from tracker.errors import InputError
@@ -303,6 +305,20 @@ def test_corrupt_video_is_a_clear_input_error(tmp_path):
     cut.write_bytes(whole.read_bytes()[:300])
     with pytest.raises(InputError, match=r"cut\.avi"):
         OpenCVSource(str(cut)).open()
+
+
+def test_a_corrupt_video_is_one_line_on_stderr_not_ffmpegs_too(tmp_path):
+    """FFmpeg printed its own "[mov,mp4,... @ 0x...] moov atom not found" before the project's line."""
+    no_moov = tmp_path / "no_moov.mp4"  # an MP4 header, then data with no index
+    no_moov.write_bytes(b"\0\0\0\x18ftypmp42\0\0\0\0mp42isom" + b"\0\0\x10\x08mdat" + bytes(4096))
+    config = tmp_path / "tracker.yaml"
+    config.write_text(f"state_dir: {str(tmp_path / 'state')!r}\nweb: {{enabled: false}}\n")
+    env = isolated_env(tmp_path)
+    env.pop("OPENCV_FFMPEG_LOGLEVEL", None)
+    proc = subprocess.run([*tracker_command(), "--log-level", "error", "--config", str(config), "--source", str(no_moov)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("tracker: error: video file ") and proc.stderr.count("\n") == 1, proc.stderr
 
 
 def test_missing_video_is_a_clear_input_error(tmp_path):
