@@ -36,6 +36,12 @@ def test_console_prints_one_readable_line_per_event():
     assert line.endswith("30x40, 0:04.1 into the video\n")
 
 
+def test_console_never_shows_a_negative_zero():
+    out = io.StringIO()
+    ConsoleSink(out).publish_event(dataclasses.replace(event(), box=Box(-0.4, -0.2, 30.0, 40.0)), None)
+    assert " at x=0 y=0 30x40," in out.getvalue()
+
+
 @pytest.mark.parametrize("media_s, shown", [(119.97, "2:00.0"), (59.94, "0:59.9"), (3599.96, "60:00.0"), (0.0, "0:00.0")])
 def test_console_times_into_a_video_never_read_60_seconds(media_s, shown):
     out = io.StringIO()

@@ -15,12 +15,12 @@ class ConsoleSink:
 
     def publish_event(self, event: Event, snapshot_jpeg: bytes | None) -> None:
         when = datetime.fromtimestamp(event.wall_time).strftime("%H:%M:%S.%f")[:-3]
-        b = event.box
+        b = event.box  # pixels rounded to ints: "{:.0f}" showed a box just past the frame's edge at x=-0
         # In a recording, where to find the moment: minutes:seconds into the video.
         media = "" if event.media_s is None else f", {_minutes_seconds(event.media_s)} into the video"
         print(
             f"{when} {event.kind:<10} track {event.track_id:<4} {event.identity} "
-            f"({event.confidence:.2f}) at x={b.x:.0f} y={b.y:.0f} {b.w:.0f}x{b.h:.0f}{media}",
+            f"({event.confidence:.2f}) at x={round(b.x)} y={round(b.y)} {round(b.w)}x{round(b.h)}{media}",
             file=self._stream,
             flush=True,
         )
