@@ -174,9 +174,12 @@ def test_another_sites_requests_make_no_session(page):
 
 
 def test_without_a_session_nothing_but_the_page_answers(page):
+    """Without a password there is no login: the answer said "log in" all the same."""
     guard, port = page
     anonymous = Client(port)
-    assert anonymous.json("GET", "/api/state") == (401, {"error": "not logged in; open the page and log in"})
+    assert anonymous.json("GET", "/api/state") == (401, {
+        "error": "no session cookie; this page has no password: open the page, or GET /api/session for the cookie "
+                 "(and the CSRF token changes need)"})
     assert anonymous.request("GET", "/live.mjpg")[0] == 401
 
 
@@ -663,7 +666,7 @@ def test_a_password_is_needed_and_wrong_ones_are_rate_limited(tmp_path):
         c = Client(port)
         status, session = c.json("GET", "/api/session")
         assert session == {"password_required": True, "logged_in": False, "csrf": None} and c.cookie is None
-        assert c.json("GET", "/api/state")[0] == 401
+        assert c.json("GET", "/api/state") == (401, {"error": "not logged in; open the page and log in"})
         status, answer = c.json("POST", "/api/login", {"password": "correct horse"})
         assert status == 200 and c.cookie
         c.csrf = answer["csrf"]

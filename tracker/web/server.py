@@ -246,6 +246,9 @@ class WebServer:
         session = self.sessions.get(request.cookies.get(auth.COOKIE))
         public = request.path in _PUBLIC or request.path.startswith("/static/")
         if not public and session is None:
+            if self.password is None:  # nothing to log in to: a client that never opened the page has no cookie
+                return _error(401, "no session cookie; this page has no password: open the page, or GET /api/session "
+                                   "for the cookie (and the CSRF token changes need)")
             return _error(401, "not logged in; open the page and log in")
         if request.method not in ("GET", "HEAD"):
             origin = request.headers.get("Origin")
