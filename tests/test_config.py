@@ -81,6 +81,9 @@ def test_default_file_documents_every_key_with_a_comment():
     ({"mqtt": {"tls": ["ca"]}}, "mqtt.tls", "a mapping of keys"),
     ({"device": {"id": "Living Room"}}, "device.id", "pattern"),
     ({"source": {"kind": "webcam"}}, "source.kind", "'synthetic', 'opencv', 'folder' or 'picamera2'"),
+    # a camera set as uri alone, under the shipped kind synthetic, ran the fake scene in the real state_dir
+    ({"source": {"uri": "/dev/video0"}}, "source", "source.uri '/dev/video0' given with source.kind 'synthetic', "
+     "which reads no uri; expected source.kind opencv"),
     ({"source": {"fps": 0}}, "source.fps", "greater than or equal to 0.01"),
     ({"source": {"fps": 1e-300}}, "source.fps", "greater than or equal to 0.01"),
     ({"latency": {"path": 12}}, "latency.path", "bad value 12; expected a file path (a string)"),

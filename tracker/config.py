@@ -109,6 +109,16 @@ class SourceConfig(Section):
     faces_dir: FilePath | None = None  # synthetic scene: <person>/<image> faces (default: the shared dlib chips)
     realtime: bool = True  # synthetic scene: paced at fps like a camera (False: as fast as consumed)
 
+    @model_validator(mode="after")
+    def _uri_needs_a_kind_that_reads_it(self):
+        # the shipped config starts with kind synthetic: a camera set as uri alone ran the fake scene
+        # in the real state_dir, its fake people's events among the real ones
+        if self.kind == "synthetic" and self.uri:
+            raise ValueError(f"source.uri {_short(self.uri)} given with source.kind 'synthetic', which reads no uri; "
+                             "expected source.kind opencv (a camera, stream or video file), folder or picamera2 "
+                             "for it, or source.uri \"\" for the synthetic scene")
+        return self
+
 
 class MotionConfig(Section):
     enabled: bool = True
