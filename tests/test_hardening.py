@@ -113,7 +113,7 @@ def test_a_bad_value_inside_an_alias_expansion_is_shown_short(tmp_path, capsys):
      "key 'backend.precision': backend 'opencv-dnn' has no 'int8' model; backends with 'int8': tf-neon-vfpv4, onnxruntime, auto"),
     ("model:\n  prototxt: /nonexistent/face.prototxt\n", "/nonexistent/face.prototxt"),
     ("source:\n  kind: opencv\n", "key 'source.uri': empty for source kind 'opencv'"),
-    ("source:\n  faces_dir: /nonexistent\n", "synthetic scene: 0 people found in '/nonexistent'"),
+    ("source:\n  faces_dir: /nonexistent\n", "config: key 'source.faces_dir': '/nonexistent' does not exist; expected a folder"),
     ("source:\n  width: 48\n  height: 48\n", "synthetic scene: size 48x48 too small; expected at least 64x64"),
     # "²" is a digit to str.isdigit, not to int(): int()'s complaint was the message
     ("web:\n  listen: '127.0.0.1:8²'\n", "key 'web.listen': bad value '127.0.0.1:8²'; expected host:port"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import cv2
 import numpy as np
 import pytest
@@ -155,6 +157,14 @@ def test_a_faces_folder_with_too_few_people_is_a_clear_error(tmp_path):
         cv2.imwrite(str(tmp_path / name / "a.jpg"), np.full((150, 150, 3), 128, np.uint8))
     with pytest.raises(InputError, match=r"2 people found in .*expected <person>/<face image> files for at least 3"):
         SyntheticScene(faces_dir=tmp_path)
+
+
+def test_a_faces_folder_that_is_missing_or_a_file_is_said_to_be_so(tmp_path):
+    """Both were "0 people found in ...", as if the folder were there and empty."""
+    (tmp_path / "face.png").write_bytes(b"")
+    for path, state in ((tmp_path / "none", "does not exist"), (tmp_path / "face.png", "is not a folder")):
+        with pytest.raises(InputError, match=f"^config: key 'source.faces_dir': {re.escape(repr(str(path)))} {state}; expected a folder"):
+            SyntheticScene(faces_dir=path)
 
 
 def test_a_large_faces_folder_is_read_only_in_part(tmp_path):

@@ -26,6 +26,7 @@ behind a nearer face). `track_id` is unique per walk through the scene (A, B and
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,6 +117,10 @@ def scene_chips(faces_dir: Path | None = None) -> dict[str, list[Path]]:
                              f"test data){fix}")
     else:
         where, fix = Path(faces_dir), ""
+        if not os.path.isdir(where):  # (it read "0 people found in" a folder that was not there)
+            state = "is not a folder" if os.path.exists(where) else "does not exist"
+            raise InputError(f"config: key 'source.faces_dir': {str(where)!r} {state}; expected a folder of "
+                             "<person>/<face image> files")
         files = sorted(p for p in where.glob("*/*") if p.suffix.lower() in IMAGE_SUFFIXES)
     people: dict[str, list[Path]] = {}
     for path in files:  # (sorted: each person's images come together)
