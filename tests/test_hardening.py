@@ -117,7 +117,7 @@ def test_a_bad_value_inside_an_alias_expansion_is_shown_short(tmp_path, capsys):
     ("source:\n  width: 48\n  height: 48\n", "synthetic scene: size 48x48 too small; expected at least 64x64"),
     # "²" is a digit to str.isdigit, not to int(): int()'s complaint was the message
     ("web:\n  listen: '127.0.0.1:8²'\n", "key 'web.listen': bad value '127.0.0.1:8²'; expected host:port"),
-    ("source:\n  kind: opencv\n  uri: /nonexistent/hall.mp4\n", "video file '/nonexistent/hall.mp4': no such file"),
+    ("source:\n  kind: opencv\n  uri: /nonexistent/hall.mp4\n", "source '/nonexistent/hall.mp4': no such file or folder"),
     ("latency:\n  path: {tmp}/x/one.jsonl\nsinks:\n  jsonl: {tmp}/x/../x/one.jsonl\n",
      "key 'sinks.jsonl': '{tmp}/x/../x/one.jsonl' is also 'latency.path'; expected a file of its own"),
     ("latency:\n  path: {tmp}/one.jsonl\nsinks:\n  jsonl: {tmp}/one.jsonl.2\n",
@@ -237,7 +237,7 @@ def test_the_demo_help_says_that_the_configs_broker_still_gets_its_events():
     (("--backend", "opencv-dnn", "--precision", "int8"), "tracker: error: --precision: backend 'opencv-dnn' has no 'int8'"),
     (("--source", "picamera2:x"), "picamera2 camera number 'x' is not a whole number >= 0"),
     (("--source", "picamera2:-1"), "picamera2 camera number '-1' is not a whole number >= 0"),
-    (("--source", "/nonexistent/hall.mp4"), "video file '/nonexistent/hall.mp4': no such file"),
+    (("--source", "/nonexistent/hall.mp4"), "source '/nonexistent/hall.mp4': no such file or folder"),
     (("--source", "/tmp/" + "a" * 5000), "no such file"),  # longer than a file name may be: OSError before
 ])
 def test_check_config_applies_the_command_line_overrides(tmp_path, capsys, args, fragment):

@@ -4,6 +4,7 @@ stop(), and the bad inputs (absent camera, missing/corrupt video, non-images in 
 from __future__ import annotations
 
 import logging
+import re
 import struct
 import subprocess
 import sys
@@ -321,9 +322,12 @@ def test_a_corrupt_video_is_one_line_on_stderr_not_ffmpegs_too(tmp_path):
     assert proc.stderr.startswith("tracker: error: video file ") and proc.stderr.count("\n") == 1, proc.stderr
 
 
-def test_missing_video_is_a_clear_input_error(tmp_path):
-    with pytest.raises(InputError, match=r"video file '.*nope\.mp4': no such file; expected a video file"):
-        OpenCVSource(str(tmp_path / "nope.mp4")).open()
+def test_a_missing_path_is_said_to_be_missing_a_folder_among_what_is_expected(tmp_path):
+    """A folder meant read "video file '/nonexistent/dir/': no such file; expected a video file, a camera ..."."""
+    for meant in (str(tmp_path / "nope.mp4"), f"{tmp_path}/nope/"):
+        with pytest.raises(InputError, match=f"^source {re.escape(repr(meant))}: no such file or folder; expected a "
+                                             "video file, an image folder, a camera"):
+            make_source(SourceConfig(), spec=meant).open()
 
 
 # -- image folders ----------------------------------------------------------------------------------
@@ -389,6 +393,17 @@ def test_make_source_picks_the_source_from_config_or_spec(tmp_path):
     for number in ("front", "-1"):  # -1 was Python's last camera
         with pytest.raises(InputError, match=f"picamera2 camera number '{number}' is not a whole number >= 0"):
             make_source(config, spec=f"picamera2:{number}")
+
+
+def test_a_config_uri_that_does_not_fit_its_kind_is_refused_saying_what_the_kind_takes(tmp_path):
+    """Both were "expected 'synthetic', 'picamera2[:N]', ..." (--source's choices) or "video file ...:
+    not a regular file" for a folder of images under kind opencv."""
+    with pytest.raises(InputError, match="^config: key 'source.uri': empty for source kind 'folder'; expected a folder "
+                                         "of images$"):
+        make_source(SourceConfig(kind="folder"))
+    with pytest.raises(InputError, match=f"^config: key 'source.kind': 'opencv' with source.uri {re.escape(repr(str(tmp_path)))}, "
+                                         "a folder; expected source.kind folder for a folder of images"):
+        make_source(SourceConfig(kind="opencv", uri=str(tmp_path)))
 
 
 def test_picamera_without_picamera2_says_how_to_install_it(monkeypatch):

@@ -18,6 +18,7 @@ __all__ = ["Backoff", "Capture", "CaptureStats", "LumaFrame", "Source", "SourceU
 
 _SPEC_HELP = ("expected 'synthetic', 'picamera2[:N]', a camera index or /dev/videoN, an rtsp/http URL, "
               "a video file or an image folder")
+_URI_HELP = {"opencv": "a camera index or /dev/videoN, an rtsp/http URL or a video file", "folder": "a folder of images"}
 
 
 def make_source(config, *, spec: str | None = None, realtime: bool = True, luma_width: int | None = None) -> Source:
@@ -48,8 +49,11 @@ def make_source(config, *, spec: str | None = None, realtime: bool = True, luma_
         from tracker.sources.picamera import PiCameraSource
 
         return PiCameraSource(camera, width=config.width, height=config.height, fps=config.fps, luma_width=luma_width)
-    if not uri:
-        raise InputError(f"config: key 'source.uri': empty for source kind {kind!r}; " + _SPEC_HELP)
+    if not uri:  # (only the config's: --source is never empty)
+        raise InputError(f"config: key 'source.uri': empty for source kind {kind!r}; expected {_URI_HELP[kind]}")
+    if kind == "opencv" and _is_folder(uri):  # (--source takes a folder for kind folder itself)
+        raise InputError(f"config: key 'source.kind': 'opencv' with source.uri {uri!r}, a folder; expected source.kind "
+                         f"folder for a folder of images (opencv takes {_URI_HELP['opencv']})")
     if kind == "folder":
         from tracker.sources.folder import FolderSource
 
@@ -68,8 +72,13 @@ def _parse_spec(spec: str) -> tuple[str, str]:
         return "synthetic", ""
     if text == "picamera2" or text.startswith("picamera2:"):
         return "picamera2", text.partition(":")[2]
+    return ("folder" if _is_folder(text) else "opencv"), text
+
+
+def _is_folder(uri: str) -> bool:
+    """Whether `uri` names a folder; False for a name too long or with a NUL in it (the video
+    file's check says so)."""
     try:
-        folder = Path(text).is_dir()
-    except (OSError, ValueError):  # a name too long or with a NUL in it: the video file's check says so
-        folder = False
-    return ("folder" if folder else "opencv"), text
+        return Path(uri).is_dir()
+    except (OSError, ValueError):
+        return False

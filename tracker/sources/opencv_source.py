@@ -121,9 +121,12 @@ class OpenCVSource(SourceBase):
                 cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, STREAM_TIMEOUT_MS, cv2.CAP_PROP_READ_TIMEOUT_MSEC, STREAM_TIMEOUT_MS])
         else:
             path = Path(self.uri)
+            if not _exists(path):  # a folder or a file meant: neither is there
+                self._fail(f"source {redacted(self.uri)!r}: no such file or folder; expected a video file, an image "
+                           "folder, a camera (0 or /dev/video0) or an rtsp/http URL")
             if not _is_file(path):
-                self._fail(f"{self.description}: {'not a regular file' if _exists(path) else 'no such file'}; expected "
-                           "a video file, a camera (0 or /dev/video0) or an rtsp/http URL")
+                self._fail(f"{self.description}: not a regular file; expected a video file, a camera (0 or "
+                           "/dev/video0) or an rtsp/http URL")
             cap = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
         if not cap.isOpened():
             cap.release()
