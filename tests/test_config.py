@@ -144,6 +144,10 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("content, fragment", [
     ("mqtt:\n  port: 99999\n", "config: key 'mqtt.port': bad value 99999; expected"),
     ("mqtt: [\n", "not valid YAML at line"),
+    # the parser's own cause was dropped: "not valid YAML at line 2, column 1" left the tab to be found
+    ("motion:\n\tthreshold: 18\n", "not valid YAML at line 2, column 1 (found character '\\t' that cannot start any "
+     "token); expected a mapping of sections"),
+    ("device:\n  name: a\x07b\n", "not valid YAML (special characters are not allowed)"),
     ("- just\n- a list\n", "top level is list; expected a mapping of sections"),
     ("mqtt:\n  enabled: true\n  tls:\n    key: /etc/hostname\n", "key given alone"),
     # PyYAML reads 1e3 and 1.0e3 as strings: "expected a valid number" left the user puzzled
@@ -158,6 +162,13 @@ def test_check_config_exits_2_with_one_line(tmp_path, content, fragment):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tracker: error: ") and fragment in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_yaml_parsers_cause_is_shown_printable_and_bounded():
+    from tracker.config import _printable
+
+    shown = _printable("found \x1b[2J\n" + "x" * 500)  # a terminal's escape and a line break: one inert line
+    assert shown.startswith("found \\x1b[2J\\n") and len(shown) == 120 and shown.endswith("...") and shown.isprintable()
 
 
 def test_check_config_missing_file_and_good_file(tmp_path):

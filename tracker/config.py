@@ -372,8 +372,17 @@ _REPR.maxstring = _REPR.maxother = 60
 
 def _short(value: object, limit: int = 80) -> str:
     """A bounded repr: never walks more than a few items of a value, however big or deep."""
-    text = _REPR.repr(value)
+    return _clipped(_REPR.repr(value), limit)
+
+
+def _clipped(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, "..." marking the cut."""
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _printable(text: str, limit: int = 120) -> str:
+    """`text` bounded and on one line, a character that is not printable written as its escape."""
+    return _clipped("".join(c if c.isprintable() else ascii(c)[1:-1] for c in text), limit)
 
 
 def _number_read_as_text(value: object) -> bool:
@@ -503,5 +512,7 @@ def load_config(path: Path | None = None) -> Config:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{where}: not valid YAML{at}; expected a mapping of sections") from None
+        problem = getattr(err, "problem", None) or getattr(err, "reason", None)  # (reason: the reader's)
+        cause = f" ({_printable(problem)})" if problem else ""
+        raise ConfigError(f"{where}: not valid YAML{at}{cause}; expected a mapping of sections") from None
     return parse_config(data, where)
