@@ -231,6 +231,16 @@ def test_the_demo_help_says_that_the_configs_broker_still_gets_its_events():
     assert "no broker" not in text and "the config's MQTT and web page still apply" in text, text
 
 
+def test_the_help_lists_the_subcommands_and_says_which_config_is_the_default():
+    """It listed no subcommand, and "default: config/tracker.yaml" read as a file of the working
+    directory: the default is the package's own (tracker.config.DEFAULT_CONFIG)."""
+    from tracker.cli import SUBCOMMANDS, _main_parser
+
+    text = _main_parser().format_help()
+    assert all(f"\n  tracker {name} " in text for name in SUBCOMMANDS), text
+    assert "default: the package's own tracker.yaml" in " ".join(text.split()) and "config/tracker.yaml" not in text
+
+
 @pytest.mark.parametrize("args, fragment", [
     # named as the option that asked, not as the config key it overrides
     (("--backend", "nope"), "tracker: error: --backend: unknown backend 'nope'; expected one of caffe-openblas"),

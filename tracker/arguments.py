@@ -82,6 +82,12 @@ def words(what: str):
     return parse
 
 
+# What every command's --config defaults to (tracker.config.DEFAULT_CONFIG), for its help: "config/tracker.yaml"
+# read as a file of the working directory
+CONFIG_DEFAULT = ("default: the package's own tracker.yaml, with the demo's settings, not one in the working "
+                  "directory; tracker --check-config names its path")
+
+
 def config_path(text: str) -> Path:
     """argparse type of every command's --config: a Path from text that is not blank (`--config ""`
     became Path("."), the working directory, and the error named '.')."""

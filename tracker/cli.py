@@ -29,7 +29,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracker.arguments import ArgumentParser, config_path, float_between, int_between, positive_int, words
+from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path, float_between, int_between, positive_int, words
 from tracker.blas_idle import bound_idle_spin
 from tracker.errors import EXIT_UNEXPECTED, InputError, TrackerError
 from tracker.images import set_opencv_environment
@@ -37,7 +37,14 @@ from tracker.images import set_opencv_environment
 if TYPE_CHECKING:
     from tracker.config import Config
 
-SUBCOMMANDS = ("convert", "enroll", "eval-mot", "train", "eval-faces", "identify")
+SUBCOMMANDS = {  # name: what it does, as the main help lists them
+    "enroll": "store a person from photos of their face (--refresh: for new weights)",
+    "identify": "who each face in photos is",
+    "eval-faces": "the face CNN's accuracy on LFW-format pairs or a folder of people",
+    "convert": "the Caffe model for another engine (tf, tflite, onnx)",
+    "train": "train the face CNN",
+    "eval-mot": "the tracker alone on MOTChallenge detections, and its metrics",
+}
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 # What `tracker --benchmark` needs beyond the guard (pyproject's `bench` extra).
 BENCH_MODULES = ("matplotlib", "tqdm", "psutil")
@@ -63,8 +70,11 @@ def _batch_list(text: str) -> list[int]:
 
 
 def _main_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="tracker", description="Home-surveillance guard and its backend benchmark.")
-    p.add_argument("--config", type=config_path, help="YAML config (default: config/tracker.yaml)")
+    subcommands = "\n".join(f"  tracker {name:<11} {what}" for name, what in SUBCOMMANDS.items())
+    p = ArgumentParser(prog="tracker", description="Home-surveillance guard and its backend benchmark.",
+                       epilog=f"subcommands (each with its own --help):\n{subcommands}",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)  # (the epilog's lines kept)
+    p.add_argument("--config", type=config_path, help=f"YAML config ({CONFIG_DEFAULT})")
     p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS,
                    help="log lines from this level up (default: INFO for the guard, WARNING for the rest)")
     p.add_argument("--backend", type=words("a backend name (with --benchmark: a comma list or 'all')"),

@@ -490,7 +490,7 @@ _BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct
 
 
 def load_config(path: Path | None = None) -> Config:
-    """Read and validate the YAML file at `path` (default: config/tracker.yaml): at most
+    """Read and validate the YAML file at `path` (default: DEFAULT_CONFIG, the package's own): at most
     MAX_CONFIG_BYTES of UTF-8 text, bounded aliases and depth; ConfigError (exit 2) otherwise."""
     path = path or DEFAULT_CONFIG
     where = f"config file {str(path)!r}"

@@ -228,7 +228,7 @@ def refresh(config: Config, detector: FaceDetector, backend, report=print) -> Re
 
 
 def enroll_command(argv: list[str]) -> int:
-    from tracker.arguments import ArgumentParser, config_path
+    from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path
 
     parser = ArgumentParser(prog="tracker enroll", description="Store a person's face for identification.")
     parser.add_argument("name", nargs="?", help="the person's name (letters, digits, '_', '.', '-')")
@@ -238,7 +238,7 @@ def enroll_command(argv: list[str]) -> int:
                         help="start NAME afresh from these images (default: add them to the faces NAME was enrolled from)")
     parser.add_argument("--refresh", action="store_true",
                         help="recompute everyone enrolled with other weights from their kept crops (no NAME)")
-    parser.add_argument("--config", type=config_path, help="YAML config (default: config/tracker.yaml)")
+    parser.add_argument("--config", type=config_path, help=f"YAML config ({CONFIG_DEFAULT})")
     args = parser.parse_intermixed_args(argv)  # options after NAME too: `enroll alice --aligned DIR`
     if args.refresh == (args.name is not None):
         raise InputError("tracker enroll: expected NAME IMAGE_OR_FOLDER... or --refresh alone")

@@ -198,7 +198,7 @@ def _print_table(report: dict) -> None:
 
 
 def eval_faces_command(argv: list[str]) -> int:
-    from tracker.arguments import ArgumentParser, config_path, positive_int
+    from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path, positive_int
     from tracker.config import load_config
     from tracker.detect import create_detector
     from tracker.identity import chosen_embedding, identity_threshold
@@ -210,7 +210,7 @@ def eval_faces_command(argv: list[str]) -> int:
     p.add_argument("--enroll", type=positive_int, help="--folder: images enrolled per person (default 5)")
     p.add_argument("--chips", action="store_true", help="--folder: each image is a tight face chip")
     p.add_argument("--json", type=Path, help="write the figures to this JSON file")
-    p.add_argument("--config", type=config_path, help="YAML config: detector, model, backend (default: config/tracker.yaml)")
+    p.add_argument("--config", type=config_path, help=f"YAML config: detector, model, backend ({CONFIG_DEFAULT})")
     p.add_argument("--backend", help="backend name (default: the config's)")
     p.add_argument("--precision", choices=("fp32", "int8"), help="model precision (default: the config's)")
     args = p.parse_args(argv)

@@ -92,7 +92,7 @@ def _text_lines(records: list[dict]) -> list[str]:
 
 
 def identify_command(argv: list[str]) -> int:
-    from tracker.arguments import ArgumentParser, config_path
+    from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path
     from tracker.config import load_config
     from tracker.detect import create_detector
     from tracker.identity import chosen_embedding, embeddings_key, identity_threshold
@@ -101,7 +101,7 @@ def identify_command(argv: list[str]) -> int:
     p.add_argument("images", nargs="+", type=Path, help="image files or folders of images")
     p.add_argument("--aligned", action="store_true", help="each image is a tight face chip (as tracker enroll --aligned)")
     p.add_argument("--json", action="store_true", help="print one JSON document (see the module docstring)")
-    p.add_argument("--config", type=config_path, help="YAML config (default: config/tracker.yaml)")
+    p.add_argument("--config", type=config_path, help=f"YAML config ({CONFIG_DEFAULT})")
     args = p.parse_args(argv)
     files = image_files(args.images, "identify")
     if not files:

@@ -23,7 +23,7 @@ sees: confirmed tracks on the frames a detection was assigned to them.
 Output: TRACKS in MOTChallenge format if --out is given; to stdout if neither --out nor --gt is.
 With --gt, the CLEAR-MOT and IDF1 table (`metrics.MotMetrics.COLUMNS`) is printed to stdout.
 Defaults of the tracker's parameters come from the `tracking` section of the config (--config, or
-config/tracker.yaml); the options override them. With --tracks, nothing is tracked: the file is
+the package's own); the options override them. With --tracks, nothing is tracked: the file is
 scored as it is (tracker options are refused then, as they would change nothing).
 """
 
@@ -33,7 +33,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tracker.arguments import ArgumentParser, config_path, float_between, int_between
+from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path, float_between, int_between
 from tracker.errors import InputError
 from tracker.tracking.metrics import MotMetrics, evaluate
 from tracker.tracking.mot import MotTable, format_rows, read_mot, refuse_overwriting, write_mot
@@ -97,7 +97,7 @@ def _parser() -> ArgumentParser:
     p.add_argument("--tracks", type=Path, help="score this MOTChallenge tracks file (another tracker's output) instead of tracking")
     p.add_argument("--gt", type=Path, help="MOTChallenge ground truth; prints CLEAR-MOT and IDF1")
     p.add_argument("--out", type=Path, help="write the tracks here (MOTChallenge format)")
-    p.add_argument("--config", type=config_path, help="YAML config whose tracking section gives the defaults (default: config/tracker.yaml)")
+    p.add_argument("--config", type=config_path, help=f"YAML config whose tracking section gives the defaults ({CONFIG_DEFAULT})")
     p.add_argument("--min-hits", type=int_between(1, 100), help="default: the config's tracking.min_hits")
     p.add_argument("--max-age", type=int_between(1, 1000), help="default: the config's tracking.max_age")
     p.add_argument("--iou-threshold", type=float_between(0, 1), help="default: the config's tracking.iou_threshold")

@@ -73,7 +73,7 @@ MAX_THREADS = 1024  # torch.set_num_threads overflows past a C int; more threads
 
 
 def _parser():
-    from tracker.arguments import ArgumentParser, config_path, int_between, positive_float, positive_int
+    from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path, int_between, positive_float, positive_int
 
     p = ArgumentParser(prog="tracker train", description="Train the face CNN on face photographs and write a caffemodel.")
     p.add_argument("--data", type=Path, action="append",
@@ -97,7 +97,7 @@ def _parser():
     p.add_argument("--limit", type=positive_int, help="use only the first N photos of each data set (a short trial)")
     p.add_argument("--threads", type=int_between(1, MAX_THREADS), help="torch threads (default: all usable cores)")
     p.add_argument("--resume", action="store_true", help="continue from <work>/checkpoint.pt")
-    p.add_argument("--config", type=config_path, help="YAML config: its detector and model files (default: config/tracker.yaml)")
+    p.add_argument("--config", type=config_path, help=f"YAML config: its detector and model files ({CONFIG_DEFAULT})")
     return p
 
 
