@@ -311,7 +311,8 @@ def test_refresh_names_whom_it_cannot_use_or_write(tmp_path, johns):
     proc = subprocess.run([*tracker_command(), "enroll", "--refresh", "--config", str(state_config(tmp_path))],
                           capture_output=True, text=True, env=isolated_env(tmp_path), cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert "cannot recompute simm: enrolled from aligned-v1 crops, the detector gives box-v1 crops" in proc.stdout
+    assert ("cannot recompute simm: enrolled from aligned-v1 crops, the detector gives box-v1 crops; enroll simm "
+            "afresh from photos (tracker enroll --replace simm PHOTOS)") in proc.stdout
     assert "nothing to recompute" not in proc.stdout
     from tracker.model import face_cnn
 
@@ -324,6 +325,10 @@ def test_refresh_names_whom_it_cannot_use_or_write(tmp_path, johns):
     assert proc.returncode == 1, proc.stderr
     assert "could not write simm" in proc.stdout and "File too large" in proc.stderr
     assert person.read_bytes() == before
+    # the advice works (without --replace the new faces would be added to crops of another kind: refused)
+    haar = state_config(tmp_path)
+    assert "cannot add a face to 'simm'" in enroll_cli(tmp_path, haar, "simm", johns["John_Simm"][2]).stderr
+    assert enroll_cli(tmp_path, haar, "simm", "--replace", johns["John_Simm"][2]).returncode == 0
 
 
 def test_enroll_needs_a_name_and_images_or_refresh_alone(tmp_path):

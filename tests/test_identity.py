@@ -135,7 +135,8 @@ def test_people_enrolled_from_another_crop_definition_are_never_mixed(tmp_path, 
     save_person(tmp_path, "bob", np.ones((1, 4)), "sha-A", "aligned-v1")
     np.savez(tmp_path / "people" / "old.npz", mean=np.ones(4, np.float32), count=np.int64(1), model=np.str_("sha-A"))
     assert Gallery.load(tmp_path, "sha-A", threshold=0.5, crop="aligned-v1").names == ("bob",)
-    assert "ann: enrolled from box-v1 crops, the detector now gives aligned-v1 crops" in caplog.text
+    assert ("ann: enrolled from box-v1 crops, the detector now gives aligned-v1 crops; enroll it afresh (`tracker "
+            "enroll --replace ann PHOTOS`)") in caplog.text
     # A file from before the crop was recorded holds box crops.
     assert Gallery.load(tmp_path, "sha-A", threshold=0.5, crop="box-v1").names == ("ann", "old")
 
@@ -260,6 +261,6 @@ def test_people_enrolled_before_names_were_compared_ignoring_case_are_still_refr
     for name in ("alice", "Alice"):
         save_person(tmp_path, name, np.ones((2, 4)), "sha-A", "box-v1", chips)
     assert refresh_people(tmp_path, Embedder(), "sha-B", "box-v1") == Refreshed(recomputed=("Alice", "alice"))
-    check_new_name(tmp_path, "alice")  # enrolling a name again replaces it
+    check_new_name(tmp_path, "alice")  # the name of an enrolled person: adding to them, or --replace
     with pytest.raises(InputError, match="'ALICE': 'Alice' is enrolled, a name that differs only in case"):
         check_new_name(tmp_path, "ALICE")

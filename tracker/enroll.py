@@ -220,7 +220,8 @@ def refresh(config: Config, detector: FaceDetector, backend, report=print) -> Re
         report(f"enroll: recomputed {len(done.recomputed)} person(s) for the weights {config.model.weights.name} and "
                f"{chosen_embedding(config)} embeddings: {', '.join(done.recomputed)}")
     for name, why in done.stale:
-        report(f"enroll: cannot recompute {name}: {why}; enroll {name} again from photos")
+        report(f"enroll: cannot recompute {name}: {why}; enroll {name} afresh from photos (tracker enroll --replace "
+               f"{name} PHOTOS)")
     if done.unwritten:
         report(f"enroll: could not write {', '.join(done.unwritten)} (said above); they stay enrolled with the old "
                "weights, which the guard skips")

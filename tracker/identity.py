@@ -321,11 +321,12 @@ class Gallery:
                 continue
             if model != model_key:
                 log.warning("identity: skipping %s: enrolled with other model weights or embedding; `tracker enroll "
-                            "--refresh` recomputes it if its crops were kept, else enroll it again", path.stem)
+                            "--refresh` recomputes it if its crops were kept, else enroll it afresh (`tracker enroll "
+                            "--replace %s PHOTOS`)", path.stem, path.stem)
                 continue
             if made_with != crop:
                 log.warning("identity: skipping %s: enrolled from %s crops, the detector now gives %s crops; "
-                            "enroll again", path.stem, made_with, crop)
+                            "enroll it afresh (`tracker enroll --replace %s PHOTOS`)", path.stem, made_with, crop, path.stem)
                 continue
             names.append(path.stem)
             means.append(mean)
