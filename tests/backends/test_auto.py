@@ -67,6 +67,21 @@ def test_a_backend_measured_alone_at_some_sizes_competes_there_with_the_others_n
     assert [name for _, name, _ in describe_picks(tmp_path)] == ["onnxruntime"] * 4  # at 1, 2, 4, 8
 
 
+def test_a_backend_is_not_picked_beyond_or_below_the_sizes_it_was_measured_at(tmp_path):
+    """A cell that failed (out of memory at 64) leaves no entry: the backend does not run there on
+    its time at 8; nor does a backend measured only at 64 run at 1 on its time at 64."""
+    write_profile(tmp_path, results=[("onnxruntime", "fp32", 1, 0.5), ("caffe-openblas-dl", "fp32", 1, 2.0),
+                                     ("onnxruntime", "fp32", 8, 0.3), ("caffe-openblas-dl", "fp32", 8, 1.5),
+                                     ("caffe-openblas-dl", "fp32", 64, 0.9), ("opencv-dnn", "fp32", 64, 0.1)])
+    picks = {batch: name for batch, name, _ in describe_picks(tmp_path)}
+    assert picks == {1: "onnxruntime", 8: "onnxruntime", 64: "opencv-dnn"}
+    write_profile(tmp_path, results=[("onnxruntime", "fp32", 1, 0.5), ("onnxruntime", "fp32", 8, 0.3),
+                                     ("caffe-openblas-dl", "fp32", 1, 2.0), ("caffe-openblas-dl", "fp32", 8, 1.5),
+                                     ("caffe-openblas-dl", "fp32", 64, 0.9)])
+    assert {batch: name for batch, name, _ in describe_picks(tmp_path)} == {1: "onnxruntime", 8: "onnxruntime",
+                                                                            64: "caffe-openblas-dl"}
+
+
 def test_runs_the_pick_and_keeps_sub_backends(auto):
     x = face_inputs()
     assert_parity(auto, default_model(), x[:1])

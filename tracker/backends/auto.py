@@ -4,11 +4,13 @@ The calibration profile is `<state_dir>/profile.json`, written by `tracker --ben
 (tracker.bench.profile, schema 1): {"machine": {"cpu", "cores", "arch"}, "results": [{"backend",
 "precision", "batch", "ms_per_image"}, ...], "picks": [{"precision", "batch", "backend"}, ...]}.
 For a batch of N images at precision P, `auto` looks at the profile's entries of precision P,
-takes for each backend its entry at its smallest measured batch size >= N (its largest one if N
-is beyond them all: per-image time flattens out at large batches) and runs the backend with the
-lowest ms_per_image (a cell's median, or a runoff's: see tracker.bench.profile), except among
-ties: backends within TIE_MARGIN of the lowest count as tied, and a tie goes to the profile's recorded pick for
-that batch size if it is among them, else to the first in the registry's order. The benchmark
+takes the smallest batch size measured there >= N (the largest one if N is beyond them all:
+per-image time flattens out at large batches), ranks the backends measured at or around it
+(`rank_all`: each with its entry at its own smallest measured size >= it) and runs the backend
+with the lowest ms_per_image (a cell's median, or a runoff's: see tracker.bench.profile), except
+among ties: backends within TIE_MARGIN of the lowest count as tied, and a tie goes to the
+profile's recorded pick for that batch size if it is among them, else to the first in the
+registry's order. The benchmark
 records as the new pick what `rank` puts first given the previous profile's pick, so a pick holds
 for as long as it stays within the margin: noise between two benchmark runs cannot swap it
 between two engines that are equally fast here, not even when their gap moves across the margin
@@ -158,10 +160,13 @@ def rank_all(measured: Iterable[tuple[str, str, int, float]],
              held: dict[tuple[str, int], str]) -> dict[str, dict[int, list[tuple[float, str]]]]:
     """(backend, precision, batch, ms per image) entries ranked per precision and batch size:
     {precision: {batch: rank(candidates, held.get((precision, batch)))}} for every batch size
-    measured at that precision, where every backend measured at that precision is a candidate
-    with its time at its own nearest measured batch size at or above (`measured_batch`). Not only
-    the backends measured at that size: a profile merges runs, and a run of one slow backend at
-    sizes no other was measured at left it alone, and so `auto`'s pick, there."""
+    measured at that precision. The candidates at a size are the backends of that precision
+    measured at it or at sizes on both sides of it, each with its time at its own nearest measured
+    size at or above (`measured_batch`). Not only those measured at that size: a profile merges
+    runs, and a run of one slow backend at sizes no other was measured at left it alone, and so
+    `auto`'s pick, there. Not those measured on one side only: a backend whose cell failed at a
+    size (the benchmark then drops its entry) is not taken to run there, and a time measured at
+    large batches says nothing of a small one."""
     times: dict[str, dict[str, dict[int, float]]] = {}  # precision -> backend -> batch -> ms
     for backend, precision, batch, ms in measured:
         times.setdefault(precision, {}).setdefault(backend, {})[batch] = ms
@@ -169,7 +174,8 @@ def rank_all(measured: Iterable[tuple[str, str, int, float]],
     for precision, per_backend in times.items():
         batches = sorted({batch for per_batch in per_backend.values() for batch in per_batch})
         ranking[precision] = {
-            batch: rank([(per_batch[measured_batch(per_batch, batch)], backend) for backend, per_batch in per_backend.items()],
+            batch: rank([(per_batch[measured_batch(per_batch, batch)], backend) for backend, per_batch in per_backend.items()
+                         if min(per_batch) <= batch <= max(per_batch)],
                         held.get((precision, batch)))
             for batch in batches}
     return ranking
