@@ -406,6 +406,14 @@ def test_a_config_uri_that_does_not_fit_its_kind_is_refused_saying_what_the_kind
         make_source(SourceConfig(kind="opencv", uri=str(tmp_path)))
 
 
+def test_a_camera_number_is_a_camera_beside_a_folder_of_that_name(tmp_path, monkeypatch):
+    """uri "0" under kind opencv was refused as a folder when the working folder held one named 0."""
+    (tmp_path / "0").mkdir()
+    monkeypatch.chdir(tmp_path)
+    source = make_source(SourceConfig(kind="opencv", uri="0"))
+    assert source.kind == "camera" and source.live
+
+
 def test_picamera_without_picamera2_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "picamera2", None)  # as on any machine without apt's package
     with pytest.raises(InputError, match="python3-picamera2.*--system-site-packages"):

@@ -51,15 +51,16 @@ def make_source(config, *, spec: str | None = None, realtime: bool = True, luma_
         return PiCameraSource(camera, width=config.width, height=config.height, fps=config.fps, luma_width=luma_width)
     if not uri:  # (only the config's: --source is never empty)
         raise InputError(f"config: key 'source.uri': empty for source kind {kind!r}; expected {_URI_HELP[kind]}")
-    if kind == "opencv" and _is_folder(uri):  # (--source takes a folder for kind folder itself)
-        raise InputError(f"config: key 'source.kind': 'opencv' with source.uri {uri!r}, a folder; expected source.kind "
-                         f"folder for a folder of images (opencv takes {_URI_HELP['opencv']})")
     if kind == "folder":
         from tracker.sources.folder import FolderSource
 
         return FolderSource(uri)
-    from tracker.sources.opencv_source import OpenCVSource
+    from tracker.sources.opencv_source import OpenCVSource, classify
 
+    # (--source takes a folder for kind folder itself; "0" is camera 0 even beside a folder named 0)
+    if classify(uri) == "file" and _is_folder(uri):
+        raise InputError(f"config: key 'source.kind': 'opencv' with source.uri {uri!r}, a folder; expected source.kind "
+                         f"folder for a folder of images (opencv takes {_URI_HELP['opencv']})")
     return OpenCVSource(uri, width=config.width, height=config.height, fps=config.fps)
 
 
