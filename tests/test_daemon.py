@@ -199,6 +199,19 @@ def test_install_script_refuses_extras_without_a_list_in_one_line():
         assert refused.stderr == (f"install-pi: --extras '{value}' is not a comma-separated list of pip extras; "
                                   "expected e.g. --extras mqtt,onnx\n")
     assert "pip install --quiet -e /opt/tracker/src[mqtt,onnx,camera]" in _install_pi("--dry-run", "--extras", "mqtt,onnx").stdout
+    # pip only warns about an unknown extra: a typo installed the rest without onnxruntime
+    refused = _install_pi("--dry-run", "--extras", "mqtt,onxx")
+    assert refused.returncode == 2 and refused.stdout == "", refused.stderr
+    assert refused.stderr.startswith("install-pi: --extras: 'onxx' is not an extra of this project; expected some of "
+                                     "tf,litert,onnx,") and refused.stderr.count("\n") == 1
+
+
+def test_install_script_help_prints_its_usage():
+    """--help was "unknown option '--help'", exit 2."""
+    shown = _install_pi("--help")
+    assert shown.returncode == 0 and shown.stderr == ""
+    assert shown.stdout.startswith("Installs the guard as a systemd service on a Raspberry Pi")
+    assert "sudo scripts/install-pi --extras mqtt,onnx" in shown.stdout and "set -euo" not in shown.stdout
 
 
 def test_install_script_dry_run_says_it_would_write_the_config():
