@@ -62,6 +62,18 @@ def deliver_one(broker, sink, device):
     return got["id"] == event.id
 
 
+def connection_errors(config, tmp_path, caplog):
+    """The error lines of a sink that cannot connect with `config`, after a few attempts."""
+    caplog.set_level(logging.INFO, logger="tracker.sinks")
+    sink = MqttSink(config.mqtt, config.device, tmp_path)
+    try:
+        wait_until(lambda: sink.failed_attempts >= 2)
+        assert not sink.connected
+    finally:
+        sink.close()
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
 def test_password_authentication(password_broker, tmp_path):
     config = sink_config(password_broker, "pw-ok", username="guard",
                          password_file=password_file(tmp_path, USERS["guard"]))
@@ -101,33 +113,35 @@ def test_tls_with_client_certificate_and_password(tls_broker, certs, tmp_path):
 
 
 def test_tls_wrong_ca_is_one_error_line_and_retries(tls_broker, certs, tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="tracker.sinks")
     config = sink_config(tls_broker, "tls-bad", username="guard", password_file=password_file(tmp_path, "correct horse"),
                          tls={"ca": str(certs.other_ca), "cert": str(certs.client_cert), "key": str(certs.client_key)})
-    sink = MqttSink(config.mqtt, config.device, tmp_path)
-    try:
-        wait_until(lambda: sink.failed_attempts >= 2)
-        assert not sink.connected
-    finally:
-        sink.close()
-    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    errors = connection_errors(config, tmp_path, caplog)
     assert len(errors) == 1, errors
     assert "TLS handshake with 127.0.0.1" in errors[0] and "CERTIFICATE_VERIFY_FAILED" in errors[0]
 
 
 def test_tls_without_the_required_client_certificate(tls_broker, certs, tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="tracker.sinks")
     config = sink_config(tls_broker, "tls-nocert", username="guard",
                          password_file=password_file(tmp_path, "correct horse"), tls={"ca": str(certs.ca)})
-    sink = MqttSink(config.mqtt, config.device, tmp_path)
-    try:
-        wait_until(lambda: sink.failed_attempts >= 2)
-        assert not sink.connected
-    finally:
-        sink.close()
-    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    errors = connection_errors(config, tmp_path, caplog)
     assert len(errors) == 1, errors
     assert "client certificate" in errors[0] or "TLS handshake" in errors[0]
+
+
+def test_plain_mqtt_to_a_tls_port_suggests_tls_not_a_client_certificate(tls_broker, tmp_path, caplog):
+    errors = connection_errors(sink_config(tls_broker, "plain-to-tls"), tmp_path, caplog)
+    assert len(errors) == 1, errors
+    assert "closed the connection before accepting it" in errors[0]
+    assert f"mqtt.tls is off: if port {tls_broker.port} is the broker's TLS listener" in errors[0]
+    assert "client certificate" not in errors[0]
+
+
+def test_tls_to_a_plain_port_says_so_not_unreachable(password_broker, certs, tmp_path, caplog):
+    config = sink_config(password_broker, "tls-to-plain", tls={"ca": str(certs.ca)})
+    errors = connection_errors(config, tmp_path, caplog)
+    assert len(errors) == 1, errors
+    assert "closed the connection during the TLS handshake" in errors[0] and "unreachable" not in errors[0]
+    assert f"check that port {password_broker.port} is the broker's TLS listener" in errors[0]
 
 
 def test_unloadable_certificate_is_a_config_error(tls_broker, tmp_path):

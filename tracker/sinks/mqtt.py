@@ -413,7 +413,13 @@ class MqttSink:
         self._short_sessions = 0  # the broker was away: the drops before were not flaps
         # paho calls this from inside its `except OSError` block, so the exception is at hand.
         err = sys.exception()
-        if isinstance(err, ssl.SSLError):
+        # the port answered, then hung up on the ClientHello: what a plain MQTT listener does
+        hung_up_on_tls = self.config.tls.active and isinstance(err, ConnectionResetError | ssl.SSLEOFError)
+        if hung_up_on_tls:
+            text = (f"broker {self._where} closed the connection during the TLS handshake ({type(err).__name__}); "
+                    f"mqtt.tls is on: check that port {self.config.port} is the broker's TLS listener "
+                    "(a plain MQTT port, often 1883, takes no mqtt.tls)")
+        elif isinstance(err, ssl.SSLError):
             text = f"TLS handshake with {self._where} failed ({err.reason or err}); check mqtt.tls.ca/cert/key"
         elif isinstance(err, ConnectionRefusedError):
             text = f"broker {self._where} unreachable (connection refused)"
@@ -421,7 +427,7 @@ class MqttSink:
             text = f"broker {self._where} unreachable ({type(err).__name__}: {err})"
         else:
             text = f"broker {self._where} unreachable"
-        self._log_problem(text, error=isinstance(err, ssl.SSLError))
+        self._log_problem(text, error=hung_up_on_tls or isinstance(err, ssl.SSLError))
 
     def _on_disconnect(self, client, userdata, flags, reason_code, properties) -> None:
         with self._wake:
@@ -430,9 +436,13 @@ class MqttSink:
             return
         name = reason_code.getName() if hasattr(reason_code, "getName") else str(reason_code)
         if not was_connected:
-            if not self._refused_now:  # closed after TCP/TLS but before CONNACK, e.g. a missing client cert
-                self._log_problem(f"broker {self._where} closed the connection before accepting it ({name}); "
-                                  "with TLS, check whether it requires a client certificate (mqtt.tls.cert/key)",
+            if not self._refused_now:  # closed after TCP/TLS but before CONNACK
+                if self.config.tls.active:  # a TLS 1.3 broker checks the client certificate only now
+                    hint = "check whether it requires a client certificate (mqtt.tls.cert/key)"
+                else:  # a TLS listener hangs up on a plain CONNECT
+                    hint = (f"mqtt.tls is off: if port {self.config.port} is the broker's TLS listener (often 8883), "
+                            "set mqtt.tls (enabled: true, or ca)")
+                self._log_problem(f"broker {self._where} closed the connection before accepting it ({name}); {hint}",
                                   error=True)
             self._refused_now = False
             return
