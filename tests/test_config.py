@@ -68,6 +68,8 @@ def test_default_file_documents_every_key_with_a_comment():
     ({"mqtt": {"password_file": "/no/such/file"}}, "mqtt.password_file", "expected an existing file"),
     ({"mqtt": {"tls": {"ca": "/no/such/ca.pem"}}}, "mqtt.tls.ca", "expected an existing file"),
     ({"mqtt": {"tls": {"cert": str(DEFAULT_CONFIG)}}}, "mqtt.tls", "cert given alone"),
+    # it relaxes a TLS connection's check: alone it left TLS off and the guard connected unencrypted
+    ({"mqtt": {"tls": {"insecure": True}}}, "mqtt.tls", "insecure is true but TLS is off; expected enabled: true"),
     ({"mqtt": {"reconnect_min_s": 60, "reconnect_max_s": 10}}, "mqtt", "expected reconnect_min_s <= reconnect_max_s"),
     ({"mqtt": {"state_interval_s": float("inf")}}, "mqtt.state_interval_s", "finite number"),
     ({"mqtt": {"outbox": {"max_events": 0}}}, "mqtt.outbox.max_events", "greater than or equal to 1"),
@@ -150,6 +152,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     ("device:\n  name: a\x07b\n", "not valid YAML (special characters are not allowed)"),
     ("- just\n- a list\n", "top level is list; expected a mapping of sections"),
     ("mqtt:\n  enabled: true\n  tls:\n    key: /etc/hostname\n", "key given alone"),
+    ("mqtt:\n  enabled: true\n  tls:\n    insecure: true\n", "key 'mqtt.tls': insecure is true but TLS is off"),
     # PyYAML reads 1e3 and 1.0e3 as strings: "expected a valid number" left the user puzzled
     ("source:\n  fps: 1e3\n", "bad value '1e3'; expected a valid number (YAML reads a number like 1e3 as text; write it with a dot "
      "and a signed exponent, as 1.0e+3, or in full)"),

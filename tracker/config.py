@@ -212,13 +212,21 @@ class TLSConfig(Section):
     ca: ExistingFile | None = None  # PEM CA bundle that signed the broker's certificate
     cert: ExistingFile | None = None  # PEM client certificate (needs key)
     key: ExistingFile | None = None  # PEM private key of the client certificate (needs cert)
-    insecure: bool = False  # skip the broker host-name check (never in production)
+    insecure: bool = False  # skip the broker host-name check (never in production); needs TLS on
 
     @model_validator(mode="after")
     def _cert_and_key_together(self):
         if (self.cert is None) != (self.key is None):
             given = "cert" if self.key is None else "key"
             raise ValueError(f"{given} given alone; expected both cert and key (a client certificate and its private key)")
+        return self
+
+    @model_validator(mode="after")
+    def _insecure_only_with_tls(self):
+        # it only relaxes the check of a TLS broker: alone it left the connection unencrypted, in silence
+        if self.insecure and not self.active:
+            raise ValueError("insecure is true but TLS is off; expected enabled: true (or ca, or cert and key) "
+                             "with it: insecure only skips the broker host-name check of a TLS connection")
         return self
 
     @property
