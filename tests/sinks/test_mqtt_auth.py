@@ -14,6 +14,7 @@ import time
 import pytest
 from mosquitto import Broker, Subscriber, make_certs, make_event, sink_config
 
+from tracker.config import parse_config
 from tracker.errors import ConfigError
 from tracker.sinks.mqtt import MqttSink
 
@@ -172,4 +173,21 @@ def test_an_encrypted_client_key_is_one_line_not_a_passphrase_prompt(certs, tmp_
         os.close(follower)
         os.close(leader)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.startswith("tracker: error: mqtt.tls.cert/key: cannot load") and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith(f"tracker: error: mqtt.tls.key: cannot load {str(key)!r}") and proc.stderr.count("\n") == 1
+    assert "it may be encrypted (have a passphrase)" in proc.stderr
+
+
+@pytest.mark.parametrize("cert, key, expected", [
+    # "mqtt.tls.cert/key: cannot load ([X509: KEY_VALUES_MISMATCH] ...)" named neither file
+    ("client_cert", "server_key", "mqtt.tls.key: '{key}' is not the private key of mqtt.tls.cert '{cert}' ([X509: "
+     "KEY_VALUES_MISMATCH]"),
+    ("client_key", "client_key", "mqtt.tls.cert: cannot load '{cert}' ([SSL] PEM lib"),
+    ("client_cert", "client_cert", "mqtt.tls.key: cannot load '{key}' ([SSL] PEM lib"),
+])
+def test_a_client_certificate_or_key_that_cannot_be_loaded_is_named_with_its_path(certs, tmp_path, cert, key, expected):
+    cert, key = getattr(certs, cert), getattr(certs, key)
+    config = parse_config({"mqtt": {"enabled": True, "tls": {"cert": str(cert), "key": str(key)}}})
+    with pytest.raises(ConfigError) as err:
+        MqttSink(config.mqtt, config.device, tmp_path)
+    assert str(err.value).startswith(expected.format(cert=cert, key=key)), err.value
+    assert "\n" not in str(err.value)

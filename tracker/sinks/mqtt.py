@@ -124,24 +124,42 @@ def read_password(config: MQTTConfig) -> str | None:
 
 def tls_context(config: MQTTConfig) -> ssl.SSLContext | None:
     """The client TLS context for `config.tls` (None when TLS is off): verifies the broker against
-    `ca` (or the system CAs), presents `cert`/`key` if given."""
+    `ca` (or the system CAs), presents `cert`/`key` if given. A file that cannot be loaded is a
+    ConfigError naming its key, its path and the cause."""
     tls = config.tls
     if not tls.active:
         return None
-    key_name = "mqtt.tls.ca"
     try:
         ctx = ssl.create_default_context(cafile=str(tls.ca) if tls.ca else None)
-        if tls.cert is not None:
-            key_name = "mqtt.tls.cert/key"
+    except (ssl.SSLError, OSError) as err:
+        raise ConfigError(f"mqtt.tls.ca: cannot load {str(tls.ca)!r} ({err}); expected a PEM file of CA "
+                          "certificates") from None
+    if tls.cert is not None and tls.key is not None:
+        try:
             # a password, so that OpenSSL never prompts for one on the terminal (an encrypted key
             # would hang --check-config and the guard there); the key must be unencrypted
             ctx.load_cert_chain(str(tls.cert), str(tls.key), password=b"")
-    except (ssl.SSLError, OSError) as err:
-        raise ConfigError(f"{key_name}: cannot load ({err}); expected PEM files (a CA certificate; "
-                          "a client certificate and its unencrypted private key)") from None
+        except (ssl.SSLError, OSError) as err:
+            raise ConfigError(_client_cert_problem(tls.cert, tls.key, err)) from None
     if tls.insecure:
         ctx.check_hostname = False
     return ctx
+
+
+def _client_cert_problem(cert: Path, key: Path, err: OSError) -> str:
+    """The one-line message for `err`, which load_cert_chain(cert, key) raised."""
+    if getattr(err, "reason", None) == "KEY_VALUES_MISMATCH":
+        return (f"mqtt.tls.key: {str(key)!r} is not the private key of mqtt.tls.cert {str(cert)!r} ({err}); "
+                "expected the key the client certificate was made for")
+    if "PEM lib" in str(err):  # OpenSSL does not say which file: if the certificate reads alone, the key
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=str(cert))
+        except ssl.SSLError:
+            return f"mqtt.tls.cert: cannot load {str(cert)!r} ({err}); expected a PEM client certificate"
+        return (f"mqtt.tls.key: cannot load {str(key)!r} ({err}): it may be encrypted (have a passphrase) or not be a PEM "
+                f"private key; expected the unencrypted PEM private key of mqtt.tls.cert {str(cert)!r}")
+    return (f"mqtt.tls.cert/key: cannot load {str(cert)!r} and {str(key)!r} ({err}); expected PEM files: a client "
+            "certificate and its unencrypted private key")
 
 
 def _logging_failures(callback):
