@@ -6,7 +6,7 @@ credential `$CREDENTIALS_DIRECTORY/<credential>` (LoadCredential=, which systemd
 it exists, else None. The file's content minus its trailing newline is the secret; an unreadable or
 empty file is a ConfigError (exit 2) naming `what` and the file. A file the config names (not a
 systemd credential) that its group or others may read or write is warned about, with the chmod
-that fixes it.
+that fixes it, once per process (the guard's preflight and then its sink or page read it again).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 MAX_SECRET_BYTES = 4096  # a password, or a token: far less
 WEB_CREDENTIAL = "web-password"  # the web page's password under $CREDENTIALS_DIRECTORY (systemd LoadCredential=)
+_warned: set[tuple[Path, int]] = set()  # (file, mode) whose mode was warned about: said once, not at each read
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,8 @@ def read_secret(path: Path | None, credential: str, what: str) -> Secret | None:
         reason = getattr(err, "strerror", None) or str(err)
         raise ConfigError(f"{what} {str(path)!r}: cannot read ({reason}); "
                           "expected a UTF-8 file readable by the guard's user") from None
-    if not managed and mode & 0o077:
+    if not managed and mode & 0o077 and (path, mode) not in _warned:
+        _warned.add((path, mode))
         log.warning("%s %s is readable by group or others (mode %03o); run: chmod 600 %s", what, path,
                     mode & 0o777, path)
     value = text.rstrip("\r\n")

@@ -328,6 +328,19 @@ def test_password_file_group_readable_is_warned_about(tmp_path, caplog, monkeypa
     assert not caplog.records
 
 
+def test_a_group_readable_password_file_is_warned_about_once_though_read_twice(tmp_path, caplog, monkeypatch):
+    """The guard reads it in its preflight (all that --check-config runs) and again in its sink:
+    the warning was printed twice at every start."""
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)
+    secret = tmp_path / "pw"
+    secret.write_text("hunter2\n")
+    secret.chmod(0o640)
+    config = _mqtt(tmp_path, username="guard", password_file=str(secret))
+    assert read_password(config) == read_password(config) == "hunter2"
+    assert [r.getMessage() for r in caplog.records].count(f"mqtt password file {secret} is readable by group or others "
+                                                          f"(mode 640); run: chmod 600 {secret}") == 1
+
+
 def test_password_from_systemd_credentials_directory(tmp_path, monkeypatch, caplog):
     (tmp_path / "mqtt-password").write_text("from-systemd")
     (tmp_path / "mqtt-password").chmod(0o440)  # systemd's own mode: not warned about
