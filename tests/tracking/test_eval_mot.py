@@ -288,7 +288,7 @@ def test_the_tracking_section_of_a_config_gives_the_defaults(noisy, tmp_path, ca
 
 @pytest.mark.parametrize("args, expected", [
     ([], "expected a detections file to track, or --tracks FILE"),
-    (["DETS", "--tracks", "TRACKS"], "expected a detections file to track, or --tracks FILE"),
+    (["DETS", "--tracks", "TRACKS", "--gt", "GT"], "give a detections file to track or --tracks FILE to score, not both"),
     (["--tracks", "TRACKS"], "--gt is missing"),
     (["--tracks", "TRACKS", "--gt", "GT", "--min-hits", "2"], "--min-hits would change nothing"),
 ])

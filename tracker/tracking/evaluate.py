@@ -137,8 +137,10 @@ def format_table(name: str, metrics: MotMetrics) -> str:
 def eval_mot_command(argv: list[str]) -> int:
     """Entry point of `tracker eval-mot`; user mistakes raise InputError (exit 2 via the CLI)."""
     args = _parser().parse_args(argv)
-    if (args.detections is None) == (args.tracks is None):
+    if args.detections is None and args.tracks is None:
         raise InputError("tracker eval-mot: expected a detections file to track, or --tracks FILE to score")
+    if args.detections is not None and args.tracks is not None:
+        raise InputError("tracker eval-mot: give a detections file to track or --tracks FILE to score, not both")
     if args.tracks is not None:
         given = [f"--{name.replace('_', '-')}" for name in TRACKER_OPTIONS if getattr(args, name) is not None]
         given += [flag for flag, on in (("--no-backfill", args.no_backfill), ("--out", args.out is not None),
