@@ -162,10 +162,14 @@ def test_convert_out_on_a_full_disk_leaves_the_file_there_whole(tmp_path, model,
         assert sorted(p.name for p in small.iterdir()) == ["face.onnx"]
 
 
-@pytest.mark.parametrize("out, message", [("", r"--out '.*': is a folder; expected a file path"),
-                                          ("a-file/sub/m.onnx", r"--out '.*m.onnx': '.*a-file' is a file; expected a file path in a folder"),
-                                          ("read-only/m.onnx", r"--out '.*m.onnx': cannot write in '.*read-only' \(")])
-def test_convert_out_that_cannot_be_written_is_refused_before_converting(tmp_path, model, out, message):
+@pytest.mark.parametrize("to, out, message", [
+    ("onnx", "", r"--out '.*': is a folder; expected a file path"),
+    ("onnx", "a-file/sub/m.onnx", r"--out '.*m.onnx': '.*a-file' is a file; expected a file path in a folder"),
+    ("onnx", "read-only/m.onnx", r"--out '.*m.onnx': cannot write in '.*read-only' \("),
+    ("tf", "face.tf", r"--out '.*face.tf': --to tf writes a Keras 3 model, which Keras loads only from a file "
+                      r"named \*.keras; expected a path ending .keras"),
+])
+def test_convert_out_that_cannot_be_written_is_refused_before_converting(tmp_path, model, to, out, message):
     from tmpfs import tmpfs
 
     from tracker.errors import InputError
@@ -173,7 +177,7 @@ def test_convert_out_that_cannot_be_written_is_refused_before_converting(tmp_pat
 
     (tmp_path / "a-file").write_text("")
     with tmpfs(tmp_path / "read-only", "ro,size=4k"), pytest.raises(InputError, match=message):
-        convert_command(["--to", "onnx", "--prototxt", str(model.prototxt), "--weights", str(model.weights),
+        convert_command(["--to", to, "--prototxt", str(model.prototxt), "--weights", str(model.weights),
                          "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / out)])
     assert not (tmp_path / "cache").exists()  # nothing was converted
 

@@ -3,7 +3,8 @@
     tracker convert --to tf|tflite|onnx [--precision fp32|int8] [--prototxt P --weights W]
                     [--probs BLOB] [--embedding BLOB] [--calibration DIR] [--cache-dir D] [--out PATH]
 
-Targets (each a single file, cached under `<cache_dir>/<caffemodel sha256>/`, see .cache):
+Targets (each a single file, cached under `<cache_dir>/<caffemodel sha256>/`, see .cache; --out
+for tf must end .keras, as keras.models.load_model reads no other name):
     tf      Keras 3 model (.keras), NHWC input "data", outputs {"prob", "embedding"}   fp32
     tflite  LiteRT flatbuffer (.tflite) from that Keras model, NHWC input               fp32, int8
     onnx    ONNX opset 17 (.onnx), NCHW input "data", outputs "prob", "embedding"      fp32, int8
@@ -186,9 +187,13 @@ def _build_onnx(graph, path: Path, precision: str, samples) -> None:
     quantize_int8(model, path, samples.make(graph.input_shape), int8_float_ops(graph))
 
 
-def _check_out(out: Path) -> None:
-    """InputError unless `out` can be written: not a folder, under no file, its folder writable
-    (made if absent)."""
+def _check_out(out: Path, target: str) -> None:
+    """InputError unless `out` can be written and then loaded: not a folder, under no file, its
+    folder writable (made if absent), named *.keras for tf."""
+    ext = TARGETS[target][0]
+    if target == "tf" and out.suffix != ext:  # LiteRT and ONNX Runtime load a model under any name
+        raise InputError(f"--out {str(out)!r}: --to tf writes a Keras 3 model, which Keras loads only from a "
+                         f"file named *{ext}; expected a path ending {ext}")
     if out.is_dir():
         raise InputError(f"--out {str(out)!r}: is a folder; expected a file path")
     existing = nearest_existing(out.parent)
@@ -206,7 +211,8 @@ def convert_command(argv: list[str]) -> int:
     from tracker.model.spec import ModelSpec, default_model
 
     p = ArgumentParser(prog="tracker convert", description="Convert the Caffe model for another engine.")
-    p.add_argument("--to", required=True, choices=tuple(TARGETS))
+    p.add_argument("--to", required=True, choices=tuple(TARGETS),
+                   help="tf: a Keras 3 model (.keras); tflite: a LiteRT flatbuffer (.tflite); onnx: an ONNX model (.onnx)")
     p.add_argument("--precision", default="fp32", choices=("fp32", "int8"))
     p.add_argument("--prototxt", type=Path, help="Caffe prototxt (default: the face CNN)")
     p.add_argument("--weights", type=Path, help="Caffe caffemodel (default: the face CNN)")
@@ -214,12 +220,13 @@ def convert_command(argv: list[str]) -> int:
     p.add_argument("--embedding", default="fc1", help="blob holding the embedding (default fc1)")
     p.add_argument("--calibration", type=Path, help="int8: folder of face images (default: the shipped face chips)")
     p.add_argument("--cache-dir", type=Path, help=f"default: $TRACKER_CACHE_DIR or {default_cache_dir()}")
-    p.add_argument("--out", type=Path, help="also copy the converted file here")
+    p.add_argument("--out", type=Path,
+                   help="also copy the converted file here (for --to tf a name ending .keras, the only one Keras loads)")
     args = p.parse_args(argv)
     if args.calibration is not None and args.precision != "int8":
         raise InputError("--calibration: only int8 conversions are calibrated; add --precision int8")
     if args.out is not None:  # said before a conversion that can take minutes
-        _check_out(args.out)
+        _check_out(args.out, args.to)
     base = default_model()
     model = ModelSpec(args.prototxt or base.prototxt, args.weights or base.weights, args.probs, args.embedding)
     path = convert(model, args.to, args.precision, calibration=args.calibration, cache_dir=args.cache_dir)
