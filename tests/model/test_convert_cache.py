@@ -164,7 +164,9 @@ def test_convert_out_on_a_full_disk_leaves_the_file_there_whole(tmp_path, model,
 
 @pytest.mark.parametrize("to, out, message", [
     ("onnx", "", r"--out '.*': is a folder; expected a file path"),
-    ("onnx", "a-file/sub/m.onnx", r"--out '.*m.onnx': '.*a-file' is a file; expected a file path in a folder"),
+    ("onnx", "a-file/m.onnx", r"--out '.*m.onnx': '.*a-file' is not a folder; expected a file path in an existing folder"),
+    ("onnx", "no-such-folder/m.onnx", r"--out '.*m.onnx': '.*no-such-folder' does not exist; expected a file path in an "
+                                      r"existing folder"),
     ("onnx", "read-only/m.onnx", r"--out '.*m.onnx': cannot write in '.*read-only' \("),
     ("tf", "face.tf", r"--out '.*face.tf': --to tf writes a Keras 3 model, which Keras loads only from a file "
                       r"named \*.keras; expected a path ending .keras"),
@@ -180,6 +182,7 @@ def test_convert_out_that_cannot_be_written_is_refused_before_converting(tmp_pat
         convert_command(["--to", to, "--prototxt", str(model.prototxt), "--weights", str(model.weights),
                          "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / out)])
     assert not (tmp_path / "cache").exists()  # nothing was converted
+    assert not (tmp_path / "no-such-folder").exists()  # nor a folder made
 
 
 def test_a_cache_that_fills_up_while_converting_is_one_line(tmp_path, model):

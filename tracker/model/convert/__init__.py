@@ -38,7 +38,7 @@ import numpy as np
 
 from tracker.arguments import ArgumentParser
 from tracker.errors import BackendUnavailable, InputError
-from tracker.files import atomic_write, make_writable_folder, nearest_existing
+from tracker.files import atomic_write, probe_writable
 from tracker.model.convert.cache import default_cache_dir, entry_for, fetch
 
 T = TypeVar("T")
@@ -188,19 +188,20 @@ def _build_onnx(graph, path: Path, precision: str, samples) -> None:
 
 
 def _check_out(out: Path, target: str) -> None:
-    """InputError unless `out` can be written and then loaded: not a folder, under no file, its
-    folder writable (made if absent), named *.keras for tf."""
+    """InputError unless `out` can be written and then loaded: not a folder, in an existing
+    writable folder (none is made: a typo in a folder's name would pass unseen), named *.keras
+    for tf."""
     ext = TARGETS[target][0]
     if target == "tf" and out.suffix != ext:  # LiteRT and ONNX Runtime load a model under any name
         raise InputError(f"--out {str(out)!r}: --to tf writes a Keras 3 model, which Keras loads only from a "
                          f"file named *{ext}; expected a path ending {ext}")
     if out.is_dir():
         raise InputError(f"--out {str(out)!r}: is a folder; expected a file path")
-    existing = nearest_existing(out.parent)
-    if not existing.is_dir():
-        raise InputError(f"--out {str(out)!r}: {str(existing)!r} is a file; expected a file path in a folder")
+    if not out.parent.is_dir():
+        problem = "is not a folder" if out.parent.exists() else "does not exist"
+        raise InputError(f"--out {str(out)!r}: {str(out.parent)!r} {problem}; expected a file path in an existing folder")
     try:
-        make_writable_folder(out.parent)
+        probe_writable(out.parent)
     except OSError as err:
         raise InputError(f"--out {str(out)!r}: cannot write in {str(out.parent)!r} ({err.strerror or err}); "
                          "expected a writable file path") from None
@@ -221,7 +222,7 @@ def convert_command(argv: list[str]) -> int:
     p.add_argument("--calibration", type=Path, help="int8: folder of face images (default: the shipped face chips)")
     p.add_argument("--cache-dir", type=Path, help=f"default: $TRACKER_CACHE_DIR or {default_cache_dir()}")
     p.add_argument("--out", type=Path,
-                   help="also copy the converted file here (for --to tf a name ending .keras, the only one Keras loads)")
+                   help="also copy the converted file here, in an existing folder (for --to tf a name ending .keras, the only one Keras loads)")
     args = p.parse_args(argv)
     if args.calibration is not None and args.precision != "int8":
         raise InputError("--calibration: only int8 conversions are calibrated; add --precision int8")
@@ -235,7 +236,6 @@ def convert_command(argv: list[str]) -> int:
             shutil.copyfile(path, tmp)
 
         try:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(args.out, copy_to)  # a full disk leaves a file already there whole
         except OSError as err:
             raise InputError(f"--out {str(args.out)!r}: cannot write ({err.strerror or err}); "
