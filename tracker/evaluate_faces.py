@@ -31,7 +31,7 @@ from tracker.crops import CROP_MARGIN, CROP_SIZE, face_pixels, network_input
 from tracker.detect import FaceDetector
 from tracker.enroll import central_face, chip_face, image_files, open_backend
 from tracker.errors import InputError
-from tracker.files import atomic_write
+from tracker.files import atomic_write, probe_writable
 from tracker.identity import unit_rows
 from tracker.images import TOO_LARGE_OR_DAMAGED, read_image
 from tracker.verification import read_pairs, roc_auc, ten_fold_accuracy, threshold_at_far
@@ -225,6 +225,12 @@ def eval_faces_command(argv: list[str]) -> int:
     if args.json is not None and (args.json.is_dir() or not args.json.parent.is_dir()):
         raise InputError(f"eval-faces: --json {str(args.json)!r} is a folder, or its folder does not exist; "
                          "expected a file in an existing folder")
+    if args.json is not None:
+        try:  # before the work, which takes minutes; the probe's file is gone at once
+            probe_writable(args.json.parent)
+        except OSError as err:
+            raise InputError(f"eval-faces: --json {str(args.json)!r}: cannot write in {str(args.json.parent)!r} "
+                             f"({err.strerror or err}); expected a file in a writable folder") from None
     if args.folder is not None and not args.folder.is_dir():
         raise InputError(f"eval-faces: --folder {str(args.folder)!r} is not a folder; expected <person>/<image> folders")
     config = load_config(args.config)
