@@ -222,6 +222,7 @@ def test_data_without_faces_is_one_line_and_exit_2(tmp_path, testdata):
                           capture_output=True, text=True, env=isolated_env(tmp_path), cwd=tmp_path, timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert last_line(proc).startswith("tracker: error: train: 0 usable photos"), proc.stderr
+    assert last_line(proc).endswith("expected at least one batch of 128: give more --data"), proc.stderr
     assert "2 left out" in proc.stderr and not (tmp_path / "x.caffemodel").exists()
 
 
@@ -319,12 +320,13 @@ class _RunsCode:
 
 
 @pytest.mark.parametrize("case", ["a teacher of other photos", "a checkpoint of another program",
-                                  "a checkpoint that runs code", "a learning rate that diverges"])
+                                  "a checkpoint that runs code", "a learning rate that diverges",
+                                  "a batch larger than the photos"])
 def test_mistakes_found_once_the_photos_are_cut_are_one_line(tmp_path, case):
     """A --teacher the user named that describes none of the photos would train without its targets;
     a checkpoint torch loads but tracker train did not write was an AttributeError's traceback; one
     that calls a function when unpickled ran it; a diverged run trained on and checkpointed NaN
-    weights over the last good ones."""
+    weights over the last good ones; too few photos for a batch did not say which option to change."""
     from tracker.errors import InputError
     from tracker.train.command import train_command
 
@@ -346,9 +348,12 @@ def test_mistakes_found_once_the_photos_are_cut_are_one_line(tmp_path, case):
         torch.save({"net": _RunsCode(tmp_path / "ran")}, tmp_path / "work" / "checkpoint.pt")
         args += ["--teacher", str(LFW / "dlib_descriptors.npz"), "--resume"]
         expected = "checkpoint.pt' is unreadable (UnpicklingError); expected one written by tracker train"
-    else:  # one step, whose update diverges: its loss was finite, and its weights were saved (1e30 each)
+    elif case == "a learning rate that diverges":  # its loss was finite, and its weights were saved (1e30 each)
         args += ["--teacher", str(LFW / "dlib_descriptors.npz"), "--lr", "1e30"]
         expected = "after step 1 (--lr 1e+30): the training diverged; its weights are not saved"
+    else:  # all the photos cut have a face, and a teacher descriptor
+        args += ["--teacher", str(LFW / "dlib_descriptors.npz"), "--batch", "128"]
+        expected = f"expected at least one batch of 128: lower --batch to {PHOTOS} or less, or raise --limit"
     with pytest.raises(InputError, match=r"^train: ") as err:
         train_command(args)
     assert expected in str(err.value) and "\n" not in str(err.value)
@@ -378,7 +383,8 @@ def test_cutting_photos_says_how_far_it_is_in_a_log_too(tmp_path, capsys, monkey
 
     need_lfw()
     monkeypatch.setattr(command, "CUT_LINE_EVERY", 5)
-    with pytest.raises(InputError, match="16 teacher descriptors; expected more than 64"):
+    with pytest.raises(InputError, match="16 teacher descriptors; expected more than 64 to find the principal axes: "
+                                         "raise --limit$"):
         command.train_command(["--data", str(LFW / "images"), "--limit", "16", "--teacher", str(LFW / "dlib_descriptors.npz"),
                                "--out", str(tmp_path / "x.caffemodel"), "--work", str(tmp_path / "work")])
     lines = [line for line in capsys.readouterr().err.splitlines() if "photos cut" in line]

@@ -338,7 +338,10 @@ def _train(args: argparse.Namespace) -> int:
     crop_name = crop_definition(detector.gives_landmarks)
     crops_key = definition_key(detector, config.detect)
     cache = CropCache(args.work, crops_key)
-    sets = [(root, list_samples(root)[:args.limit] if args.limit else list_samples(root)) for root in args.data]
+    listed = [(root, list_samples(root)) for root in args.data]
+    sets = [(root, found[:args.limit] if args.limit else found) for root, found in listed]
+    # what gives the steps below more photos, said when they have too few
+    more_photos = "raise --limit" if args.limit and any(len(found) > args.limit for _, found in listed) else "give more --data"
     total = sum(len(s) for _, s in sets)
     parts: list[np.ndarray] = []
     samples, roots, left_out = [], [], 0
@@ -389,12 +392,16 @@ def _train(args: argparse.Namespace) -> int:
             raise InputError(f"train: --teacher {str(teacher_file)!r} has a descriptor of none of the {len(samples)} "
                              f"photos; expected its 'paths' relative to a --data set's folder "
                              f"({', '.join(sorted({str(r) for r in roots}))})")
+    if rows and len(rows) <= width // 2:
+        raise InputError(f"train: {len(rows)} teacher descriptors; expected more than {width // 2} to find the "
+                         f"principal axes: {more_photos}")
     if rows:
         targets[rows] = split_pca_targets(np.stack(descriptors), width)
     used = np.flatnonzero(has_target | (labels >= 0))
     if len(used) < args.batch:
+        fixes = ([f"lower --batch to {len(used)} or less"] if len(used) >= 2 else []) + [more_photos]
         raise InputError(f"train: {len(used)} usable photos (with a teacher descriptor or one of the {n_classes} "
-                         f"classes); expected at least one batch of {args.batch}")
+                         f"classes); expected at least one batch of {args.batch}: {', or '.join(fixes)}")
     smallest = min(Counter(labels[labels >= 0].tolist()).values(), default=0)
     print(f"train: {len(used)} photos used: {int(has_target[used].sum())} with a teacher target, "
           f"{int((labels[used] >= 0).sum())} in the {len(classes)} classes (smallest class: {smallest} photos)",
