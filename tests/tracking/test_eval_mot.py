@@ -149,12 +149,12 @@ def test_no_observation_centric_overrides_a_config_that_turns_it_on(testdata, tm
 
 def test_noisy_detections_deterministic(testdata):
     gt = read_mot(testdata / "mot" / "TUD-Campus" / "gt.txt", "gt")
-    a, b = noisy_detections(gt, DetectionNoise(seed=5)), noisy_detections(gt, DetectionNoise(seed=5))
-    c = noisy_detections(gt, DetectionNoise(seed=6))
+    (a, _), (b, _) = noisy_detections(gt, DetectionNoise(seed=5)), noisy_detections(gt, DetectionNoise(seed=5))
+    c, _ = noisy_detections(gt, DetectionNoise(seed=6))
     assert (a.boxes == b.boxes).all() and a.frames.tolist() == b.frames.tolist()
     assert len(a) != len(c) or (a.boxes != c.boxes).any()
-    none = noisy_detections(gt, DetectionNoise(drop=0.0, false_per_frame=0.0, pos_sigma=0.0, size_sigma=0.0))
-    assert len(none) == len(gt)
+    none, out_of_bounds = noisy_detections(gt, DetectionNoise(drop=0.0, false_per_frame=0.0, pos_sigma=0.0, size_sigma=0.0))
+    assert len(none) == len(gt) and out_of_bounds == 0
 
 
 def _one_error_line(rc: int, stderr: str) -> str:
@@ -236,10 +236,25 @@ def test_noisy_detections_of_a_crowded_frame_stay_within_eval_mots_bound(tmp_pat
 
     gt = MotTable.from_rows([(1, i, 25.0 * (i % 40), 25.0 * (i // 40), 20.0, 20.0, 1.0)
                              for i in range(MAX_BOXES_PER_FRAME)])
-    dets = noisy_detections(gt, DetectionNoise(drop=0.0, false_per_frame=20.0))
+    dets, _ = noisy_detections(gt, DetectionNoise(drop=0.0, false_per_frame=20.0))
     assert len(dets) == MAX_BOXES_PER_FRAME
     write_mot(tmp_path / "det.txt", dets)
     assert len(read_mot(tmp_path / "det.txt", "detections")) == MAX_BOXES_PER_FRAME
+
+
+def test_noisy_boxes_beyond_eval_mots_bound_are_left_out_and_counted(tmp_path, capsys):
+    """--size-sigma 10 scales boxes by exp(N(0, 10)): eval-mot refused the file noisy wrote (a box
+    wider than mot.MAX_PIXELS)."""
+    gt = tmp_path / "gt.txt"
+    gt.write_text("".join(f"{f},1,100,100,50,50,1\n" for f in range(1, 101)))
+    dets = tmp_path / "dets.txt"
+    assert noisy_main([str(gt), str(dets), "--size-sigma", "10", "--drop", "0", "--false-per-frame", "0"]) == 0
+    line = capsys.readouterr().err.strip()
+    written = len(read_mot(dets, "detections"))
+    left_out = 100 - written
+    assert 0 < written < 100 and line == f"wrote {written} detections to {dets} ({left_out} noisy boxes beyond 1,000,000 pixels left out)"
+    rc, _, stderr = run(["eval-mot", str(dets), "--gt", str(gt)], capsys)
+    assert rc == 0, stderr
 
 
 def test_an_output_that_is_an_input_is_refused_before_it_is_written(testdata, tmp_path, capsys):

@@ -101,6 +101,11 @@ def _integer(text: str, where: str, name: str, low: int, high: int, why: str = "
     return int(value)
 
 
+def within_bounds(x: float, y: float, w: float, h: float) -> bool:
+    """Whether a box's |x|, |y|, w and h are all within MAX_PIXELS, as `parse_mot` requires."""
+    return max(abs(x), abs(y), w, h) <= MAX_PIXELS
+
+
 def parse_mot(text: str, kind: Kind, origin: str) -> MotTable:
     """Parse MOTChallenge text. `origin` names the source in error messages (e.g. the path).
     Ground-truth rows with conf 0 are dropped (ignore boxes)."""
@@ -125,7 +130,7 @@ def parse_mot(text: str, kind: Kind, origin: str) -> MotTable:
         x, y, w, h = (_number(parts[k], where, _FIELDS[k]) for k in range(2, 6))
         if w <= 0 or h <= 0:
             raise InputError(f"{where}: box size w={parts[4]} h={parts[5]}; expected w > 0 and h > 0")
-        if max(abs(x), abs(y), w, h) > MAX_PIXELS:  # the Kalman filter's squares of them would overflow
+        if not within_bounds(x, y, w, h):  # the Kalman filter's squares of them would overflow
             raise InputError(f"{where}: box x={parts[2]} y={parts[3]} w={parts[4]} h={parts[5]}; expected "
                              f"coordinates and sizes within {MAX_PIXELS:,} pixels")
         conf = _number(parts[6], where, "conf") if len(parts) > 6 else 1.0

@@ -2,7 +2,9 @@
 
 Each ground-truth box becomes a detection unless dropped (probability `drop`); its centre moves by
 Gaussian noise of `pos_sigma` times its width/height and its width and height are scaled by
-exp(N(0, size_sigma)). Each frame also gets Poisson(`false_per_frame`) false detections (as many
+exp(N(0, size_sigma)). A noisy box beyond eval-mot's bound on coordinates and sizes (mot.MAX_PIXELS:
+a huge box, or a large sigma) is left out like a dropped one, and counted in the command's output
+line. Each frame also gets Poisson(`false_per_frame`) false detections (as many
 as fit in eval-mot's bound of boxes a frame, mot.MAX_BOXES_PER_FRAME, beside the kept ones), each
 with the size of a random ground-truth box, placed uniformly inside the area the ground truth
 covers. Everything is drawn from one generator seeded with `seed`: same inputs, same file.
@@ -24,7 +26,7 @@ import numpy as np
 
 from tracker.arguments import ArgumentParser, float_between, int_between
 from tracker.errors import InputError, TrackerError
-from tracker.tracking.mot import MAX_BOXES_PER_FRAME, MotTable, read_mot, refuse_overwriting, write_mot
+from tracker.tracking.mot import MAX_BOXES_PER_FRAME, MAX_PIXELS, MotTable, read_mot, refuse_overwriting, within_bounds, write_mot
 
 # The rows are held in memory, as Python tuples until the table is built (about 150 bytes each): a
 # few hundred thousand false ones cover any MOTChallenge sequence at any sensible rate.
@@ -43,12 +45,14 @@ class DetectionNoise:
     false_per_frame: float = 0.2
 
 
-def noisy_detections(gt: MotTable, noise: DetectionNoise = DetectionNoise()) -> MotTable:
-    """Detections (ids -1, scores 1) for frames 1..gt.last_frame derived from `gt`."""
+def noisy_detections(gt: MotTable, noise: DetectionNoise = DetectionNoise()) -> tuple[MotTable, int]:
+    """Detections (ids -1, scores 1) for frames 1..gt.last_frame derived from `gt`, and how many
+    noisy boxes were left out for falling beyond mot.MAX_PIXELS."""
     rng = np.random.default_rng(noise.seed)
     rows: list[tuple[int, int, float, float, float, float, float]] = []
+    out_of_bounds = 0
     if not len(gt):
-        return MotTable.from_rows(rows)
+        return MotTable.from_rows(rows), out_of_bounds
     x0, y0 = gt.boxes[:, 0].min(), gt.boxes[:, 1].min()
     x1 = (gt.boxes[:, 0] + gt.boxes[:, 2]).max()
     y1 = (gt.boxes[:, 1] + gt.boxes[:, 3]).max()
@@ -63,6 +67,9 @@ def noisy_detections(gt: MotTable, noise: DetectionNoise = DetectionNoise()) -> 
             cy = y + h / 2 + rng.normal(0.0, noise.pos_sigma) * h
             nw = w * float(np.exp(rng.normal(0.0, noise.size_sigma)))
             nh = h * float(np.exp(rng.normal(0.0, noise.size_sigma)))
+            if not within_bounds(cx - nw / 2, cy - nh / 2, nw, nh):
+                out_of_bounds += 1
+                continue
             rows.append((frame, -1, cx - nw / 2, cy - nh / 2, nw, nh, 1.0))
         room = MAX_BOXES_PER_FRAME - (len(rows) - first_row)  # a file eval-mot reads: its bound a frame
         for _ in range(min(int(rng.poisson(noise.false_per_frame)), room)):
@@ -70,7 +77,7 @@ def noisy_detections(gt: MotTable, noise: DetectionNoise = DetectionNoise()) -> 
             x = rng.uniform(x0, max(x0, x1 - w))
             y = rng.uniform(y0, max(y0, y1 - h))
             rows.append((frame, -1, float(x), float(y), float(w), float(h), 1.0))
-    return MotTable.from_rows(rows)
+    return MotTable.from_rows(rows), out_of_bounds
 
 
 def _parser() -> ArgumentParser:
@@ -99,12 +106,13 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"--false-per-frame: {noise.false_per_frame:g} over the {gt.last_frame:,} frames of "
                              f"{str(args.gt)!r} is {expected:,.0f} false detections; expected at most "
                              f"{MAX_FALSE_DETECTIONS:,} in all (a lower rate)")
-        dets = noisy_detections(gt, noise)
+        dets, out_of_bounds = noisy_detections(gt, noise)
         write_mot(args.out, dets)
     except TrackerError as err:
         print(f"tracker: error: {err}", file=sys.stderr)
         return err.exit_code
-    print(f"wrote {len(dets)} detections to {args.out}", file=sys.stderr)
+    left_out = f" ({out_of_bounds} noisy boxes beyond {MAX_PIXELS:,} pixels left out)" if out_of_bounds else ""
+    print(f"wrote {len(dets)} detections to {args.out}{left_out}", file=sys.stderr)
     return 0
 
 
