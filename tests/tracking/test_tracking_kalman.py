@@ -80,6 +80,18 @@ def test_shrinking_box_never_reaches_zero_area():
         assert np.all(np.isfinite([b.x, b.y, b.w, b.h]))
 
 
+def test_peek_gives_the_box_predict_gives_for_a_shrinking_box():
+    """peek applied the transition without predict's stop at zero area: a 0.1 px box where
+    predict gave 11.6 px."""
+    kf = BoxKalman(Box(0, 0, 100, 100))
+    for t in range(1, 6):
+        kf.predict()
+        kf.update(Box(0, 0, 100 - 15 * t, 100 - 15 * t))
+    for _ in range(4):
+        peeked = kf.peek()
+        assert kf.predict() == peeked
+
+
 def test_covariance_stays_symmetric_positive_definite():
     rng = np.random.default_rng(1)
     kf = BoxKalman(Box(0, 0, 30, 50))

@@ -66,6 +66,15 @@ _F[0, 4] = _F[1, 5] = _F[2, 6] = 1.0
 _H = np.eye(4, 7)
 
 
+def _advanced(x: np.ndarray) -> np.ndarray:
+    """State `x` one frame on under constant velocity (a new array)."""
+    x = x.copy()
+    # A shrinking box must not be extrapolated through zero area: stop its scale velocity.
+    if x[2] + x[6] <= 0.0:
+        x[6] = 0.0
+    return _F @ x
+
+
 def box_to_measurement(box: Box) -> np.ndarray:
     """[u, v, s, r] float64 (4,) of a box: centre px, area px^2, aspect w/h."""
     return np.array([box.x + box.w / 2.0, box.y + box.h / 2.0, box.w * box.h, box.w / box.h], dtype=np.float64)
@@ -138,13 +147,10 @@ class BoxKalman:
 
     def peek(self) -> Box:
         """The box `predict()` would give, without changing the filter."""
-        return state_to_box(_F @ self._x)
+        return state_to_box(_advanced(self._x))
 
     def predict(self) -> Box:
         """Advance one frame under constant velocity; returns the predicted box."""
-        # A shrinking box must not be extrapolated through zero area: stop its scale velocity.
-        if self._x[2] + self._x[6] <= 0.0:
-            self._x[6] = 0.0
         side, area = self._side_area()
         n = self._noise
         q = np.square(
@@ -158,7 +164,7 @@ class BoxKalman:
                 n.process_scale_vel * area,
             ]
         )
-        self._x = _F @ self._x
+        self._x = _advanced(self._x)
         self._P = _F @ self._P @ _F.T + np.diag(q)
         return self.box
 
