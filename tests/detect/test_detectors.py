@@ -279,6 +279,20 @@ def test_model_file_must_have_its_sha256(name, tmp_path):
         DETECTORS[name](model=tmp_path)
 
 
+def test_a_model_file_over_the_bound_is_refused_as_too_large_by_load_and_check_alike(tmp_path):
+    """load hashed only the first MAX_MODEL_BYTES + 1 bytes and quoted that as the file's sha256,
+    which check (hashing it all) contradicted."""
+    large = tmp_path / "large.onnx"
+    with large.open("wb") as f:
+        f.truncate(model_files.MAX_MODEL_BYTES + 1)
+    spec = model_files.YUNET
+    expected = f"yunet detector: model {str(large)!r} is larger than 16 MB; expected {spec.filename} (sha256 {spec.sha256})"
+    for read in (spec.load, spec.check):
+        with pytest.raises(ModelError) as err:
+            read(large)
+        assert str(err.value).startswith(expected) and "has sha256" not in str(err.value)
+
+
 def test_missing_model_names_the_search_path_the_sha256_and_the_source(monkeypatch, tmp_path):
     missing = model_files.ModelFile("yunet", "absent.onnx", "ab" * 32, "nowhere", "the model's home page")
     with pytest.raises(ModelError) as err:

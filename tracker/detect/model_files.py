@@ -10,7 +10,8 @@ order, unless the config's `detect.model` names a file:
    `shared/` folder beside a source checkout, which holds this workspace's shared model files).
 
 A file is used only when its sha256 is the expected one: a truncated, corrupt or other file is
-refused with one line naming the path, the expected sha256 and where the right file comes from.
+refused with one line naming the path, the expected sha256 and where the right file comes from; a
+file over MAX_MODEL_BYTES is refused as too large, unhashed.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ class ModelFile:
                 content = f.read(MAX_MODEL_BYTES + 1)
         except OSError as err:
             raise self._unreadable(path, err) from None
+        if len(content) > MAX_MODEL_BYTES:
+            raise self._too_large(path)
         self._check_digest(path, hashlib.sha256(content).hexdigest())
         return path, content
 
@@ -87,8 +90,10 @@ class ModelFile:
         return path
 
     def check(self, path: Path) -> None:
-        """ModelError unless `path` is a readable file with the expected sha256."""
+        """ModelError unless `path` is a readable file of at most MAX_MODEL_BYTES with the expected sha256."""
         try:
+            if Path(path).stat().st_size > MAX_MODEL_BYTES:
+                raise self._too_large(path)
             digest = file_sha256(path)
         except OSError as err:
             raise self._unreadable(path, err) from None
@@ -97,6 +102,10 @@ class ModelFile:
     def _unreadable(self, path: Path, err: OSError) -> ModelError:
         return ModelError(f"{self.detector} detector: model {str(path)!r}: cannot read ({err.strerror or err}); "
                           f"expected the file with sha256 {self.sha256} from {self.source}")
+
+    def _too_large(self, path: Path) -> ModelError:
+        return ModelError(f"{self.detector} detector: model {str(path)!r} is larger than {MAX_MODEL_BYTES >> 20} MB; "
+                          f"expected {self.filename} (sha256 {self.sha256}) from {self.source}")
 
     def _check_digest(self, path: Path, digest: str) -> None:
         if digest != self.sha256:
