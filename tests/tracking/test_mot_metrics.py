@@ -148,7 +148,9 @@ def test_parse_formats_and_errors(tmp_path):
         "1,1,,10,20,30,0.9\n": "field 'x' is empty",
         "1,1,5,10,20,30,,0\n": "field 'conf' is empty",
         "1,1,zero,0,1,1,1\n": "field 'x' is 'zero'; expected a number",
-        "1,1,0,0,0,1,1\n": "expected w > 0 and h > 0",
+        "1,1,0,0,0,1,1\n": "box size w=0 h=1; expected w and h of at least 0.001",
+        # the tracker's filter turned this box into one 1e149 px wide, which eval-mot then refused
+        "1,1,0,0,1,1e-300,1\n": "box size w=1 h=1e-300; expected w and h of at least 0.001",
         "1,1,0,0,1e80,1,1\n": "box x=0 y=0 w=1e80 h=1; expected coordinates and sizes within 1,000,000 pixels",
         "1,1,-2e6,0,1,1,1\n": "within 1,000,000 pixels",
         "1,1,0,0,1,1,nan\n": "finite",

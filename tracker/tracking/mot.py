@@ -10,10 +10,10 @@ One box a line, comma-separated (or, in a line without commas, whitespace-separa
 
 Columns after the seventh (world coordinates, class, visibility) are read past and ignored. A
 missing seventh column counts as conf 1. Frames run from 1 to MAX_FRAME, ids (gt, tracks) within
-a signed 32-bit integer, box coordinates and sizes within MAX_PIXELS, at most MAX_BOXES_PER_FRAME
-boxes a frame. A malformed line (an empty field among the first seven too: it would shift the
-columns after it) raises `InputError` naming the file, the line number, the field and what was
-expected. A UTF-8 byte-order mark at the start is read past.
+a signed 32-bit integer, box coordinates and sizes within MAX_PIXELS, sizes at least MIN_SIDE, at
+most MAX_BOXES_PER_FRAME boxes a frame. A malformed line (an empty field among the first seven
+too: it would shift the columns after it) raises `InputError` naming the file, the line number, the
+field and what was expected. A UTF-8 byte-order mark at the start is read past.
 """
 
 from __future__ import annotations
@@ -36,6 +36,10 @@ _FIELDS = ("frame", "id", "x", "y", "w", "h", "conf")
 # over nine hours at 30 fps, and a frame number past it is far more likely a wrong column than video.
 MAX_FRAME = 1_000_000
 MAX_PIXELS = 1_000_000  # |x|, |y|, w and h of a box: far beyond any camera's frame
+# Smallest w and h of a box: the smallest the files' three decimals can hold. Thinner boxes were
+# read, and the tracker's filter (which clamps the area, not the sides) turned a 1 x 1e-300 box
+# into one 1e149 px wide.
+MIN_SIDE = 1e-3
 # Association and scoring compare every box of a frame with every other (dense matrices): 3,000 a
 # frame took 529 MB. MOT20's crowds are a few hundred people a frame.
 MAX_BOXES_PER_FRAME = 1000
@@ -128,8 +132,8 @@ def parse_mot(text: str, kind: Kind, origin: str) -> MotTable:
         frame = _integer(parts[0], where, "frame", 1, MAX_FRAME, " (frames count from 1)")
         ident = _integer(parts[1], where, "id", *_ID_RANGE) if kind != "detections" else -1
         x, y, w, h = (_number(parts[k], where, _FIELDS[k]) for k in range(2, 6))
-        if w <= 0 or h <= 0:
-            raise InputError(f"{where}: box size w={parts[4]} h={parts[5]}; expected w > 0 and h > 0")
+        if w < MIN_SIDE or h < MIN_SIDE:
+            raise InputError(f"{where}: box size w={parts[4]} h={parts[5]}; expected w and h of at least {MIN_SIDE}")
         if not within_bounds(x, y, w, h):  # the Kalman filter's squares of them would overflow
             raise InputError(f"{where}: box x={parts[2]} y={parts[3]} w={parts[4]} h={parts[5]}; expected "
                              f"coordinates and sizes within {MAX_PIXELS:,} pixels")
@@ -167,8 +171,8 @@ def read_mot(path: Path, kind: Kind) -> MotTable:
 def format_rows(table: MotTable) -> Iterator[str]:
     """Lines `frame,id,x,y,w,h,conf,-1,-1,-1` (with newline), in table order."""
     for f, i, (x, y, w, h), c in zip(table.frames, table.ids, table.boxes, table.conf):
-        # a size below half a thousandth would print as 0.000, which no reader takes as a box
-        yield f"{int(f)},{int(i)},{x:.3f},{y:.3f},{max(w, 1e-3):.3f},{max(h, 1e-3):.3f},{c:.3f},-1,-1,-1\n"
+        # a size below MIN_SIDE would print as 0.000 or be refused on reading
+        yield f"{int(f)},{int(i)},{x:.3f},{y:.3f},{max(w, MIN_SIDE):.3f},{max(h, MIN_SIDE):.3f},{c:.3f},-1,-1,-1\n"
 
 
 def refuse_overwriting(out: Path, inputs: dict[str, Path | None]) -> None:
