@@ -25,7 +25,7 @@ def test_constant_velocity_is_learned_and_predicted():
     for t in range(1, 8):
         kf.predict()
         kf.update(Box(100 + 3 * t, 200 - 2 * t, 40, 60))
-    du, dv = kf.velocity
+    du, dv = kf.state[4:6]
     assert du == pytest.approx(3.0, abs=0.05) and dv == pytest.approx(-2.0, abs=0.05)
     # Five frames ahead without measurements: still on the line.
     for t in range(8, 13):

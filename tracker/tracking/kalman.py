@@ -134,11 +134,6 @@ class BoxKalman:
         """The current estimate (prior after `predict`, posterior after `update`)."""
         return state_to_box(self._x)
 
-    @property
-    def velocity(self) -> tuple[float, float]:
-        """Centre velocity (du, dv) in px/frame."""
-        return float(self._x[4]), float(self._x[5])
-
     def copy(self) -> BoxKalman:
         """An independent filter in the same state (to roll back to later)."""
         twin = BoxKalman.__new__(BoxKalman)

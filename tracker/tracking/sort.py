@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -96,9 +96,6 @@ class TrackView:
     ever_confirmed:  the track has been CONFIRMED at some frame (so it was announced).
     just_confirmed:  the track became CONFIRMED this frame (-> an `entered` event). Re-acquiring a
                      LOST track is not a new confirmation.
-    velocity:        centre velocity (du, dv) in px/frame, from the filter.
-    embedding:       smoothed unit-norm appearance (D,) float32 (read-only), or None if the track
-                     never received one. Not part of equality.
     dormant:         LOST past max_age, kept only to be re-identified by face (not predicted).
     rejoined:        this frame a new track was recognised as this one by face and merged into
                      it: the id of that new track (which ends this frame), else None.
@@ -114,8 +111,6 @@ class TrackView:
     age: int
     ever_confirmed: bool
     just_confirmed: bool
-    velocity: tuple[float, float]
-    embedding: np.ndarray | None = field(default=None, compare=False, repr=False)
     dormant: bool = False
     rejoined: int | None = None
 
@@ -479,10 +474,6 @@ class Tracker:
 
     @staticmethod
     def _view(track: _Track, detection_index: int | None, just_confirmed: bool, rejoined: int | None) -> TrackView:
-        emb = None
-        if track.embedding is not None:
-            emb = track.embedding.astype(np.float32)
-            emb.setflags(write=False)
         return TrackView(
             track_id=track.track_id,
             state=track.state,
@@ -494,8 +485,6 @@ class Tracker:
             age=track.age,
             ever_confirmed=track.ever_confirmed,
             just_confirmed=just_confirmed,
-            velocity=track.kf.velocity,
-            embedding=emb,
             dormant=track.dormant,
             rejoined=rejoined,
         )
