@@ -19,7 +19,7 @@ def test_a_sequence_whose_folder_name_holds_a_space(testdata, tmp_path):
     seq.mkdir()
     gt = read_mot(testdata / "mot" / "TUD-Campus" / "gt.txt", "gt")
     write_mot(seq / "gt.txt", gt)
-    write_mot(seq / "det.txt", noisy_detections(gt))
+    write_mot(seq / "det.txt", noisy_detections(gt)[0])
     proc = subprocess.run([sys.executable, str(SCRIPT), str(seq)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
