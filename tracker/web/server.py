@@ -487,10 +487,13 @@ class WebServer:
         except OSError as err:
             await self._run(shutil.rmtree, folder, True)
             return _error(507, f"cannot store the photos in {folder.parent} ({err.strerror or err}); free some space")
+        shown = {path: label for path, (label, _) in zip(paths, photos, strict=True)}
+        refused = len(messages)  # one line each so far (enroll's own lines come after)
         del form, photos  # on disk now: not held (up to web.max_upload_mb each) while the job waits its turn
         # The job removes the folder when it has run; if it never runs, _people_change does.
         return await self._people_change(
-            lambda detector, backend: _enrol_job(self.config, name, paths, messages, folder, detector, backend),
+            lambda detector, backend: _enrol_job(self.config, name, shown, messages, folder, detector, backend,
+                                                 refused=refused),
             messages, lambda: shutil.rmtree(folder, True))
 
     async def _enrol_from_event(self, request: web.Request) -> web.Response:
@@ -508,7 +511,7 @@ class WebServer:
             return _error(404, f"no snapshot for event {event_id!r} (the oldest snapshots are removed)")
         messages: list[str] = []
         return await self._people_change(
-            lambda detector, backend: _enrol_job(self.config, name, [path], messages, None, detector, backend,
+            lambda detector, backend: _enrol_job(self.config, name, {path: str(path)}, messages, None, detector, backend,
                                                  snapshot=True), messages)
 
     async def _forget(self, request: web.Request) -> web.Response:
@@ -562,23 +565,27 @@ class _NotEnrolled(InputError):
     """Nobody of that name to forget (404, not 400)."""
 
 
-def _enrol_job(config: Config, name: str, paths: list[Path], messages: list[str], folder: Path | None,
-               detector, backend, snapshot: bool = False) -> dict:
-    """Enrol `name` from `paths` (the guard's thread): photos of one face each, as `tracker enroll`
-    does, or (`snapshot`) an event's snapshot, a face with some context. Either is added to the
-    faces a known person was enrolled from (the page never replaces a person: deleting one is its
-    own step). Messages name each photo without the upload folder, which is removed afterwards."""
+def _enrol_job(config: Config, name: str, shown: dict[Path, str], messages: list[str], folder: Path | None,
+               detector, backend, snapshot: bool = False, refused: int = 0) -> dict:
+    """Enrol `name` from the files of `shown` (the guard's thread): photos of one face each, as
+    `tracker enroll` does, or (`snapshot`) an event's snapshot, a face with some context. Either is
+    added to the faces a known person was enrolled from (the page never replaces a person: deleting
+    one is its own step). enroll's messages name each file as `shown` names it to the user (the
+    photo's name as uploaded), never by its path on the guard; `folder` (the uploads) is removed
+    afterwards. "skipped" counts the `refused` photos (refused before enroll) too."""
 
     def report(line: str) -> None:
-        messages.append(line.replace(f"{folder}/", "") if folder is not None else line)
+        for path, label in shown.items():
+            line = line.replace(str(path), label)
+        messages.append(line)
 
     try:
-        path, used, skipped = enroll(name, list(paths), config, aligned=snapshot, add=True, report=report,
+        path, used, skipped = enroll(name, list(shown), config, aligned=snapshot, add=True, report=report,
                                      backend=backend, detector=detector, alive=daemon.watchdog)
     finally:
         if folder is not None:
             shutil.rmtree(folder, True)  # the uploads, once enroll has read them
-    return {"name": name, "used": used, "skipped": skipped}
+    return {"name": name, "used": used, "skipped": skipped + refused}
 
 
 def _forget_job(state_dir: Path, name: str) -> dict:
