@@ -138,7 +138,7 @@ def test_describe_picks(tmp_path):
 
 
 @pytest.mark.parametrize("case, reason", [
-    ("missing", "no calibration profile at"),
+    ("missing", "profile.json does not exist"),
     ("corrupt", "is unreadable (JSONDecodeError"),
     ("foreign", "was measured on another machine"),
     ("old-schema", "is not a schema-1 profile"),

@@ -615,6 +615,21 @@ def test_an_events_snapshot_teaches_the_guard_a_face(client, page):
     assert client.json("DELETE", "/api/people/visitor")[0] == 200
 
 
+def test_a_snapshot_without_a_face_is_named_as_the_events_not_by_its_path(client, page):
+    """The page was told the snapshot's path on the guard ("enroll: /.../snapshots/<id>.jpg: ...")."""
+    guard, _ = page
+    event_id = secrets.token_hex(16)
+    snapshot = guard.stages.state_dir / "snapshots" / f"{event_id}.jpg"
+    snapshot.parent.mkdir(exist_ok=True)
+    snapshot.write_bytes(cv2.imencode(".jpg", np.full((120, 120, 3), 128, np.uint8))[1].tobytes())
+    try:
+        status, answer = client.json("POST", "/api/people/nobody/from-event", {"event_id": event_id})
+    finally:
+        snapshot.unlink()
+    assert status == 400 and answer["messages"] == ["enroll: the event's snapshot: no face found on the chip; skipped"]
+    assert str(guard.stages.state_dir) not in json.dumps(answer)
+
+
 def test_an_events_face_is_added_to_a_person_once(client, page):
     """ "This was..." clicked twice added the same snapshot's face twice."""
     guard, _ = page
@@ -645,6 +660,7 @@ def test_speed_shows_the_last_benchmark_on_this_device_and_autos_picks(client, p
                  "--passes", "2", "--out", str(tmp_path / "out")]) == 0
     status, answer = client.json("GET", "/api/speed")
     run = answer["benchmark"]
+    assert "out" not in run  # where the benchmark wrote its files is no business of the page's
     assert run["columns"] == ["caffe-openblas-dl"] and run["batches"] == [1, 2] and run["complete"]
     assert set(run["mean"]["caffe-openblas-dl"]) == set(run["median"]["caffe-openblas-dl"]) == {"1", "2"}
     assert answer["auto"]["picks"] == [{"batch": 1, "backend": "caffe-openblas-dl", "precision": "fp32"},

@@ -339,6 +339,32 @@ def test_the_speed_tab_says_what_is_wrong_with_a_damaged_record(tmp_path):
     assert speed_plot(state, "log") is None
 
 
+def test_the_speed_tab_names_no_path_on_the_guard(tmp_path):
+    """The page was told the profile's and the benchmark's paths ("no calibration profile at
+    /.../profile.json", "out": "/.../bench"), which its visitors have no use for."""
+    from tracker.bench.profile import last_run_path, record_last_run
+    from tracker.web.speed import speed_summary
+
+    state, out = tmp_path / "state", tmp_path / "out"
+    state.mkdir()
+    out.mkdir()
+    answers = [speed_summary(state)]
+    assert answers[0]["auto"]["why"].startswith("this device's calibration profile does not exist (run `tracker")
+    (state / "profile.json").write_text("{not json")
+    last_run_path(state).write_text("{not json")
+    answers.append(speed_summary(state))
+    assert answers[-1]["auto"]["why"].startswith("this device's calibration profile is unreadable")
+    record_last_run(state, out)
+    answers.append(speed_summary(state))  # no results.json
+    doc = {"complete": True, "machine": {"cpu": "x", "cores": 2}, "settings": {"batches": [1], "columns": [{"label": "a"}]},
+           "rows": [{"label": "a", "batch": 1, "status": "ok", "ms_per_image": 1.5, "median_ms_per_image": 1.5}]}
+    (out / "results.json").write_text(json.dumps(doc))
+    answers.append(speed_summary(state))
+    assert answers[-1]["benchmark"]["mean"] == {"a": {"1": 1.5}}
+    for answer in answers:
+        assert str(tmp_path) not in json.dumps(answer), answer
+
+
 def test_text_that_is_no_utf_8_is_a_wrong_token_or_password_not_an_error():
     session = auth.Sessions(60).create()
     assert not auth.csrf_ok(session, "\ud800") and not auth.password_ok("secret", "\ud800x")

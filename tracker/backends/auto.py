@@ -127,21 +127,25 @@ def _measurable(backend: str, precision: str) -> bool:
     return backend in REGISTRY and backend != "auto" and precision in backend_class(backend).precisions
 
 
-def load_profile(state_dir: Path) -> tuple[dict[str, dict[int, list[tuple[float, str]]]], str | None]:
+def load_profile(state_dir: Path, shown: str | None = None) -> tuple[dict[str, dict[int, list[tuple[float, str]]]],
+                                                                     str | None]:
     """The profile's ranking per precision and batch -- {precision: {batch: [(ms, backend), ...]
-    best first (`rank`)}} -- or ({}, why it cannot be used)."""
+    best first (`rank`)}} -- or ({}, why it cannot be used), naming the profile as `shown` (the web
+    page's "this device's calibration profile": its visitors are not told the guard's paths) or
+    by its path."""
     from tracker.machine import machine_key
 
     path = Path(state_dir) / PROFILE_NAME
+    shown = shown or f"calibration profile {path}"
     try:
         measured, picks = read_profile(path, machine_key())
     except FileNotFoundError:
-        return {}, f"no calibration profile at {path} (run `tracker --benchmark --backend all` to measure this machine)"
+        return {}, f"{shown} does not exist (run `tracker --benchmark --backend all` to measure this machine)"
     except UnusableProfile as err:
-        return {}, f"calibration profile {path} {err}; ignoring it"
+        return {}, f"{shown} {err}; ignoring it"
     ranking = rank_all(measured, picks)
     if not ranking:
-        return {}, f"calibration profile {path} has no measurements; ignoring it"
+        return {}, f"{shown} has no measurements; ignoring it"
     return ranking, None
 
 
@@ -200,12 +204,14 @@ def measured_batch(batches, n: int) -> int:
     return min(above) if above else max(batches)
 
 
-def describe_picks(state_dir: Path, runs_here: Callable[[str], bool] = lambda name: True) -> list[tuple[int, str, str]]:
+def describe_picks(state_dir: Path, runs_here: Callable[[str], bool] = lambda name: True,
+                   shown: str | None = None) -> list[tuple[int, str, str]]:
     """What `auto` would run: (batch, backend, precision) for every measured batch size of every
     precision in the profile (for `tracker --list-backends`), skipping, as `Auto` does, backends
     for which `runs_here(name)` is False (the caller knows: it probed them). TrackerError saying
-    why when the profile cannot be used (and what `auto` then runs)."""
-    ranking, why = load_profile(Path(state_dir))
+    why when the profile cannot be used (and what `auto` then runs), naming it as `shown` (see
+    load_profile)."""
+    ranking, why = load_profile(Path(state_dir), shown)
     if why:
         raise TrackerError(f"{why}; auto runs {DEFAULTS['fp32']} (fp32) / {DEFAULTS['int8']} (int8)")
     return [(batch, next((name for _, name in per_batch[batch] if runs_here(name)), DEFAULTS[precision]), precision)

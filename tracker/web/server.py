@@ -486,7 +486,8 @@ class WebServer:
             paths = await self._run(_write_uploads, folder, photos)
         except OSError as err:
             await self._run(shutil.rmtree, folder, True)
-            return _error(507, f"cannot store the photos in {folder.parent} ({err.strerror or err}); free some space")
+            return _error(507, f"cannot store the photos in the guard's state folder ({err.strerror or err}); "
+                               "free some space")
         shown = {path: label for path, (label, _) in zip(paths, photos, strict=True)}
         refused = len(messages)  # one line each so far (enroll's own lines come after)
         del form, photos  # on disk now: not held (up to web.max_upload_mb each) while the job waits its turn
@@ -511,7 +512,7 @@ class WebServer:
             return _error(404, f"no snapshot for event {event_id!r} (the oldest snapshots are removed)")
         messages: list[str] = []
         return await self._people_change(
-            lambda detector, backend: _enrol_job(self.config, name, {path: str(path)}, messages, None, detector, backend,
+            lambda detector, backend: _enrol_job(self.config, name, {path: "the event's snapshot"}, messages, None, detector, backend,
                                                  snapshot=True), messages)
 
     async def _forget(self, request: web.Request) -> web.Response:

@@ -19,6 +19,7 @@ from tracker.errors import TrackerError
 
 MAX_RESULTS_BYTES = 8 << 20
 MAX_PLOT_BYTES = 8 << 20
+PROFILE = "this device's calibration profile"  # as the page names it (its path is the guard's business)
 NO_RUN = "no benchmark has run on this device yet: run tracker --benchmark --backend all"
 
 
@@ -29,20 +30,21 @@ def _out_dir(state_dir: Path) -> Path | None:
     except FileNotFoundError:
         return None
     except OSError as err:
-        raise ValueError(f"the record of the last benchmark ({last_run_path(state_dir)}) cannot be read ({err})") from None
+        raise ValueError(f"the record of the last benchmark cannot be read ({err.strerror or err})") from None
     try:
         return Path(json.loads(text)["out"])
     except (ValueError, KeyError, TypeError):
-        raise ValueError(f"the record of the last benchmark ({last_run_path(state_dir)}) is damaged") from None
+        raise ValueError("the record of the last benchmark is damaged") from None
 
 
 def speed_summary(state_dir: Path) -> dict:
-    """{"benchmark": {out, complete, machine, batches, columns, mean, median} or None, "why": None or
-    why not, "auto": {"picks": [{batch, backend, precision}], "why": None or why none}}; mean and
-    median: {column label: {batch (str): ms per image}} for the cells that ran."""
+    """{"benchmark": {complete, machine, batches, columns, mean, median, plots} or None, "why": None
+    or why not, "auto": {"picks": [{batch, backend, precision}], "why": None or why none}}; mean and
+    median: {column label: {batch (str): ms per image}} for the cells that ran. Nothing in it names
+    a path on the guard: the page's visitors need none."""
     auto: dict = {"picks": [], "why": None}
     try:
-        auto["picks"] = [{"batch": b, "backend": name, "precision": p} for b, name, p in describe_picks(state_dir)]
+        auto["picks"] = [{"batch": b, "backend": name, "precision": p} for b, name, p in describe_picks(state_dir, shown=PROFILE)]
     except TrackerError as err:
         auto["why"] = str(err)
     try:
@@ -62,7 +64,7 @@ def speed_summary(state_dir: Path) -> dict:
         if not (_all(batches, int) and _all(columns, str) and _all(rows, dict) and isinstance(machine, dict)):
             raise TypeError("not a results.json of tracker --benchmark")
         summary = {
-            "out": str(out), "complete": bool(doc.get("complete")),
+            "complete": bool(doc.get("complete")),
             "machine": {k: machine.get(k) for k in ("cpu", "cores", "arch", "load_average")},
             "batches": batches,
             "columns": columns,
@@ -71,7 +73,7 @@ def speed_summary(state_dir: Path) -> dict:
             "plots": {scale: f"/speed/{scale}.png" for scale, name in PLOTS.items() if (out / name).is_file()},
         }
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):  # (nesting deeper than json reads)
-        why = f"the last benchmark's results ({results}) cannot be read; run it again"
+        why = "the last benchmark's results cannot be read; run it again"
         return {"benchmark": None, "why": why, "auto": auto}
     return {"benchmark": summary, "why": None, "auto": auto}
 
