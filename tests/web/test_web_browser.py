@@ -334,6 +334,52 @@ def test_events_tab_lists_an_event_with_its_snapshot(start_guard, browser):
     guard.assert_running()
 
 
+def wait_for_an_event_with_a_snapshot(driver) -> None:
+    """Until the Events tab lists an event with a snapshot (and so its "This was..." box), opening
+    the tab again every 2 s: the list is read when the tab opens."""
+    reread = [time.monotonic()]
+
+    def listed(d):
+        if all_by_css(d, "#event-list li.event form.this-was-form"):
+            return True
+        if time.monotonic() - reread[0] > 2.0:
+            reread[0] = time.monotonic()
+            open_tab(d, "events")
+        return False
+
+    open_tab(driver, "events")
+    wait(driver, 60).until(listed, "no event with a snapshot on the Events tab")
+
+
+def from_event_requests(driver) -> int:
+    return driver.execute_script(
+        "return performance.getEntriesByType('resource').filter((e) => e.name.includes('/from-event')).length;")
+
+
+def test_this_was_checks_the_name_in_the_page_and_enter_sends_it(start_guard, browser):
+    """An empty name was posted (to /api/people//from-event: "Not Found"), a bad one was refused as
+    "the person in the URL", and Enter in the box did nothing."""
+    from selenium.webdriver.common.keys import Keys
+
+    guard = start_guard()
+    open_page(browser, guard)
+    wait_for_an_event_with_a_snapshot(browser)
+    item = "#event-list li.event:has(form.this-was-form)"
+    by_css(browser, f"{item} button.this-was").click()
+    assert by_css(browser, f"{item} .this-was-message").text == "type who this was first"
+    by_css(browser, f"{item} input.this-was-name").send_keys("a/b" + Keys.ENTER)
+    assert by_css(browser, f"{item} .this-was-message").text.startswith('bad name "a/b"; expected a letter or digit')
+    assert from_event_requests(browser) == 0
+    by_css(browser, f"{item} input.this-was-name").clear()
+    by_css(browser, f"{item} input.this-was-name").send_keys("visitor" + Keys.ENTER)
+    wait(browser, ENROL_WAIT_S).until(lambda d: from_event_requests(d) == 1, "Enter in the name sent nothing")
+    # Whether the snapshot shows a face or not, the guard's answer is shown, not the page's own check.
+    wait(browser).until(lambda d: d.execute_script(
+        "return document.querySelector(arguments[0]).textContent;", f"{item} .this-was-message")
+        not in ("", "type who this was first"), "no answer shown")
+    guard.assert_running()
+
+
 def test_people_tab_enrols_an_uploaded_photo(start_guard, browser, testdata, tmp_path):
     guard = start_guard()
     open_page(browser, guard)

@@ -630,6 +630,12 @@ def test_a_snapshot_without_a_face_is_named_as_the_events_not_by_its_path(client
     assert str(guard.stages.state_dir) not in json.dumps(answer)
 
 
+def test_a_bad_name_for_an_events_face_is_the_names_error(client):
+    """The name is typed into the page's box: it was refused as "the person in the URL"."""
+    status, answer = client.json("POST", "/api/people/unknown/from-event", {"event_id": "0" * 32})
+    assert status == 400 and answer["error"].startswith("the name: bad name 'unknown'; expected")
+
+
 def test_an_events_face_is_added_to_a_person_once(client, page):
     """ "This was..." clicked twice added the same snapshot's face twice."""
     guard, _ = page

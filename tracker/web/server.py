@@ -504,7 +504,7 @@ class WebServer:
         if not isinstance(event_id, str):
             return _error(400, f"the body's event_id is {type(event_id).__name__}; expected {expected}")
         try:
-            validate_name(name, _URL_NAME)
+            validate_name(name, "the name")  # typed into the page's "This was..." box
         except InputError as err:
             return _error(400, str(err))
         path = self._snapshot_file(event_id)

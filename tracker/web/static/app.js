@@ -186,11 +186,20 @@ function eventItem(event) {
     element("br"), element("small", { text: when }));
   const item = element("li", { class: "event", "data-id": event.id }, picture, text);
   if (event.snapshot) {
-    const name = element("input", { placeholder: "name", "aria-label": "who this was", class: "this-was-name" });
-    const button = element("button", { class: "this-was", text: "This was..." });
+    // The enrol form's rule for a name, checked here too: an empty name was posted as /api/people//from-event.
+    const name = element("input", { placeholder: "name", "aria-label": "who this was", class: "this-was-name",
+                                    required: "", pattern: $("enrol-name").getAttribute("pattern") });
+    const button = element("button", { type: "submit", class: "this-was", text: "This was..." });
     const message = element("small", { class: "this-was-message" });
-    button.addEventListener("click", async () => {
+    const form = element("form", { class: "this-was-form", novalidate: "" }, name, button, message);
+    form.addEventListener("submit", async (submitted) => {  // the button, or Enter in the name
+      submitted.preventDefault();
       message.textContent = "";
+      if (!name.checkValidity()) {
+        message.textContent = name.value === "" ? "type who this was first" :
+          `bad name "${name.value}"; expected a letter or digit, then up to 63 letters, digits, _ . or -`;
+        return;
+      }
       button.disabled = true;  // while the guard adds the face; after it has, for good (the server refuses it again too)
       try {
         const answer = await api(`/api/people/${encodeURIComponent(name.value)}/from-event`, {
@@ -202,7 +211,7 @@ function eventItem(event) {
         button.disabled = false;
       }
     });
-    item.append(element("div", {}, name, button, message));
+    item.append(form);
   }
   return item;
 }
