@@ -7,7 +7,9 @@ HOME in tmp_path, the page on 127.0.0.1 at a free port), waits for /api/session 
 the page:
 - live: the page opens on the Live tab, the MJPEG picture changes from one screenshot of it to a
   later one, and the stats show a frame rate above 0;
-- events: the Events tab lists an event whose snapshot image has loaded;
+- live, guard stopped: the numbers give way to "-" and a sentence saying the guard is not answering;
+- events: the Events tab lists an event whose snapshot image has loaded; "This was..." checks its
+  name in the page and sends it on Enter;
 - people: enrolling "visitor" from an uploaded photo lists them with their face; an upload that is
   not an image gets its per-file message and an error, and enrols nobody;
 - login: with a password file, the page asks for the password, says so when it is wrong, and shows
@@ -80,6 +82,7 @@ class Guard:
         env.pop("STATE_DIRECTORY", None)
         env.pop("CREDENTIALS_DIRECTORY", None)
         self.stderr_path = tmp_path / "guard.stderr"
+        self.stopped = False  # stop() was called (by a test, or at teardown)
         with open(tmp_path / "guard.stdout", "wb") as out, open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen([*tracker_command(), "--demo", "--frames", str(GUARD_FRAMES), "--config", str(config)],
                                          stdout=out, stderr=err, env=env, cwd=tmp_path)
@@ -110,7 +113,10 @@ class Guard:
     def stop(self) -> str | None:
         """SIGTERM, then SIGKILL after STOP_TIMEOUT_S; what went wrong, or None for a clean exit 0."""
         if self.proc.poll() is not None:
+            if self.stopped and self.proc.returncode == 0:
+                return None  # a test stopped it, and it exited cleanly then
             return f"the guard had already exited with {self.proc.returncode}"
+        self.stopped = True
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout=STOP_TIMEOUT_S)
@@ -254,6 +260,19 @@ def test_live_view_moves_and_shows_its_speed(start_guard, browser):
     if os.environ.get("TRACKER_UPDATE_DOCS_SCREENSHOT") == "1":
         DOCS_SCREENSHOT.write_bytes(best_labelled_page(browser))
     guard.assert_running()
+
+
+def test_the_live_tab_shows_no_numbers_while_the_guard_is_not_answering(start_guard, browser):
+    """With the guard stopped the page said "Failed to fetch" beside the last frame rate, people in
+    view and latency table, as if live."""
+    guard = start_guard()
+    open_page(browser, guard)
+    wait(browser).until(lambda d: (number(by_css(d, "#fps").text) or 0) > 0, "no frame rate above 0 in #fps")
+    assert guard.stop() is None
+    wait(browser).until(lambda d: "The guard is not answering" in by_css(d, "#live-error").text,
+                        "the page did not say the guard is not answering")
+    assert [by_css(browser, f"#{id_}").text for id_ in ("fps", "tracks", "backend")] == ["-", "-", "-"]
+    assert not all_by_css(browser, "#latency tbody tr")
 
 
 def best_labelled_page(driver) -> bytes:

@@ -119,9 +119,13 @@ function stopLive() {
   statsTimer = null;
 }
 
+// Said while /api/state gets no answer at all (fetch's TypeError): the guard is stopped or restarting.
+const NOT_ANSWERING = "The guard is not answering: it is stopped or restarting. The numbers come back when it answers.";
+
 async function loadStats() {
   try {
     const { state } = await api("/api/state");
+    if ($("live-error").textContent === NOT_ANSWERING) $("live-error").textContent = "";
     $("fps").textContent = state.fps === undefined ? "-" : state.fps.toFixed(1);
     $("tracks").textContent = state.tracks === undefined ? "-" : state.tracks;
     $("backend").textContent = state.backend ? `${state.backend} (${state.precision})` : "-";
@@ -130,7 +134,10 @@ async function loadStats() {
         element("td", { text: p.p50.toFixed(1) }), element("td", { text: p.p95.toFixed(1) })));
     $("latency").tBodies[0].replaceChildren(...rows);
   } catch (error) {
-    $("live-error").textContent = error.message;
+    // No numbers rather than the last ones, which would read as live.
+    for (const id of ["fps", "tracks", "backend"]) $(id).textContent = "-";
+    $("latency").tBodies[0].replaceChildren();
+    $("live-error").textContent = error instanceof TypeError ? NOT_ANSWERING : error.message;
   }
 }
 
