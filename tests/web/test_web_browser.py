@@ -11,7 +11,8 @@ the page:
 - events: the Events tab lists an event whose snapshot image has loaded; "This was..." checks its
   name in the page and sends it on Enter;
 - people: enrolling "visitor" from an uploaded photo lists them with their face; an upload that is
-  not an image gets its per-file message and an error, and enrols nobody;
+  not an image gets its per-file message and an error, and enrols nobody; deleting someone deleted
+  already takes them off the list;
 - login: with a password file, the page asks for the password, says so when it is wrong, and shows
   the tabs and the live view once it is right.
 Every wait is bounded (WebDriverWait, a deadline); no assertion is about time. Each test's final page
@@ -433,6 +434,23 @@ def test_people_tab_enrols_an_uploaded_photo(start_guard, browser, testdata, tmp
     assert not all_by_css(browser, '#people-list li.person[data-name="visitor2"]')
     assert all_by_css(browser, '#people-list li.person[data-name="visitor"]')
     assert not (guard.state / "demo" / "people" / "visitor2.npz").exists()
+    guard.assert_running()
+
+
+def test_deleting_someone_deleted_already_takes_them_off_the_list(start_guard, browser):
+    """A 404 (deleted meanwhile, from another page) left them listed, with its Delete button."""
+    guard = start_guard()
+    open_page(browser, guard)
+    open_tab(browser, "people")
+    name = wait(browser).until(lambda d: by_css(d, "#people-list li.person").get_attribute("data-name"), "nobody listed")
+    # Deleted by another page meanwhile: the same request this page makes (its session and token).
+    assert browser.execute_script("""return fetch('/api/people/' + arguments[0],
+        {method: 'DELETE', headers: {'X-CSRF-Token': csrf}}).then((answer) => answer.status);""", name) == 200
+    browser.execute_script("window.confirm = () => true;")
+    by_css(browser, f'#people-list li.person[data-name="{name}"] button.forget').click()
+    wait(browser).until(lambda d: not all_by_css(d, f'#people-list li.person[data-name="{name}"]'), f"{name} still listed")
+    assert by_css(browser, "#people-error").text == f"nobody called {name!r} is enrolled"
+    assert all_by_css(browser, "#people-list li.person"), "the others are not listed"
     guard.assert_running()
 
 

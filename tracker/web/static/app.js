@@ -18,6 +18,7 @@ async function api(path, options = {}) {
   if (response.status === 401 && path !== "/api/login") sessionLost();
   if (!response.ok) {
     const error = new Error((body && body.error) || `${response.status} ${response.statusText}`);
+    error.status = response.status;
     error.body = body;
     throw error;
   }
@@ -249,8 +250,9 @@ function personItem(person) {
       await api(`/api/people/${encodeURIComponent(person.name)}`, { method: "DELETE" });
       loadPeople();
     } catch (error) {
-      $("people-error").textContent = error.message;
       remove.disabled = false;
+      if (error.status === 404) await loadPeople();  // deleted already (by another page): list who is left
+      $("people-error").textContent = error.message;
     }
   });
   return element("li", { class: "person", "data-name": person.name },
