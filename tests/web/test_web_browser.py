@@ -9,7 +9,7 @@ the page:
   later one, and the stats show a frame rate above 0;
 - live, guard stopped: the numbers give way to "-" and a sentence saying the guard is not answering;
 - events: the Events tab lists an event whose snapshot image has loaded; "This was..." checks its
-  name in the page and sends it on Enter;
+  name in the page and sends it on Enter; on a phone's 375 px it does not scroll sideways;
 - people: enrolling "visitor" from an uploaded photo lists them with their face; an upload that is
   not an image gets its per-file message and an error, and enrols nobody; deleting someone deleted
   already takes them off the list;
@@ -397,6 +397,17 @@ def test_this_was_checks_the_name_in_the_page_and_enter_sends_it(start_guard, br
     wait(browser).until(lambda d: d.execute_script(
         "return document.querySelector(arguments[0]).textContent;", f"{item} .this-was-message")
         not in ("", "type who this was first"), "no answer shown")
+    guard.assert_running()
+
+
+def test_the_events_tab_fits_a_phones_width(start_guard, browser):
+    """On a 375 px wide phone the Events tab scrolled sideways: its "This was..." box was cut off."""
+    guard = start_guard()
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {"width": 375, "height": 667, "deviceScaleFactor": 2, "mobile": True})
+    open_page(browser, guard)
+    wait_for_an_event_with_a_snapshot(browser)
+    assert browser.execute_script("return [document.documentElement.scrollWidth, window.innerWidth];") == [375, 375]
     guard.assert_running()
 
 
