@@ -36,13 +36,13 @@ function element(tag, attributes = {}, ...children) {
 
 // ---- session -------------------------------------------------------------------------------
 
-async function start() {
+async function start(tab = "live") {
   const session = await api("/api/session");
   passwordRequired = session.password_required;
   if (session.logged_in) {
     csrf = session.csrf;
     $("logout").hidden = !session.password_required;
-    showTabs();
+    showTabs(tab);
   } else {
     showLogin();
   }
@@ -50,9 +50,11 @@ async function start() {
 
 function sessionLost() {
   // With a password, log in again; without one (the page answers this machine only), opening the
-  // page makes a session: do that rather than show a form no password can pass.
+  // page makes a session: do that rather than show a form no password can pass, and open again the
+  // tab whose request found the session gone (not the Live tab the page opens on).
+  const tab = document.querySelector("#tabs button.active");
   if (passwordRequired) showLogin();
-  else start().catch((error) => { $("login-error").textContent = error.message; });
+  else start(tab ? tab.dataset.tab : "live").catch((error) => { $("login-error").textContent = error.message; });
 }
 
 function showLogin() {
@@ -90,16 +92,18 @@ async function logout() {
 
 // ---- tabs ----------------------------------------------------------------------------------
 
-function showTabs() {
+function showTabs(tab = "live") {
   $("tabs").hidden = false;
-  openTab("live");
+  openTab(tab);
 }
 
 function openTab(name) {
   document.querySelectorAll("#tabs button").forEach((b) => b.classList.toggle("active", b.dataset.tab === name));
   document.querySelectorAll(".tab").forEach((tab) => { tab.hidden = tab.id !== name; });
   if (name === "live") startLive(); else stopLive();   // frames are encoded only while someone watches
-  if (name === "events") loadFilter().then(() => loadEvents(true));
+  if (name === "events") {
+    loadFilter().then(() => loadEvents(true), (error) => { $("events-error").textContent = error.message; });
+  }
   if (name === "people") loadPeople();
   if (name === "speed") loadSpeed();
 }
