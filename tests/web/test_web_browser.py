@@ -8,6 +8,7 @@ the page:
 - live: the page opens on the Live tab, the MJPEG picture changes from one screenshot of it to a
   later one, and the stats show a frame rate above 0;
 - live, guard stopped: the numbers give way to "-" and a sentence saying the guard is not answering;
+  a live view refused for too many viewers says it tries again, and does;
 - events: the Events tab lists an event whose snapshot image has loaded; "This was..." checks its
   name in the page and sends it on Enter; on a phone's 375 px it does not scroll sideways;
 - people: enrolling "visitor" from an uploaded photo lists them with their face; an upload that is
@@ -274,6 +275,25 @@ def test_the_live_tab_shows_no_numbers_while_the_guard_is_not_answering(start_gu
                         "the page did not say the guard is not answering")
     assert [by_css(browser, f"#{id_}").text for id_ in ("fps", "tracks", "backend")] == ["-", "-", "-"]
     assert not all_by_css(browser, "#latency tbody tr")
+
+
+def test_a_live_view_refused_for_too_many_viewers_is_tried_again(start_guard, browser):
+    """A live view refused (503: web.max_viewers watch already) said so and never tried again."""
+    guard = start_guard(max_viewers=1)
+    with _DIRECT.open(guard.url + "api/session", timeout=10) as answer:  # a viewer of its own: curl, another page
+        cookie = answer.headers["Set-Cookie"].split(";")[0]
+    other = _DIRECT.open(urllib.request.Request(guard.url + "live.mjpg", headers={"Cookie": cookie}), timeout=10)
+    try:
+        assert other.read(7) == b"--frame"
+        browser.get(guard.url)
+        wait(browser).until(lambda d: "trying again every 5 s" in by_css(d, "#live-error").text,
+                            "the page did not say it tries the live view again")
+        assert not image_loaded(browser, "#live-view")
+    finally:
+        other.close()  # the place is free: the page's next try takes it
+    wait(browser).until(lambda d: image_loaded(d, "#live-view"), "the live view was not tried again")
+    wait(browser).until(lambda d: by_css(d, "#live-error").text == "", "the live view's message stayed")
+    guard.assert_running()
 
 
 def best_labelled_page(driver) -> bytes:

@@ -6,6 +6,12 @@ let passwordRequired = true;  // as /api/session says: without a password a lost
 let eventsNext = null;    // cursor of the next (older) page of events ("<inode>:<mark>:<offset>"), or null
 let eventsLoad = 0;       // the latest load of the event list: an answer to an older one is dropped
 let statsTimer = null;
+let liveRetry = null;     // the next try at a live view that was refused or broke off
+const LIVE_RETRY_S = 5;
+// Said while /api/state gets no answer at all (fetch's TypeError): the guard is stopped or restarting.
+const NOT_ANSWERING = "The guard is not answering: it is stopped or restarting. The numbers come back when it answers.";
+const LIVE_UNAVAILABLE = "The live view is not available (too many viewers, or the guard is not answering); " +
+  `trying again every ${LIVE_RETRY_S} s.`;
 
 const $ = (id) => document.getElementById(id);
 
@@ -113,19 +119,32 @@ function openTab(name) {
 function startLive() {
   stopLive();  // opened again while open: one stream and one poll, not two
   $("live-error").textContent = "";
-  $("live-view").src = `/live.mjpg?t=${Date.now()}`;
+  openStream();
   loadStats();
   statsTimer = setInterval(loadStats, 1000);
+}
+
+function openStream() {
+  liveRetry = null;
+  $("live-view").src = `/live.mjpg?t=${Date.now()}`;
+}
+
+function streamFailed() {  // the stream was refused (503: web.max_viewers watch already) or broke off
+  if (!$("live-view").getAttribute("src") || liveRetry !== null) return;  // closed by stopLive, or a try is due
+  if ($("live-error").textContent !== NOT_ANSWERING) $("live-error").textContent = LIVE_UNAVAILABLE;
+  liveRetry = setTimeout(openStream, LIVE_RETRY_S * 1000);
+}
+
+function streamShown() {
+  if ($("live-error").textContent === LIVE_UNAVAILABLE) $("live-error").textContent = "";
 }
 
 function stopLive() {
   $("live-view").removeAttribute("src");   // closes the stream: the server stops encoding for us
   if (statsTimer !== null) clearInterval(statsTimer);
-  statsTimer = null;
+  if (liveRetry !== null) clearTimeout(liveRetry);
+  statsTimer = liveRetry = null;
 }
-
-// Said while /api/state gets no answer at all (fetch's TypeError): the guard is stopped or restarting.
-const NOT_ANSWERING = "The guard is not answering: it is stopped or restarting. The numbers come back when it answers.";
 
 async function loadStats() {
   try {
@@ -334,8 +353,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("enrol-form").addEventListener("submit", enrol);
   $("event-filter").addEventListener("change", () => loadEvents(true));
   $("events-more").addEventListener("click", () => loadEvents(false));
-  $("live-view").addEventListener("error", () => {
-    if ($("live-view").getAttribute("src")) $("live-error").textContent = "the live view is not available (too many viewers?)";
-  });
+  $("live-view").addEventListener("error", streamFailed);
+  $("live-view").addEventListener("load", streamShown);
   start().catch((error) => { $("login-error").textContent = error.message; });
 });
