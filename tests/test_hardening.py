@@ -376,18 +376,25 @@ def _without_root_overrides(tmp_path: Path, *args: str) -> subprocess.CompletedP
                           text=True, env=isolated_env(tmp_path), timeout=300)
 
 
+def _refused_by_check_config_and_guard(tmp_path, yaml_text: str, said: str) -> None:
+    """`--check-config` and the guard (3 frames), without root's overrides, each exit 2 with one
+    line holding `said`."""
+    config = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\nsource:\n  realtime: false\n  frames: 3\n"
+                   + yaml_text)
+    for command in (["--check-config"], []):
+        run = _without_root_overrides(tmp_path, *command, "--config", str(config))
+        assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+        assert said in run.stderr, run.stderr
+
+
 def test_a_log_in_a_folder_the_user_cannot_search_is_exit_2_for_check_config_and_guard(tmp_path):
     """Its stat's EACCES was a traceback and exit 1, which systemd restarts for ever."""
     locked = tmp_path / "locked"
     (locked / "sub").mkdir(parents=True)
     locked.chmod(0)
     target = locked / "sub" / "latency.jsonl"
-    config = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\nsource:\n  realtime: false\n  frames: 3\n"
-                   f"latency:\n  path: {str(target)!r}\n")
-    for command in (["--check-config"], []):
-        run = _without_root_overrides(tmp_path, *command, "--config", str(config))
-        assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
-        assert f"key 'latency.path': cannot look at {str(target)!r} (Permission denied)" in run.stderr, run.stderr
+    _refused_by_check_config_and_guard(tmp_path, f"latency:\n  path: {str(target)!r}\n",
+                                       f"key 'latency.path': cannot look at {str(target)!r} (Permission denied)")
 
 
 def test_a_log_whose_folder_takes_no_new_file_is_exit_2_for_check_config_and_guard(tmp_path):
@@ -396,12 +403,8 @@ def test_a_log_whose_folder_takes_no_new_file_is_exit_2_for_check_config_and_gua
     logs.mkdir()
     (logs / "events.jsonl").write_text("")
     logs.chmod(0o555)
-    config = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\nsource:\n  realtime: false\n  frames: 3\n"
-                   f"sinks:\n  jsonl: {str(logs / 'events.jsonl')!r}\n")
-    for command in (["--check-config"], []):
-        run = _without_root_overrides(tmp_path, *command, "--config", str(config))
-        assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
-        assert f"key 'sinks.jsonl': cannot create files in {str(logs)!r} (Permission denied)" in run.stderr, run.stderr
+    _refused_by_check_config_and_guard(tmp_path, f"sinks:\n  jsonl: {str(logs / 'events.jsonl')!r}\n",
+                                       f"key 'sinks.jsonl': cannot create files in {str(logs)!r} (Permission denied)")
 
 
 def test_a_log_path_linked_to_a_file_not_made_yet_is_written_through_the_link(tmp_path, capsys):

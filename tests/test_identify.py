@@ -199,27 +199,22 @@ def test_nobody_enrolled_says_so_once_and_every_face_is_unknown(tmp_path, johns)
     assert text.stdout.strip().endswith(f": {UNKNOWN} (nobody enrolled); nearest: none")
 
 
-def test_people_enrolled_from_other_crops_are_not_matched(enrolled, johns):
-    """The johns were enrolled with box crops (Haar); YuNet gives aligned crops: nobody comparable."""
+@pytest.mark.parametrize("section, said", [
+    # the johns were enrolled with box crops (Haar); YuNet gives aligned crops: nobody comparable
+    ("detect: {detector: yunet}", ("aligned-v1 crops",)),
+    # the note named the weights and crops alone: with only identity.embedding changed, it blamed
+    # the weights, which had not changed
+    ("identity: {embedding: single}", ("single embeddings", "tracker enroll --refresh")),
+], ids=["other crops", "other embedding"])
+def test_people_enrolled_for_another_crop_or_embedding_are_not_matched_and_the_note_says_which(enrolled, johns,
+                                                                                              section, said):
     tmp, _, names, _ = enrolled
-    config = tmp / "yunet.yaml"
-    config.write_text(f"state_dir: {str(tmp / 'state')!r}\ndetect: {{detector: yunet}}\n", encoding="utf-8")
+    config = tmp / "other.yaml"
+    config.write_text(f"state_dir: {str(tmp / 'state')!r}\n{section}\n", encoding="utf-8")
     proc = identify_cli(tmp, config, johns[names[0]][-1], as_json=True)
     assert proc.returncode == 0, proc.stderr
-    assert "nobody is enrolled" in proc.stderr and "aligned-v1" in proc.stderr
+    assert "nobody is enrolled" in proc.stderr and all(fragment in proc.stderr for fragment in said), proc.stderr
     assert json.loads(proc.stdout)[0]["identity"] == UNKNOWN
-
-
-def test_people_enrolled_with_another_embedding_are_not_matched_and_the_note_says_which(enrolled, johns):
-    """The note named the weights and crops alone: with only identity.embedding changed, it blamed
-    the weights, which had not changed."""
-    tmp, _, names, _ = enrolled
-    config = tmp / "single.yaml"
-    config.write_text(f"state_dir: {str(tmp / 'state')!r}\nidentity: {{embedding: single}}\n", encoding="utf-8")
-    proc = identify_cli(tmp, config, johns[names[0]][-1], as_json=True)
-    assert proc.returncode == 0, proc.stderr
-    assert "nobody is enrolled" in proc.stderr and "single embeddings" in proc.stderr
-    assert "tracker enroll --refresh" in proc.stderr
 
 
 def test_identify_faces_agrees_with_match_and_ranks_the_nearest():
