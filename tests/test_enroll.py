@@ -357,7 +357,8 @@ def test_enrolling_from_the_web_page_feeds_the_watchdog_for_every_photo(tmp_path
     config = load_config(state_config(tmp_path, detector="auto"))
     backend = open_backend(config)
     try:
-        _enrol_job(config, "john", photos, [], None, create_detector(config.detect, quiet=True), backend)
+        _enrol_job(config, "john", {photo: photo.name for photo in photos}, [], None,
+                   create_detector(config.detect, quiet=True), backend)
     finally:
         backend.close()
     pings = 0
