@@ -737,7 +737,7 @@ def test_a_taken_port_leaves_the_guard_guarding_without_its_page(tmp_path, caplo
         port = taken.getsockname()[1]
         config = parse_config({"state_dir": str(tmp_path), "source": {"kind": "synthetic", "frames": 30, "realtime": False},
                                "sinks": {"console": False}, "web": {"listen": f"127.0.0.1:{port}"}})
-        stages = build_stages(config)
+        stages = build_stages(config, realtime=config.source.realtime)  # unpaced, as the guard builds it: none dropped
         assert stages.web is None
         guard = Guard(config, stages)
         assert guard.run() == 0 and guard.frames_processed == 30
