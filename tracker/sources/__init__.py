@@ -55,13 +55,14 @@ def make_source(config, *, spec: str | None = None, realtime: bool = True, luma_
         from tracker.sources.folder import FolderSource
 
         return FolderSource(uri)
-    from tracker.sources.opencv_source import OpenCVSource, classify
+    from tracker.sources.opencv_source import OpenCVSource
 
+    source = OpenCVSource(uri, width=config.width, height=config.height, fps=config.fps)  # (opens nothing yet)
     # (--source takes a folder for kind folder itself; "0" is camera 0 even beside a folder named 0)
-    if classify(uri) == "file" and _is_folder(uri):
+    if source.kind == "file" and _is_folder(uri):
         raise InputError(f"config: key 'source.kind': 'opencv' with source.uri {uri!r}, a folder; expected source.kind "
                          f"folder for a folder of images (opencv takes {_URI_HELP['opencv']})")
-    return OpenCVSource(uri, width=config.width, height=config.height, fps=config.fps)
+    return source
 
 
 def _parse_spec(spec: str) -> tuple[str, str]:
