@@ -222,10 +222,10 @@ def eval_faces_command(argv: list[str]) -> int:
         raise InputError("eval-faces: --chips and --enroll apply to --folder only")
     if args.folder is not None and args.images is not None:
         raise InputError("eval-faces: --images applies to --pairs only; --folder names the images itself")
-    if args.json is not None and (args.json.is_dir() or not args.json.parent.is_dir()):
-        raise InputError(f"eval-faces: --json {str(args.json)!r} is a folder, or its folder does not exist; "
-                         "expected a file in an existing folder")
     if args.json is not None:
+        if args.json.is_dir() or not args.json.parent.is_dir():
+            raise InputError(f"eval-faces: --json {str(args.json)!r} is a folder, or its folder does not exist; "
+                             "expected a file in an existing folder")
         try:  # before the work, which takes minutes; the probe's file is gone at once
             probe_writable(args.json.parent)
         except OSError as err:
