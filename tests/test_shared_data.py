@@ -62,3 +62,14 @@ def test_a_variable_that_cannot_be_looked_up_is_one_line(monkeypatch, tmp_path):
         shared_data.find("datasets/mine.txt")
     with pytest.raises(ModelError, match=r"yunet detector: .*: cannot look it up \(File name too long\)"):
         ModelFile("yunet", "m.onnx", "ab" * 32, "mine", "its home page").find()
+
+
+def test_a_variable_naming_no_folder_is_one_line_not_skipped(monkeypatch, tmp_path):
+    """Skipped, a typo in it went unseen while the checkout's shared/ held the file."""
+    monkeypatch.setenv(shared_data.ENV, str(tmp_path / "typo"))
+    with pytest.raises(InputError, match=rf"\$TRACKER_SHARED_DIR '{tmp_path / 'typo'}': no such folder; expected the shared-data folder"):
+        shared_data.find(DEFAULT_FACES)
+    (tmp_path / "a file").write_text("x")
+    monkeypatch.setenv(shared_data.ENV, str(tmp_path / "a file"))
+    with pytest.raises(InputError, match="no such folder"):
+        scene_chips()

@@ -5,7 +5,8 @@ the detectors' model files (`models/<detector>/`) and the training sets (`datase
 the repository nor in the wheel; they live in a shared-data folder, laid out as the workspace's
 `shared/` folder that sits beside every checkout. A file of it is looked for, in order, in
 
-1. `$TRACKER_SHARED_DIR`, if set (an install outside the workspace points it at its copy);
+1. `$TRACKER_SHARED_DIR`, if set (an install outside the workspace points it at its copy); set to
+   something that is not a folder, it is an InputError rather than skipped;
 2. `shared/` beside the source checkout, when the package runs from one.
 
 Relative names are given with "/" (e.g. "testdata/faces/dlib/johns"). A missing file the caller
@@ -26,11 +27,20 @@ _CHECKOUT = Path(__file__).resolve().parents[1]  # the folder holding the `track
 def search_path() -> list[Path]:
     """The shared-data folders, in the order they are searched (see the module docstring)."""
     folders = []
-    if os.environ.get(ENV):
+    value = os.environ.get(ENV)
+    if value:
         try:
-            folders.append(Path(os.environ[ENV]).expanduser())
+            folder = Path(value).expanduser()
         except RuntimeError:  # ~user of a user without a home
-            raise InputError(f"${ENV} {os.environ[ENV]!r}: cannot expand ~; expected a folder path") from None
+            raise InputError(f"${ENV} {value!r}: cannot expand ~; expected a folder path") from None
+        try:
+            missing = not folder.is_dir()
+        except OSError:  # cannot be looked up at all: `find` says so, naming the file it looked for
+            missing = False
+        if missing:  # a typo here would otherwise go unseen whenever the checkout's shared/ has the file
+            raise InputError(f"${ENV} {value!r}: no such folder; expected the shared-data folder "
+                             "(laid out as the workspace's shared/), or the variable unset")
+        folders.append(folder)
     if (_CHECKOUT / "pyproject.toml").is_file():  # a source checkout, not an installed package
         folders.append(_CHECKOUT.parent / "shared")
     return folders
