@@ -266,3 +266,25 @@ def test_pairs_are_embedded_a_part_of_the_photos_at_a_time_with_the_same_scores(
     assert parts == [4, 4, 4, 4, 3]
     for scores, same_again, left_out in results:
         assert np.allclose(scores, whole, atol=1e-6) and np.array_equal(same_again, same) and left_out == 0
+
+
+def test_an_unreadable_photo_counts_as_one_without_a_face_and_is_named(tmp_path, testdata, capsys, monkeypatch):
+    """It stopped the whole evaluation, minutes of LFW's photos, at the first damaged file."""
+    import tracker.evaluate_faces as evaluate
+    from tracker.config import parse_config
+    from tracker.detect import create_detector
+
+    good = sorted((testdata / "faces" / "dlib" / "johns").glob("*/*.jpg"))[:2]
+    damaged = [tmp_path / f"damaged{i}.jpg" for i in range(3)]
+    for path in damaged:
+        path.write_bytes(b"\xff\xd8 not the rest of a JPEG")
+    detector = create_detector(parse_config({"detect": {"detector": "yunet"}}).detect, quiet=True)
+    monkeypatch.setattr(evaluate, "NAMED_UNREADABLE", 2)
+    progress = evaluate.Progress(5)
+    pixels, found = evaluate.photo_crops([damaged[0], *good, *damaged[1:]], detector, progress=progress)
+    assert found.tolist() == [False, True, True, False, False] and len(pixels) == 2 and progress.unreadable == 3
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [f"eval-faces: {str(damaged[0])!r} is not a readable image (damaged, not an image, or over 24 "
+                     "megapixels): counted as a photo without a face",
+                     f"eval-faces: {str(damaged[1])!r} is not a readable image (damaged, not an image, or over 24 "
+                     "megapixels): counted as a photo without a face; further ones are only counted"]

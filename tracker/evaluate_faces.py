@@ -9,7 +9,7 @@ weights: with its mirror image, `tracker.backends.mirror`); the pair's score is 
 two embeddings. Printed: LFW's 10-fold accuracy, ROC AUC, the true-accept rate at 1% and 0.1%
 false accepts with those thresholds, and where the identity threshold in use (the model card's, or
 identity.threshold) falls.
-A pair whose photo gives no central face is counted and left out.
+A pair whose photo gives no central face, or cannot be read, is counted and left out.
 
 Folder: the people (sorted by name) are split in two: every other person is enrolled from their
 first N images (the mean embedding, as `tracker enroll`); the rest are strangers. Every further
@@ -17,6 +17,10 @@ image of an enrolled person is a probe: rank-1 is the share whose best match is 
 "identified" the share that is also at or above the threshold. Every image of a stranger is a probe
 that should come out `unknown`: the share that does. With `--chips` each image is a tight face chip
 (as `tracker enroll --aligned`). People with fewer than N + 1 images are strangers only.
+
+A photo that cannot be read (damaged, not an image) counts as one without a face and is named on
+stderr (the first NAMED_UNREADABLE): one bad file among thousands does not throw away the minutes
+spent on the others.
 """
 
 from __future__ import annotations
@@ -37,20 +41,29 @@ from tracker.images import TOO_LARGE_OR_DAMAGED, read_image
 from tracker.verification import read_pairs, roc_auc, ten_fold_accuracy, threshold_at_far
 
 PROGRESS_EVERY = 500  # photos between two progress lines
+NAMED_UNREADABLE = 10  # unreadable photos named on stderr; the rest are only counted
 PHOTOS_AT_ONCE = 512  # photos cut before they are embedded: 4 MB of pixels (see embed_photos)
 
 
 class Progress:
-    """A line on stderr every PROGRESS_EVERY photos of `total` cut (plain lines: a log file or a
-    terminal alike)."""
+    """A line on stderr every PROGRESS_EVERY photos of `total` cut, and one for each of the first
+    NAMED_UNREADABLE photos that cannot be read (plain lines: a log file or a terminal alike);
+    `unreadable` counts them all."""
 
     def __init__(self, total: int) -> None:
-        self.total, self.done = total, 0
+        self.total, self.done, self.unreadable = total, 0, 0
 
     def photo(self) -> None:
         if self.done and self.done % PROGRESS_EVERY == 0:
             print(f"eval-faces: {self.done} of {self.total} photos cut", file=sys.stderr, flush=True)
         self.done += 1
+
+    def cannot_read(self, path: Path) -> None:
+        self.unreadable += 1
+        if self.unreadable <= NAMED_UNREADABLE:
+            more = "; further ones are only counted" if self.unreadable == NAMED_UNREADABLE else ""
+            print(f"eval-faces: {str(path)!r} is not a readable image ({TOO_LARGE_OR_DAMAGED}): counted as a photo "
+                  f"without a face{more}", file=sys.stderr, flush=True)
 
 
 def photo_crops(files: list[Path], detector: FaceDetector, chips: bool = False,
@@ -58,7 +71,8 @@ def photo_crops(files: list[Path], detector: FaceDetector, chips: bool = False,
     """(face pixels (M, 88, 88) uint8 of the M files with a face, in file order; found (N,) bool)
     of each file's face: the central face of a photo, or the face of a tight chip with `chips`.
     Pixels, not network inputs: LFW's 7,701 photos of View 2 hold 60 MB so, 240 MB as float32 (and
-    twice that while they were joined). `progress` counts the photos (default: these files')."""
+    twice that while they were joined). A file that cannot be read counts as one without a face
+    (`Progress.cannot_read`). `progress` counts the photos (default: these files')."""
     progress = progress or Progress(len(files))
     crops = np.empty((len(files), CROP_SIZE, CROP_SIZE), np.uint8)
     found = np.zeros(len(files), bool)
@@ -66,8 +80,8 @@ def photo_crops(files: list[Path], detector: FaceDetector, chips: bool = False,
         progress.photo()
         image = read_image(path)
         if image is None:
-            raise InputError(f"eval-faces: {str(path)!r} is not a readable image ({TOO_LARGE_OR_DAMAGED}); expected "
-                             "a JPEG or PNG photo")
+            progress.cannot_read(path)
+            continue
         face = chip_face(image, detector) if chips else central_face(image, detector)
         if face is None:
             continue
