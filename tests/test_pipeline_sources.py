@@ -414,3 +414,18 @@ def test_a_face_seen_once_before_the_scene_goes_still_is_no_person(tmp_path, tes
     events = tmp_path / "state" / "events.jsonl"
     assert not events.exists() or events.read_text() == ""
 
+
+
+def test_a_source_that_ends_before_anyone_can_be_announced_says_so(tmp_path, testdata):
+    """A single photo as the source ran one frame and ended with no event and no word why."""
+    photo = next((testdata / "faces" / "dlib" / "johns").glob("*/*.jpg"))
+    proc = run_cli(tmp_path, "--source", str(photo))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert ("the source ended after 1 frame(s), fewer than the 3 a face needs before it is announced "
+            "(tracking.min_hits); to see who is in photos: tracker identify PHOTOS") in proc.stderr
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"f{i}.jpg").write_bytes(photo.read_bytes())
+    proc = run_cli(tmp_path, "--source", str(folder))
+    assert proc.returncode == 0 and "tracking.min_hits" not in proc.stderr, proc.stderr[-2000:]

@@ -137,6 +137,11 @@ class Guard:
                     log.exception("guard: could not announce the end of the run after an error")
                 raise
             self._finish()
+            if not self._stop.is_set() and self.frames_processed < cfg.tracking.min_hits:
+                # a single photo given as the source: nothing can be announced, and nothing said why
+                log.warning("guard: the source ended after %d frame(s), fewer than the %d a face needs before it "
+                            "is announced (tracking.min_hits); to see who is in photos: tracker identify PHOTOS",
+                            self.frames_processed, cfg.tracking.min_hits)
             return 0
         finally:
             self._capture.stop()
