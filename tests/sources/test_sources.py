@@ -361,8 +361,10 @@ def test_folder_without_images_is_an_input_error(tmp_path):
     source.open()
     with pytest.raises(InputError, match=r"none of its 1 image file\(s\) could be decoded"):
         source.read()
-    with pytest.raises(InputError, match="not a directory"):
+    with pytest.raises(InputError, match=r"not a directory; expected a folder of images \(a video file is source.kind opencv\)$"):
         FolderSource(tmp_path / "a.txt").open()
+    with pytest.raises(InputError, match="not a directory; expected a folder of images$"):  # no file: no hint
+        FolderSource(tmp_path / "gone").open()
 
 
 # -- the factory and the Pi camera ------------------------------------------------------------------

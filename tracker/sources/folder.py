@@ -44,7 +44,8 @@ class FolderSource(SourceBase):
     def open(self) -> None:
         try:
             if not self.folder.is_dir():
-                raise InputError(f"{self.description}: not a directory; expected a folder of images")
+                hint = " (a video file is source.kind opencv)" if self.folder.is_file() else ""
+                raise InputError(f"{self.description}: not a directory; expected a folder of images{hint}")
             files = sorted((p for p in self.folder.iterdir() if p.is_file()), key=_natural_key)
         except (OSError, ValueError) as err:  # no permission, a name too long, a NUL in it
             raise InputError(f"{self.description}: cannot read it ({getattr(err, 'strerror', None) or err}); "
