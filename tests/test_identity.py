@@ -214,6 +214,18 @@ def test_the_threshold_comes_from_the_config_else_the_weights_card_else_the_untr
     card_path(weights).write_text("[" * 200_000 + "]" * 200_000)  # past Python's recursion: a traceback
     with pytest.raises(InputError, match=r"model card .*unreadable \(RecursionError"):
         identity_threshold(config)
+    card_path(weights).unlink()
+    os.mkfifo(card_path(weights))  # waited on for a writer for ever
+    with pytest.raises(InputError, match=r"model card .*unreadable \(OSError: .*not a regular file"):
+        identity_threshold(config)
+    card_path(weights).unlink()
+    card_path(weights).symlink_to("/dev/zero")  # read until memory ran out
+    with pytest.raises(InputError, match=r"model card .*unreadable \(OSError: .*not a regular file"):
+        identity_threshold(config)
+    card_path(weights).unlink()
+    card_path(weights).write_text(" " * (1 << 20) + "{}")
+    with pytest.raises(InputError, match=r"model card .*unreadable \(OSError: .*larger than 1048576 bytes"):
+        identity_threshold(config)
     sha = file_sha256(weights)
     for card, what in (({"identity_threshold": True}, "identity_threshold True"), ({"schema": True}, "schema True")):
         write_card(weights, {"weights_sha256": sha, **card})  # true is 1 to Python: nobody would ever match

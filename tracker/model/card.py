@@ -34,12 +34,13 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from tracker.errors import ModelError
-from tracker.files import atomic_write
+from tracker.files import atomic_write, read_regular_file
 
 SCHEMA = 1
 Embedding = Literal["single", "mirror-mean"]  # the card's `embedding`: see the module docstring
 EMBEDDINGS: tuple[str, ...] = get_args(Embedding)
 THRESHOLDS = ("identity_threshold", "reid_threshold")  # absent when training had no pairs to set them on
+MAX_CARD_BYTES = 1 << 20  # a card is under 2 KB; the bound keeps /dev/zero under that name from filling memory
 
 
 def card_path(weights: Path) -> Path:
@@ -48,12 +49,13 @@ def card_path(weights: Path) -> Path:
 
 def read_card(weights: Path, weights_sha256: str) -> dict | None:
     """The card of the caffemodel `weights` whose bytes hash to `weights_sha256`, or None when there
-    is none; ModelError for a malformed card or one of other weights."""
+    is none; ModelError for a malformed card or one of other weights, and for anything under its
+    name that is not a regular file of at most MAX_CARD_BYTES (a FIFO hung every command's start)."""
     path = card_path(weights)
     if not path.exists():
         return None
     try:
-        card = json.loads(path.read_text(encoding="utf-8"))
+        card = json.loads(read_regular_file(path, MAX_CARD_BYTES).decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:  # RecursionError: nested past Python's limit
         raise ModelError(f"model card {str(path)!r}: unreadable ({type(err).__name__}: {err}); expected the JSON that "
                          "`tracker train` writes beside its caffemodel, or no file") from None
