@@ -912,6 +912,39 @@ def test_a_layer_over_the_batch_axis_is_refused_before_it_runs(tmp_path, body, r
         Net(structure, np.float32, "caffe")
 
 
+@pytest.mark.parametrize("body, refusal", [
+    # blobs of 0.15 MB; one image's im2col columns 921 MB ("caffe")
+    (single("Convolution", "convolution_param { num_output: 1 kernel_size: 88 pad: 87 }"),
+     r"its 'caffe' forward needs 921 MB of blobs and temporaries \(im2col columns, padded copies\) for one image"),
+    # a 2 x 2 top; the padded copy reaching the second window of each axis, 3.6 TB
+    (single("Pooling", "pooling_param { pool: MAX kernel_size: 2 stride: 1000000 }"),
+     r"its 'caffe' forward needs 3,814,720 MB of blobs and temporaries \(im2col columns, padded copies\) for one image"),
+])
+def test_a_net_whose_temporaries_outgrow_the_bound_is_refused_before_it_runs(tmp_path, body, refusal):
+    """check_net bounded the blobs only: both passed it and the guard's checks, then took 1 GB, or
+    failed with numpy's traceback, at the first forward."""
+    from tracker.model.engine import check_net
+
+    _, _, netdef = build_net(tmp_path, "temporaries", body, (1, 1, 88, 88))
+    with pytest.raises(ModelError, match=r"^net 'temporaries': " + refusal + "; expected at most 256 MB$"):
+        check_net(netdef)
+
+
+def test_a_net_whose_blobs_outgrow_the_bound_is_refused_before_its_operators_are_built(tmp_path, monkeypatch):
+    """A pixel-major convolution's constructor allocates a row of its output: a wide padding made
+    check_net allocate 800 MB before the blob check refused the net."""
+    from tracker.model.engine import check_net
+
+    built = []
+    monkeypatch.setattr(O.Convolution, "__init__", lambda self, *args: built.append(self) or None)
+    body = single("Convolution", "convolution_param { num_output: 100 kernel_h: 1 kernel_w: 16 pad_w: 1000000 }")
+    proto = tmp_path / "wide.prototxt"
+    proto.write_text('name: "wide"\ninput: "data"\ninput_shape { dim: 1 dim: 1 dim: 88 dim: 88 }\n' + body + "\n")
+    with pytest.raises(ModelError, match=r"its blobs need 67,141 MB for one image \(blob 'out' is \(1, 100, 88, 2000073\)\)"):
+        check_net(load_net(proto, None))
+    assert built == []
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_a_max_window_wholly_past_the_input_is_caffes_lowest_float(tmp_path, mode, dtype):
@@ -925,6 +958,21 @@ def test_a_max_window_wholly_past_the_input_is_caffes_lowest_float(tmp_path, mod
     np.testing.assert_array_equal(out[:, :, :3, :3], x[:, :, 0:12:5, 0:12:5])
     lowest = np.finfo(np.float32).min
     assert (out[:, :, 3, :] == lowest).all() and (out[:, :, :, 3] == lowest).all()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_window_wholly_past_the_input_keeps_caffes_lowest_float_after_a_convolution_and_relu(tmp_path, mode):
+    """"dl" moved the convolution's bias and ReLU after the pooling, where the empty window's
+    -FLT_MAX became ReLU(-FLT_MAX + b) = 0; in Caffe the ReLU runs first and the window stays -FLT_MAX."""
+    body = ('layer { name: "c" type: "Convolution" bottom: "data" top: "c" convolution_param { num_output: 2 kernel_size: 1 } }\n'
+            'layer { name: "r" type: "ReLU" bottom: "c" top: "c" }\n'
+            'layer { name: "out" type: "Pooling" bottom: "c" top: "out" pooling_param { pool: MAX kernel_size: 1 stride: 5 } }')
+    _, _, netdef = build_net(tmp_path, "conv_pool_past", body, (1, 1, 12, 12))
+    x = np.random.default_rng(5).normal(size=(2, 1, 12, 12))
+    expected = Net(netdef, np.float64, "caffe").forward(x, ["out"])["out"]
+    got = Net(netdef, np.float32, mode).forward(x.astype(np.float32), ["out"])["out"]
+    assert (got[:, :, 3, :] == np.finfo(np.float32).min).all()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -480,7 +480,8 @@ class Pooling(Op):
     """Caffe Pooling. On the copy `engine.schedule.with_bias_relu_of` makes ("dl", MAX), the bias
     and ReLU of the convolution whose top it pools are applied to the pooled values instead
     (`then_bias`, `then_relu`), which is exact: x -> x + b and ReLU are monotonic, rounding
-    included, so they commute with a max."""
+    included, so they commute with a max over a window's cells (a pooling with a window of no
+    cells, `has_empty_windows`, is never given them)."""
 
     keeps_layout = True
 
@@ -494,6 +495,10 @@ class Pooling(Op):
         self.kernel, self.stride, self.pad, self.out_hw = g.kernel, g.stride, g.pad, g.out
         self.then_bias: np.ndarray | None = None  # (1, C, 1, 1): added to the pooled values
         self.then_relu = False
+        # A window wholly past the input (ceil rounding, no padding, a stride over the kernel):
+        # Caffe gives it -FLT_MAX, which a bias or ReLU applied after the pooling would change.
+        self.has_empty_windows = any((o - 1) * s - p >= size for o, s, p, size
+                                     in zip(self.out_hw, self.stride, self.pad, shapes.bottoms[0][2:]))
 
     def scratch_sizes(self, in_shapes):
         return [L.pool_scratch_len(in_shapes[0], self.dtype.itemsize, self.method, self.kernel, self.stride, self.pad, self.out_hw)]

@@ -42,7 +42,8 @@ Two execution modes, same results (within float rounding):
       forward that asks for that blob runs a schedule without this fusion);
     * any other convolution whose top only a MAX pooling reads (conv2 + pool2) leaves its bias
       and ReLU to the pooling, which adds them to the pooled values only (exact: both commute
-      with a max; its top is then hidden the same way);
+      with a max; not when a pooling window lies wholly past the input; its top is then hidden
+      the same way);
     * several images are split between one worker thread per core, with single-threaded BLAS
       (chunks claimed by whichever worker is free; each runs the whole net on its chunk); a
       single image has its GEMMs split by the BLAS's own threads (`parallel.py`).

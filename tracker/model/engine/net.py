@@ -256,19 +256,30 @@ MAX_IMAGE_ACTIVATIONS_BYTES = 256 << 20  # the face CNN's blobs hold 0.5 MB an i
 def check_net(netdef: NetDef) -> None:
     """ModelError for a net `Net` would refuse in either mode (several inputs, a layer or a setting
     of one it does not run: STOCHASTIC pooling), found as `Net` finds it but without its threads,
-    workspace or BLAS warm-up, and for one whose blobs need more than MAX_IMAGE_ACTIVATIONS_BYTES
-    for one image (a 1x1 convolution padded by 30,000 asked for 40 GB at its first forward): for
-    the checks before a run (tracker.preflight)."""
-    _single_input(netdef)
+    workspace or BLAS warm-up, and for one whose forward needs more than MAX_IMAGE_ACTIVATIONS_BYTES
+    for one image in either mode: its blobs, checked before any operator is built (a 1x1
+    convolution padded by 30,000 asked for 40 GB at its first forward, and building a wide
+    pixel-major convolution allocates a row of its output), then its workspace, blobs and
+    temporaries together (a kernel of 88 padded by 87 passed with 0.15 MB of blobs and took 921 MB
+    of im2col columns at its first forward). For the checks before a run (tracker.preflight)."""
+    input_name, _ = _single_input(netdef)
     layer_shapes = _layer_shapes(netdef)
-    for mode in MODES:
-        _operators(netdef, np.dtype(np.float32), mode, layer_shapes)
     shapes = S.infer_shapes(netdef, batch=1)
     need = 4 * sum(int(np.prod(shape, dtype=object)) for shape in shapes.values())
     if need > MAX_IMAGE_ACTIVATIONS_BYTES:
         largest = max(shapes, key=lambda name: int(np.prod(shapes[name], dtype=object)))
         raise ModelError(f"net {netdef.name!r}: its blobs need {need / 2**20:,.0f} MB for one image (blob {largest!r} "
                          f"is {shapes[largest]}); expected at most {MAX_IMAGE_ACTIVATIONS_BYTES >> 20} MB")
+    float32 = np.dtype(np.float32)
+    for mode in MODES:
+        ops = _operators(netdef, float32, mode, layer_shapes)
+        steps, _, hidden = schedule(ops, input_name, mode, ())
+        for plan in [steps, *([schedule(ops, input_name, mode, hidden)[0]] if hidden else [])]:  # both may run
+            need = Workspace(netdef, plan, input_name, float32, MAX_IMAGE_ACTIVATIONS_BYTES).plan(1)[1]
+            if need > MAX_IMAGE_ACTIVATIONS_BYTES:
+                raise ModelError(f"net {netdef.name!r}: its {mode!r} forward needs {need / 2**20:,.0f} MB of blobs and "
+                                 "temporaries (im2col columns, padded copies) for one image; expected at most "
+                                 f"{MAX_IMAGE_ACTIVATIONS_BYTES >> 20} MB")
 
 
 def _single_input(netdef: NetDef) -> tuple[str, tuple[int, ...]]:

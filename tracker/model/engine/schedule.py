@@ -20,8 +20,9 @@ first schedule fuses away):
 - bias and ReLU after the pooling ("dl"): any other Convolution whose top only a MAX Pooling
   reads leaves its bias and fused ReLU to that pooling (`with_bias_relu_of`), which applies them
   to the pooled values only (a ninth as many for the face CNN's 3 x 3, stride-3 pool2; exact:
-  both commute with a max). The convolution's top then lacks them: it is `hidden` too, unless
-  kept;
+  both commute with a max), unless a pooling window lies wholly past the input (its -FLT_MAX is
+  Caffe's value after the bias and ReLU). The convolution's top then lacks them: it is `hidden`
+  too, unless kept;
 - flattening in place ("dl"): an InnerProduct over a 4-D blob in (N, H, W, C) memory gets its
   weights permuted to that order (`reading_nhwc`) instead of gathering the blob each run;
 - finals: after which step a blob holds its final value (what `forward` copies out).
@@ -78,7 +79,7 @@ def schedule(ops: Sequence[O.Op], input_name: str, mode: str, keep: Collection[s
                 hidden.add(op.tops[0])
                 op = O.PooledConvolution(op, pool)
                 i += 1  # the pooling is done on the GEMM output
-            elif op.bias is not None or op.fuse_relu:
+            elif (op.bias is not None or op.fuse_relu) and not pool.has_empty_windows:
                 hidden.add(op.tops[0])
                 op, ops[i + 1] = with_bias_relu_of(op, pool)
         if (mode == "dl" and isinstance(op, O.InnerProduct) and op.axis == 1 and len(op.shapes.bottoms[0]) == 4
