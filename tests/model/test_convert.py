@@ -154,6 +154,83 @@ def test_negative_axes_and_unequal_pads_match_the_engine_in_every_emitter(tmp_pa
         assert np.abs(e - embedding).max() <= TOL, name
 
 
+# Nets with layers named like the names an emitter makes up. Keras: its Input is "data" (here the
+# input blob is "img"). ONNX: pooling "p", cropped for FLOOR rounding, made a tensor
+# "caffe/p_cropped" and a node "p_crop", as did the layers "p_cropped" and "p_crop"; pooling "q"
+# pads and scales: "_padded", "_pooled" and "_pad", "_scale" alike.
+NAME_CLASH_PROTOTXTS = {
+    "keras-input": """
+name: "keras_input"
+input: "img"
+input_shape { dim: 1 dim: 3 dim: 4 dim: 5 }
+layer { name: "data" type: "InnerProduct" bottom: "img" top: "emb" inner_product_param { num_output: 5 } }
+layer { name: "prob" type: "Softmax" bottom: "emb" top: "prob" }
+""",
+    "onnx-steps": """
+name: "onnx_steps"
+input: "data"
+input_shape { dim: 1 dim: 3 dim: 9 dim: 9 }
+layer { name: "p" type: "Pooling" bottom: "data" top: "x" pooling_param { pool: MAX kernel_size: 2 stride: 2 round_mode: FLOOR } }
+layer { name: "p_cropped" type: "ReLU" bottom: "x" top: "x" relu_param { negative_slope: 0.5 } }
+layer { name: "p_crop" type: "ReLU" bottom: "x" top: "x" relu_param { negative_slope: 0.5 } }
+layer { name: "q" type: "Pooling" bottom: "x" top: "y" pooling_param { pool: AVE kernel_size: 3 stride: 2 pad: 1 } }
+layer { name: "q_padded" type: "TanH" bottom: "y" top: "y" }
+layer { name: "q_pad" type: "TanH" bottom: "y" top: "y" }
+layer { name: "q_pooled" type: "Sigmoid" bottom: "y" top: "y" }
+layer { name: "q_scale" type: "Sigmoid" bottom: "y" top: "y" }
+layer { name: "emb" type: "InnerProduct" bottom: "y" top: "emb" inner_product_param { num_output: 5 } }
+layer { name: "prob" type: "Softmax" bottom: "emb" top: "prob" }
+""",
+}
+
+
+@pytest.mark.parametrize("net", sorted(NAME_CLASH_PROTOTXTS))
+def test_a_layer_named_like_an_emitters_own_name_matches_the_engine(tmp_path, net):
+    """Keras refused a second "data" (ValueError), ONNX's checker a tensor made twice
+    (ValidationError): both tracebacks of `tracker convert`; ONNX Runtime a model with two nodes
+    of one name."""
+    from backend_parity import write_net
+
+    model = write_net(tmp_path, net, NAME_CLASH_PROTOTXTS[net], "prob", "emb")
+    graph = load_graph(model)
+    if net == "onnx-steps":  # each step ONNX names itself is made: the crop, the pad, the scale
+        p, q = (op for op in graph.ops if isinstance(op, Pool))
+        assert p.crop != (0, 0) and any(q.pad) and q.scale is not None
+    x = np.random.default_rng(4).standard_normal((2, *graph.input_shape)).astype(np.float32)
+    probs, embedding = reference(model, x)
+    for name, (p, e) in _emitters(graph, x).items():
+        assert p.shape == probs.shape and np.abs(p - probs).max() <= TOL, name
+        assert np.abs(e - embedding).max() <= TOL, name
+
+
+def test_int8_keeps_a_float_pools_own_nodes_in_float_not_a_layer_named_like_one(tmp_path):
+    """Pooling "p" crops; a convolution is named "p_crop", as p's Slice node was (ONNX Runtime
+    refused the model): that Slice is renamed, stays float with p, and the convolution is int8."""
+    from backend_parity import write_net
+
+    from tracker.model.convert.onnx import quantize_int8
+
+    graph = load_graph(write_net(tmp_path, "float_steps", """
+name: "float_steps"
+input: "data"
+input_shape { dim: 1 dim: 3 dim: 9 dim: 9 }
+layer { name: "p" type: "Pooling" bottom: "data" top: "x" pooling_param { pool: MAX kernel_size: 2 stride: 2 round_mode: FLOOR } }
+layer { name: "p_crop" type: "Convolution" bottom: "x" top: "c" convolution_param { num_output: 4 kernel_size: 3 } }
+layer { name: "emb" type: "InnerProduct" bottom: "c" top: "emb" inner_product_param { num_output: 5 } }
+layer { name: "prob" type: "Softmax" bottom: "emb" top: "prob" }
+""", "prob", "emb"))
+    x = np.random.default_rng(5).standard_normal((4, *graph.input_shape)).astype(np.float32)
+    quantize_int8(graph, tmp_path / "int8.onnx", x, ("p",))
+    import onnx
+
+    nodes = onnx.load(tmp_path / "int8.onnx").graph.node
+    made_by = {out: n.op_type for n in nodes for out in n.output}
+    reads_int8 = {n.name: any(made_by.get(i) == "DequantizeLinear" for i in n.input) for n in nodes}
+    assert {n.name: n.op_type for n in nodes if n.op_type in ("Slice", "MaxPool", "Conv")} == {
+        "p_crop_2": "Slice", "p": "MaxPool", "p_crop": "Conv"}
+    assert not reads_int8["p_crop_2"] and not reads_int8["p"] and reads_int8["p_crop"]
+
+
 @pytest.mark.parametrize("change, refusal, said", [  # (the engine's check refuses the Flatten first)
     ('softmax_param { axis: -1 }', "softmax_param { axis: -2 }", "'prob' (Softmax): the converters support axis 1"),
     ('flatten_param { axis: -3 end_axis: 3 }', "flatten_param { axis: -4 }", "'flat' (Flatten): flattens from axis 0"),

@@ -175,16 +175,15 @@ def _tflite_float_tensors(content: bytes, prefix: bool, softmax: bool) -> list[s
 
 
 def _build_onnx(graph, path: Path, precision: str, samples) -> None:
-    from tracker.model.convert.onnx import build_onnx
-
-    model = build_onnx(graph)
     if precision == "fp32":
-        path.write_bytes(model.SerializeToString())
+        from tracker.model.convert.onnx import build_onnx
+
+        path.write_bytes(build_onnx(graph).SerializeToString())
         return
     from tracker.model.convert.graph import int8_float_ops
     from tracker.model.convert.onnx import quantize_int8
 
-    quantize_int8(model, path, samples.make(graph.input_shape), int8_float_ops(graph))
+    quantize_int8(graph, path, samples.make(graph.input_shape), int8_float_ops(graph))
 
 
 def _check_out(out: Path, target: str) -> None:

@@ -27,6 +27,7 @@ A layer type outside `SUPPORTED` raises ModelError naming the layer.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -326,6 +327,23 @@ def int8_float_ops(graph: Graph) -> tuple[str, ...]:
     (docs/BENCHMARKS.md, the AMD EPYC set)."""
     last = final_softmax(graph)
     return int8_float_prefix(graph) + ((last.name,) if last is not None else ())
+
+
+def unique_namer(taken: Iterable[str]) -> Callable[[str], str]:
+    """A function naming what an emitter adds beside the graph's ops: it returns `base`, or `base`
+    with "_2", "_3", ... appended, the first that is neither in `taken` (the names the emitter
+    gives the graph's ops, which can be any Caffe layer's, such as "pool1_crop") nor returned
+    before."""
+    used = set(taken)
+
+    def unique(base: str) -> str:
+        name, i = base, 1
+        while name in used:
+            i += 1
+            name = f"{base}_{i}"
+        used.add(name)
+        return name
+    return unique
 
 
 def _consumers(ops: list[Op]) -> dict[str, tuple[Op, ...]]:

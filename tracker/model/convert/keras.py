@@ -21,7 +21,7 @@ import keras
 import numpy as np
 
 from tracker.errors import ModelError
-from tracker.model.convert.graph import Activation, Conv, Dense, Flatten, Graph, Pool, Softmax
+from tracker.model.convert.graph import Activation, Conv, Dense, Flatten, Graph, Pool, Softmax, unique_namer
 
 
 @keras.saving.register_keras_serializable(package="tracker")
@@ -65,26 +65,26 @@ class ConstantScale(keras.layers.Layer):
         return {**super().get_config(), "shape": list(self.map_shape)}
 
 
-def _namer() -> Callable[..., str]:
-    used: set[str] = set()
+_INPUT = "data"  # the Keras Input layer's name
+
+
+def _namer(reserved: tuple[str, ...]) -> Callable[..., str]:
+    """A function naming a Keras layer after its Caffe layer (and a suffix): that name with each
+    character outside [A-Za-z0-9_.-] made "_", unique in the model and never one of `reserved`
+    (graph.unique_namer), as Keras refuses a model with two layers of one name."""
+    unique = unique_namer(reserved)
 
     def name(caffe_name: str, suffix: str = "") -> str:
-        base = re.sub(r"[^A-Za-z0-9_.-]", "_", caffe_name + suffix) or "layer"
-        out, i = base, 1
-        while out in used:
-            i += 1
-            out = f"{base}_{i}"
-        used.add(out)
-        return out
+        return unique(re.sub(r"[^A-Za-z0-9_.-]", "_", caffe_name + suffix) or "layer")
     return name
 
 
 def build_keras(graph: Graph) -> keras.Model:
     """A Keras model for `graph`: input "data" (N, H, W, C) float32, outputs {"prob", "embedding"}."""
     L = keras.layers
-    name = _namer()
+    name = _namer(reserved=(_INPUT,))  # Keras names the Input layer too: a layer "data" is "data_2"
     c, h, w = graph.input_shape
-    inp = keras.Input((h, w, c), name="data")
+    inp = keras.Input((h, w, c), name=_INPUT)
     env = {graph.input: inp}
     hwc_order: set[str] = set()  # flattened tensors holding H, W, C order (folded into Dense)
     outputs = set(graph.outputs.values())

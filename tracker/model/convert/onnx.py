@@ -12,15 +12,29 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from tracker.model.convert.graph import Activation, Conv, Dense, Flatten, Graph, Pool, Softmax
+from tracker.model.convert.graph import Activation, Conv, Dense, Flatten, Graph, Pool, Softmax, unique_namer
 
 OPSET = 17
+POOL_STEPS = ("crop", "pad", "scale")  # the nodes a Pool op may have besides its pooling node
+
+
+def _node_names(graph: Graph) -> dict[tuple[str, str], str]:
+    """The names of the nodes besides those of the graph's ops (named as the op): (pool op name,
+    step of POOL_STEPS) -> "<op>_<step>", (role, "output") -> "<role>_output" for an output's
+    Identity node; each unique (graph.unique_namer), as ONNX Runtime refuses a model with two
+    nodes of one name. quantize_int8 finds a float op's nodes here."""
+    unique = unique_namer(op.name for op in graph.ops)
+    names = {(op.name, step): unique(f"{op.name}_{step}")
+             for op in graph.ops if isinstance(op, Pool) for step in POOL_STEPS}
+    names.update({(role, "output"): unique(f"{role}_output") for role in graph.outputs})
+    return names
 
 
 def build_onnx(graph: Graph) -> onnx.ModelProto:
     """An ONNX ModelProto for `graph` (checked with onnx.checker)."""
     nodes: list = []
     inits: list = []
+    node_name = _node_names(graph)
 
     def const(name: str, array: np.ndarray) -> str:
         name = "const/" + name
@@ -34,7 +48,9 @@ def build_onnx(graph: Graph) -> onnx.ModelProto:
     for role, tensor in graph.outputs.items():
         role_of.setdefault(tensor, role)
     for op in graph.ops:
-        # internal names are prefixed: they never clash with data/prob/logits/embedding
+        # Internal tensors are prefixed, so never data/prob/logits/embedding: "caffe/" + the graph's
+        # tensor, and the steps this emitter adds inside an op "cropped/", "padded/" or "pooled/" +
+        # the op's output tensor (a prefix per step, not a suffix: a layer's name can end in "_cropped").
         x, y = env[op.src], role_of.get(op.dst, "caffe/" + op.dst)
         if isinstance(op, Conv):
             inputs = [x, const(op.name + "_W", op.weight.astype(np.float32))]
@@ -53,23 +69,22 @@ def build_onnx(graph: Graph) -> onnx.ModelProto:
                     "Slice", [x, const(op.name + "_crop_start", np.array([0, 0], np.int64)),
                               const(op.name + "_crop_end", np.array([h - cb, w - cr], np.int64)),
                               const(op.name + "_crop_axes", np.array([2, 3], np.int64))],
-                    ["caffe/" + op.name + "_cropped"], name=op.name + "_crop"))
-                x = "caffe/" + op.name + "_cropped"
+                    ["cropped/" + op.dst], name=node_name[op.name, "crop"]))
+                x = "cropped/" + op.dst
             top, left, bottom, right = op.pad
             if any(op.pad):
                 pads = const(op.name + "_pads", np.array([0, 0, top, left, 0, 0, bottom, right], np.int64))
-                nodes.append(helper.make_node("Pad", [x, pads], ["caffe/" + op.name + "_padded"],
-                                              name=op.name + "_pad",
+                nodes.append(helper.make_node("Pad", [x, pads], ["padded/" + op.dst], name=node_name[op.name, "pad"],
                                               mode="edge" if op.method == "max" else "constant"))
-                x = "caffe/" + op.name + "_padded"
+                x = "padded/" + op.dst
             kind = "MaxPool" if op.method == "max" else "AveragePool"
-            pooled = y if op.scale is None else "caffe/" + op.name + "_pooled"
+            pooled = y if op.scale is None else "pooled/" + op.dst
             nodes.append(helper.make_node(kind, [x], [pooled], name=op.name,
                                           kernel_shape=list(op.kernel), strides=list(op.stride)))
             if op.scale is not None:
                 nodes.append(helper.make_node(
                     "Mul", [pooled, const(op.name + "_scale", op.scale[None, None])], [y],
-                    name=op.name + "_scale"))
+                    name=node_name[op.name, "scale"]))
         elif isinstance(op, Activation):
             if op.fn == "relu" and op.slope:
                 nodes.append(helper.make_node("LeakyRelu", [x], [y], name=op.name, alpha=op.slope))
@@ -90,7 +105,7 @@ def build_onnx(graph: Graph) -> onnx.ModelProto:
     outputs = []
     for role, tensor in graph.outputs.items():
         if env[tensor] != role:
-            nodes.append(helper.make_node("Identity", [env[tensor]], [role], name=role + "_output"))
+            nodes.append(helper.make_node("Identity", [env[tensor]], [role], name=node_name[role, "output"]))
         outputs.append(helper.make_tensor_value_info(role, TensorProto.FLOAT, ["N", graph.shapes[tensor][0]]))
     c, h, w = graph.input_shape
     onnx_graph = helper.make_graph(
@@ -103,8 +118,8 @@ def build_onnx(graph: Graph) -> onnx.ModelProto:
     return model
 
 
-def quantize_int8(model: onnx.ModelProto, path, samples: np.ndarray, float_ops: tuple[str, ...] = ()) -> None:
-    """Write to `path` the static int8 quantisation of `model` (QDQ, per-channel int8 weights,
+def quantize_int8(graph: Graph, path, samples: np.ndarray, float_ops: tuple[str, ...] = ()) -> None:
+    """Write to `path` the static int8 quantisation of build_onnx(graph) (QDQ, per-channel int8 weights,
     uint8 activations), calibrated on `samples` (N, C, H, W) float32 (min/max of each activation
     over the set). Ops named in `float_ops` (graph op names; see graph.int8_float_ops) stay
     float32 -- sessions must then be created without ONNX Runtime's QDQPropagationTransformer,
@@ -123,7 +138,9 @@ def quantize_int8(model: onnx.ModelProto, path, samples: np.ndarray, float_ops: 
             x = next(self._items, None)
             return None if x is None else {"data": x}
 
-    keep = {f"{name}{suffix}" for name in float_ops for suffix in ("", "_crop", "_pad", "_scale")}
+    model = build_onnx(graph)
+    step_names = _node_names(graph)
+    keep = set(float_ops) | {step_names[name, step] for name in float_ops for step in POOL_STEPS if (name, step) in step_names}
     exclude = [n.name for n in model.graph.node if n.name in keep]
     with tempfile.TemporaryDirectory() as tmp:
         fp32 = Path(tmp) / "fp32.onnx"
