@@ -1139,8 +1139,10 @@ def test_bad_forward_arguments(lenet, mode):
         net.forward(np.zeros((2, 1, 28, 27), np.float32), ["prob"])
     with pytest.raises(InputError, match=r"found \(0, 1, 28, 28\)"):
         net.forward(good[:0], ["prob"])
-    with pytest.raises(InputError, match=r"expected dtype float32; found int32"):
+    with pytest.raises(InputError, match=r"expected dtype float32 or float64 \(this net computes in float32\); found int32"):
         net.forward(good.astype(np.int32), ["prob"])
+    with pytest.raises(InputError, match=r"expected dtype float32 or float64 \(this net computes in float64\); found float16"):
+        Net(netdef, np.float64, mode).forward(good.astype(np.float16), ["prob"])
     with pytest.raises(InputError, match=r"found list"):
         net.forward(good.tolist(), ["prob"])
     with pytest.raises(InputError, match=r"no blob named 'relu1'; blobs are data, conv1, pool1"):

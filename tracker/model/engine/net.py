@@ -137,7 +137,8 @@ class Net:
     # ---------------------------------------------------------------- forward
 
     def forward(self, x: np.ndarray, outputs: Sequence[str]) -> dict[str, np.ndarray]:
-        """Run the net on x (N, *input_shape[1:]), N >= 1; return {name: blob copy} for `outputs`.
+        """Run the net on x (N, *input_shape[1:]), N >= 1, float32 or float64 (computed in the Net's
+        dtype); return {name: blob copy} for `outputs`.
 
         Raises InputError for an input of the wrong shape or dtype, or an unknown blob name.
         """
@@ -163,7 +164,8 @@ class Net:
         if x.ndim != len(self.input_shape) or x.shape[1:] != self.input_shape[1:] or x.shape[0] < 1:
             raise InputError(f"input {self.input_name!r}: expected shape {want} with N >= 1; found {x.shape}")
         if x.dtype not in (np.float32, np.float64):
-            raise InputError(f"input {self.input_name!r}: expected dtype float32; found {x.dtype}")
+            raise InputError(f"input {self.input_name!r}: expected dtype float32 or float64 (this net "
+                             f"computes in {self.dtype}); found {x.dtype}")
         return x
 
     def _result_arrays(self, n: int, names: list[str]) -> dict[str, np.ndarray]:
