@@ -3,8 +3,9 @@
 Every function reproduces the forward pass of the BVLC Caffe layer of the same name, including
 its rounding and edge rules, for any float dtype (the engine runs float32; float64 is the
 reference). Arrays are NCHW-shaped (N, C, H, W) but may have any strides: the engine's
-"dl" mode keeps convolution outputs in (C, N, H, W) memory and hands layers the transposed
-NCHW-shaped view, so nothing here assumes C-contiguity unless it says so.
+"dl" mode keeps a convolution's output in (C, N, H, W) memory (channel-major) or in (N, H, W, C)
+memory (pixel-major) and hands layers its NCHW-shaped transposed view, so nothing here assumes
+C-contiguity unless it says so.
 
 Functions that take `out=` write their result there (it may alias the input: Caffe's in-place
 layers) and return it; with `out=None` they allocate. Geometry helpers are pure integer maths.
@@ -28,17 +29,6 @@ LRN_ACROSS_CHANNELS, LRN_WITHIN_CHANNEL = 0, 1
 # --------------------------------------------------------------------------------------------
 # Geometry
 # --------------------------------------------------------------------------------------------
-
-
-def pool_out_size(size: int, kernel: int, pad: int, stride: int) -> int:
-    """Caffe's (ceil-mode) pooling output extent along one axis of a square-padded window:
-    ceil((size + 2*pad - kernel) / stride) + 1, minus one if padding makes the last window start
-    beyond image + pad. (Layers get their geometry from `shapes.pool_geometry`, which also
-    handles unequal pads and FLOOR rounding; this is for the pooling inside LRN WITHIN_CHANNEL.)"""
-    out = -(-(size + 2 * pad - kernel) // stride) + 1
-    if pad and (out - 1) * stride >= size + pad:
-        out -= 1
-    return out
 
 
 def ave_pool_divisors(size: int, kernel: int, pad: int, stride: int, out: int) -> np.ndarray:
@@ -144,7 +134,9 @@ def pool2d(
     out: np.ndarray | None = None,
     scratch: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Caffe MAX or AVE pooling of x (..., H, W) to (..., OH, OW) with OH, OW from `pool_out_size`.
+    """Caffe MAX or AVE pooling of x (..., H, W) to (..., OH, OW) = out_hw, which the caller takes
+    from `shapes.pool_geometry` (Caffe's output size: its rounding mode, its clipping of a last
+    window that would start in the padding).
 
     MAX: padded cells never win (Caffe clips the window to the image). AVE: the window sum over
     image cells divided by `ave_pool_divisors` (padding inside the padded image counts). Computed

@@ -9,8 +9,12 @@ the caffemodel checks agree by construction.
 
 Two execution modes exist for the layers whose algorithm differs:
 - "caffe": Caffe's algorithm. Convolution runs per image: im2col of one image into one reused
-  column buffer, then one GEMM per group, (O/g, C/g*kh*kw) @ (C/g*kh*kw, OH*OW), then the bias.
-  1x1 stride-1 unpadded convolutions skip im2col as Caffe does.
+  column buffer, then one GEMM per group, (O/g, C/g*kh*kw) @ (C/g*kh*kw, OH*OW). With a bias it
+  is (O/g, C/g*kh*kw + 1) @ (C/g*kh*kw + 1, OH*OW): a row of ones below each group's columns and
+  the bias as the last column of its weights, so that the one GEMM adds the bias too (Caffe runs
+  a second GEMM for it; `Convolution._run_caffe`). 1x1 stride-1 unpadded convolutions skip
+  im2col as Caffe does, reading the image itself as their columns, and add the bias after the
+  GEMM.
 - "dl": the same arithmetic per image in bands of output rows, each an im2col and a GEMM whose
   result IS that band of the output blob (handed on as an NCHW-shaped view of its memory, so no
   transpose is ever copied), with the bias and a following in-place ReLU applied in place on the

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tracker.errors import ModelError
+from tracker.model.layers import ave_pool_divisors
 from tracker.model.shapes import canonical_axis, conv_geometry, infer_layer_shapes, pool_geometry
 
 # The layer types the converters lower: a subset of the one table (`shapes.LAYER_TYPES`), those
@@ -142,16 +143,15 @@ class Graph:
 
 
 def _pool_axis(size: int, k: int, s: int, p: int, out: int, layer: str) -> tuple[int, int, np.ndarray]:
-    """(crop_after, pad_after, divisor per output position) along one axis, as Caffe pools."""
+    """(crop_after, pad_after, divisor per output position: layers.ave_pool_divisors) along one
+    axis, as Caffe pools."""
     last_start = (out - 1) * s - p
     if last_start >= size:  # only when stride > kernel: Caffe would emit -FLT_MAX / 0 there
         raise ModelError(f"layer {layer!r} (Pooling): its last window starts past the input "
                          f"(size {size}, kernel {k}, stride {s}, pad {p}); the converters do not "
                          f"reproduce Caffe's output for empty windows")
     after = (out - 1) * s + k - size - p
-    starts = np.arange(out) * s - p
-    divisor = np.minimum(starts + k, size + p) - starts
-    return max(0, -after), max(0, after), divisor
+    return max(0, -after), max(0, after), ave_pool_divisors(size, k, p, s, out)
 
 
 def _axis(layer, axis: int, bottom: tuple[int, ...]) -> int:

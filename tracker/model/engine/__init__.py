@@ -12,7 +12,9 @@ Two execution modes, same results (within float rounding):
 
 "caffe" -- Caffe's own CPU algorithm. Blobs are whole-batch NCHW arrays. Convolution loops over
     the images: im2col of one image into a column buffer reused for every image, then one sgemm
-    per group through numpy's OpenBLAS, then the bias; ReLU is its own pass;
+    per group through numpy's OpenBLAS, which also adds the bias (a row of ones in the column
+    buffer; a 1x1 convolution, whose columns are the image itself, adds it after the sgemm);
+    ReLU is its own pass;
     InnerProduct is one GEMM over the batch; pooling is Caffe's ceil-mode pooling. OpenBLAS runs
     with `threads` threads, as Caffe linked to OpenBLAS does. The blobs live in the workspace
     below, planned for the whole batch (a blob's memory is reused once no later layer reads it,
