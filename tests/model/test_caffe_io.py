@@ -282,6 +282,48 @@ def test_test_phase_rules_drop_train_layers(tmp_path):
         load_net(path, None)
 
 
+@pytest.mark.parametrize("window_data, softmax", [
+    ('layer { name: "data" type: "WindowData"', 'layer { name: "prob" type: "Softmax"'),
+    ('layers { name: "data" type: WINDOW_DATA', 'layers { name: "prob" type: SOFTMAX'),
+], ids=["current", "V1"])
+def test_an_rcnn_train_val_prototxt_loads_without_its_train_window_data(tmp_path, window_data, softmax):
+    """R-CNN's fine-tuning net: its TRAIN-only WindowData layer would be dropped, but the prototxt
+    did not parse (no window_data_param in the schema)."""
+    path = tmp_path / "rcnn.prototxt"
+    path.write_text(f"""
+        name: "rcnn_finetune"
+        input: "data" input_shape {{ dim: 1 dim: 3 dim: 8 dim: 8 }}
+        {window_data} top: "data" top: "label" include {{ phase: TRAIN }}
+          window_data_param {{ source: "window_file_train.txt" batch_size: 128 fg_threshold: 0.5
+                              bg_threshold: 0.5 fg_fraction: 0.25 context_pad: 16 crop_mode: "warp" }} }}
+        {softmax} bottom: "data" top: "prob" }}
+    """)
+    net = load_net(path, None)
+    assert net.inputs == {"data": (1, 3, 8, 8)} and [layer.name for layer in net.layers] == ["prob"]
+    window = read_prototxt(path).layer[0].window_data_param  # upgraded from V1 alike
+    assert (window.batch_size, window.context_pad, window.crop_mode, window.root_folder) == (128, 16, "warp", "")
+
+
+def test_the_fields_of_window_data_and_recurrent_layers_are_caffes():
+    """Field numbers, types and defaults as in BVLC's caffe.proto: a caffemodel's layers carry them."""
+    fields = caffe_pb.LayerParameter.DESCRIPTOR.fields_by_name
+    assert (fields["window_data_param"].number, fields["recurrent_param"].number) == (129, 146)
+    assert caffe_pb.V1LayerParameter.DESCRIPTOR.fields_by_name["window_data_param"].number == 20
+    window = caffe_pb.WindowDataParameter()
+    assert (window.scale, window.fg_threshold, window.bg_threshold, window.fg_fraction) == (1.0, 0.5, 0.5, 0.25)
+    assert (window.crop_size, window.mirror, window.context_pad, window.cache_images) == (0, False, 0, False)
+    assert {f.name: f.number for f in window.DESCRIPTOR.fields} == {
+        "source": 1, "scale": 2, "mean_file": 3, "batch_size": 4, "crop_size": 5, "mirror": 6,
+        "fg_threshold": 7, "bg_threshold": 8, "fg_fraction": 9, "context_pad": 10, "crop_mode": 11,
+        "cache_images": 12, "root_folder": 13}
+    recurrent = text_format.Parse("num_output: 8 weight_filler { type: 'uniform' } expose_hidden: true",
+                                  caffe_pb.RecurrentParameter())
+    assert (recurrent.num_output, recurrent.weight_filler.type, recurrent.bias_filler.type) == (8, "uniform", "constant")
+    assert (recurrent.debug_info, recurrent.expose_hidden) == (False, True)
+    assert {f.name: f.number for f in recurrent.DESCRIPTOR.fields} == {
+        "num_output": 1, "weight_filler": 2, "bias_filler": 3, "debug_info": 4, "expose_hidden": 5}
+
+
 # ------------------------------------------------------------------ shapes vs OpenCV's importer
 
 _SHAPE_NET = """
