@@ -254,7 +254,7 @@ def test_a_list_naming_missing_photos_and_an_unusable_pairs_file(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["out is a folder", "work is a file", "teacher is a .npy", "teacher is cut short",
-                                  "teacher has a NaN", "teachers of two lengths", "an earlier run in work",
+                                  "teacher has a NaN", "teacher paths are one string", "teachers of two lengths", "an earlier run in work",
                                   "resume without a checkpoint", "a trial over trained weights",
                                   "a resumed trial over trained weights", "a teacher too short", "two sets of one name"])
 def test_mistakes_in_the_outputs_and_teachers_fail_before_any_photo_is_cut(tmp_path, case):
@@ -280,6 +280,9 @@ def test_mistakes_in_the_outputs_and_teachers_fail_before_any_photo_is_cut(tmp_p
     elif case == "teacher has a NaN":
         np.savez(tmp_path / "t.npz", paths=np.array(["a/a_0001.jpg"]), descriptor=np.full((1, 128), np.nan, np.float32))
         args["--teacher"], expected = str(tmp_path / "t.npz"), "1 descriptors with a NaN or an infinity; expected finite"
+    elif case == "teacher paths are one string":  # a 0-d array: len() of it was a TypeError's traceback
+        np.savez(tmp_path / "t.npz", paths=np.array("a/a_0001.jpg"), descriptor=np.ones((1, 128), np.float32))
+        args["--teacher"], expected = str(tmp_path / "t.npz"), "paths of shape () and descriptors of shape (1, 128); expected"
     elif case == "teachers of two lengths":
         np.savez(tmp_path / "t.npz", paths=np.array(["a/a_0001.jpg"]), descriptor=np.ones((1, 512), np.float32))
         expected = "--teacher files with descriptors of 128 and 512 values; expected one length in all"

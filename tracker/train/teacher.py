@@ -30,9 +30,9 @@ def read_teacher(path: Path) -> dict[str, np.ndarray]:
     except NPZ_UNREADABLE as err:
         raise InputError(f"train: teacher file {str(path)!r}: unreadable ({err}); expected an .npz with "
                          "'paths' and 'descriptor' arrays") from None
-    if descriptors.ndim != 2 or len(paths) != len(descriptors):
-        raise InputError(f"train: teacher file {str(path)!r}: {len(paths)} paths and descriptors of shape "
-                         f"{descriptors.shape}; expected one (D,) descriptor per path")
+    if paths.ndim != 1 or descriptors.ndim != 2 or len(paths) != len(descriptors):  # (a 0-d 'paths' has no len)
+        raise InputError(f"train: teacher file {str(path)!r}: paths of shape {paths.shape} and descriptors of shape "
+                         f"{descriptors.shape}; expected (N,) paths and (N, D) descriptors, one per path")
     if not np.isfinite(descriptors).all():
         raise InputError(f"train: teacher file {str(path)!r}: {int((~np.isfinite(descriptors)).any(axis=1).sum())} "
                          "descriptors with a NaN or an infinity; expected finite numbers")
