@@ -368,7 +368,7 @@ def test_log_paths_that_the_guard_cannot_open_are_exit_2_for_check_config_and_gu
     assert_one_line(main(["--config", str(path)]), capsys.readouterr().err, f"key {key!r}", fragment)
 
 
-def _without_root_overrides(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def without_root_overrides(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     """`tracker *args` with no power over file modes: as root, setpriv (util-linux) takes away the
     capabilities that override them, so a folder's mode refuses it as it refuses the guard's user."""
     drop = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--inh-caps", "-all", "--"]
@@ -382,7 +382,7 @@ def _refused_by_check_config_and_guard(tmp_path, yaml_text: str, said: str) -> N
     config = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\nsource:\n  realtime: false\n  frames: 3\n"
                    + yaml_text)
     for command in (["--check-config"], []):
-        run = _without_root_overrides(tmp_path, *command, "--config", str(config))
+        run = without_root_overrides(tmp_path, *command, "--config", str(config))
         assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
         assert said in run.stderr, run.stderr
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_hardening import without_root_overrides
 from test_pipeline_e2e import isolated_env, tracker_command
 from tmpfs import tmpfs
 
@@ -224,6 +225,28 @@ def test_data_without_faces_is_one_line_and_exit_2(tmp_path, testdata):
     assert last_line(proc).startswith("tracker: error: train: 0 usable photos"), proc.stderr
     assert last_line(proc).endswith("expected at least one batch of 128: give more --data"), proc.stderr
     assert "2 left out" in proc.stderr and not (tmp_path / "x.caffemodel").exists()
+
+
+def test_a_data_set_or_person_folder_that_cannot_be_read_is_one_line_before_any_photo_is_cut(tmp_path):
+    """A person's folder the user cannot list was a PermissionError's traceback (exit 1)."""
+    need_lfw()
+    people = tmp_path / "people"
+    (people / "Ann").mkdir(parents=True)
+    (people / "Ann" / "Ann_0001.jpg").symlink_to(next((LFW / "images" / "AJ_Cook").iterdir()))
+    (people / "Bob").mkdir()
+    pairs = small_pairs(tmp_path / "pairs.txt")
+    for locked, said in ((people / "Bob", f"folder {str(people / 'Bob')!r}: cannot read it (Permission denied)"),
+                         (people, f"data set {str(people)!r}: cannot read it (Permission denied)")):
+        locked.chmod(0)
+        try:
+            proc = without_root_overrides(tmp_path, "train", "--data", str(people), "--out", str(tmp_path / "x.caffemodel"),
+                                          "--work", str(tmp_path / "work"), "--pairs", str(pairs),
+                                          "--pairs-images", str(LFW / "images"))
+        finally:
+            locked.chmod(0o755)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert last_line(proc).startswith(f"tracker: error: train: {said}; expected a folder"), proc.stderr
+        assert not list(tmp_path.rglob("crops-*.npz"))
 
 
 def test_a_list_naming_missing_photos_and_an_unusable_pairs_file(tmp_path):

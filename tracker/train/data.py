@@ -28,7 +28,7 @@ import numpy as np
 
 from tracker.crops import CROP_SIZE, crop_definition, face_pixels
 from tracker.detect import FaceDetector
-from tracker.enroll import central_face
+from tracker.enroll import central_face, image_files
 from tracker.errors import InputError
 from tracker.files import NPZ_UNREADABLE, atomic_write, load_npz
 from tracker.images import IMAGE_SUFFIXES, read_image
@@ -52,12 +52,16 @@ def namespace(source: Path) -> str:
 
 
 def _folder_samples(root: Path) -> list[Sample]:
-    samples, name = [], namespace(root)
-    for person in sorted(p for p in root.iterdir() if p.is_dir()):
-        for image in sorted(person.iterdir()):
-            if image.suffix.lower() in IMAGE_SUFFIXES:
-                samples.append(Sample(image, f"{name}:{person.name}"))
-    return samples
+    """The photos of each `<person>/` folder of `root`, listed as `tracker enroll` lists a folder
+    (`image_files`: by suffix, sorted; a folder named like a photo is none); InputError for a
+    folder, `root` or a person's, that cannot be read."""
+    name = namespace(root)
+    try:
+        persons = sorted(p for p in root.iterdir() if p.is_dir())
+    except OSError as err:
+        raise InputError(f"train: data set {str(root)!r}: cannot read it ({err.strerror or err}); expected a folder "
+                         "of <person>/<image> files this user can read") from None
+    return [Sample(image, f"{name}:{person.name}") for person in persons for image in image_files([person], "train")]
 
 
 def _list_samples(list_file: Path) -> list[Sample]:
