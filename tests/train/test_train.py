@@ -191,6 +191,26 @@ def test_resume_continues_the_same_run_and_refuses_another(trained, tmp_path):
     assert crops.returncode == 2 and "of another run" in last_line(crops), crops.stderr[-2000:]
 
 
+def test_resume_refuses_a_teacher_file_rewritten_in_place(tmp_path):
+    """The checkpoint knew its teacher files by path only: one whose descriptors changed (here, moved
+    to other photos) was resumed as the same run, towards other targets."""
+    from tracker.errors import InputError
+    from tracker.train.command import train_command
+
+    need_lfw()
+    teacher = tmp_path / "teacher.npz"
+    with np.load(LFW / "dlib_descriptors.npz") as shared:
+        paths, descriptors = shared["paths"], shared["descriptor"]
+    np.savez(teacher, paths=paths, descriptor=descriptors)
+    argv = ["--data", str(LFW / "images"), "--limit", str(PHOTOS), "--teacher", str(teacher), "--batch", "16",
+            "--steps", "1", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "x.caffemodel"),
+            "--pairs", str(small_pairs(tmp_path / "pairs.txt")), "--pairs-images", str(LFW / "images")]
+    assert train_command(argv) == 0
+    np.savez(teacher, paths=paths, descriptor=np.roll(descriptors, 1, axis=0))
+    with pytest.raises(InputError, match=r"^train: --resume: checkpoint .* is of another run \(other data, teacher "):
+        train_command([*argv, "--resume"])
+
+
 def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tmp_path):
     need_lfw()
     pairs = small_pairs(tmp_path / "pairs.txt")

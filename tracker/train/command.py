@@ -14,9 +14,9 @@ What it does, in order (scripts/train-face-cnn is the command that made the ship
    over photos with a target + CE_WEIGHT * cross-entropy (label smoothing 0.1) of fc2 over photos
    with a class. Seeds are fixed (numpy and torch); the progress bar shows loss and images/s.
    A checkpoint (`<work>/checkpoint.pt`) is written atomically after every epoch; `--resume`
-   continues from it if it belongs to the same run (same data, classes and settings); without
-   --resume a checkpoint in --work is refused, not written over; Ctrl-C (or SIGTERM) stops with
-   the last checkpoint intact, here and in step 5. A loss that is not finite (a --lr too large)
+   continues from it if it belongs to the same run (same data, teacher targets, classes and
+   settings); without --resume a checkpoint in --work is refused, not written over; Ctrl-C (or
+   SIGTERM) stops with the last checkpoint intact, here and in step 5. A loss that is not finite (a --lr too large)
    stops the run before its weights are saved.
 5. Exports the caffemodel with BatchNorm folded (`tracker.train.net.export_netdef`) to a staged file
    beside --out, runs it through the project's Caffe engine and checks it matches the torch net,
@@ -142,13 +142,16 @@ def choose_classes(identities: list[str], count: int) -> list[str]:
     return sorted(counts, key=lambda name: (-counts[name], name))[:count]
 
 
-def _fingerprint(args, samples, classes, prototxt: Path, crops: str) -> str:
+def _fingerprint(args, samples, classes, prototxt: Path, crops: str, targets: np.ndarray, labels: np.ndarray) -> str:
     """What a resumed run must share with the checkpoint's: the data, teachers and photos (absolute
-    paths, so a run resumed from another folder is the same run), classes, settings, prototxt and
-    `crops` (`data.definition_key`: a detector changed since would train on other crops)."""
+    paths, so a run resumed from another folder is the same run), classes, settings, prototxt,
+    `crops` (`data.definition_key`: a detector changed since would train on other crops) and what
+    the loss is computed against, by content: the photos' teacher targets (N, width) float32 and
+    classes (N,) int64 (a teacher file rewritten at the same path gives other targets)."""
     facts = {"data": [str(p.absolute()) for p in args.data], "teacher": [str(p.absolute()) for p in args.teacher],
              "photos": [str(s.path.absolute()) for s in samples], "classes": classes, "epochs": args.epochs,
-             "crops": crops,
+             "crops": crops, "targets": hashlib.sha256(np.ascontiguousarray(targets).data).hexdigest(),
+             "labels": hashlib.sha256(np.ascontiguousarray(labels).data).hexdigest(),
              "batch": args.batch, "lr": args.lr, "seed": args.seed, "limit": args.limit,
              "prototxt": hashlib.sha256(Path(prototxt).read_bytes()).hexdigest()}
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
@@ -416,7 +419,7 @@ def _train(args: argparse.Namespace) -> int:
     # weights_only mode (which runs no code from the file) takes without an allowance
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup) * 0.5 * (
         1.0 + math.cos(math.pi * min(step, total_steps) / total_steps)))
-    fingerprint = _fingerprint(args, samples, classes, prototxt, crops_key)
+    fingerprint = _fingerprint(args, samples, classes, prototxt, crops_key, targets, labels)
     epoch, step, minutes_before = 0, 0, 0.0  # minutes: time spent training, over every resumed run
     losses: list[float] = []  # per step, over every resumed run (13 kB for the shipped run)
     if args.resume:
@@ -435,7 +438,7 @@ def _train(args: argparse.Namespace) -> int:
                              "written by tracker train")
         if state["fingerprint"] != fingerprint:
             raise InputError(f"train: --resume: checkpoint {str(checkpoint)!r} is of another run (other data, "
-                             "classes or settings); expected the same arguments, or start afresh without --resume")
+                             "teacher targets, classes or settings); expected the same arguments, or start afresh without --resume")
         net.load_state_dict(state["net"])
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["schedule"])
