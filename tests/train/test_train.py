@@ -211,6 +211,27 @@ def test_resume_refuses_a_teacher_file_rewritten_in_place(tmp_path):
         train_command([*argv, "--resume"])
 
 
+def test_resume_takes_the_same_files_named_another_way_for_the_same_run(tmp_path, monkeypatch, capsys):
+    """The checkpoint knew its data and teacher by absolute path, `..` and links kept: the same files
+    named from another folder, through `..` or a link, were refused as another run."""
+    from tracker.train.command import train_command
+
+    need_lfw()
+    pairs = small_pairs(tmp_path / "pairs.txt")
+    common = ["--limit", str(PHOTOS), "--batch", "16", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "x.caffemodel"),
+              "--pairs", str(pairs), "--pairs-images", str(LFW / "images")]
+    assert train_command(["--data", str(LFW / "images"), "--teacher", str(LFW / "dlib_descriptors.npz"), "--steps", "1",
+                          *common]) == 0
+    (tmp_path / "sets").symlink_to(LFW.parent)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    capsys.readouterr()
+    assert train_command(["--data", "../sets/lfw-devtrain/images", "--teacher", "../sets/lfw-devtrain/../lfw-devtrain/"
+                          "dlib_descriptors.npz", "--steps", "2", "--resume", *common]) == 0
+    assert "train: resumed from" in capsys.readouterr().err
+    assert read_card(tmp_path / "x.caffemodel", file_sha256(tmp_path / "x.caffemodel"))["training"]["steps"] == 2
+
+
 def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tmp_path):
     need_lfw()
     pairs = small_pairs(tmp_path / "pairs.txt")

@@ -143,13 +143,14 @@ def choose_classes(identities: list[str], count: int) -> list[str]:
 
 
 def _fingerprint(args, samples, classes, prototxt: Path, crops: str, targets: np.ndarray, labels: np.ndarray) -> str:
-    """What a resumed run must share with the checkpoint's: the data, teachers and photos (absolute
-    paths, so a run resumed from another folder is the same run), classes, settings, prototxt,
+    """What a resumed run must share with the checkpoint's: the data, teachers and photos (resolved
+    paths, as `data.source_key` takes them: a run resumed from another folder, or naming them
+    through `..` or a link, is the same run), classes, settings, prototxt,
     `crops` (`data.definition_key`: a detector changed since would train on other crops) and what
     the loss is computed against, by content: the photos' teacher targets (N, width) float32 and
     classes (N,) int64 (a teacher file rewritten at the same path gives other targets)."""
-    facts = {"data": [str(p.absolute()) for p in args.data], "teacher": [str(p.absolute()) for p in args.teacher],
-             "photos": [str(s.path.absolute()) for s in samples], "classes": classes, "epochs": args.epochs,
+    facts = {"data": [str(p.resolve()) for p in args.data], "teacher": [str(p.resolve()) for p in args.teacher],
+             "photos": [str(s.path.resolve()) for s in samples], "classes": classes, "epochs": args.epochs,
              "crops": crops, "targets": hashlib.sha256(np.ascontiguousarray(targets).data).hexdigest(),
              "labels": hashlib.sha256(np.ascontiguousarray(labels).data).hexdigest(),
              "batch": args.batch, "lr": args.lr, "seed": args.seed, "limit": args.limit,
