@@ -223,6 +223,25 @@ def test_an_empty_config_option_is_refused_as_empty(capsys, command):
     assert_one_line(main([*command, "--config", ""]), capsys.readouterr().err, "argument --config: bad value ''; expected a YAML config file")
 
 
+@pytest.mark.parametrize("command, option", [
+    *[(["train"], option) for option in ("--data", "--teacher", "--pairs", "--pairs-images", "--out", "--work")],
+    *[(["eval-faces"], option) for option in ("--pairs", "--images", "--folder", "--json", "--backend")],
+    (["enroll", "alice"], "images"), (["identify"], "images"),
+    *[(["eval-mot"], option) for option in ("detections", "--tracks", "--gt", "--out")],
+    *[(["convert", "--to", "onnx"], option) for option in ("--prototxt", "--weights", "--calibration", "--cache-dir", "--out")],
+    (["--benchmark"], "--out"),
+])
+def test_an_empty_path_is_refused_as_empty_before_any_work(tmp_path, monkeypatch, capsys, command, option):
+    """An empty path became Path("."), the working directory: `train --work ""` wrote its checkpoint
+    there, `eval-faces --folder ""` and `identify ""` read it, `convert --cache-dir ""` and
+    `--benchmark --out ""` wrote into it, the others named '.' in their error; `eval-faces --backend ""`
+    ran the config's backend."""
+    monkeypatch.chdir(tmp_path)
+    argv = [*command, option, ""] if option.startswith("--") else [*command, ""]  # (a positional: its name)
+    assert_one_line(main(argv), capsys.readouterr().err, f"argument {option}: bad value ''; expected ")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_demo_help_says_that_the_configs_broker_still_gets_its_events():
     """It said "(no camera, no broker)": the demo publishes to the config's broker (README)."""
     from tracker.cli import _main_parser

@@ -88,10 +88,20 @@ CONFIG_DEFAULT = ("default: the package's own tracker.yaml, with the demo's sett
                   "directory; tracker --check-config names its path")
 
 
-def config_path(text: str) -> Path:
-    """argparse type of every command's --config: a Path from text that is not blank (`--config ""`
-    became Path("."), the working directory, and the error named '.')."""
-    return Path(words("a YAML config file")(text))
+def path_to(what: str):
+    """argparse type factory of every option naming a file or folder: a Path from text that is not
+    blank; `what` says what is expected ("a caffemodel file to write"). An empty value became
+    Path("."), the working directory: read, listed or written into as if the user had named it
+    (`tracker train --work ""` put its checkpoint there), or named '.' in an error."""
+    not_blank = words(what)
+
+    def parse(text: str) -> Path:
+        return Path(not_blank(text))
+
+    return parse
+
+
+config_path = path_to("a YAML config file")  # argparse type of every command's --config
 
 
 def comma_names(text: str, valid: Sequence[str], option: str, noun: str) -> tuple[list[str], bool]:

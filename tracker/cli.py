@@ -29,7 +29,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path, float_between, int_between, positive_int, words
+from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path, float_between, int_between, path_to, positive_int, words
 from tracker.blas_idle import bound_idle_spin
 from tracker.errors import EXIT_UNEXPECTED, InputError, TrackerError
 from tracker.images import set_opencv_environment
@@ -95,7 +95,7 @@ def _main_parser() -> ArgumentParser:
     # an hour a cell at most: a warm-up's passes report progress, so --timeout never ended one of 1e300 s
     p.add_argument("--warmup", type=float_between(0, 3600, what="a number of seconds"), metavar="S",
                    help="benchmark: untimed passes for this many seconds before each cell's timed ones, at least one (default 1)")
-    p.add_argument("--out", type=Path, help="benchmark: output directory (default bench-out)")
+    p.add_argument("--out", type=path_to("a folder for the benchmark's results"), help="benchmark: output directory (default bench-out)")
     p.add_argument("--timeout", type=int_between(1, 86_400), help="benchmark: kill a cell after this many seconds without progress (default 600)")
     p.add_argument("--memory-limit", type=int_between(1, 1 << 20), metavar="MB",
                    help="benchmark: memory limit of each cell's processes (a memory cgroup; address space where none can be made), "

@@ -212,20 +212,20 @@ def _print_table(report: dict) -> None:
 
 
 def eval_faces_command(argv: list[str]) -> int:
-    from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path, positive_int
+    from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path, path_to, positive_int, words
     from tracker.config import load_config
     from tracker.detect import create_detector
     from tracker.identity import chosen_embedding, identity_threshold
 
     p = ArgumentParser(prog="tracker eval-faces", description="Measure the face CNN on face pairs or a folder of people.")
-    p.add_argument("--pairs", type=Path, help="LFW-format pairs file (with --images)")
-    p.add_argument("--images", type=Path, help="folder of <name>/<name>_NNNN.jpg for --pairs")
-    p.add_argument("--folder", type=Path, help="folder of <person>/<image> for identification")
+    p.add_argument("--pairs", type=path_to("an LFW-format pairs file"), help="LFW-format pairs file (with --images)")
+    p.add_argument("--images", type=path_to("the pairs file's image folder"), help="folder of <name>/<name>_NNNN.jpg for --pairs")
+    p.add_argument("--folder", type=path_to("a folder of <person>/<image>"), help="folder of <person>/<image> for identification")
     p.add_argument("--enroll", type=positive_int, help="--folder: images enrolled per person (default 5)")
     p.add_argument("--chips", action="store_true", help="--folder: each image is a tight face chip")
-    p.add_argument("--json", type=Path, help="write the figures to this JSON file")
+    p.add_argument("--json", type=path_to("a JSON file to write"), help="write the figures to this JSON file")
     p.add_argument("--config", type=config_path, help=f"YAML config: detector, model, backend ({CONFIG_DEFAULT})")
-    p.add_argument("--backend", help="backend name (default: the config's)")
+    p.add_argument("--backend", type=words("a backend name"), help="backend name (default: the config's)")
     p.add_argument("--precision", choices=("fp32", "int8"), help="model precision (default: the config's)")
     args = p.parse_args(argv)
     if (args.pairs is None) == (args.folder is None):

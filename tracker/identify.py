@@ -92,13 +92,13 @@ def _text_lines(records: list[dict]) -> list[str]:
 
 
 def identify_command(argv: list[str]) -> int:
-    from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path
+    from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path, path_to
     from tracker.config import load_config
     from tracker.detect import create_detector
     from tracker.identity import chosen_embedding, embeddings_key, identity_threshold
 
     p = ArgumentParser(prog="tracker identify", description="Say who each face in the images is, as the guard would.")
-    p.add_argument("images", nargs="+", type=Path, help="image files or folders of images")
+    p.add_argument("images", nargs="+", type=path_to("an image file or a folder of images"), help="image files or folders of images")
     p.add_argument("--aligned", action="store_true", help="each image is a tight face chip (as tracker enroll --aligned)")
     p.add_argument("--json", action="store_true", help="print one JSON document (see the module docstring)")
     p.add_argument("--config", type=config_path, help=f"YAML config ({CONFIG_DEFAULT})")

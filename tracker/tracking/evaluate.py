@@ -33,7 +33,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path, float_between, int_between
+from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path, float_between, int_between, path_to
 from tracker.errors import InputError
 from tracker.tracking.metrics import MotMetrics, evaluate
 from tracker.tracking.mot import MotTable, format_rows, read_mot, refuse_overwriting, write_mot
@@ -93,10 +93,12 @@ TRACKER_OPTIONS = ("min_hits", "max_age", "iou_threshold", "high_score")
 
 def _parser() -> ArgumentParser:
     p = ArgumentParser(prog="tracker eval-mot", description="Run the tracker on MOTChallenge detections; score against ground truth.")
-    p.add_argument("detections", type=Path, nargs="?", help="MOTChallenge detection file: frame,-1,x,y,w,h,score,...")
-    p.add_argument("--tracks", type=Path, help="score this MOTChallenge tracks file (another tracker's output) instead of tracking")
-    p.add_argument("--gt", type=Path, help="MOTChallenge ground truth; prints CLEAR-MOT and IDF1")
-    p.add_argument("--out", type=Path, help="write the tracks here (MOTChallenge format)")
+    p.add_argument("detections", type=path_to("a MOTChallenge detection file"), nargs="?",
+                   help="MOTChallenge detection file: frame,-1,x,y,w,h,score,...")
+    p.add_argument("--tracks", type=path_to("a MOTChallenge tracks file"),
+                   help="score this MOTChallenge tracks file (another tracker's output) instead of tracking")
+    p.add_argument("--gt", type=path_to("a MOTChallenge ground-truth file"), help="MOTChallenge ground truth; prints CLEAR-MOT and IDF1")
+    p.add_argument("--out", type=path_to("a tracks file to write"), help="write the tracks here (MOTChallenge format)")
     p.add_argument("--config", type=config_path, help=f"YAML config whose tracking section gives the defaults ({CONFIG_DEFAULT})")
     p.add_argument("--min-hits", type=int_between(1, 100), help="default: the config's tracking.min_hits")
     p.add_argument("--max-age", type=int_between(1, 1000), help="default: the config's tracking.max_age")

@@ -73,21 +73,22 @@ MAX_THREADS = 1024  # torch.set_num_threads overflows past a C int; more threads
 
 
 def _parser():
-    from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path, int_between, positive_float, positive_int
+    from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path, int_between, path_to, positive_float, positive_int
 
     p = ArgumentParser(prog="tracker train", description="Train the face CNN on face photographs and write a caffemodel.")
-    p.add_argument("--data", type=Path, action="append",
+    p.add_argument("--data", type=path_to("a data set folder or list file"), action="append",
                    help="a data set: a folder of <person>/<image> or a list file of 'image identity' lines "
                         "(repeatable; default: the shared data's LFW training people and CelebA 10k)")
-    p.add_argument("--teacher", type=Path, action="append",
+    p.add_argument("--teacher", type=path_to("a teacher .npz file"), action="append",
                    help="an .npz of teacher descriptors ('paths' relative to a data set folder, 'descriptor') "
                         "to distil onto fc1 (repeatable; default: dlib's descriptors of the LFW set)")
-    p.add_argument("--pairs", type=Path, help="LFW-format pairs file to set the identity threshold on "
-                                               "(default: the LFW set's pairsDevTrain.txt)")
-    p.add_argument("--pairs-images", type=Path, help="the pairs file's image folder (default: the LFW set's)")
-    p.add_argument("--out", type=Path, required=True,
+    p.add_argument("--pairs", type=path_to("an LFW-format pairs file"),
+                   help="LFW-format pairs file to set the identity threshold on (default: the LFW set's pairsDevTrain.txt)")
+    p.add_argument("--pairs-images", type=path_to("the pairs file's image folder"),
+                   help="the pairs file's image folder (default: the LFW set's)")
+    p.add_argument("--out", type=path_to("a caffemodel file to write"), required=True,
                    help="caffemodel to write, with its card beside it (written only when training succeeded)")
-    p.add_argument("--work", type=Path, default=Path("train-work"),
+    p.add_argument("--work", type=path_to("a folder for the crop cache and checkpoint"), default=Path("train-work"),
                    help="crop cache and checkpoint folder (default: ./train-work)")
     p.add_argument("--epochs", type=positive_int, default=30)
     p.add_argument("--batch", type=int_between(2), default=128)  # BatchNorm needs two images a batch

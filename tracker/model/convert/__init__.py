@@ -36,7 +36,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from tracker.arguments import ArgumentParser
+from tracker.arguments import ArgumentParser, path_to
 from tracker.errors import BackendUnavailable, InputError
 from tracker.files import atomic_write, probe_writable
 from tracker.model.convert.cache import default_cache_dir, entry_for, fetch
@@ -214,13 +214,13 @@ def convert_command(argv: list[str]) -> int:
     p.add_argument("--to", required=True, choices=tuple(TARGETS),
                    help="tf: a Keras 3 model (.keras); tflite: a LiteRT flatbuffer (.tflite); onnx: an ONNX model (.onnx)")
     p.add_argument("--precision", default="fp32", choices=("fp32", "int8"))
-    p.add_argument("--prototxt", type=Path, help="Caffe prototxt (default: the face CNN)")
-    p.add_argument("--weights", type=Path, help="Caffe caffemodel (default: the face CNN)")
+    p.add_argument("--prototxt", type=path_to("a Caffe prototxt file"), help="Caffe prototxt (default: the face CNN)")
+    p.add_argument("--weights", type=path_to("a Caffe caffemodel file"), help="Caffe caffemodel (default: the face CNN)")
     p.add_argument("--probs", default="prob", help="blob holding the probabilities (default prob)")
     p.add_argument("--embedding", default="fc1", help="blob holding the embedding (default fc1)")
-    p.add_argument("--calibration", type=Path, help="int8: folder of face images (default: the shipped face chips)")
-    p.add_argument("--cache-dir", type=Path, help=f"default: $TRACKER_CACHE_DIR or {default_cache_dir()}")
-    p.add_argument("--out", type=Path,
+    p.add_argument("--calibration", type=path_to("a folder of face images"), help="int8: folder of face images (default: the shipped face chips)")
+    p.add_argument("--cache-dir", type=path_to("a cache folder"), help=f"default: $TRACKER_CACHE_DIR or {default_cache_dir()}")
+    p.add_argument("--out", type=path_to("a file to copy the converted model to"),
                    help="also copy the converted file here, in an existing folder (for --to tf a name ending .keras, the only one Keras loads)")
     args = p.parse_args(argv)
     if args.calibration is not None and args.precision != "int8":
