@@ -320,7 +320,8 @@ def test_a_list_naming_missing_photos_and_an_unusable_pairs_file(tmp_path):
 @pytest.mark.parametrize("case", ["out is a folder", "work is a file", "teacher is a .npy", "teacher is cut short",
                                   "teacher has a NaN", "teacher paths are one string", "teachers of two lengths", "an earlier run in work",
                                   "resume without a checkpoint", "a trial over trained weights",
-                                  "a resumed trial over trained weights", "a teacher too short", "two sets of one name"])
+                                  "a resumed trial over trained weights", "a teacher too short", "two sets of one name",
+                                  "an embedding blob wider than fc1"])
 def test_mistakes_in_the_outputs_and_teachers_fail_before_any_photo_is_cut(tmp_path, case):
     """In-process (the CLI's one line and exit 2 for an InputError are tested with the other
     commands): each mistake used to surface only after the photos were cut or the training ran."""
@@ -359,6 +360,9 @@ def test_mistakes_in_the_outputs_and_teachers_fail_before_any_photo_is_cut(tmp_p
     elif case == "a teacher too short":  # its targets take 64 principal axes: a broadcast error after the cut
         np.savez(tmp_path / "t.npz", paths=np.array(["a/a_0001.jpg"]), descriptor=np.ones((1, 16), np.float32))
         args["--teacher"], expected = str(tmp_path / "t.npz"), "descriptors of 16 values; expected at least 64 (half"
+    elif case == "an embedding blob wider than fc1":  # its width was fc1's: a RuntimeError's traceback once the photos were cut
+        (tmp_path / "conv3.yaml").write_text("model: {embedding: conv3}\n")
+        expected = "--teacher descriptors of 128 values; expected at least 3072 (half the embedding's 6144, model.embedding 'conv3')"
     elif case == "two sets of one name":  # both sets' Bob would be one person
         for office in ("home", "office"):
             (tmp_path / office / "people" / "Bob").mkdir(parents=True)
@@ -368,6 +372,7 @@ def test_mistakes_in_the_outputs_and_teachers_fail_before_any_photo_is_cut(tmp_p
         expected = "x.caffemodel' exists, and a trial (--steps, --limit) does not replace trained weights"
     extra = {"teachers of two lengths": ["--teacher", str(tmp_path / "t.npz")],
              "resume without a checkpoint": ["--resume"], "a resumed trial over trained weights": ["--resume"],
+             "an embedding blob wider than fc1": ["--config", str(tmp_path / "conv3.yaml")],
              "two sets of one name": ["--data", str(tmp_path / "home" / "people"),
                                       "--data", str(tmp_path / "office" / "people")]}.get(case, [])
     with pytest.raises(InputError, match=r"^train: ") as err:

@@ -10,9 +10,10 @@ What it does, in order (scripts/train-face-cnn is the command that made the ship
 3. Builds each photo's distillation target from the teacher files (`tracker.train.teacher`).
    A photo is trained on when it has a target or a class.
 4. Trains (`TrainableNet`, BatchNorm during training) with AdamW and a cosine learning rate after a
-   short warm-up, on augmented crops (`tracker.train.augment`): loss = (1 - cosine(fc1, target))
-   over photos with a target + CE_WEIGHT * cross-entropy (label smoothing 0.1) of fc2 over photos
-   with a class. Seeds are fixed (numpy and torch); the progress bar shows loss and images/s.
+   short warm-up, on augmented crops (`tracker.train.augment`): loss = (1 - cosine(embedding,
+   target)) over photos with a target (the embedding: the blob model.embedding names, fc1 by default) +
+   CE_WEIGHT * cross-entropy (label smoothing 0.1) of fc2 over photos with a class. Seeds are
+   fixed (numpy and torch); the progress bar shows loss and images/s.
    A checkpoint (`<work>/checkpoint.pt`) is written atomically after every epoch; `--resume`
    continues from it if it belongs to the same run (same data, teacher targets, classes and
    settings); without --resume a checkpoint in --work is refused, not written over; Ctrl-C (or
@@ -81,7 +82,8 @@ def _parser():
                         "(repeatable; default: the shared data's LFW training people and CelebA 10k)")
     p.add_argument("--teacher", type=path_to("a teacher .npz file"), action="append",
                    help="an .npz of teacher descriptors ('paths' relative to a data set folder, 'descriptor') "
-                        "to distil onto fc1 (repeatable; default: dlib's descriptors of the LFW set)")
+                        "to distil onto the embedding, model.embedding's blob (repeatable; default: dlib's "
+                        "descriptors of the LFW set)")
     p.add_argument("--pairs", type=path_to("an LFW-format pairs file"),
                    help="LFW-format pairs file to set the identity threshold on (default: the LFW set's pairsDevTrain.txt)")
     p.add_argument("--pairs-images", type=path_to("the pairs file's image folder"),
@@ -330,13 +332,16 @@ def _train(args: argparse.Namespace) -> int:
     rng = np.random.default_rng(args.seed)
     torch.manual_seed(args.seed)
     structure = load_net(prototxt, None)
-    net = TrainableNet(lower(he_weights(structure), config.model.probs, config.model.embedding))
+    graph = lower(he_weights(structure), config.model.probs, config.model.embedding)
+    net = TrainableNet(graph)
     net = net.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stubs omit it; oneDNN's convolutions: 0.74 s a step, not 1.07
     n_classes = net.layers[net.outputs[0]].out_features
-    width = net.layers[[n for n, layer in net.layers.items() if isinstance(layer, torch.nn.Linear)][0]].out_features
+    # the size of the blob model.embedding names, as the net outputs it (an image blob flattened:
+    # conv3's 96 x 8 x 8 is 6144), not the first InnerProduct's: the targets are compared with it
+    (width,) = graph.shapes[graph.outputs["embedding"]]
     if lengths and lengths[0] < width // 2:  # the targets are made of width // 2 principal axes (train.teacher)
         raise InputError(f"train: --teacher descriptors of {lengths[0]} values; expected at least {width // 2} "
-                         f"(half the embedding's {width})")
+                         f"(half the embedding's {width}, model.embedding {config.model.embedding!r})")
 
     # 1. crops
     detector = create_detector(config.detect)
