@@ -48,21 +48,22 @@ PHOTOS_AT_ONCE = 512  # photos cut before they are embedded: 4 MB of pixels (see
 class Progress:
     """A line on stderr every PROGRESS_EVERY photos of `total` cut, and one for each of the first
     NAMED_UNREADABLE photos that cannot be read (plain lines: a log file or a terminal alike);
-    `unreadable` counts them all."""
+    `unreadable` counts them all. Each line starts with `prefix`, the command the user ran
+    (`tracker train` measures its thresholds through pair_scores)."""
 
-    def __init__(self, total: int) -> None:
-        self.total, self.done, self.unreadable = total, 0, 0
+    def __init__(self, total: int, prefix: str = "eval-faces") -> None:
+        self.total, self.done, self.unreadable, self.prefix = total, 0, 0, prefix
 
     def photo(self) -> None:
         if self.done and self.done % PROGRESS_EVERY == 0:
-            print(f"eval-faces: {self.done} of {self.total} photos cut", file=sys.stderr, flush=True)
+            print(f"{self.prefix}: {self.done} of {self.total} photos cut", file=sys.stderr, flush=True)
         self.done += 1
 
     def cannot_read(self, path: Path) -> None:
         self.unreadable += 1
         if self.unreadable <= NAMED_UNREADABLE:
             more = "; further ones are only counted" if self.unreadable == NAMED_UNREADABLE else ""
-            print(f"eval-faces: {str(path)!r} is not a readable image ({TOO_LARGE_OR_DAMAGED}): counted as a photo "
+            print(f"{self.prefix}: {str(path)!r} is not a readable image ({TOO_LARGE_OR_DAMAGED}): counted as a photo "
                   f"without a face{more}", file=sys.stderr, flush=True)
 
 
@@ -121,14 +122,15 @@ def embed_photos(files: list[Path], detector: FaceDetector, backends: list, chip
     return [np.zeros((len(files), 0), np.float32) if e is None else e for e in embeddings], found
 
 
-def pair_scores(pairs_file: Path, images: Path, detector: FaceDetector,
-                backends: list) -> list[tuple[np.ndarray, np.ndarray, int]]:
+def pair_scores(pairs_file: Path, images: Path, detector: FaceDetector, backends: list,
+                prefix: str = "eval-faces") -> list[tuple[np.ndarray, np.ndarray, int]]:
     """For each of `backends`, (scores, same, pairs left out) of an LFW-format pairs file (see the
-    module docstring); the photos are read, detected and cut once for all of them."""
+    module docstring); the photos are read, detected and cut once for all of them, the progress
+    lines starting with `prefix` (Progress)."""
     pairs = read_pairs(pairs_file, images)
     files = sorted({p for a, b, _ in pairs for p in (a, b)})
     index = {p: i for i, p in enumerate(files)}
-    every_embedding, found = embed_photos(files, detector, backends)
+    every_embedding, found = embed_photos(files, detector, backends, progress=Progress(len(files), prefix))
     both = [(index[a], index[b], s) for a, b, s in pairs if found[index[a]] and found[index[b]]]
     same = np.array([s for _, _, s in both], bool)
     results = []

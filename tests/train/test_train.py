@@ -470,10 +470,43 @@ def test_pairs_without_a_mismatched_pair_with_faces_are_one_line(monkeypatch, tm
     from tracker.train.command import threshold_cards
 
     scores, same = np.array([0.9, 0.8]), np.array([True, True])
-    monkeypatch.setattr(tracker.evaluate_faces, "pair_scores", lambda *a: [(scores, same, 3)])
+    monkeypatch.setattr(tracker.evaluate_faces, "pair_scores", lambda *a, **k: [(scores, same, 3)])
     with pytest.raises(InputError, match=r"2 matched and 0 mismatched pairs with a face in both photos \(3 left out\); "
                                          r"expected some of each .* run again with --resume"):
         threshold_cards(tmp_path / "pairs.txt", tmp_path, None, {"single": None})
+
+
+def test_the_threshold_stage_is_announced_and_its_lines_say_train(tmp_path, capsys, monkeypatch):
+    """Measuring the pairs takes minutes after the training: it began without a word, and its
+    progress lines, and an unreadable photo's, said "eval-faces:", a command the user never ran."""
+    import tracker.evaluate_faces
+    from tracker.config import load_config
+    from tracker.detect import create_detector
+    from tracker.train.command import threshold_cards
+
+    need_lfw()
+    pairs = small_pairs(tmp_path / "pairs.txt")
+    people = {word for line in pairs.read_text().splitlines()[1:] for word in line.split() if not word.isdigit()}
+    images = tmp_path / "images"
+    for person in people:  # the pairs' photos, one of them damaged
+        (images / person).mkdir(parents=True)
+        for photo in (LFW / "images" / person).iterdir():
+            (images / person / photo.name).symlink_to(photo)
+    damaged = images / min(people) / f"{min(people)}_0001.jpg"
+    damaged.unlink()
+    damaged.write_bytes(b"not a jpeg")
+    monkeypatch.setattr(tracker.evaluate_faces, "PROGRESS_EVERY", 5)
+    backend = create_backend("caffe-openblas-dl", default_model())
+    try:
+        cards = threshold_cards(pairs, images, create_detector(load_config(None).detect), {"single": backend})
+    finally:
+        backend.close()
+    assert set(cards) == {"single"}
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == f"train: measuring the identity threshold on {pairs} ..."
+    assert f"train: {str(damaged)!r} is not a readable image" in lines[1]
+    assert "train: 5 of " in lines[2] and lines[2].endswith(" photos cut")
+    assert not [line for line in lines if not line.startswith("train: ")], lines
 
 
 @pytest.mark.parametrize("lr", ["-1", "0", "nan", "inf", "fast"])
