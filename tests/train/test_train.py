@@ -207,7 +207,7 @@ def test_resume_refuses_a_teacher_file_rewritten_in_place(tmp_path):
             "--pairs", str(small_pairs(tmp_path / "pairs.txt")), "--pairs-images", str(LFW / "images")]
     assert train_command(argv) == 0
     np.savez(teacher, paths=paths, descriptor=np.roll(descriptors, 1, axis=0))
-    with pytest.raises(InputError, match=r"^train: --resume: checkpoint .* is of another run \(other data, teacher "):
+    with pytest.raises(InputError, match=r"^train: --resume: checkpoint .* is of another run \(other data, teacher files"):
         train_command([*argv, "--resume"])
 
 

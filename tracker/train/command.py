@@ -15,7 +15,7 @@ What it does, in order (scripts/train-face-cnn is the command that made the ship
    CE_WEIGHT * cross-entropy (label smoothing 0.1) of fc2 over photos with a class. Seeds are
    fixed (numpy and torch); the progress bar shows loss and images/s.
    A checkpoint (`<work>/checkpoint.pt`) is written atomically after every epoch; `--resume`
-   continues from it if it belongs to the same run (same data, teacher targets, classes and
+   continues from it if it belongs to the same run (same data, teacher files, classes and
    settings); without --resume a checkpoint in --work is refused, not written over; Ctrl-C (or
    SIGTERM) stops with the last checkpoint intact, here and in step 5. A loss that is not finite (a --lr too large)
    stops the run before its weights are saved.
@@ -49,7 +49,7 @@ import numpy as np
 
 from tracker import shared_data
 from tracker.errors import InputError, ModelError
-from tracker.files import atomic_write, make_writable_folder
+from tracker.files import atomic_write, file_sha256, make_writable_folder
 from tracker.interrupts import interrupts_held, stop_as_ctrl_c
 from tracker.machine import cores
 
@@ -145,18 +145,17 @@ def choose_classes(identities: list[str], count: int) -> list[str]:
     return sorted(counts, key=lambda name: (-counts[name], name))[:count]
 
 
-def _fingerprint(args, samples, classes, prototxt: Path, crops: str, targets: np.ndarray, labels: np.ndarray) -> str:
+def _fingerprint(args, samples, classes, prototxt: Path, crops: str) -> str:
     """What a resumed run must share with the checkpoint's: the data, teachers and photos (resolved
     paths, as `data.source_key` takes them: a run resumed from another folder, or naming them
-    through `..` or a link, is the same run), classes, settings, prototxt,
-    `crops` (`data.definition_key`: a detector changed since would train on other crops) and what
-    the loss is computed against, by content: the photos' teacher targets (N, width) float32 and
-    classes (N,) int64 (a teacher file rewritten at the same path gives other targets)."""
+    through `..` or a link, is the same run), the teacher files' contents (one rewritten at the same
+    path gives other targets; their bytes, not the targets made of them, whose SVD may round
+    differently on another CPU), classes, settings, prototxt and `crops` (`data.definition_key`: a
+    detector changed since would train on other crops)."""
     facts = {"data": [str(p.resolve()) for p in args.data], "teacher": [str(p.resolve()) for p in args.teacher],
+             "teacher_sha256": [file_sha256(p) for p in args.teacher],
              "photos": [str(s.path.resolve()) for s in samples], "classes": classes, "epochs": args.epochs,
-             "crops": crops, "targets": hashlib.sha256(np.ascontiguousarray(targets).data).hexdigest(),
-             "labels": hashlib.sha256(np.ascontiguousarray(labels).data).hexdigest(),
-             "batch": args.batch, "lr": args.lr, "seed": args.seed, "limit": args.limit,
+             "crops": crops, "batch": args.batch, "lr": args.lr, "seed": args.seed, "limit": args.limit,
              "prototxt": hashlib.sha256(Path(prototxt).read_bytes()).hexdigest()}
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
 
@@ -429,7 +428,7 @@ def _train(args: argparse.Namespace) -> int:
     # weights_only mode (which runs no code from the file) takes without an allowance
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup) * 0.5 * (
         1.0 + math.cos(math.pi * min(step, total_steps) / total_steps)))
-    fingerprint = _fingerprint(args, samples, classes, prototxt, crops_key, targets, labels)
+    fingerprint = _fingerprint(args, samples, classes, prototxt, crops_key)
     epoch, step, minutes_before = 0, 0, 0.0  # minutes: time spent training, over every resumed run
     losses: list[float] = []  # per step, over every resumed run (13 kB for the shipped run)
     if args.resume:
@@ -448,7 +447,7 @@ def _train(args: argparse.Namespace) -> int:
                              "written by tracker train")
         if state["fingerprint"] != fingerprint:
             raise InputError(f"train: --resume: checkpoint {str(checkpoint)!r} is of another run (other data, "
-                             "teacher targets, classes or settings); expected the same arguments, or start afresh without --resume")
+                             "teacher files, classes or settings); expected the same arguments, or start afresh without --resume")
         net.load_state_dict(state["net"])
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["schedule"])
