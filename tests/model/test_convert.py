@@ -231,6 +231,33 @@ layer { name: "prob" type: "Softmax" bottom: "emb" top: "prob" }
     assert not reads_int8["p_crop_2"] and not reads_int8["p"] and reads_int8["p_crop"]
 
 
+def test_int8_takes_a_layer_named_like_a_name_the_quantiser_makes_up(tmp_path):
+    """ONNX Runtime's quantiser names a tensor's scale "<tensor>_scale": the tops "q" and "q_scale"
+    gave it two tensors "caffe/q_scale", and `tracker convert --precision int8` a KeyError traceback."""
+    import onnxruntime as ort
+    from backend_parity import write_net
+
+    from tracker.model.convert.onnx import quantize_int8
+
+    model = write_net(tmp_path, "quantiser_names", """
+name: "quantiser_names"
+input: "data"
+input_shape { dim: 1 dim: 3 dim: 9 dim: 9 }
+layer { name: "q" type: "Convolution" bottom: "data" top: "q" convolution_param { num_output: 4 kernel_size: 3 } }
+layer { name: "q_scale" type: "Sigmoid" bottom: "q" top: "q_scale" }
+layer { name: "q_zero_point" type: "Convolution" bottom: "q_scale" top: "q_zero_point" convolution_param { num_output: 4 kernel_size: 3 } }
+layer { name: "emb" type: "InnerProduct" bottom: "q_zero_point" top: "emb" inner_product_param { num_output: 5 } }
+layer { name: "prob" type: "Softmax" bottom: "emb" top: "prob" }
+""", "prob", "emb")
+    graph = load_graph(model)
+    x = np.random.default_rng(6).standard_normal((8, *graph.input_shape)).astype(np.float32)
+    quantize_int8(graph, tmp_path / "int8.onnx", x)
+    session = ort.InferenceSession(str(tmp_path / "int8.onnx"), providers=["CPUExecutionProvider"])
+    probs, embedding = reference(model, x)
+    got = dict(zip(["prob", "embedding"], session.run(["prob", "embedding"], {"data": x})))
+    assert got["prob"].shape == probs.shape and np.abs(got["embedding"] - embedding).max() < 0.1 * np.abs(embedding).max()
+
+
 @pytest.mark.parametrize("change, refusal, said", [  # (the engine's check refuses the Flatten first)
     ('softmax_param { axis: -1 }', "softmax_param { axis: -2 }", "'prob' (Softmax): the converters support axis 1"),
     ('flatten_param { axis: -3 end_axis: 3 }', "flatten_param { axis: -4 }", "'flat' (Flatten): flattens from axis 0"),

@@ -139,6 +139,7 @@ def quantize_int8(graph: Graph, path, samples: np.ndarray, float_ops: tuple[str,
             return None if x is None else {"data": x}
 
     model = build_onnx(graph)
+    _out_of_the_quantisers_way(model)
     step_names = _node_names(graph)
     keep = set(float_ops) | {step_names[name, step] for name in float_ops for step in POOL_STEPS if (name, step) in step_names}
     exclude = [n.name for n in model.graph.node if n.name in keep]
@@ -147,3 +148,21 @@ def quantize_int8(graph: Graph, path, samples: np.ndarray, float_ops: tuple[str,
         onnx.save(model, fp32)
         quantize_static(str(fp32), str(path), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, nodes_to_exclude=exclude)
+
+
+def _out_of_the_quantisers_way(model: onnx.ModelProto) -> None:
+    """Rename, in place, every tensor but the graph's input and outputs to its name + "#". ONNX
+    Runtime's quantiser names what it adds for a tensor after it (its name + "_scale",
+    "_zero_point", "_quantized", ...): a net with layers "q" and "q_scale" had two tensors
+    "caffe/q_scale", and the quantiser failed with a KeyError traceback. A name it adds never ends
+    in "#", so it is never one of these."""
+    keep = {info.name for info in (*model.graph.input, *model.graph.output)}
+
+    def renamed(name: str) -> str:
+        return name if not name or name in keep else name + "#"  # "": an optional input left out
+
+    for node in model.graph.node:
+        node.input[:] = [renamed(name) for name in node.input]
+        node.output[:] = [renamed(name) for name in node.output]
+    for tensor in (*model.graph.initializer, *model.graph.value_info):
+        tensor.name = renamed(tensor.name)
