@@ -284,7 +284,8 @@ def test_an_unreadable_photo_counts_as_one_without_a_face_and_is_named(tmp_path,
     pixels, found = evaluate.photo_crops([damaged[0], *good, *damaged[1:]], detector, progress=progress)
     assert found.tolist() == [False, True, True, False, False] and len(pixels) == 2 and progress.unreadable == 3
     lines = capsys.readouterr().err.splitlines()
-    assert lines == [f"eval-faces: {str(damaged[0])!r} is not a readable image (damaged, not an image, or over 24 "
-                     "megapixels): counted as a photo without a face",
-                     f"eval-faces: {str(damaged[1])!r} is not a readable image (damaged, not an image, or over 24 "
-                     "megapixels): counted as a photo without a face; further ones are only counted"]
+    assert lines == [f"eval-faces: {str(damaged[0])!r} is not a readable image (damaged, not an image, over 24 "
+                     "megapixels, or a JPEG of over 100 scans): counted as a photo without a face",
+                     f"eval-faces: {str(damaged[1])!r} is not a readable image (damaged, not an image, over 24 "
+                     "megapixels, or a JPEG of over 100 scans): counted as a photo without a face; further ones are only "
+                     "counted"]

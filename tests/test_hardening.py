@@ -188,7 +188,7 @@ def test_the_tracker_command_decodes_no_image_over_24_megapixels(tmp_path):
                           str(tmp_path / "photos")], capture_output=True, text=True, env=isolated_env(tmp_path),
                          timeout=120)
     assert run.returncode == 2 and "none of its 1 image file(s) could be decoded" in run.stderr, run.stderr
-    assert "skipping 'large.png': not a decodable image (damaged, not an image, or over 24 megapixels)" in run.stderr
+    assert "skipping 'large.png': not a decodable image (damaged, not an image, over 24 megapixels, or a JPEG of over 100 scans)" in run.stderr
 
 
 @pytest.mark.parametrize("args, fragment", [

@@ -154,7 +154,7 @@ def test_unreadable_file_is_reported_the_others_identified_then_exit_2(enrolled,
     proc = identify_cli(tmp, config_path, notes, chip)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
-    assert f"{notes}: not a readable image (damaged, not an image, or over 24 megapixels)" in proc.stderr.splitlines()
+    assert f"{notes}: not a readable image (damaged, not an image, over 24 megapixels, or a JPEG of over 100 scans)" in proc.stderr.splitlines()
     errors = [line for line in proc.stderr.splitlines() if line.startswith("tracker: error:")]
     assert len(errors) == 1 and "notes.jpg" in errors[0] and "1 of 2" in errors[0]
     assert LINE.match(proc.stdout.strip())["image"] == str(chip)

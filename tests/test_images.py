@@ -1,5 +1,6 @@
 """Reading images: a JPEG cut short (an interrupted copy or upload) is damaged, not an image with
-grey rows; whole ones, with an EXIF-style thumbnail or data appended after them, still read."""
+grey rows; whole ones, with an EXIF-style thumbnail or data appended after them, still read; a JPEG
+of more scans than MAX_JPEG_SCANS is refused before anything decodes it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from test_pipeline_e2e import isolated_env, tracker_command
 
 from tracker.cli import main
-from tracker.images import decode_image, read_image
+from tracker.images import MAX_JPEG_SCANS, MAX_JPEG_SEGMENTS, declared_size, decode_image, read_image
 from tracker.model.convert.calibration import image_files as calibration_images
 from tracker.sources.folder import FolderSource
 
@@ -47,9 +48,71 @@ def test_a_jpeg_cut_short_is_damaged_and_whole_ones_read(tmp_path, progressive):
         path = tmp_path / f"{name}.jpg"
         path.write_bytes(data)
         assert (read_image(path) is None) == cut_short, name
-        assert (decode_image(np.frombuffer(data, np.uint8)) is None) == cut_short, name
+        assert (decode_image(data) is None) == cut_short, name
     (tmp_path / "empty.jpg").write_bytes(b"")
     assert read_image(tmp_path / "empty.jpg") is None and read_image(tmp_path) is None
+
+
+def many_scans_jpeg(scans: int, size=(64, 64)) -> bytes:
+    """A progressive JPEG of `size` (BGR noise) with `scans` scans: OpenCV's 10, then its last scan
+    repeated (libjpeg decodes it, warning of an inconsistent progression; the time grows with each)."""
+    data = _jpeg(2, size, progressive=True)
+    last = data.rindex(b"\xff\xda")  # 0xFF 0xDA is a marker wherever it is: entropy-coded data stuffs 0xFF as 0xFF 0x00
+    assert data.count(b"\xff\xda") == 10 and data.endswith(b"\xff\xd9") and scans >= 10
+    return data[:-2] + data[last:-2] * (scans - 10) + b"\xff\xd9"
+
+
+def test_a_jpeg_of_too_many_scans_is_refused_before_it_is_decoded(tmp_path, monkeypatch, caplog):
+    """A progressive JPEG is decoded one scan at a time, each over the whole image, and the file
+    chooses how many: a 514 kB one of 10,000 scans of 24 megapixels took 31 s, stalling the guard
+    that enrolled it. Its scans are counted by walking its markers, without decoding it."""
+    bomb = many_scans_jpeg(MAX_JPEG_SCANS + 1)
+    with pytest.raises(ValueError, match=rf"^a JPEG of more than {MAX_JPEG_SCANS} scans \(each decoded over the "
+                                         r"whole image\); expected a photo \(a camera's has about 10\)$"):
+        declared_size(bomb)
+    assert declared_size(many_scans_jpeg(MAX_JPEG_SCANS)) == ("jpeg", 64, 64)
+    # A thumbnail's scans are its own: the walk steps over the segment that holds it.
+    assert declared_size(_with_thumbnail(_jpeg(0), bomb)) == ("jpeg", 160, 120)
+    (tmp_path / "faces").mkdir()
+    (tmp_path / "faces" / "a.jpg").write_bytes(bomb)
+    (tmp_path / "faces" / "b.jpg").write_bytes(_jpeg(3, (48, 32)))
+    decoded = []
+    imdecode = cv2.imdecode
+    monkeypatch.setattr(cv2, "imdecode", lambda data, flags: decoded.append(len(data)) or imdecode(data, flags))
+    assert read_image(tmp_path / "faces" / "a.jpg") is None and read_image(tmp_path / "faces" / "a.jpg", reduced=True) is None
+    assert decode_image(bomb) is None
+    source = FolderSource(tmp_path / "faces")  # a photo folder decodes its files' bytes itself
+    source.open()
+    assert source.read().image.shape == (48, 32, 3)
+    assert "skipping 'a.jpg': not a decodable image (damaged, not an image, over 24 megapixels, or a JPEG of over " \
+           f"{MAX_JPEG_SCANS} scans)" in caplog.text
+    assert decoded == [len(_jpeg(3, (48, 32)))]
+
+
+@pytest.mark.parametrize("progressive", [False, True], ids=["baseline", "progressive"])
+def test_photos_as_encoders_write_them_pass_the_scan_walk(progressive):
+    for size, channels in (((120, 160), 3), ((1200, 1600), 3), ((120, 160), 1)):
+        image = cv2.GaussianBlur(np.random.default_rng(4).integers(0, 256, (*size, channels), np.uint8), (0, 0), 3)
+        data = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_PROGRESSIVE, int(progressive)])[1].tobytes()
+        assert declared_size(data) == ("jpeg", size[1], size[0])
+        assert decode_image(data, cv2.IMREAD_UNCHANGED).shape == image.shape  # (the blur drops a grey one's channel axis)
+
+
+def test_the_scan_walk_takes_any_bytes_after_the_frame_header():
+    """A stream cut short or garbled after a scan starts is the decoder's to refuse: the walk gives
+    the declared size or a ValueError, never another error, and ends."""
+    whole = _jpeg(5, progressive=True)
+    first_scan = whole.index(b"\xff\xda")
+    rng = np.random.default_rng(6)
+    for end in range(first_scan, len(whole), 7):
+        assert declared_size(whole[:end]) == ("jpeg", 160, 120)
+        garbage = rng.integers(0, 256, 2000, np.uint8).tobytes()
+        assert declared_size(whole[:end] + garbage) == ("jpeg", 160, 120)
+    for tail in (b"\xff", b"\xff\xda", b"\xff\xda\x00", b"\xff\xda\x00\x00\xff", b"\xff" * 100, b"\xff\x00" * 100):
+        assert declared_size(whole[:first_scan] + tail) == ("jpeg", 160, 120)
+    comments = whole[:2] + b"\xff\xfe\x00\x02" * (MAX_JPEG_SEGMENTS + 1) + whole[2:]  # tiny segments, each a step
+    with pytest.raises(ValueError, match=rf"^a JPEG of more than {MAX_JPEG_SEGMENTS} marker segments; expected a photo"):
+        declared_size(comments)
 
 
 def test_enrol_skips_a_jpeg_cut_short(tmp_path, johns):

@@ -10,12 +10,15 @@ than allocate it. `read_image` reads one file (`read_photo`: one to find faces i
 of its size, with the factor back to its pixels), and `decode_image` a file's bytes, as `cv2.imread`
 decodes a file, with a refused image, as a damaged one, read as None (OpenCV raises for a size over
 its bound); so is a JPEG cut short (an interrupted copy or upload), which imdecode refuses and
-imread would decode with grey rows.
+imread would decode with grey rows. A JPEG's time to decode grows with its scans as well as its
+pixels (a progressive one is decoded one scan at a time, each a pass over the whole image): one of
+more than MAX_JPEG_SCANS is refused too, by `declared_size`, before anything decodes it.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import struct
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,7 +29,19 @@ if TYPE_CHECKING:  # numpy and cv2 load only when an image is read (see set_open
 # A face needs far fewer; a 24-megapixel photo decodes to 72 MB of BGR, within the guard's budget on
 # a 1 GB Pi (a phone's 48-megapixel mode gives a clear refusal: send a smaller one).
 MAX_PIXELS = 24_000_000
-TOO_LARGE_OR_DAMAGED = f"damaged, not an image, or over {MAX_PIXELS // 1_000_000} megapixels"
+# libjpeg decodes a progressive JPEG one scan at a time, each a pass over the whole image's blocks,
+# and the number of scans is the file's to choose: one scan of a 24-megapixel frame repeated 10,000
+# times, a 514 kB file, took 31 s to decode (past the guard's watchdog). A camera's or a phone's
+# progressive JPEG has about 10 (libjpeg's own progression: 10 in colour, 6 in grey); libjpeg-turbo's
+# djpeg has -maxscans for the same reason. 100 of them added 0.6 s to a 24-megapixel photo's decoding
+# on a desktop's core (a few times that on a Pi).
+MAX_JPEG_SCANS = 100
+# Marker segments a JPEG may have before its end, scans and the tables between them included: a
+# photo's have tens (a phone's extended XMP, in segments of 64 kB, a hundred or so); the bound keeps
+# the walk over them (declared_size) short however small they are.
+MAX_JPEG_SEGMENTS = 1000
+TOO_LARGE_OR_DAMAGED = (f"damaged, not an image, over {MAX_PIXELS // 1_000_000} megapixels, or a JPEG of over "
+                        f"{MAX_JPEG_SCANS} scans")
 # Bytes of an image file worth reading: MAX_PIXELS of 8-bit colour take 72 MB however they are
 # stored (BMP, uncompressed TIFF), so a larger file is no image the guard decodes (a 400 MB one read
 # whole took a photo folder's guard past 500 MB).
@@ -40,6 +55,12 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".p
 # pixels along its longer side: a face in it stays well above the crop's 88 pixels
 REDUCED_MIN_SIDE = 1600
 _PNG = b"\x89PNG\r\n\x1a\n"
+_JPEG = b"\xff\xd8"  # start of image
+# The next JPEG marker: 0xFF and a code that is none of 0x00 (a 0xFF byte of a scan's entropy-coded
+# data), a restart marker 0xD0-0xD7 (within a scan's data) or 0xFF (fill before a marker). Anything
+# else between segments is skipped, as libjpeg skips it.
+_NEXT_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
+_SOS, _EOI = 0xDA, 0xD9  # start of scan, end of image
 # JPEG start-of-frame markers (baseline, progressive, lossless, arithmetic; not DHT 0xC4, JPG 0xC8, DAC 0xCC)
 _SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 
@@ -86,8 +107,6 @@ def read_photo(path: Path) -> tuple[np.ndarray, float] | None:
 
 def _read(path: Path, flags: int | None, reduced: bool) -> tuple[np.ndarray, bytes] | None:
     """(the image as read_image decodes it, the file's bytes), or None."""
-    import numpy as np  # here: this module is imported before numpy and cv2 may load (set_opencv_environment)
-
     from tracker.files import read_regular_file
 
     try:
@@ -98,7 +117,7 @@ def _read(path: Path, flags: int | None, reduced: bool) -> tuple[np.ndarray, byt
         flags = _reduced_flags(data, flags)
         if flags is None:
             return None
-    image = decode_image(np.frombuffer(data, np.uint8), flags)
+    image = decode_image(data, flags)
     return None if image is None else (image, data)
 
 
@@ -113,7 +132,7 @@ def _reduced_flags(data: bytes, flags: int | None) -> int | None:
     try:
         kind, width, height = declared_size(data)
     except ValueError:  # not a JPEG or PNG (a BMP, a TIFF): OpenCV's bound holds for it as it is
-        return flags
+        return flags  # (a JPEG it refuses, decode_image refuses as well)
     if width * height > MAX_PIXELS:
         return None
     factor = 1
@@ -129,44 +148,72 @@ def _reduced_flags(data: bytes, flags: int | None) -> int | None:
 
 def declared_size(data: bytes) -> tuple[str, int, int]:
     """("jpeg" | "png", width, height) as a JPEG's or a PNG's header declares them (PNG's IHDR,
-    JPEG's first start-of-frame marker, walking the marker segments), before anything decodes it;
-    ValueError saying what it is instead and what is expected."""
+    JPEG's first start-of-frame marker), before anything decodes it; ValueError saying what it is
+    instead and what is expected, also for a JPEG of more than MAX_JPEG_SCANS scans or
+    MAX_JPEG_SEGMENTS marker segments. A JPEG's marker segments are walked by their lengths (an
+    EXIF thumbnail's own markers are not the photo's) up to its end of image, a scan's
+    entropy-coded data skipped to the next marker: at most MAX_JPEG_SEGMENTS steps, each a search
+    in C, over bytes in memory (a few ms for 8 MB). A JPEG cut short or damaged after its frame
+    header still gives its size: decoding it fails."""
     if data.startswith(_PNG):
         if len(data) < 24 or data[12:16] != b"IHDR":
             raise ValueError("a damaged PNG (no header); expected a JPEG or PNG photo")
         width, height = struct.unpack(">II", data[16:24])
         return "png", width, height
-    if not data.startswith(b"\xff\xd8\xff"):
+    if not data.startswith(_JPEG):
         raise ValueError("not a JPEG or PNG image; expected a photo")
-    pos = 2
-    while pos + 4 <= len(data):
-        if data[pos] != 0xFF:
-            break
+    size = None
+    scans = segments = 0
+    pos = len(_JPEG)
+    while (found := _NEXT_MARKER.search(data, pos)) is not None:
+        pos = found.start()
         marker = data[pos + 1]
-        if marker == 0xFF:  # fill byte
-            pos += 1
-            continue
-        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:  # no length field
+        if marker == _EOI:
+            break
+        segments += 1
+        if segments > MAX_JPEG_SEGMENTS:
+            raise ValueError(f"a JPEG of more than {MAX_JPEG_SEGMENTS} marker segments; expected a photo (one has tens)")
+        if marker in (0xD8, 0x01):  # no length field
             pos += 2
             continue
-        (length,) = struct.unpack(">H", data[pos + 2:pos + 4])
-        if marker in _SOF:
-            if pos + 9 > len(data):
-                break
-            height, width = struct.unpack(">HH", data[pos + 5:pos + 9])
-            return "jpeg", width, height
+        if pos + 4 > len(data):
+            break
+        (length,) = struct.unpack_from(">H", data, pos + 2)
         if length < 2:
             break
+        if marker in _SOF and size is None:
+            if pos + 9 > len(data):
+                break
+            height, width = struct.unpack_from(">HH", data, pos + 5)
+            size = width, height
+        elif marker == _SOS:
+            if size is None:  # a scan before the frame header: libjpeg refuses it too
+                break
+            scans += 1
+            if scans > MAX_JPEG_SCANS:
+                raise ValueError(f"a JPEG of more than {MAX_JPEG_SCANS} scans (each decoded over the whole image); "
+                                 "expected a photo (a camera's has about 10)")
         pos += 2 + length
-    raise ValueError("a damaged JPEG (no frame header); expected a JPEG or PNG photo")
+    if size is None:
+        raise ValueError("a damaged JPEG (no frame header); expected a JPEG or PNG photo")
+    return "jpeg", *size
 
 
-def decode_image(data: np.ndarray, flags: int | None = None) -> np.ndarray | None:
-    """`data`, an image file's bytes (uint8), decoded as `cv2.imread` reads a file with `flags`
-    (default: BGR), or None (damaged, a JPEG cut short, over OpenCV's bound, not an image)."""
+def decode_image(data: bytes, flags: int | None = None) -> np.ndarray | None:
+    """`data`, an image file's bytes, decoded as `cv2.imread` reads a file with `flags` (default:
+    BGR), or None (damaged, a JPEG cut short, a JPEG that declared_size refuses, over OpenCV's
+    bound, not an image)."""
     import cv2
+    import numpy as np  # here: this module is imported before numpy and cv2 may load (set_opencv_environment)
 
+    if not data:
+        return None
+    if data.startswith(_JPEG):
+        try:
+            declared_size(data)  # (its scans: OpenCV's bound is on pixels only)
+        except ValueError:
+            return None
     try:
-        return cv2.imdecode(data, cv2.IMREAD_COLOR if flags is None else flags) if data.size else None
+        return cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR if flags is None else flags)
     except cv2.error:
         return None

@@ -348,7 +348,7 @@ def test_folder_skips_non_images_with_a_clear_line(tmp_path, caplog):
     assert all(f.image.shape == (40, 30, 3) for f in frames)  # grey converted to BGR
     assert "skipping 'notes.txt': not an image file (suffix '.txt'" in caplog.text
     assert "skipping 'broken.jpg': not a decodable image" in caplog.text
-    assert "skipping 'huge.png': not a decodable image (damaged, not an image, or over 24 megapixels)" in caplog.text
+    assert "skipping 'huge.png': not a decodable image (damaged, not an image, over 24 megapixels, or a JPEG of over 100 scans)" in caplog.text
     assert "skipping 'vast.jpg': larger than any image it decodes (96 MB); expected a photo" in caplog.text
 
 

@@ -14,10 +14,12 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from test_images import many_scans_jpeg
 
 from tracker.config import parse_config
 from tracker.errors import ConfigError, InputError
 from tracker.files import generations
+from tracker.images import MAX_JPEG_SCANS
 from tracker.passwords import web_password
 from tracker.sinks.jsonl import JsonlSink
 from tracker.types import Box, Event
@@ -396,6 +398,15 @@ def test_a_decompression_bomb_is_refused_before_decoding():
                 b"\xff\xc0\x00\x11\x08\xff\xff\xff\xff\x03\x01\x22\x00\x02\x11\x01\x03\x11\x01"
     with pytest.raises(InputError, match=r"65535x65535 pixels is too large"):
         check_image(jpeg_bomb, "bomb.jpg")
+
+
+def test_a_jpeg_of_too_many_scans_is_refused_in_one_line():
+    """Each scan of a progressive JPEG is a pass over the whole image: 10,000 of them in a 514 kB
+    upload took the guard's thread 31 s to decode for enrolment."""
+    with pytest.raises(InputError, match=rf"^bomb.jpg: a JPEG of more than {MAX_JPEG_SCANS} scans \(each decoded over "
+                                         r"the whole image\); expected a photo \(a camera's has about 10\)$"):
+        check_image(many_scans_jpeg(MAX_JPEG_SCANS + 1), "bomb.jpg")
+    assert check_image(many_scans_jpeg(10), "photo.jpg") == ("jpeg", 64, 64)
 
 
 @pytest.mark.parametrize("data, message", [

@@ -13,8 +13,6 @@ import logging
 import re
 from pathlib import Path
 
-import numpy as np
-
 from tracker.errors import InputError
 from tracker.files import read_regular_file
 from tracker.images import IMAGE_SUFFIXES, MAX_FILE_BYTES, TOO_LARGE_OR_DAMAGED, decode_image
@@ -76,7 +74,7 @@ class FolderSource(SourceBase):
                 else:
                     log.warning("%s: skipping %r: cannot read it (%s)", self.description, path.name, err.strerror)
                 continue
-            image = decode_image(np.frombuffer(data, np.uint8))
+            image = decode_image(data)
             if image is None:
                 log.warning("%s: skipping %r: not a decodable image (%s)", self.description, path.name,
                             TOO_LARGE_OR_DAMAGED)

@@ -2,8 +2,9 @@
 
 `check_image(data)` accepts a JPEG or a PNG by its signature and reads its width and height from
 its header (PNG's IHDR, JPEG's start-of-frame marker), refusing more than MAX_PIXELS: a few-kB file
-can declare a picture that takes gigabytes once decoded (a decompression bomb). Only then is it
-handed to OpenCV. A refusal is an InputError whose text says what is wrong with which file.
+can declare a picture that takes gigabytes once decoded (a decompression bomb); and a JPEG of more
+than images.MAX_JPEG_SCANS scans, each of which costs a pass over the whole image to decode. Only
+then is it handed to OpenCV. A refusal is an InputError whose text says what is wrong with which file.
 """
 
 from __future__ import annotations
