@@ -27,9 +27,11 @@ required unless the page listens on a loopback address only; then requests must 
 page by a loopback host (a web site that rebinds its own name to 127.0.0.1 cannot read the page).
 Every response the application gives, errors of its own routing too (no route, a method, a body
 too large) and a handler's crash (500), forbids framing and sniffing, allows only the page's own
-scripts, and is JSON when it is an error; aiohttp answers two kinds of request with its own plain
-400 (without those headers) before the application sees them: one too malformed to parse, and one
-whose body is in br or zstd (aiohttp decodes those only with modules the guard does not install).
+scripts, and is JSON when it is an error; aiohttp answers one kind of request with its own plain
+400 (without those headers) before the application sees it: one too malformed to parse. A body in
+any Content-Encoding but identity is refused (415) and never decoded: the page sends none, and
+aiohttp's own decoding inflated a gzip body as it arrived, for a refused request too (it reads on
+after the answer), a thousand times its size in CPU on the page's thread for anyone who reached it.
 
 Bounded, so that no client can exhaust the guard's process (its file descriptors, memory or
 threads): at most MAX_CONNECTIONS open connections (one more is answered 503 and closed); a
@@ -177,7 +179,9 @@ class WebServer:
             warnings.filterwarnings("ignore", category=category)
         loop = self._loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
-        runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=1.0, keepalive_timeout=KEEPALIVE_S)
+        # auto_decompress=False: aiohttp leaves a compressed body as it came (_guard_request refuses it).
+        runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=1.0, keepalive_timeout=KEEPALIVE_S,
+                               auto_decompress=False)
         try:
             loop.run_until_complete(runner.setup())
             loop.run_until_complete(_BoundedSite(runner, self.host, self.port).start())
@@ -243,6 +247,9 @@ class WebServer:
             # A proxy on this machine would hand a page without a password to whoever reaches the proxy.
             return _error(403, "this page has no password and answers this machine only, not through a proxy; "
                                "set web.password_file to serve it through one")
+        encoding = ", ".join(request.headers.getall("Content-Encoding", ()))
+        if {e.strip().lower() for e in encoding.split(",")} - {"identity", ""}:  # (see the module docstring)
+            return _error(415, f"Content-Encoding {encoding!r}; expected an uncompressed body (the page sends none)")
         session = self.sessions.get(request.cookies.get(auth.COOKIE))
         public = request.path in _PUBLIC or request.path.startswith("/static/")
         if not public and session is None:
@@ -466,7 +473,7 @@ class WebServer:
                 form = await _read_enrol_form(await request.multipart(), budget)
         except TimeoutError:
             return _error(408, f"the upload took longer than {UPLOAD_TIMEOUT_S:.0f} s; expected fewer or smaller photos")
-        # not multipart, broken, nested, or undecodable (a Content-Encoding that is not what it says)
+        # not multipart, broken or nested
         except (AssertionError, KeyError, ValueError, HttpProcessingError, web.RequestPayloadError) as err:
             return _error(400, f"expected a multipart form with a name and photos ({one_line(err)})")
         finally:
@@ -664,8 +671,7 @@ async def _read_part(part: BodyPartReader, budget: int) -> bytes | None:
 
 
 def _client_mistakes_in_one_line(record: logging.LogRecord) -> bool:
-    """A filter of aiohttp's server log: a request that breaks HTTP (a broken chunked body, a body
-    that does not decode as its Content-Encoding says, read again after the handler's 400) and a
+    """A filter of aiohttp's server log: a request that breaks HTTP (a broken chunked body) and a
     client that hangs up mid-body are logged there as ERRORs with a traceback, which read as the
     guard's failure (and anyone could fill its journal with them); they are the client's, so each
     becomes one DEBUG line of ours instead."""
@@ -696,7 +702,7 @@ class _BadBody(Exception):
 
 async def _json_object(request: web.Request, expected: str) -> dict:
     """The request's body, a JSON object. _BadBody naming `expected` (its JSON form) for a body
-    that is not one: not JSON, undecodable (a bad charset or Content-Encoding), nested deeper than
+    that is not one: not JSON, undecodable (a bad charset), nested deeper than
     Python's recursion allows, JSON of another type, or not whole within BODY_TIMEOUT_S (408)."""
     try:
         async with asyncio.timeout(BODY_TIMEOUT_S):
