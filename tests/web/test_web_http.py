@@ -268,6 +268,15 @@ def test_a_viewer_that_takes_no_frames_gives_its_place_up(client, page, monkeypa
     frames_go_on(guard)
 
 
+def test_head_of_the_live_view_is_refused_and_takes_no_viewers_place(client, page):
+    """HEAD /live.mjpg was answered with the stream, for ever, and counted as a viewer."""
+    wait_for(lambda: client.json("GET", "/api/state")[1]["viewers"] == 0, "no viewers")
+    status, headers, body = client.request("HEAD", "/live.mjpg")
+    assert status == 405 and body == b"" and headers["x-frame-options"] == "DENY"
+    assert client.json("GET", "/api/state")[1]["viewers"] == 0
+    assert client.request("HEAD", "/api/state")[0] == 200  # other routes answer HEAD as before
+
+
 def test_a_live_view_ends_with_its_session(client, page):
     """The session was checked only when the stream opened: a stream went on after its logout."""
     guard, port = page

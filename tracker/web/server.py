@@ -13,7 +13,7 @@ Routes (JSON errors are {"error": one line} with a 4xx/5xx status):
     POST /api/login {password}  /api/logout
     GET  /api/state                             the guard's fps, per-stage latency p50/p95, tracks
     GET  /live.mjpg                             the live view (multipart JPEG, stream_fps at most), until
-                                                its session ends
+                                                its session ends; not HEAD (405)
     GET  /api/events?before=&limit=&identity=   a page of the event log, newest first
     GET  /snapshots/{event id}.jpg              an event's snapshot
     GET  /api/people   GET /api/people/{name}/face.png
@@ -220,7 +220,9 @@ class WebServer:
             web.post("/api/login", self._login),
             web.post("/api/logout", self._logout),
             web.get("/api/state", self._get_state),
-            web.get("/live.mjpg", self._live),
+            # aiohttp answers HEAD of a GET route with its handler: HEAD here took a viewer's place and
+            # was sent the stream as its body
+            web.get("/live.mjpg", self._live, allow_head=False),
             web.get("/api/events", self._events),
             web.get("/snapshots/{name}", self._snapshot),
             web.get("/api/people", self._people),
