@@ -393,6 +393,28 @@ def test_photos_uploaded_for_someone_enrolled_are_added_to_their_faces(client, p
     assert client.json("DELETE", "/api/people/twice")[0] == 200
 
 
+def test_a_persons_face_is_encoded_on_the_pool_not_the_event_loop(tmp_path, monkeypatch):
+    """The face's PNG was encoded on the page's event loop, which every other request waits on."""
+    from tracker.web import server
+
+    encoded_on = []
+    imencode = cv2.imencode
+    monkeypatch.setattr(server, "person_chip", lambda state_dir, name: np.full((88, 88), 128, np.uint8))
+    monkeypatch.setattr(cv2, "imencode", lambda *args: encoded_on.append(threading.current_thread().name) or imencode(*args))
+    port = free_port()
+    config = parse_config({"state_dir": str(tmp_path), "web": {"listen": f"127.0.0.1:{port}"}})
+    page = WebServer(config, tmp_path, tmp_path / "events.jsonl", password=None)
+    assert page.start()
+    try:
+        client = Client(port)
+        client.open_session()
+        status, headers, png = client.request("GET", "/api/people/ann/face.png")
+    finally:
+        page.close()
+    assert status == 200 and headers["content-type"] == "image/png" and png.startswith(b"\x89PNG")
+    assert len(encoded_on) == 1 and encoded_on[0].startswith("web_")  # a thread of the pool's (the event loop's is "web")
+
+
 @pytest.mark.parametrize("name", ["../etc", "a/b", "unknown", ".hidden", "", "x" * 65, "bob\n"])
 def test_a_name_with_path_tricks_is_refused(client, name):
     status, answer = client.upload(name, [("astronaut.png", ASTRONAUT.read_bytes())])

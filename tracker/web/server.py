@@ -4,8 +4,10 @@ its speed (README, "The web page").
 aiohttp on a thread of its own with its own event loop. Nothing here waits on the guard, and the
 guard's loop never waits on this: frames are handed over by reference (`live.py`), the guard's
 state arrives as a sink's `publish_state`, and changes to the people go through `jobs.py` and are
-run by the guard between two frames. Reading the event log, drawing and encoding frames and
-decoding photos run on a small thread pool (WORKERS), never on the event loop.
+run by the guard between two frames. Reading files (the event log, snapshots, people's faces),
+drawing and encoding frames and encoding faces run on a small thread pool (WORKERS), never on the
+event loop. The server decodes no photo: an upload's header is checked on the loop (uploads.py: a
+bounded walk over bytes in memory), and enrolment decodes it on the guard's thread (jobs.py).
 
 Routes (JSON errors are {"error": one line} with a 4xx/5xx status):
     GET  /  /static/{app.js,style.css}          the page
@@ -447,13 +449,10 @@ class WebServer:
             validate_name(name, _URL_NAME)
         except InputError as err:
             return _error(400, str(err))
-        chip = await self._run(person_chip, self.state_dir, name)
-        if chip is None:
+        png = await self._run(_face_png, self.state_dir, name)
+        if png is None:
             return _error(404, f"no face kept for {name!r}")
-        ok, png = cv2.imencode(".png", chip)
-        if not ok:  # a chip of a kind PNG cannot hold: a bug, answered 500 by the middleware
-            raise RuntimeError(f"cannot encode the face kept for {name!r} ({chip.dtype}, {chip.shape}) as PNG")
-        return web.Response(body=png.tobytes(), content_type="image/png")
+        return web.Response(body=png, content_type="image/png")
 
     async def _enrol(self, request: web.Request) -> web.Response:
         """Multipart: `name`, then up to MAX_FILES `photos`, within web.max_upload_mb together (413
@@ -596,6 +595,18 @@ def _enrol_job(config: Config, name: str, shown: dict[Path, str], messages: list
         if folder is not None:
             shutil.rmtree(folder, True)  # the uploads, once enroll has read them
     return {"name": name, "used": used, "skipped": skipped + refused}
+
+
+def _face_png(state_dir: Path, name: str) -> bytes | None:
+    """The face kept for person `name` (identity.person_chip) as PNG bytes, or None if none is kept.
+    Reads a file and encodes: the pool's work."""
+    chip = person_chip(state_dir, name)
+    if chip is None:
+        return None
+    ok, png = cv2.imencode(".png", chip)
+    if not ok:  # a chip of a kind PNG cannot hold: a bug, answered 500 by the middleware
+        raise RuntimeError(f"cannot encode the face kept for {name!r} ({chip.dtype}, {chip.shape}) as PNG")
+    return png.tobytes()
 
 
 def _forget_job(state_dir: Path, name: str) -> dict:
