@@ -37,6 +37,7 @@ from tracker.enroll import chip_face, open_backend
 from tracker.errors import InputError
 from tracker.files import file_sha256
 from tracker.identity import UNKNOWN, Gallery, IdentityVotes, embeddings_key, identity_threshold
+from tracker.preflight import embedding_width
 
 ENROLLED_PER_PERSON = 6
 
@@ -96,7 +97,7 @@ def _held_out_matches(config_path: Path, johns, people=None) -> dict[str, list[t
     config = load_config(config_path)
     detector = create_detector(config.detect)
     gallery = Gallery.load(config.resolved_state_dir(), embeddings_key(config), identity_threshold(config),
-                           crop_definition(detector.gives_landmarks))
+                           crop_definition(detector.gives_landmarks), embedding_width(config))
     if people is not None:
         keep = [i for i, n in enumerate(gallery.names) if n in people]
         gallery = Gallery(tuple(gallery.names[i] for i in keep), gallery.means[keep], gallery.threshold)
@@ -170,9 +171,9 @@ def test_enrol_with_yunet_aligns_the_chips_and_records_it(tmp_path, johns):
         assert str(data["crop"]) == "aligned-v1"
     loaded = load_config(config)
     key = embeddings_key(loaded)
-    assert Gallery.load(loaded.resolved_state_dir(), key, 0.5, "aligned-v1").names == ("John_Simm",)
-    assert Gallery.load(loaded.resolved_state_dir(), key, 0.5, "box-v1").names == ()  # never mixed
-    assert Gallery.load(loaded.resolved_state_dir(), file_sha256(loaded.model.weights), 0.5, "aligned-v1").names == ()
+    assert Gallery.load(loaded.resolved_state_dir(), key, 0.5, "aligned-v1", 128).names == ("John_Simm",)
+    assert Gallery.load(loaded.resolved_state_dir(), key, 0.5, "box-v1", 128).names == ()  # never mixed
+    assert Gallery.load(loaded.resolved_state_dir(), file_sha256(loaded.model.weights), 0.5, "aligned-v1", 128).names == ()
 
 
 def test_enrolling_from_more_faces_than_a_person_keeps_says_which_are_used(tmp_path, johns):

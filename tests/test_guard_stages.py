@@ -99,7 +99,7 @@ def fake_stages(tmp_path, backend, max_batch, sinks_before=()):
         gallery=Gallery(("alice", "bob"), np.stack([ALICE, BOB]), 0.9),
         votes=IdentityVotes(min_faces=3, margin=0.3), tracker=Tracker(min_hits=3, max_age=5),
         events=EventMaker(), snapshots=SnapshotStore(tmp_path / "snapshots"), sinks=[*sinks_before, sink],
-        latency_log=LatencyLog(tmp_path / "latency.jsonl"))
+        latency_log=LatencyLog(tmp_path / "latency.jsonl"), embedding_width=4)
     stages.opened.callback(backend.close)
     stages.opened.callback(sink.close)
     stages.opened.callback(stages.latency_log.close)
@@ -236,3 +236,17 @@ def test_a_person_enrolled_beside_the_running_guard_is_taken_in(tmp_path):
     save_person(tmp_path, "carol", BOB[None], stages.embeddings_key, crop_definition(False))
     assert Guard(config, stages).run() == 0
     assert stages.gallery.names == ("carol",)  # the folder's people now (the test's alice and bob were in memory)
+
+
+def test_a_person_of_another_embedding_width_does_not_stop_the_running_guard(tmp_path, caplog):
+    """A person enrolled with another `model.embedding` blob under the same key: the guard's
+    reload raised ValueError (the means' stack), which only TrackerError was caught for."""
+    from tracker.crops import crop_definition
+    from tracker.identity import save_person
+
+    config, stages, _ = fake_stages(tmp_path, ByPosition(), max_batch=2)
+    save_person(tmp_path, "carol", BOB[None], stages.embeddings_key, crop_definition(False))
+    save_person(tmp_path, "wide", np.ones((1, 848)), stages.embeddings_key, crop_definition(False))
+    stages.reload_people()
+    assert stages.gallery.names == ("carol",) and "skipping wide: its mean is float32 of shape (848,)" in caplog.text
+    stages.close()

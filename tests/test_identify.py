@@ -30,6 +30,7 @@ from tracker.enroll import chip_face
 from tracker.identify import NEAREST, identify_faces
 from tracker.identity import UNKNOWN, Gallery, embeddings_key, identity_threshold
 from tracker.model.spec import ModelSpec
+from tracker.preflight import embedding_width
 
 LINE = re.compile(r"^(?P<image>.+) face (?P<face>\d+) of (?P<faces>\d+) at (?P<x>-?\d+),(?P<y>-?\d+) (?P<w>\d+)x(?P<h>\d+): "
                   r"(?P<identity>\S+) \(similarity (?P<similarity>-?\d\.\d\d)\); nearest: (?P<nearest>.+)$")
@@ -98,7 +99,7 @@ def test_json_reports_each_held_out_chip_as_gallery_match_decides(enrolled, john
     config = load_config(config_path)
     detector = create_detector(config.detect)
     gallery = Gallery.load(config.resolved_state_dir(), embeddings_key(config), identity_threshold(config),
-                           crop_definition(detector.gives_landmarks))
+                           crop_definition(detector.gives_landmarks), embedding_width(config))
     assert sorted(gallery.names) == names
     backend = create_backend(config.backend.name, ModelSpec(config.model.prototxt, config.model.weights,
                                                             config.model.probs, config.model.embedding))

@@ -18,7 +18,7 @@ def test_enrolled_people_are_matched_by_cosine_with_unknown_below_threshold(tmp_
     ann, bob = rng.standard_normal(128), rng.standard_normal(128)
     save_person(tmp_path, "ann", ann + 0.1 * rng.standard_normal((5, 128)), "sha-A", "box-v1")
     save_person(tmp_path, "bob", bob + 0.1 * rng.standard_normal((5, 128)), "sha-A", "box-v1")
-    gallery = Gallery.load(tmp_path, "sha-A", threshold=0.5, crop="box-v1")
+    gallery = Gallery.load(tmp_path, "sha-A", threshold=0.5, crop="box-v1", width=128)
     assert gallery.names == ("ann", "bob") and gallery.means.shape == (2, 128)
     queries = np.stack([3 * ann, bob, rng.standard_normal(128)]).astype(np.float32)
     (n0, s0), (n1, s1), (n2, s2) = gallery.match(queries)
@@ -28,7 +28,7 @@ def test_enrolled_people_are_matched_by_cosine_with_unknown_below_threshold(tmp_
 
 def test_people_enrolled_with_other_weights_are_skipped(tmp_path, caplog):
     save_person(tmp_path, "ann", np.ones((1, 4)), "old-weights", "box-v1")
-    gallery = Gallery.load(tmp_path, "new-weights", threshold=0.5, crop="box-v1")
+    gallery = Gallery.load(tmp_path, "new-weights", threshold=0.5, crop="box-v1", width=4)
     assert gallery.names == ()
     assert gallery.match(np.ones((2, 4), np.float32)) == [(UNKNOWN, 0.0)] * 2
     assert "other model weights" in caplog.text
@@ -56,7 +56,7 @@ def test_damaged_enrolment_files_are_skipped_with_a_warning_and_the_others_load(
     np.savez(people / "nomean.npz", model=np.str_("sha-A"))
     os.mkfifo(people / "fifo.npz")  # opened as np.load did, it waited for a writer for ever
     damaged = ("array", "cut", "empty", "fifo", "flipped", "nomean", "text")
-    assert Gallery.load(tmp_path, "sha-A", threshold=0.5, crop="box-v1").names == ("ann",)
+    assert Gallery.load(tmp_path, "sha-A", threshold=0.5, crop="box-v1", width=4).names == ("ann",)
     for name in damaged:
         assert f"skipping {people / name}.npz: unreadable" in caplog.text
         if name != "flipped":  # whose chips are whole
@@ -66,7 +66,7 @@ def test_damaged_enrolment_files_are_skipped_with_a_warning_and_the_others_load(
     assert kept_crops(tmp_path, "nobody", "box-v1") is None and kept_crops(tmp_path, "ann", "box-v1").shape == (1, 1, 88, 88)
     with pytest.raises(InputError, match="'ann'.* is enrolled from 'box-v1' crops, not this detector's 'aligned-v1'"):
         kept_crops(tmp_path, "ann", "aligned-v1")
-    done = refresh_people(tmp_path, None, "sha-A", "box-v1")  # ann is current; the others cannot be recomputed
+    done = refresh_people(tmp_path, None, "sha-A", "box-v1", 4)  # ann is current; the others cannot be recomputed
     assert done.recomputed == done.unwritten == () and [name for name, _ in done.stale] == sorted(damaged)
     assert dict(done.stale)["empty"] == "unreadable (BadZipFile)"
 
@@ -80,8 +80,8 @@ def test_the_temporary_file_of_an_interrupted_write_is_not_a_person(tmp_path):
     people = tmp_path / "people"
     (people / "old.npz").rename(people / ".carol.7812.259c5dfa.tmp.npz")  # carol's, as the weights were before
     assert [p.name for p in people_files(tmp_path)] == ["ann.npz", "carol.npz"]
-    assert Gallery.load(tmp_path, "sha-A", threshold=0.5, crop="box-v1").names == ("ann", "carol")
-    assert refresh_people(tmp_path, None, "sha-A", "box-v1") == Refreshed()  # nothing to recompute (no backend needed)
+    assert Gallery.load(tmp_path, "sha-A", threshold=0.5, crop="box-v1", width=4).names == ("ann", "carol")
+    assert refresh_people(tmp_path, None, "sha-A", "box-v1", 4) == Refreshed()  # nothing to recompute (no backend needed)
 
 
 def test_a_person_that_cannot_be_written_is_one_line_and_the_refresh_goes_on(tmp_path, caplog):
@@ -104,11 +104,11 @@ def test_a_person_that_cannot_be_written_is_one_line_and_the_refresh_goes_on(tmp
         with pytest.raises(TrackerError, match=r"enroll: cannot write '.*/people/carol.npz' \(No space left on "
                                                r"device\); expected room on the disk"):
             save_person(state, "carol", np.ones((2, 4)), "sha-A", "box-v1", chips)
-        assert refresh_people(state, Embedder(), "sha-B", "box-v1") == Refreshed(unwritten=("ann", "bob"))
+        assert refresh_people(state, Embedder(), "sha-B", "box-v1", 4) == Refreshed(unwritten=("ann", "bob"))
         assert caplog.text.count("No space left on device") == 2 and "bob stays as it was" in caplog.text
         assert sorted(p.name for p in (state / "people").iterdir()) == [".lock", "ann.npz", "bob.npz"]  # no temporary left
         (state / "filler").unlink()
-        assert refresh_people(state, Embedder(), "sha-B", "box-v1") == Refreshed(recomputed=("ann", "bob"))
+        assert refresh_people(state, Embedder(), "sha-B", "box-v1", 4) == Refreshed(recomputed=("ann", "bob"))
 
 
 def test_the_embeddings_key_names_the_weights_and_how_their_card_embeds(tmp_path):
@@ -127,18 +127,53 @@ def test_the_embeddings_key_names_the_weights_and_how_their_card_embeds(tmp_path
     write_card(weights, {"weights_sha256": sha256, "embedding": "mirror-mean"})
     assert embeddings_key(config) == f"{sha256}+mirror-mean"
     save_person(tmp_path, "ann", np.ones((1, 4)), sha256, "box-v1", np.zeros((1, 1, 88, 88), np.float32))
-    assert Gallery.load(tmp_path, embeddings_key(config), threshold=0.5, crop="box-v1").names == ()
+    assert Gallery.load(tmp_path, embeddings_key(config), threshold=0.5, crop="box-v1", width=4).names == ()
+
+
+def test_a_mean_that_is_not_a_vector_of_the_nets_width_is_skipped_then_recomputed(tmp_path, caplog):
+    """Under one key, a person of another embedding blob (848 wide among 128-wide ones) made the
+    gallery's stack raise ValueError: identify's traceback, the running guard's death at its next
+    reload. Skipped with a warning; a refresh recomputes those whose crops were kept."""
+    from tracker.identity import Refreshed, refresh_people
+
+    class Embedder:
+        def infer(self, crops):
+            return type("Inference", (), {"embedding": np.tile(np.eye(4, dtype=np.float32)[1], (len(crops), 1))})()
+
+    save_person(tmp_path, "ann", np.eye(4)[:1], "sha-A", "box-v1", np.zeros((1, 1, 88, 88), np.float32))
+    save_person(tmp_path, "wide", np.ones((1, 6)), "sha-A", "box-v1", np.zeros((1, 1, 88, 88), np.float32))
+    np.savez(tmp_path / "people" / "flat.npz", mean=np.ones((2, 2), np.float32), model=np.str_("sha-A"))  # no crops
+    gallery = Gallery.load(tmp_path, "sha-A", threshold=0.5, crop="box-v1", width=4)
+    assert gallery.names == ("ann",) and gallery.means.shape == (1, 4)
+    assert ("skipping wide: its mean is float32 of shape (6,), not the net's (4,) float embedding; `tracker enroll "
+            "--refresh` recomputes it if its crops were kept") in caplog.text
+    assert "skipping flat: its mean is float32 of shape (2, 2)" in caplog.text
+    done = refresh_people(tmp_path, Embedder(), "sha-A", "box-v1", 4)
+    assert done == Refreshed(recomputed=("wide",), stale=(("flat", "its mean is float32 of shape (2, 2), not the net's "
+                                                                   "(4,) float embedding, and enrolled without kept "
+                                                                   "crops"),))
+    assert Gallery.load(tmp_path, "sha-A", threshold=0.5, crop="box-v1", width=4).names == ("ann", "wide")
+    assert Gallery.load(tmp_path, "sha-A", threshold=0.5, crop="box-v1", width=6).names == ()  # never stacked
+
+
+def test_a_person_whose_mean_is_not_finite_is_skipped_rather_than_making_every_face_unknown(tmp_path, caplog):
+    """argmax picked the NaN column: every face was unknown, the nearest list contradicting it."""
+    save_person(tmp_path, "ann", np.eye(4)[:1], "sha-A", "box-v1")
+    save_person(tmp_path, "nan", np.full((1, 4), np.nan), "sha-A", "box-v1")
+    gallery = Gallery.load(tmp_path, "sha-A", threshold=0.5, crop="box-v1", width=4)
+    assert gallery.match(np.eye(4, dtype=np.float32)[:1]) == [("ann", pytest.approx(1.0))]
+    assert "skipping nan: its mean is not finite (NaN or infinity); `tracker enroll --refresh` recomputes" in caplog.text
 
 
 def test_people_enrolled_from_another_crop_definition_are_never_mixed(tmp_path, caplog):
     save_person(tmp_path, "ann", np.ones((1, 4)), "sha-A", "box-v1")
     save_person(tmp_path, "bob", np.ones((1, 4)), "sha-A", "aligned-v1")
     np.savez(tmp_path / "people" / "old.npz", mean=np.ones(4, np.float32), count=np.int64(1), model=np.str_("sha-A"))
-    assert Gallery.load(tmp_path, "sha-A", threshold=0.5, crop="aligned-v1").names == ("bob",)
+    assert Gallery.load(tmp_path, "sha-A", threshold=0.5, crop="aligned-v1", width=4).names == ("bob",)
     assert ("ann: enrolled from box-v1 crops, the detector now gives aligned-v1 crops; enroll it afresh (`tracker "
             "enroll --replace ann PHOTOS`)") in caplog.text
     # A file from before the crop was recorded holds box crops.
-    assert Gallery.load(tmp_path, "sha-A", threshold=0.5, crop="box-v1").names == ("ann", "old")
+    assert Gallery.load(tmp_path, "sha-A", threshold=0.5, crop="box-v1", width=4).names == ("ann", "old")
 
 
 def test_a_rejoined_tracks_votes_count_for_the_old_track():
@@ -272,7 +307,7 @@ def test_people_enrolled_before_names_were_compared_ignoring_case_are_still_refr
     chips = np.zeros((2, 1, 88, 88), np.float32)
     for name in ("alice", "Alice"):
         save_person(tmp_path, name, np.ones((2, 4)), "sha-A", "box-v1", chips)
-    assert refresh_people(tmp_path, Embedder(), "sha-B", "box-v1") == Refreshed(recomputed=("Alice", "alice"))
+    assert refresh_people(tmp_path, Embedder(), "sha-B", "box-v1", 4) == Refreshed(recomputed=("Alice", "alice"))
     check_new_name(tmp_path, "alice")  # the name of an enrolled person: adding to them, or --replace
     with pytest.raises(InputError, match="'ALICE': 'Alice' is enrolled, a name that differs only in case"):
         check_new_name(tmp_path, "ALICE")

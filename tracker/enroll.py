@@ -41,7 +41,7 @@ from tracker.identity import (
     validate_name,
 )
 from tracker.images import IMAGE_SUFFIXES, TOO_LARGE_OR_DAMAGED, read_image
-from tracker.preflight import prepare_state_dir
+from tracker.preflight import embedding_width, prepare_state_dir
 from tracker.types import Box, Detection
 
 # --aligned chips are padded by this fraction of their side on every side before detection.
@@ -211,11 +211,11 @@ def open_backend(config: Config, name: str | None = None, precision: str | None 
 
 
 def refresh(config: Config, detector: FaceDetector, backend, report=print) -> Refreshed:
-    """Recompute every person enrolled with other weights from their kept crops
-    (`tracker.identity.refresh_people`); reports what it did, who must be enrolled again and who
-    could not be written."""
+    """Recompute every person enrolled with other weights, or whose mean is not one of this net,
+    from their kept crops (`tracker.identity.refresh_people`); reports what it did, who must be
+    enrolled again and who could not be written."""
     done = refresh_people(config.resolved_state_dir(), backend, embeddings_key(config),
-                          crop_definition(detector.gives_landmarks))
+                          crop_definition(detector.gives_landmarks), embedding_width(config))
     if done.recomputed:
         report(f"enroll: recomputed {len(done.recomputed)} person(s) for the weights {config.model.weights.name} and "
                f"{chosen_embedding(config)} embeddings: {', '.join(done.recomputed)}")

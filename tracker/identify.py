@@ -96,6 +96,7 @@ def identify_command(argv: list[str]) -> int:
     from tracker.config import load_config
     from tracker.detect import create_detector
     from tracker.identity import chosen_embedding, embeddings_key, identity_threshold
+    from tracker.preflight import embedding_width
 
     p = ArgumentParser(prog="tracker identify", description="Say who each face in the images is, as the guard would.")
     p.add_argument("images", nargs="+", type=path_to("an image file or a folder of images"), help="image files or folders of images")
@@ -118,7 +119,8 @@ def identify_command(argv: list[str]) -> int:
     unreadable, output = [], []
     try:
         crop = crop_definition(detector.gives_landmarks)
-        gallery = Gallery.load(state_dir, embeddings_key(config), identity_threshold(config), crop)
+        gallery = Gallery.load(state_dir, embeddings_key(config), identity_threshold(config), crop,
+                               embedding_width(config))
         if not gallery.names:
             print(f"identify: nobody is enrolled in {state_dir} for weights {config.model.weights.name}, "
                   f"{chosen_embedding(config)} embeddings and {crop} crops; every face is {UNKNOWN} (enrol people "

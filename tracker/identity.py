@@ -6,7 +6,9 @@ mean of the person's L2-normalised embeddings, `count` (images used), `model` (w
 definition their faces were cut with; files from before it was recorded are box crops) and
 `chips` ((count, 88, 88) uint8, the crops themselves, so that new weights can recompute the mean:
 `refresh_people`; files from before have none). Embeddings of other weights, made another way or
-from another crop are not comparable, so such people are skipped with a warning: never mixed.
+from another crop are not comparable, so such people are skipped with a warning: never mixed; so is
+a `mean` that is not a finite vector of the net's embedding width (`mean_fault`: a damaged file, or
+one made from another `model.embedding` blob), which `refresh_people` recomputes from its crops.
 A crop is the enrolled person of highest cosine similarity, or `unknown` when that similarity is
 below the threshold. A track's identity is the vote over its whole life: each crop votes once for
 its match (a name or `unknown`), the name with the most votes wins once the track has
@@ -202,6 +204,40 @@ def people_files(state_dir: Path) -> list[Path]:
     return sorted(folder / n for n in names if n.endswith(".npz") and _is_name(n[: -len(".npz")]))
 
 
+@dataclass(frozen=True)
+class PersonFile:
+    """A person's file as read (module docstring): `mean` as stored, of any shape and dtype
+    (`mean_fault` says whether it is usable), `model` their `embeddings_key`, `crop` their crop
+    definition (CROP_BOX for a file from before it was recorded), `chips` (k, 88, 88) uint8, or
+    None when none were kept or they were not asked for."""
+
+    mean: np.ndarray
+    model: str
+    crop: str
+    chips: np.ndarray | None
+
+
+def read_person(path: Path, chips: bool = False) -> PersonFile:
+    """The person's file at `path`, with their kept faces only if `chips` (7.7 kB each, which
+    matching never needs). FileNotFoundError if there is none; one of NPZ_UNREADABLE (of which it
+    is one) if it is not a whole person's file."""
+    with load_npz(path) as data:
+        return PersonFile(np.asarray(data["mean"]), str(data["model"]),
+                          str(data["crop"]) if "crop" in data.files else CROP_BOX,
+                          data["chips"] if chips and "chips" in data.files else None)
+
+
+def mean_fault(mean: np.ndarray, width: int) -> str | None:
+    """Why `mean` cannot be a person's mean for a net whose embeddings are `width` wide, or None
+    when it can (a finite (width,) float vector). Another width made the gallery's stack fail,
+    the guard with it; a NaN made every face unknown (argmax picked it)."""
+    if mean.dtype.kind != "f" or mean.shape != (width,):
+        return f"its mean is {mean.dtype} of shape {mean.shape}, not the net's ({width},) float embedding"
+    if not np.isfinite(mean).all():
+        return "its mean is not finite (NaN or infinity)"
+    return None
+
+
 def kept_crops(state_dir: Path, name: str, crop: str) -> np.ndarray | None:
     """The network inputs person `name` was enrolled from, (k, 1, 88, 88) float32 in [0, 1]; None
     if nobody of that name is enrolled. InputError if they are, but their faces cannot be added to:
@@ -209,18 +245,18 @@ def kept_crops(state_dir: Path, name: str, crop: str) -> np.ndarray | None:
     than `crop` (adding to it would replace the whole enrolment by the new faces)."""
     path = Path(state_dir) / "people" / f"{validate_name(name)}.npz"
     try:
-        with load_npz(path) as data:
-            made_with = str(data["crop"]) if "crop" in data.files else CROP_BOX
-            if "chips" not in data.files:
-                why = "enrolled without kept faces"
-            elif made_with != crop:
-                why = f"enrolled from {made_with!r} crops, not this detector's {crop!r}"
-            else:
-                return network_input(data["chips"])
+        person = read_person(path, chips=True)
     except FileNotFoundError:
         return None
     except NPZ_UNREADABLE as err:
         why = f"unreadable ({err.__class__.__name__})"
+    else:
+        if person.chips is None:
+            why = "enrolled without kept faces"
+        elif person.crop != crop:
+            why = f"enrolled from {person.crop!r} crops, not this detector's {crop!r}"
+        else:
+            return network_input(person.chips)
     raise InputError(f"enroll: cannot add a face to {name!r}: {str(path)!r} is {why}; expected an enrolment to "
                      f"add to: enrol {name!r} afresh from photos (tracker enroll --replace; on the page, Delete them "
                      "first)")
@@ -258,38 +294,37 @@ class Refreshed:
     unwritten: tuple[str, ...] = ()
 
 
-def refresh_people(state_dir: Path, backend, model_key: str, crop: str) -> Refreshed:
-    """Recompute, with `backend` (embedding as `model_key` says: `embeddings_key`), the mean
-    embedding of every person enrolled with another key from kept crops of definition `crop`.
-    People the gallery cannot use and this cannot recompute (enrolled without kept crops, from
-    another crop definition, or an unreadable file) are `stale`; a file that cannot be written is
-    logged, left as it was and `unwritten`."""
+def refresh_people(state_dir: Path, backend, model_key: str, crop: str, width: int) -> Refreshed:
+    """Recompute, with `backend` (embedding as `model_key` says: `embeddings_key`; `width` wide),
+    the mean embedding of every person enrolled with another key, or whose mean is not one of this
+    net (`mean_fault`), from kept crops of definition `crop`. People the gallery cannot use and
+    this cannot recompute (enrolled without kept crops, from another crop definition, or an
+    unreadable file) are `stale`; a file that cannot be written is logged, left as it was and
+    `unwritten`."""
     recomputed, stale, unwritten = [], [], []
     for path in people_files(state_dir):
         with people_lock(state_dir):  # one person at a time: read, recompute, write
             try:
-                with load_npz(path) as data:
-                    data["mean"]  # read as Gallery.load reads it: a damaged one makes the person unusable
-                    model = str(data["model"])
-                    made_with = str(data["crop"]) if "crop" in data.files else CROP_BOX
-                    chips = data["chips"] if "chips" in data.files else None
+                person = read_person(path, chips=True)
             except FileNotFoundError:  # removed since the folder was listed
                 continue
             except NPZ_UNREADABLE as err:
                 stale.append((path.stem, f"unreadable ({err.__class__.__name__})"))
                 continue
-            if made_with != crop:
-                stale.append((path.stem, f"enrolled from {made_with} crops, the detector gives {crop} crops"))
+            if person.crop != crop:
+                stale.append((path.stem, f"enrolled from {person.crop} crops, the detector gives {crop} crops"))
                 continue
-            if model == model_key:
+            fault = mean_fault(person.mean, width)
+            if person.model == model_key and fault is None:
                 continue
-            if chips is None:
-                stale.append((path.stem, "enrolled without kept crops"))
+            if person.chips is None:
+                stale.append((path.stem, "enrolled without kept crops" if person.model != model_key
+                              else f"{fault}, and enrolled without kept crops"))
                 continue
-            crops = network_input(chips)
+            crops = network_input(person.chips)
             embeddings = backend.infer(crops).embedding
             try:
-                save_person(state_dir, path.stem, embeddings, model_key, made_with, crops)
+                save_person(state_dir, path.stem, embeddings, model_key, person.crop, crops)
             except TrackerError as err:  # the file as it was stays: Gallery.load skips it as of other weights
                 log.error("%s; %s stays as it was", err, path.stem)
                 unwritten.append(path.stem)
@@ -307,31 +342,32 @@ class Gallery:
     threshold: float
 
     @classmethod
-    def load(cls, state_dir: Path, model_key: str, threshold: float, crop: str) -> Gallery:
+    def load(cls, state_dir: Path, model_key: str, threshold: float, crop: str, width: int) -> Gallery:
         """The people of `state_dir` enrolled with the weights and embedding of `model_key`
-        (`embeddings_key`) and crop definition `crop`."""
+        (`embeddings_key`) and crop definition `crop`, whose mean is a finite vector of `width`,
+        the net's embedding width (`mean_fault`); the others are skipped with a warning each."""
         names, means = [], []
         for path in people_files(state_dir):
             try:
-                with load_npz(path) as data:
-                    mean, model = data["mean"].astype(np.float32), str(data["model"])
-                    made_with = str(data["crop"]) if "crop" in data.files else CROP_BOX
+                person = read_person(path)
             except NPZ_UNREADABLE as err:
                 log.warning("identity: skipping %s: unreadable (%s)", path, err)
                 continue
-            if model != model_key:
-                log.warning("identity: skipping %s: enrolled with other model weights or embedding; `tracker enroll "
-                            "--refresh` recomputes it if its crops were kept, else enroll it afresh (`tracker enroll "
-                            "--replace %s PHOTOS`)", path.stem, path.stem)
-                continue
-            if made_with != crop:
+            if person.crop != crop:
                 log.warning("identity: skipping %s: enrolled from %s crops, the detector now gives %s crops; "
-                            "enroll it afresh (`tracker enroll --replace %s PHOTOS`)", path.stem, made_with, crop, path.stem)
+                            "enroll it afresh (`tracker enroll --replace %s PHOTOS`)", path.stem, person.crop, crop,
+                            path.stem)
+                continue
+            fault = mean_fault(person.mean, width)
+            if person.model != model_key or fault is not None:
+                why = "enrolled with other model weights or embedding" if person.model != model_key else fault
+                log.warning("identity: skipping %s: %s; `tracker enroll --refresh` recomputes it if its crops were "
+                            "kept, else enroll it afresh (`tracker enroll --replace %s PHOTOS`)", path.stem, why,
+                            path.stem)
                 continue
             names.append(path.stem)
-            means.append(mean)
-        dim = means[0].shape[0] if means else 0
-        return cls(tuple(names), np.asarray(means, np.float32).reshape(len(names), dim), threshold)
+            means.append(person.mean)
+        return cls(tuple(names), np.asarray(means, np.float32).reshape(len(names), width), threshold)
 
     def similarities(self, embeddings: np.ndarray) -> np.ndarray:
         """Cosine similarity of each row of `embeddings` (N, D) to each person: (N, P) float32."""

@@ -9,6 +9,8 @@ the guard and `tracker enroll` all run these, so the check catches what the run 
   created.
 - `check_source(config, spec)`: `--check-config`'s check of the source the guard would open (the
   guard meets the same refusals when it opens it).
+- `embedding_width(config)`: how wide the configured model's embeddings are, from its prototxt (a
+  person's mean of another width is skipped by the gallery and recomputed by a refresh).
 - `prepare_state_dir(path)`: creates the state directory 0700 and makes every file the process
   creates afterwards private (umask 077: face snapshots, enrolments, the outbox and the logs are
   the household's), whatever umask the user has; warns when an existing directory is readable by
@@ -23,6 +25,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import logging
+import math
 import os
 import stat
 import tempfile
@@ -160,6 +163,21 @@ def guard_model(config) -> ModelSpec:
     model = config.model.spec()
     _check_crop_input(model.prototxt, model_input_shape(model))
     return model
+
+
+def embedding_width(config) -> int:
+    """D of the (N, D) embeddings of the configured model: the size per image of its blob
+    `model.embedding`, from the prototxt (every backend flattens that blob per image). InputError
+    naming the key if the net has no such blob (check_outputs); ModelError if the prototxt does
+    not load."""
+    from tracker.model.caffe_io import load_net
+    from tracker.model.shapes import infer_shapes
+    from tracker.model.spec import check_outputs
+
+    spec = config.model.spec()
+    netdef = load_net(spec.prototxt, None)
+    check_outputs(spec, netdef)
+    return math.prod(infer_shapes(netdef, batch=1)[spec.embedding][1:])
 
 
 def _check_crop_input(prototxt: Path, shape: tuple[int, ...]) -> None:

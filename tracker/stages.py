@@ -33,7 +33,7 @@ from tracker.identity import Gallery, IdentityVotes, chosen_embedding, embedding
 from tracker.latency import LatencyLog
 from tracker.model.card import thresholds
 from tracker.motion import MotionGate
-from tracker.preflight import guard_model, lock_state_dir, prepare_state_dir
+from tracker.preflight import embedding_width, guard_model, lock_state_dir, prepare_state_dir
 from tracker.sinks import Sink
 from tracker.sinks.console import ConsoleSink
 from tracker.sinks.jsonl import JsonlSink
@@ -67,6 +67,7 @@ class Stages:
     snapshots: SnapshotStore
     sinks: list[Sink]
     latency_log: LatencyLog
+    embedding_width: int  # tracker.preflight.embedding_width: the gallery holds the people of means this wide
     embeddings_key: str = ""  # tracker.identity.embeddings_key: the gallery holds the people enrolled with it
     people_stamp: int | None = None  # tracker.identity.people_stamp when the gallery was loaded
     web: WebServer | None = None  # the web page, also one of `sinks`; None when off or not listening
@@ -87,7 +88,7 @@ class Stages:
         self.people_stamp = people_stamp(self.state_dir)  # before: a change during the load is seen next time
         try:
             self.gallery = Gallery.load(self.state_dir, self.embeddings_key, self.gallery.threshold,
-                                        crop_definition(self.detector.gives_landmarks))
+                                        crop_definition(self.detector.gives_landmarks), self.embedding_width)
         except TrackerError as err:
             log.error("people: cannot reload them (%s); the guard goes on with the %d it knows", err,
                       len(self.gallery.names))
@@ -157,6 +158,7 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
             log.warning("identity: the weights were trained on %s crops but detector %s gives %s crops: "
                         "identities will be less reliable (use a detector with landmarks)", trained_on,
                         detector.name, crop)
+        width = embedding_width(config)
         stamp = people_stamp(state_dir)  # before the gallery's load (as in reload_people)
         stages = Stages(
             state_dir=state_dir,
@@ -166,13 +168,14 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
             detector=detector,
             batcher=Batcher(config.batcher.max_batch, config.batcher.max_wait_ms),
             backend=backend,
-            gallery=Gallery.load(state_dir, key, identity_threshold(config, card), crop),
+            gallery=Gallery.load(state_dir, key, identity_threshold(config, card), crop, width),
             votes=IdentityVotes(config.identity.min_faces, config.identity.margin),
             tracker=Tracker.from_config(config.tracking, reid_threshold=reid_threshold(config, card)),
             events=EventMaker(),
             snapshots=SnapshotStore(state_dir / "snapshots"),
             sinks=sinks,
             latency_log=latency_log,
+            embedding_width=width,
             embeddings_key=key,
             people_stamp=stamp,
             web=web,
