@@ -16,6 +16,7 @@ skipped; nothing usable is exit 2; a name with path tricks is exit 2 and writes 
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import resource
 import shutil
@@ -393,6 +394,32 @@ def test_enrolling_a_name_again_adds_to_the_faces_kept_and_replace_starts_afresh
     assert main(["enroll", "--refresh", "--replace", "--config", str(config)]) == 2
     assert capsys.readouterr().err == ("tracker: error: tracker enroll: --replace is not taken with --refresh, which "
                                        "reads no image; expected --refresh alone\n")
+
+
+def test_people_of_another_embedding_blob_are_of_another_key_and_refreshed(tmp_path, johns, capsys, caplog):
+    """`model.embedding: fc2` (848 wide) enrolled into a state of fc1 people under one key:
+    identify and the guard then stopped on a ValueError traceback, and `enroll --refresh` had
+    nothing to recompute. The blob is in the key now (the default's key as it was, so people
+    enrolled before keep matching); the other blob's person is skipped, then recomputed."""
+    fc1 = state_config(tmp_path)
+    fc2 = tmp_path / "fc2.yaml"
+    fc2.write_text(fc1.read_text() + "model: {embedding: fc2}\n")
+    simm, salley = johns["John_Simm"], johns["John_Salley"]
+    assert main(["enroll", "simm", "--aligned", str(simm[0]), "--config", str(fc1)]) == 0
+    assert main(["enroll", "salley", "--aligned", str(salley[0]), "--config", str(fc2)]) == 0
+    sha256 = file_sha256(load_config(fc1).model.weights)
+    for name, key in (("simm", f"{sha256}+mirror-mean"), ("salley", f"{sha256}+mirror-mean@fc2")):
+        with np.load(tmp_path / "state" / "people" / f"{name}.npz") as data:
+            assert str(data["model"]) == key
+    capsys.readouterr()
+    assert main(["identify", "--aligned", "--json", str(simm[1]), "--config", str(fc1)]) == 0
+    assert [r["name"] for r in json.loads(capsys.readouterr().out)[0]["nearest"]] == ["simm"]
+    assert "skipping salley: enrolled with other model weights or embedding" in caplog.text
+    assert main(["enroll", "--refresh", "--config", str(fc1)]) == 0
+    assert "recomputed 1 person(s) for the weights face_cnn.caffemodel and mirror-mean embeddings: salley" in (
+        capsys.readouterr().out)
+    assert main(["identify", "--aligned", "--json", str(salley[1]), "--config", str(fc1)]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["nearest"][0]["name"] == "salley"
 
 
 def test_the_people_folder_and_names_that_differ_only_in_case(tmp_path, johns, capsys, monkeypatch):

@@ -111,9 +111,10 @@ def test_a_person_that_cannot_be_written_is_one_line_and_the_refresh_goes_on(tmp
         assert refresh_people(state, Embedder(), "sha-B", "box-v1", 4) == Refreshed(recomputed=("ann", "bob"))
 
 
-def test_the_embeddings_key_names_the_weights_and_how_their_card_embeds(tmp_path):
-    """People enrolled with the same bytes but another embedding recipe are not comparable: the
-    key tells them apart, so the guard recomputes them (refresh_people) rather than mixing."""
+def test_the_embeddings_key_names_the_weights_how_their_card_embeds_and_the_blob(tmp_path):
+    """People enrolled with the same bytes but another embedding recipe or blob are not comparable:
+    the key tells them apart, so the guard recomputes them (refresh_people) rather than mixing. The
+    default blob's key is as it was before the blob was in it: people enrolled then still match."""
     from tracker.config import parse_config
     from tracker.files import file_sha256
     from tracker.identity import embeddings_key
@@ -126,6 +127,9 @@ def test_the_embeddings_key_names_the_weights_and_how_their_card_embeds(tmp_path
     assert embeddings_key(config) == sha256  # no card: one pass
     write_card(weights, {"weights_sha256": sha256, "embedding": "mirror-mean"})
     assert embeddings_key(config) == f"{sha256}+mirror-mean"
+    fc2 = parse_config({"model": {"weights": str(weights), "embedding": "fc2"}})  # another blob, another width
+    assert embeddings_key(fc2) == f"{sha256}+mirror-mean@fc2"
+    assert embeddings_key(parse_config({"model": {"weights": str(weights), "embedding": "fc1"}})) == f"{sha256}+mirror-mean"
     save_person(tmp_path, "ann", np.ones((1, 4)), sha256, "box-v1", np.zeros((1, 1, 88, 88), np.float32))
     assert Gallery.load(tmp_path, embeddings_key(config), threshold=0.5, crop="box-v1", width=4).names == ()
 

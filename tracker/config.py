@@ -24,7 +24,7 @@ from tracker.detection_scale import MAX_DETECT_PIXELS, MIN_WINDOW_PX, asked_scal
 from tracker.errors import ConfigError
 from tracker.files import read_regular_file
 from tracker.model.card import Embedding
-from tracker.model.spec import MODELS_DIR, ModelSpec
+from tracker.model.spec import EMBEDDING_BLOB, MODELS_DIR, ModelSpec
 
 # The default config: the package's data/config, a link to config/ in a checkout, a copy in a wheel.
 DEFAULT_CONFIG = Path(str(files("tracker") / "data" / "config" / "tracker.yaml")).resolve()
@@ -151,7 +151,7 @@ class ModelConfig(Section):
     prototxt: FilePath = MODELS_DIR / "face_cnn.prototxt"
     weights: FilePath = MODELS_DIR / "face_cnn.caffemodel"
     probs: str = "prob"
-    embedding: str = "fc1"
+    embedding: str = EMBEDDING_BLOB
 
     def spec(self) -> ModelSpec:
         """The model these keys name, as the backends take it."""

@@ -2,13 +2,14 @@
 
 Enrolled people live in `<state_dir>/people/<name>.npz`: `mean` (D,) float32, the L2-normalised
 mean of the person's L2-normalised embeddings, `count` (images used), `model` (what made them:
-`embeddings_key`, the caffemodel's sha256 and the embedding in use), `crop` (the `tracker.crops`
+`embeddings_key`: the caffemodel's sha256, the embedding in use and its blob), `crop` (the `tracker.crops`
 definition their faces were cut with; files from before it was recorded are box crops) and
 `chips` ((count, 88, 88) uint8, the crops themselves, so that new weights can recompute the mean:
 `refresh_people`; files from before have none). Embeddings of other weights, made another way or
 from another crop are not comparable, so such people are skipped with a warning: never mixed; so is
 a `mean` that is not a finite vector of the net's embedding width (`mean_fault`: a damaged file, or
-one made from another `model.embedding` blob), which `refresh_people` recomputes from its crops.
+one made from another `model.embedding` blob before the key named it), which `refresh_people`
+recomputes from its crops.
 A crop is the enrolled person of highest cosine similarity, or `unknown` when that similarity is
 below the threshold. A track's identity is the vote over its whole life: each crop votes once for
 its match (a name or `unknown`), the name with the most votes wins once the track has
@@ -104,11 +105,18 @@ def weights_card(config) -> dict | None:
 def embeddings_key(config, card: dict | None = None) -> str:
     """What makes embeddings comparable, stored as an enrolled person's `model`: the sha256 of the
     config's caffemodel, followed by "+mirror-mean" when faces are embedded with their mirror image
-    (`chosen_embedding`; `card` if the caller has read it). People of another key are recomputed
-    from their kept crops (`refresh_people`) or skipped, never mixed."""
+    (`chosen_embedding`; `card` if the caller has read it), then by "@BLOB" when the embedding is
+    read from a blob other than EMBEDDING_BLOB (`model.embedding`: fc2's 848 wide are not fc1's).
+    The default blob adds nothing, so the key of every person enrolled before it was named stands
+    (a file without kept crops could not be recomputed); the blob comes last, after fixed-form
+    parts, so no two keys read alike. People of another key are recomputed from their kept crops
+    (`refresh_people`) or skipped, never mixed."""
+    from tracker.model.spec import EMBEDDING_BLOB
+
     sha256 = file_sha256(config.model.weights)
     embedding = chosen_embedding(config, card)
-    return sha256 if embedding == "single" else f"{sha256}+{embedding}"
+    key = sha256 if embedding == "single" else f"{sha256}+{embedding}"
+    return key if config.model.embedding == EMBEDDING_BLOB else f"{key}@{config.model.embedding}"
 
 
 def unit_rows(rows: np.ndarray) -> np.ndarray:

@@ -15,6 +15,7 @@ from pathlib import Path
 from tracker.errors import InputError
 
 MODELS_DIR = Path(str(files("tracker") / "data" / "models")).resolve()
+EMBEDDING_BLOB = "fc1"  # the face CNN's embedding (ARCHITECTURE.md, section 1): `model.embedding` by default
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class ModelSpec:
     prototxt: Path
     weights: Path
     probs: str = "prob"
-    embedding: str = "fc1"
+    embedding: str = EMBEDDING_BLOB
 
 
 def check_outputs(spec: ModelSpec, netdef) -> None:
@@ -53,4 +54,4 @@ def check_outputs(spec: ModelSpec, netdef) -> None:
 
 def default_model() -> ModelSpec:
     """The face CNN of docs/ARCHITECTURE.md, section 1, as shipped in `models/`."""
-    return ModelSpec(MODELS_DIR / "face_cnn.prototxt", MODELS_DIR / "face_cnn.caffemodel", "prob", "fc1")
+    return ModelSpec(MODELS_DIR / "face_cnn.prototxt", MODELS_DIR / "face_cnn.caffemodel", "prob", EMBEDDING_BLOB)
