@@ -250,3 +250,46 @@ def test_a_person_of_another_embedding_width_does_not_stop_the_running_guard(tmp
     stages.reload_people()
     assert stages.gallery.names == ("carol",) and "skipping wide: its mean is float32 of shape (848,)" in caplog.text
     stages.close()
+
+
+def test_a_person_file_rewritten_in_place_is_taken_in(tmp_path):
+    """`cp other.npz people/carol.npz` writes into the file there: the folder's time, the guard's
+    only sign of a change, stayed as it was, and so did the guard's carol."""
+    from tracker.crops import crop_definition
+    from tracker.identity import save_person
+
+    config, stages, _ = fake_stages(tmp_path, ByPosition(), max_batch=2)
+    people = tmp_path / "people"
+    save_person(tmp_path / "other", "carol", BOB[None], stages.embeddings_key, crop_definition(False),
+                np.zeros((1, 1, 88, 88), np.float32))  # (with a kept face: another size)
+    save_person(tmp_path, "carol", ALICE[None], stages.embeddings_key, crop_definition(False))
+    stages.reload_people()
+    folder_time = people.stat().st_mtime_ns
+    with open(people / "carol.npz", "r+b") as file:  # as cp: the same file, truncated and written
+        file.truncate()
+        file.write((tmp_path / "other" / "people" / "carol.npz").read_bytes())
+    assert people.stat().st_mtime_ns == folder_time
+    stages.reload_people_if_changed()
+    assert stages.gallery.names == ("carol",) and (stages.gallery.means == BOB).all()
+    stages.close()
+
+
+def test_a_person_file_caught_half_copied_is_taken_in_once_whole(tmp_path, caplog):
+    """The guard's poll between cp's create and its write found the file unreadable, and never
+    looked again: the folder's time did not move when the copy ended."""
+    from tracker.crops import crop_definition
+    from tracker.identity import save_person
+
+    config, stages, _ = fake_stages(tmp_path, ByPosition(), max_batch=2)
+    whole = save_person(tmp_path / "other", "carol", BOB[None], stages.embeddings_key,
+                        crop_definition(False)).read_bytes()
+    (tmp_path / "people").mkdir()
+    with open(tmp_path / "people" / "carol.npz", "wb") as file:
+        file.write(whole[: len(whole) // 2])
+        file.flush()
+        stages.reload_people_if_changed()  # the poll, mid-copy
+        assert stages.gallery.names == () and "skipping" in caplog.text and "carol.npz: unreadable" in caplog.text
+        file.write(whole[len(whole) // 2:])
+    stages.reload_people_if_changed()
+    assert stages.gallery.names == ("carol",)
+    stages.close()

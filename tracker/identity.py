@@ -186,14 +186,33 @@ def check_new_name(state_dir: Path, name: str) -> None:
                          f"{same[0]!r} (to add to them) or another name")
 
 
-def people_stamp(state_dir: Path) -> int | None:
-    """The people folder's modification time (ns), which every person's write and removal (a
-    rename or an unlink in it) moves; None without the folder. For a running guard to see a
-    `tracker enroll` made beside it."""
+PeopleStamp = tuple[int, tuple[tuple[str, int, int], ...]]
+
+
+def people_stamp(state_dir: Path) -> PeopleStamp | None:
+    """What moves when the people change: the people folder's modification time (ns), which every
+    person's write and removal (a rename or an unlink in it) moves, and each person file's (name,
+    size, modification time in ns), which a file rewritten in place moves too (`cp other.npz
+    people/bob.npz` leaves the folder's time alone), and a file still being copied in when the
+    stamp was taken moves again when the copy ends (the folder's time did not, and the person
+    stayed unreadable). None without a folder to list. One listing and a stat per person file: for a
+    running guard to see, within its one-second poll, a `tracker enroll` or a copy made beside it."""
+    folder = Path(state_dir) / "people"
     try:
-        return os.stat(Path(state_dir) / "people").st_mtime_ns
+        folder_time = os.stat(folder).st_mtime_ns
+        with os.scandir(folder) as entries:
+            people = []
+            for entry in entries:
+                if not _is_person_file(entry.name):
+                    continue
+                try:
+                    stat = entry.stat()
+                except FileNotFoundError:  # removed since the listing: the folder's time has moved
+                    continue
+                people.append((entry.name, stat.st_size, stat.st_mtime_ns))
     except OSError:
         return None
+    return folder_time, tuple(sorted(people))
 
 
 def people_files(state_dir: Path) -> list[Path]:
@@ -209,7 +228,13 @@ def people_files(state_dir: Path) -> list[Path]:
     except OSError as err:
         raise InputError(f"people folder {str(folder)!r}: cannot read it ({err.strerror or err}); expected a folder "
                          "this user can read") from None
-    return sorted(folder / n for n in names if n.endswith(".npz") and _is_name(n[: -len(".npz")]))
+    return sorted(folder / n for n in names if _is_person_file(n))
+
+
+def _is_person_file(name: str) -> bool:
+    """Whether the file `name` in the people folder is a person's: NAME.npz, NAME as `validate_name`
+    allows (not the lock, nor a write's temporary file `.NAME.*.npz`)."""
+    return name.endswith(".npz") and _is_name(name[: -len(".npz")])
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,16 @@ from tracker.detect import FaceDetector, create_detector
 from tracker.enroll import enroll, refresh
 from tracker.errors import TrackerError
 from tracker.events import EventMaker
-from tracker.identity import Gallery, IdentityVotes, chosen_embedding, embeddings_key, identity_threshold, people_stamp, weights_card
+from tracker.identity import (
+    Gallery,
+    IdentityVotes,
+    PeopleStamp,
+    chosen_embedding,
+    embeddings_key,
+    identity_threshold,
+    people_stamp,
+    weights_card,
+)
 from tracker.latency import LatencyLog
 from tracker.model.card import thresholds
 from tracker.motion import MotionGate
@@ -69,7 +78,7 @@ class Stages:
     latency_log: LatencyLog
     embedding_width: int  # tracker.preflight.embedding_width: the gallery holds the people of means this wide
     embeddings_key: str = ""  # tracker.identity.embeddings_key: the gallery holds the people enrolled with it
-    people_stamp: int | None = None  # tracker.identity.people_stamp when the gallery was loaded
+    people_stamp: PeopleStamp | None = None  # tracker.identity.people_stamp when the gallery was loaded
     web: WebServer | None = None  # the web page, also one of `sinks`; None when off or not listening
     # What restarts the backend after a failure (the one `backend` is or wraps): its `interrupt` ends
     # a call that waits on a hung worker, and its restarts (the guard is stopping); its `restarts` are
@@ -94,7 +103,8 @@ class Stages:
                       len(self.gallery.names))
 
     def reload_people_if_changed(self) -> None:
-        """`reload_people` if the people folder changed since (one stat: called every second)."""
+        """`reload_people` if the people changed since (`people_stamp`: a listing and a stat per
+        person, called every second)."""
         if people_stamp(self.state_dir) != self.people_stamp:
             self.reload_people()
 
