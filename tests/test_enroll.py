@@ -490,8 +490,8 @@ def test_a_face_given_twice_is_used_once(tmp_path, johns, enrolment):
     the person's 64 places."""
     _, enrol = enrolment
     chips, said = johns["John_Simm"], []
-    _, used, skipped = enrol("carol", [chips[0], chips[1], chips[0]], said)
-    assert (used, skipped) == (2, 1) and any("this face is given twice; skipped" in line for line in said)
+    done = enrol("carol", [chips[0], chips[1], chips[0]], said)
+    assert (done.used, done.skipped) == (2, 1) and any("this face is given twice; skipped" in line for line in said)
 
 
 def test_a_write_cut_short_leaves_no_face_behind(tmp_path, johns, enrolment):
@@ -505,3 +505,26 @@ def test_a_write_cut_short_leaves_no_face_behind(tmp_path, johns, enrolment):
     leftover.write_bytes(b"a face")
     assert remove_person(tmp_path / "state", "dave")
     assert sorted(p.name for p in (tmp_path / "state" / "people").iterdir()) == [".lock"]
+
+
+def test_adding_to_a_person_past_the_faces_kept_says_how_many_earlier_ones_are_dropped(tmp_path, johns, capsys,
+                                                                                     monkeypatch, enrolment):
+    """Adding to a person of MAX_KEPT faces drops the earliest; `tracker enroll` said "the faces
+    kept before stay", and the page's uploads and "This was..." said nothing."""
+    monkeypatch.setattr("tracker.enroll.MAX_KEPT", 3)
+    chips = johns["John_Simm"][:5]
+    (tmp_path / "cli").mkdir()
+    config = state_config(tmp_path / "cli")
+    assert main(["enroll", "alice", "--aligned", *map(str, chips[:2]), "--config", str(config)]) == 0
+    capsys.readouterr()
+    assert main(["enroll", "alice", "--aligned", *map(str, chips[2:4]), "--config", str(config)]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("added 2 image(s) to 'alice' (0 skipped; the 1 earliest face(s) kept before are dropped "
+                          "(at most 3 a person), the others stay: --replace starts afresh) -> "), out
+    assert err == "enroll: 'alice' keeps at most 3 faces: the 1 earliest of the 2 kept before are dropped to make room for these\n"
+    _, enrol = enrolment  # the page's way (its own state)
+    enrol("bob", chips[:3])
+    said = []
+    assert enrol("bob", chips[3:5], said, add=True).dropped == 2
+    assert said == ["enroll: 'bob' keeps at most 3 faces: the 2 earliest of the 3 kept before are dropped to make "
+                    "room for these"]

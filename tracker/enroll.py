@@ -8,9 +8,10 @@ and its largest face is taken; with Haar (no landmarks; it misses or doubles fac
 the whole chip is the box. The faces go through the same detector, crop (`tracker.crops`) and
 backend as the guard, and `tracker.identity.save_person` stores the mean embedding in
 `<state_dir>/people/NAME.npz` with the crop definition, the weights' sha256 and the crops themselves.
-Enrolling a name again adds the new faces to those kept (as the web page's uploads do); `--replace`
-starts the person afresh from the new ones. `tracker enroll --refresh` (and the guard at start)
-recomputes the people enrolled with other weights from those kept crops.
+Enrolling a name again adds the new faces to those kept (as the web page's uploads do; past MAX_KEPT
+the earliest make room, and it says how many); `--replace` starts the person afresh from the new
+ones. `tracker enroll --refresh` (and the guard at start) recomputes the people enrolled with other
+weights from those kept crops.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import sys
 from collections import deque
 from pathlib import Path
+from typing import NamedTuple
 
 import cv2
 import numpy as np
@@ -52,6 +54,17 @@ MAX_KEPT = 64  # faces a person's enrolment is made from and keeps, the latest (
 
 class AlreadyKept(InputError):
     """Every face found to add to a person is one kept for them already (the same crop)."""
+
+
+class Enrolment(NamedTuple):
+    """What `enroll` did: the person's file written, the images whose face it used, the images
+    it skipped, and how many of the faces kept for the person before it dropped (the earliest) to
+    keep at most MAX_KEPT."""
+
+    path: Path
+    used: int
+    skipped: int
+    dropped: int
 
 
 def image_files(inputs: list[Path], what: str = "enroll") -> list[Path]:
@@ -118,13 +131,14 @@ def central_face(photo: np.ndarray, detector: FaceDetector) -> Detection | None:
 
 
 def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = False, add: bool = False, report=print,
-           backend=None, detector: FaceDetector | None = None, alive=lambda: None) -> tuple[Path, int, int]:
-    """Enroll `name` from the images in `inputs` (tight face chips if `aligned`); returns
-    (file written, images used, images skipped). Raises InputError when no image gave one face.
+           backend=None, detector: FaceDetector | None = None, alive=lambda: None) -> Enrolment:
+    """Enroll `name` from the images in `inputs` (tight face chips if `aligned`); returns what it
+    did (`Enrolment`). Raises InputError when no image gave one face.
     At most the last MAX_KEPT faces are used (and kept for a later refresh); the images beyond
     are reported and counted as skipped.
-    `add`: keep the faces `name` was enrolled from (the latest MAX_KEPT in all) and add these,
-    rather than replace them (the web page's uploads and its "this was alice" on an event's snapshot);
+    `add`: keep the faces `name` was enrolled from (the latest MAX_KEPT in all: the earliest kept
+    make room for these, reported and counted as dropped) and add these, rather than replace them
+    (the web page's uploads and its "this was alice" on an event's snapshot);
     a face kept already (the same crop: the same photo or snapshot again) is reported and skipped,
     and AlreadyKept is raised when that leaves none. A face given twice in one call is used once.
     The photos are read first; the name's check, the faces kept, the embedding and the write are
@@ -190,9 +204,14 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
         if own_backend and found:
             backend.close()
     used = len(crops)
+    kept_before = 0 if kept is None else len(kept)
+    dropped = max(0, kept_before + used - MAX_KEPT)  # (used <= MAX_KEPT: only faces kept before are dropped)
     if faces_found > MAX_KEPT:
         report(f"enroll: {faces_found} images show a face; the last {MAX_KEPT} are used (at most {MAX_KEPT} a person)")
-    return path, used, len(files) - used
+    if dropped:
+        report(f"enroll: {name!r} keeps at most {MAX_KEPT} faces: the {dropped} earliest of the {kept_before} kept "
+               "before are dropped to make room for these")
+    return Enrolment(path, used, len(files) - used, dropped)
 
 
 def open_backend(config: Config, name: str | None = None, precision: str | None = None):
@@ -261,11 +280,13 @@ def enroll_command(argv: list[str]) -> int:
             print("enroll: nothing to recompute: everyone is enrolled with these weights and crops")
         return EXIT_UNEXPECTED if done.unwritten else 0
     enrolled = args.name in {p.stem for p in people_files(config.resolved_state_dir())}
-    path, used, skipped = enroll(args.name, args.images, config, aligned=args.aligned, add=not args.replace,
-                                 report=lambda line: print(line, file=sys.stderr))
+    result = enroll(args.name, args.images, config, aligned=args.aligned, add=not args.replace,
+                    report=lambda line: print(line, file=sys.stderr))
     if enrolled and not args.replace:
-        print(f"added {used} image(s) to {args.name!r} ({skipped} skipped; the faces kept before stay: --replace "
-              f"starts afresh) -> {path}")
+        before = (f"the {result.dropped} earliest face(s) kept before are dropped (at most {MAX_KEPT} a person), the "
+                  "others stay" if result.dropped else "the faces kept before stay")
+        print(f"added {result.used} image(s) to {args.name!r} ({result.skipped} skipped; {before}: --replace starts "
+              f"afresh) -> {result.path}")
     else:
-        print(f"enrolled {args.name!r} from {used} image(s) ({skipped} skipped) -> {path}")
+        print(f"enrolled {args.name!r} from {result.used} image(s) ({result.skipped} skipped) -> {result.path}")
     return 0

@@ -589,12 +589,12 @@ def _enrol_job(config: Config, name: str, shown: dict[Path, str], messages: list
         messages.append(line)
 
     try:
-        path, used, skipped = enroll(name, list(shown), config, aligned=snapshot, add=True, report=report,
-                                     backend=backend, detector=detector, alive=daemon.watchdog)
+        done = enroll(name, list(shown), config, aligned=snapshot, add=True, report=report, backend=backend,
+                      detector=detector, alive=daemon.watchdog)
     finally:
         if folder is not None:
             shutil.rmtree(folder, True)  # the uploads, once enroll has read them
-    return {"name": name, "used": used, "skipped": skipped + refused}
+    return {"name": name, "used": done.used, "skipped": done.skipped + refused}
 
 
 def _face_png(state_dir: Path, name: str) -> bytes | None:

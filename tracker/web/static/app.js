@@ -236,7 +236,7 @@ function eventItem(event) {
         const answer = await api(`/api/people/${encodeURIComponent(name.value)}/from-event`, {
           method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ event_id: event.id }),
         });
-        message.textContent = `added to ${answer.name}`;
+        message.textContent = [...answer.messages, `added to ${answer.name}`].join("; ");  // (a face kept before dropped)
       } catch (error) {
         message.textContent = error.message;
         button.disabled = false;
