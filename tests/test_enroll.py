@@ -38,6 +38,7 @@ from tracker.enroll import chip_face, open_backend
 from tracker.errors import InputError
 from tracker.files import file_sha256
 from tracker.identity import UNKNOWN, Gallery, IdentityVotes, embeddings_key, identity_threshold
+from tracker.images import IMAGE_SUFFIXES
 from tracker.preflight import embedding_width
 
 ENROLLED_PER_PERSON = 6
@@ -233,6 +234,15 @@ def test_enrol_with_no_usable_face_exits_2(tmp_path, no_face_image):
     assert len(errors) == 1 and "no usable face" in errors[0] and "'Nobody'" in errors[0]
     assert "Traceback" not in proc.stderr
     assert not list((tmp_path / "state").rglob("*.npz"))
+
+
+def test_enrol_from_a_folder_without_image_files_says_so_as_identify_does(tmp_path, capsys):
+    """A folder of HEIC photos only was "no usable face for 'newbie' in 0 image(s)"."""
+    (tmp_path / "phone").mkdir()
+    (tmp_path / "phone" / "IMG_0001.HEIC").write_bytes(b"not read")
+    assert main(["enroll", "newbie", str(tmp_path / "phone"), "--config", str(state_config(tmp_path))]) == 2
+    assert capsys.readouterr().err == (f"tracker: error: enroll: no image files in {str(tmp_path / 'phone')}; expected "
+                                       f"images ({', '.join(IMAGE_SUFFIXES)}) or folders holding them\n")
 
 
 def test_enrol_missing_file_exits_2(tmp_path):

@@ -88,6 +88,17 @@ def image_files(inputs: list[Path], what: str = "enroll") -> list[Path]:
     return files
 
 
+def required_image_files(inputs: list[Path], what: str) -> list[Path]:
+    """`image_files(inputs, what)`, and InputError when that finds none (a folder of HEIC photos
+    only): the command has nothing to read, which is the user's to hear rather than "no usable face
+    in 0 image(s)"."""
+    files = image_files(inputs, what)
+    if not files:
+        raise InputError(f"{what}: no image files in {', '.join(map(str, inputs))}; "
+                         f"expected images ({', '.join(IMAGE_SUFFIXES)}) or folders holding them")
+    return files
+
+
 def _detect_padded(image: np.ndarray, detector: FaceDetector) -> list[Detection]:
     """The detector's faces on `image` padded by CHIP_PAD of its side (edge-replicated: a photo
     cropped close around a face has too little context for a CNN detector), in `image` pixels.
@@ -149,7 +160,7 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
     validate_name(name)
     state_dir = config.resolved_state_dir()
     check_new_name(state_dir, name)
-    files = image_files(inputs)
+    files = required_image_files(inputs, "enroll")
     detector = detector or create_detector(config.detect, quiet=True)
     crop = crop_definition(detector.gives_landmarks)
     found: deque[tuple[Path, np.ndarray]] = deque(maxlen=MAX_KEPT)  # memory for MAX_KEPT faces, however many images

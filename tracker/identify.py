@@ -35,10 +35,10 @@ import numpy as np
 
 from tracker.crops import CROP_MARGIN, crop_batch, crop_definition
 from tracker.detect import FaceDetector
-from tracker.enroll import chip_face, image_files, open_backend
+from tracker.enroll import chip_face, open_backend, required_image_files
 from tracker.errors import InputError
 from tracker.identity import UNKNOWN, Gallery
-from tracker.images import IMAGE_SUFFIXES, TOO_LARGE_OR_DAMAGED, read_photo
+from tracker.images import TOO_LARGE_OR_DAMAGED, read_photo
 from tracker.types import Detection
 
 NEAREST = 3  # enrolled people listed per face
@@ -104,10 +104,7 @@ def identify_command(argv: list[str]) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON document (see the module docstring)")
     p.add_argument("--config", type=config_path, help=f"YAML config ({CONFIG_DEFAULT})")
     args = p.parse_args(argv)
-    files = image_files(args.images, "identify")
-    if not files:
-        raise InputError(f"identify: no image files in {', '.join(map(str, args.images))}; "
-                         f"expected images ({', '.join(IMAGE_SUFFIXES)}) or folders holding them")
+    files = required_image_files(args.images, "identify")
     config = load_config(args.config)
     state_dir = config.resolved_state_dir()
     if state_dir.exists() and not state_dir.is_dir():  # it is only read: the guard's writability check is not for it
