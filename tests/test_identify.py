@@ -10,9 +10,11 @@ crops the weights were trained on); here the Haar detector's box crops keep the 
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import cv2
@@ -259,3 +261,23 @@ def test_a_large_photo_is_read_reduced_and_its_boxes_are_in_its_own_pixels(enrol
         boxes.append(face["box"])
     for key in "xywh":
         assert abs(boxes[1][key] - 6 * boxes[0][key]) <= 0.1 * 6 * boxes[0]["w"], (key, boxes)
+
+
+def test_json_is_written_face_by_face_and_stays_one_document_with_an_unreadable_file(tmp_path, johns, monkeypatch):
+    """Every face's record (~1.4 kB) was kept until the run's end: the first image's is out before
+    the next file is read now, and the document is whole (as before) when exit 2 follows it."""
+    from tracker import identify
+
+    out, read_after = io.StringIO(), []
+    monkeypatch.setattr(sys, "stdout", out)
+    real_read_photo = identify.read_photo
+    monkeypatch.setattr(identify, "read_photo", lambda path: read_after.append(out.getvalue()) or real_read_photo(path))
+    notes = tmp_path / "notes.jpg"
+    notes.write_text("a note, not a photo")
+    chips = johns["John_Simm"][:2]
+    args = ["identify", "--aligned", "--json", str(chips[0]), str(notes), str(chips[1]), "--config"]
+    assert main([*args, str(state_config(tmp_path))]) == 2
+    records = json.loads(out.getvalue())
+    assert [r["image"] for r in records] == [str(chips[0]), str(chips[1])]
+    assert out.getvalue() == json.dumps(records, indent=1) + "\n"  # the form it had when written at the end
+    assert json.loads(read_after[1] + "]") == records[:1]  # out before notes.jpg was read

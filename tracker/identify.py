@@ -12,12 +12,15 @@ Text output, one line per face on stdout, faces numbered left to right (boxes in
     photo.jpg face 1 of 2 at 120,80 64x64: alice (similarity 0.83); nearest: alice 0.83, bob 0.41, carol 0.12
     wall.jpg: no face found
 
-`--json`: one JSON document on stdout instead, a list with, per face,
+`--json`: one JSON document on stdout instead, written face by face as they are found (memory for
+one image's records, not the whole run's), a list with, per face,
     {"image": path as given, "face": number from 1, "box": {"x", "y", "w", "h"} (int pixels),
      "identity": name or "unknown", "similarity": the best cosine similarity (null with nobody
      enrolled), "nearest": [{"name", "similarity"}, ...] the (at most) three most similar enrolled
      people, most similar first}
-and, per image without a face, {"image": path as given, "faces": 0}.
+and, per image without a face, {"image": path as given, "faces": 0}. The list is closed when every
+image has been read, unreadable ones included (exit 2 then follows a whole document); a run that
+fails part-way leaves it open, so that it cannot be taken for a whole answer.
 
 With nobody enrolled (for these weights and crop), a note naming the state directory goes to stderr
 once and every face is `unknown`. A file that is not a readable image is reported on stderr
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -91,6 +95,24 @@ def _text_lines(records: list[dict]) -> list[str]:
     return lines
 
 
+class _JsonList:
+    """A JSON list written to `stream` one record at a time, as `json.dumps(records, indent=1)`
+    would write the whole list: every face's record (~1.4 kB) was kept until the run's end."""
+
+    def __init__(self, stream) -> None:
+        self._stream, self._written = stream, 0
+        stream.write("[")
+
+    def add(self, records: list[dict]) -> None:
+        for record in records:
+            self._stream.write(("," if self._written else "") + "\n" + textwrap.indent(json.dumps(record, indent=1), " "))
+            self._written += 1
+        self._stream.flush()
+
+    def close(self) -> None:
+        self._stream.write("\n]\n" if self._written else "]\n")
+
+
 def identify_command(argv: list[str]) -> int:
     from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path, path_to
     from tracker.config import load_config
@@ -113,7 +135,7 @@ def identify_command(argv: list[str]) -> int:
     detector = create_detector(config.detect, quiet=True)
     # The backend first: it refuses missing or mismatched weights with one line, before they are hashed.
     backend = open_backend(config)
-    unreadable, output = [], []
+    unreadable: list[Path] = []
     try:
         crop = crop_definition(detector.gives_landmarks)
         gallery = Gallery.load(state_dir, embeddings_key(config), identity_threshold(config), crop,
@@ -122,6 +144,7 @@ def identify_command(argv: list[str]) -> int:
             print(f"identify: nobody is enrolled in {state_dir} for weights {config.model.weights.name}, "
                   f"{chosen_embedding(config)} embeddings and {crop} crops; every face is {UNKNOWN} (enrol people "
                   "with tracker enroll, or recompute them with tracker enroll --refresh)", file=sys.stderr)
+        output = _JsonList(sys.stdout) if args.json else None  # opened after what refuses the whole run
         for path in files:
             photo = read_photo(path)  # a large JPEG decoded at a fraction of its size, as tracker enroll does
             if photo is None:
@@ -136,14 +159,14 @@ def identify_command(argv: list[str]) -> int:
                 crops = crop_batch(image, faces, margin=0.0 if args.aligned else CROP_MARGIN)  # as tracker enroll
                 results = identify_faces(backend.infer(crops).embedding, gallery)
                 records = [_face_record(path, i, f, scale, r) for i, (f, r) in enumerate(zip(faces, results), 1)]
-            if args.json:
-                output.extend(records)
+            if output is not None:
+                output.add(records)
             else:
                 print("\n".join(_text_lines(records)), flush=True)
     finally:
         backend.close()
-    if args.json:
-        print(json.dumps(output, indent=1))
+    if output is not None:
+        output.close()
     if unreadable:
         raise InputError(f"identify: {len(unreadable)} of {len(files)} file(s) not readable images "
                          f"(first: {str(unreadable[0])!r}); expected JPEG, PNG or other images OpenCV reads")
