@@ -429,3 +429,5 @@ def test_a_source_that_ends_before_anyone_can_be_announced_says_so(tmp_path, tes
         (folder / f"f{i}.jpg").write_bytes(photo.read_bytes())
     proc = run_cli(tmp_path, "--source", str(folder))
     assert proc.returncode == 0 and "tracking.min_hits" not in proc.stderr, proc.stderr[-2000:]
+    proc = run_cli(tmp_path, "--source", str(folder), "--frames", "2")  # the user's own short run: no hint
+    assert proc.returncode == 0 and "tracking.min_hits" not in proc.stderr, proc.stderr[-2000:]

@@ -137,7 +137,8 @@ class Guard:
                     log.exception("guard: could not announce the end of the run after an error")
                 raise
             self._finish()
-            if not self._stop.is_set() and self.frames_processed < cfg.tracking.min_hits:
+            if (not self._stop.is_set() and self.frames_processed < cfg.tracking.min_hits
+                    and self.frames_processed != cfg.source.frames):  # (not a run the user cut short)
                 # a single photo given as the source: nothing can be announced, and nothing said why
                 log.warning("guard: the source ended after %d frame(s), fewer than the %d a face needs before it "
                             "is announced (tracking.min_hits); to see who is in photos: tracker identify PHOTOS",
