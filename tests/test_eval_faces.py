@@ -74,8 +74,9 @@ def test_pairs_json_has_the_documented_figures(tmp_path, lfw):
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
     assert set(report) == {"backend", "precision", "embedding", "detector", "pairs_file", "pairs_left_out", "pairs", *RATES,
-                           "accuracy_std", "threshold_far_1pct", "threshold_far_0.1pct", "threshold"}
+                           "accuracy_std", "threshold_far_1pct", "threshold_far_0.1pct", "threshold", "photos_unreadable"}
     assert report["pairs"] == len(PAIRS) + len(MISMATCHED) and report["pairs_left_out"] == 0
+    assert report["photos_unreadable"] == 0
     assert report["pairs_file"] == str(pairs) and report["detector"] == "yunet" and report["embedding"] == "mirror-mean"
     assert all(0.0 <= report[key] <= 1.0 for key in RATES)
     assert -1.0 <= report["threshold"] <= 1.0
@@ -118,14 +119,23 @@ def test_one_pass_embeddings_on_request_with_their_own_threshold(tmp_path, lfw):
 
 
 def test_folder_of_chips_enrols_every_other_person(tmp_path, lfw, johns):
+    """With a damaged photo among a stranger's: left out of the probes, and counted in the report."""
+    folder = tmp_path / "people"
+    for person in sorted(lfw.iterdir()):
+        (folder / person.name).mkdir(parents=True)
+        for chip in person.iterdir():
+            (folder / person.name / chip.name).symlink_to(chip.resolve())
+    second = sorted(folder.iterdir())[1]
+    (second / "damaged.jpg").write_bytes(b"\xff\xd8 not the rest of a JPEG")
     out = tmp_path / "figures.json"
-    proc = eval_faces(tmp_path, yunet_config(tmp_path), "--folder", lfw, "--chips", "--enroll", 6, "--json", out)
+    proc = eval_faces(tmp_path, yunet_config(tmp_path), "--folder", folder, "--chips", "--enroll", 6, "--json", out)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
     # 5 people sorted: the 1st, 3rd and 5th are enrolled from 6 chips and probed with their other 5;
     # every chip of the 2nd and 4th is a stranger's
     assert report["people_enrolled"] == 3 and report["images_enrolled_each"] == 6
     assert report["probes_enrolled"] == 3 * (11 - 6) and report["probes_strangers"] == 2 * 11
+    assert report["photos_unreadable"] == 1 and "damaged.jpg' is not a readable image" in proc.stderr
     assert 0.0 <= report["identified"] <= report["rank1"] <= 1.0
     assert 0.0 <= report["strangers_unknown"] <= 1.0
 

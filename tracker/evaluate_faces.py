@@ -18,9 +18,9 @@ image of an enrolled person is a probe: rank-1 is the share whose best match is 
 that should come out `unknown`: the share that does. With `--chips` each image is a tight face chip
 (as `tracker enroll --aligned`). People with fewer than N + 1 images are strangers only.
 
-A photo that cannot be read (damaged, not an image) counts as one without a face and is named on
-stderr (the first NAMED_UNREADABLE): one bad file among thousands does not throw away the minutes
-spent on the others.
+A photo that cannot be read (damaged, not an image) counts as one without a face, is named on
+stderr (the first NAMED_UNREADABLE) and counted in the report's `photos_unreadable`: one bad file
+among thousands does not throw away the minutes spent on the others.
 """
 
 from __future__ import annotations
@@ -123,14 +123,16 @@ def embed_photos(files: list[Path], detector: FaceDetector, backends: list, chip
 
 
 def pair_scores(pairs_file: Path, images: Path, detector: FaceDetector, backends: list,
-                prefix: str = "eval-faces") -> list[tuple[np.ndarray, np.ndarray, int]]:
+                progress: Progress | None = None) -> list[tuple[np.ndarray, np.ndarray, int]]:
     """For each of `backends`, (scores, same, pairs left out) of an LFW-format pairs file (see the
-    module docstring); the photos are read, detected and cut once for all of them, the progress
-    lines starting with `prefix` (Progress)."""
+    module docstring); the photos are read, detected and cut once for all of them, counted by
+    `progress` (default: a new one; its total is set to the pairs' photos)."""
     pairs = read_pairs(pairs_file, images)
     files = sorted({p for a, b, _ in pairs for p in (a, b)})
     index = {p: i for i, p in enumerate(files)}
-    every_embedding, found = embed_photos(files, detector, backends, progress=Progress(len(files), prefix))
+    progress = progress or Progress(0)
+    progress.total = len(files)
+    every_embedding, found = embed_photos(files, detector, backends, progress=progress)
     both = [(index[a], index[b], s) for a, b, s in pairs if found[index[a]] and found[index[b]]]
     same = np.array([s for _, _, s in both], bool)
     results = []
@@ -169,8 +171,9 @@ def _people(folder: Path) -> dict[str, list[Path]]:
 
 
 def identification_report(folder: Path, enroll: int, detector: FaceDetector, backend, threshold: float,
-                          chips: bool = False) -> dict:
-    """The folder figures of the module docstring."""
+                          chips: bool = False, progress: Progress | None = None) -> dict:
+    """The folder figures of the module docstring, the photos counted by `progress` (default: a
+    new one; its total is set to the folder's photos)."""
     people = _people(folder)
     names = sorted(people)
     gallery_names = [n for i, n in enumerate(names) if i % 2 == 0 and len(people[n]) > enroll]
@@ -179,7 +182,8 @@ def identification_report(folder: Path, enroll: int, detector: FaceDetector, bac
                          "expected some with enough to enrol and to test")
     means: list[np.ndarray] = []
     probes: list[tuple[np.ndarray, str | None]] = []  # (embedding, true name or None for a stranger)
-    progress = Progress(sum(len(files) for files in people.values()))  # over the folder, not a person
+    progress = progress or Progress(0)
+    progress.total = sum(len(files) for files in people.values())  # over the folder, not a person
     for name in names:
         [embeddings], found = embed_photos(people[name], detector, [backend], chips, progress)
         if name in gallery_names:
@@ -253,21 +257,22 @@ def eval_faces_command(argv: list[str]) -> int:
     detector = create_detector(config.detect)
     precision = args.precision or config.backend.precision
     backend = open_backend(config, args.backend, precision)  # first: it refuses missing weights in one line
+    progress = Progress(0)
     try:
         threshold = identity_threshold(config)
         if args.pairs is not None:
-            [(scores, same, skipped)] = pair_scores(args.pairs, args.images, detector, [backend])
+            [(scores, same, skipped)] = pair_scores(args.pairs, args.images, detector, [backend], progress)
             if len(scores) == 0 or same.all() or not same.any():
                 raise InputError(f"eval-faces: {len(scores)} pairs with a face in both photos ({skipped} left out); "
                                  "expected matched and mismatched pairs with faces")
             report = {"pairs_file": str(args.pairs), "pairs_left_out": skipped, **verification_report(scores, same, threshold)}
         else:
             report = {"folder": str(args.folder), **identification_report(args.folder, args.enroll or 5, detector,
-                                                                           backend, threshold, args.chips)}
+                                                                           backend, threshold, args.chips, progress)}
     finally:
         backend.close()
     report = {"backend": backend.name, "precision": precision, "embedding": chosen_embedding(config),
-              "detector": detector.name, **report}
+              "detector": detector.name, **report, "photos_unreadable": progress.unreadable}
     print(f"eval-faces ({config.model.weights.name}):")
     _print_table(report)
     if args.json is not None:

@@ -237,13 +237,13 @@ def threshold_cards(pairs_file: Path, images: Path, detector, backends: dict) ->
     card's threshold entries: the cosines at which THRESHOLD_FAR (identity) and REID_FAR
     (re-identification) of the mismatched pairs of `pairs_file` are accepted, measured as
     `tracker eval-faces` would, the photos cut once for all."""
-    from tracker.evaluate_faces import pair_scores
+    from tracker.evaluate_faces import Progress, pair_scores
     from tracker.verification import threshold_at_far
 
     # minutes on LFW's 2,200 pairs after the training: said, and its lines say train, not eval-faces
     print(f"train: measuring the identity threshold on {pairs_file} ...", file=sys.stderr, flush=True)
     cards = {}
-    measured = pair_scores(pairs_file, images, detector, list(backends.values()), prefix="train")
+    measured = pair_scores(pairs_file, images, detector, list(backends.values()), Progress(0, prefix="train"))
     for name, (scores, same, skipped) in zip(backends, measured):
         if same.all() or not same.any():
             raise InputError(f"train: pairs file {str(pairs_file)!r}: {int(same.sum())} matched and "
