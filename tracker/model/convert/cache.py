@@ -29,7 +29,10 @@ from tracker.files import atomic_write, make_writable_folder
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 4  # bump when the converters emit different models for the same inputs
+# Bump when the converters emit models that compute differently for the same inputs. Names inside
+# a model alone do not count (nothing reads them from a cached file): the ONNX tensors' new names
+# (a clash-free prefix for a pooling's steps, "#" out of the int8 quantiser's way) left it at 4.
+FORMAT_VERSION = 4
 T = TypeVar("T")
 
 
