@@ -190,3 +190,17 @@ def test_a_large_jpeg_photo_is_decoded_reduced_for_finding_faces_in(tmp_path):
     over = tmp_path / "over.jpg"  # 24,008,000 pixels declared: OpenCV checks its bound on the reduced size
     over.write_bytes(cv2.imencode(".jpg", np.zeros((3001, 8000), np.uint8))[1].tobytes())
     assert read_image(over, reduced=True) is None
+
+
+def test_a_photo_read_for_faces_walks_its_jpeg_once(tmp_path, monkeypatch):
+    """The walk goes to the JPEG's end (its scans): read_photo walked it three times (for the
+    reduced decoding, the scan check, the factor back), a crafted 96 MB file took 2.5 s."""
+    import tracker.images as images
+
+    photo = tmp_path / "photo.jpg"
+    photo.write_bytes(cv2.imencode(".jpg", np.full((3400, 3400, 3), 90, np.uint8))[1].tobytes())
+    walks = []
+    walk = images.declared_size
+    monkeypatch.setattr(images, "declared_size", lambda data: walks.append(len(data)) or walk(data))
+    image, factor = images.read_photo(photo)
+    assert image.shape == (1700, 1700, 3) and factor == 2.0 and len(walks) == 1

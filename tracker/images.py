@@ -97,42 +97,53 @@ def read_photo(path: Path) -> tuple[np.ndarray, float] | None:
     found = _read(path, None, True)
     if found is None:
         return None
-    image, data = found
-    try:
-        _, width, height = declared_size(data)
-    except ValueError:  # not a JPEG or PNG: decoded whole
+    image, header = found
+    if header is None:  # not a JPEG or PNG: decoded whole
         return image, 1.0
+    _, width, height = header
     return image, max(width, height) / max(image.shape[:2])
 
 
-def _read(path: Path, flags: int | None, reduced: bool) -> tuple[np.ndarray, bytes] | None:
-    """(the image as read_image decodes it, the file's bytes), or None."""
+def _read(path: Path, flags: int | None, reduced: bool) -> tuple[np.ndarray, tuple[str, int, int] | None] | None:
+    """(the image as read_image decodes it, the file's `declared_size` or None for neither a JPEG
+    nor a PNG), or None. The header is walked once: for a JPEG, that is a pass over the whole file."""
     from tracker.files import read_regular_file
 
     try:
         data = read_regular_file(path, MAX_FILE_BYTES)
     except (OSError, ValueError):  # ValueError: a NUL in the name
         return None
+    try:
+        header = _header(data)
+    except ValueError:  # a JPEG or PNG refused before decoding (damaged, too many scans)
+        return None
     if reduced:
-        flags = _reduced_flags(data, flags)
+        flags = _reduced_flags(header, flags)
         if flags is None:
             return None
-    image = decode_image(data, flags)
-    return None if image is None else (image, data)
+    image = _decode(data, flags)
+    return None if image is None else (image, header)
 
 
-def _reduced_flags(data: bytes, flags: int | None) -> int | None:
-    """imdecode's flags for `data` (`flags`: as read_image's) decoded as `read_image(reduced=True)`
-    says; None for a JPEG or PNG that declares more than MAX_PIXELS (OpenCV checks its bound
-    against the reduced size, and a progressive JPEG holds its whole image's coefficients at any
-    scale)."""
+def _header(data: bytes) -> tuple[str, int, int] | None:
+    """`declared_size(data)` (ValueError as it says), or None for a file that is neither a JPEG
+    nor a PNG (a BMP, a TIFF: OpenCV's own bound holds for them)."""
+    if not data.startswith((_PNG, _JPEG)):
+        return None
+    return declared_size(data)
+
+
+def _reduced_flags(header: tuple[str, int, int] | None, flags: int | None) -> int | None:
+    """imdecode's flags (`flags`: as read_image's) for a file whose `declared_size` is `header`
+    (None: neither a JPEG nor a PNG), decoded as `read_image(reduced=True)` says; None for a JPEG
+    or PNG that declares more than MAX_PIXELS (OpenCV checks its bound against the reduced size,
+    and a progressive JPEG holds its whole image's coefficients at any scale)."""
     import cv2
 
     flags = cv2.IMREAD_COLOR if flags is None else flags
-    try:
-        kind, width, height = declared_size(data)
-    except ValueError:  # not a JPEG or PNG (a BMP, a TIFF): OpenCV's bound holds for it as it is
-        return flags  # (a JPEG it refuses, decode_image refuses as well)
+    if header is None:
+        return flags
+    kind, width, height = header
     if width * height > MAX_PIXELS:
         return None
     factor = 1
@@ -203,16 +214,21 @@ def decode_image(data: bytes, flags: int | None = None) -> np.ndarray | None:
     """`data`, an image file's bytes, decoded as `cv2.imread` reads a file with `flags` (default:
     BGR), or None (damaged, a JPEG cut short, a JPEG that declared_size refuses, over OpenCV's
     bound, not an image)."""
-    import cv2
-    import numpy as np  # here: this module is imported before numpy and cv2 may load (set_opencv_environment)
-
-    if not data:
-        return None
     if data.startswith(_JPEG):
         try:
             declared_size(data)  # (its scans: OpenCV's bound is on pixels only)
         except ValueError:
             return None
+    return _decode(data, flags)
+
+
+def _decode(data: bytes, flags: int | None) -> np.ndarray | None:
+    """`decode_image` once the header is checked."""
+    import cv2
+    import numpy as np  # here: this module is imported before numpy and cv2 may load (set_opencv_environment)
+
+    if not data:
+        return None
     try:
         return cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR if flags is None else flags)
     except cv2.error:
