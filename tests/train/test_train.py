@@ -211,6 +211,24 @@ def test_resume_refuses_a_teacher_file_rewritten_in_place(tmp_path):
         train_command([*argv, "--resume"])
 
 
+def test_resume_takes_a_checkpoint_written_before_the_teacher_files_counted(tmp_path, monkeypatch, capsys):
+    """The fingerprint's form changed (resolved paths, the teacher files' sha256): a run interrupted
+    before the change was refused as "another run" with the same arguments."""
+    import tracker.train.command as command
+
+    need_lfw()
+    argv = ["--data", str(LFW / "images"), "--limit", str(PHOTOS), "--teacher", str(LFW / "dlib_descriptors.npz"),
+            "--batch", "16", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "x.caffemodel"),
+            "--pairs", str(small_pairs(tmp_path / "pairs.txt")), "--pairs-images", str(LFW / "images")]
+    current = command._fingerprint
+    monkeypatch.setattr(command, "_fingerprint", lambda *a, **k: current(*a, before_teacher_hashes=True))
+    assert command.train_command([*argv, "--steps", "1"]) == 0  # as the earlier tracker train wrote it
+    monkeypatch.setattr(command, "_fingerprint", current)
+    capsys.readouterr()
+    assert command.train_command([*argv, "--steps", "2", "--resume"]) == 0
+    assert "train: resumed from" in capsys.readouterr().err
+
+
 def test_resume_takes_the_same_files_named_another_way_for_the_same_run(tmp_path, monkeypatch, capsys):
     """The checkpoint knew its data and teacher by absolute path, `..` and links kept: the same files
     named from another folder, through `..` or a link, were refused as another run."""

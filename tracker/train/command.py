@@ -145,18 +145,22 @@ def choose_classes(identities: list[str], count: int) -> list[str]:
     return sorted(counts, key=lambda name: (-counts[name], name))[:count]
 
 
-def _fingerprint(args, samples, classes, prototxt: Path, crops: str) -> str:
+def _fingerprint(args, samples, classes, prototxt: Path, crops: str, *, before_teacher_hashes: bool = False) -> str:
     """What a resumed run must share with the checkpoint's: the data, teachers and photos (resolved
     paths, as `data.source_key` takes them: a run resumed from another folder, or naming them
     through `..` or a link, is the same run), the teacher files' contents (one rewritten at the same
     path gives other targets; their bytes, not the targets made of them, whose SVD may round
     differently on another CPU), classes, settings, prototxt and `crops` (`data.definition_key`: a
-    detector changed since would train on other crops)."""
-    facts = {"data": [str(p.resolve()) for p in args.data], "teacher": [str(p.resolve()) for p in args.teacher],
-             "teacher_sha256": [file_sha256(p) for p in args.teacher],
-             "photos": [str(s.path.resolve()) for s in samples], "classes": classes, "epochs": args.epochs,
+    detector changed since would train on other crops). `before_teacher_hashes`: the form of
+    checkpoints written before the teacher files' contents counted (absolute paths, no hashes), so
+    that a run interrupted then still resumes."""
+    path = (lambda p: str(p.absolute())) if before_teacher_hashes else (lambda p: str(p.resolve()))
+    facts = {"data": [path(p) for p in args.data], "teacher": [path(p) for p in args.teacher],
+             "photos": [path(s.path) for s in samples], "classes": classes, "epochs": args.epochs,
              "crops": crops, "batch": args.batch, "lr": args.lr, "seed": args.seed, "limit": args.limit,
              "prototxt": hashlib.sha256(Path(prototxt).read_bytes()).hexdigest()}
+    if not before_teacher_hashes:
+        facts["teacher_sha256"] = [file_sha256(p) for p in args.teacher]
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
 
 
@@ -445,7 +449,8 @@ def _train(args: argparse.Namespace) -> int:
             raise InputError(f"train: --resume: checkpoint {str(checkpoint)!r} is not one tracker train wrote (a "
                              f"{type(state).__name__} without {', '.join(sorted(CHECKPOINT_KEYS))}); expected one "
                              "written by tracker train")
-        if state["fingerprint"] != fingerprint:
+        if state["fingerprint"] not in (fingerprint, _fingerprint(args, samples, classes, prototxt, crops_key,
+                                                                  before_teacher_hashes=True)):
             raise InputError(f"train: --resume: checkpoint {str(checkpoint)!r} is of another run (other data, "
                              "teacher files, classes or settings); expected the same arguments, or start afresh without --resume")
         net.load_state_dict(state["net"])
