@@ -423,3 +423,24 @@ def test_no_state_goes_out_before_the_guard_gives_one(broker, sinks, tmp_path):
     assert first["tracks"] == 0 and first["backend"] == "caffe-openblas-dl"
     sink.close()
     sub.close()
+
+
+@pytest.mark.parametrize("last", [{"tracks": 0, "fps": 9.0}, {"tracks": 1, "fps": 4.0}],
+                         ids=["everyone-left", "numbers-only"])
+def test_the_last_state_given_before_close_is_the_retained_one(broker, sinks, tmp_path, last):
+    """close() stopped the publisher at once when the outbox was empty: a state handed over just
+    before it (the guard's last one, "nobody present", just before a SIGTERM) never went, and the
+    retained state went on saying someone was there."""
+    device = f"closing{last['tracks']}"
+    sub = Subscriber(broker, [f"tracker/{device}/state"])
+    sink = open_sink(sinks, broker, tmp_path, device, state_interval_s=3600)
+    sink.publish_state({"tracks": 1, "fps": 10.0})
+    sub.wait_for(lambda m: any(json.loads(p)["tracks"] == 1 for _, p, _ in m))
+    sub.close()
+    sink.publish_state(last)
+    sink.close()
+    late = Subscriber(broker, [f"tracker/{device}/state"])
+    late.sync()
+    retained = [json.loads(p) for t, p, r in late.messages if t == f"tracker/{device}/state" and r]
+    assert [(s["tracks"], s["fps"]) for s in retained] == [(last["tracks"], last["fps"])]
+    late.close()

@@ -5,7 +5,7 @@ The only module that imports paho-mqtt (2.x, CallbackAPIVersion.VERSION2).
     sink = MqttSink(config.mqtt, config.device, config.resolved_state_dir())
     sink.publish_event(event, snapshot_jpeg)   # durable at once; sent in the background
     sink.publish_state(state)                  # cheap: remembers the latest numbers
-    sink.close()                               # flush (<= flush_timeout_s), offline, disconnect
+    sink.close()                               # flush events, last state (<= flush_timeout_s), offline
 
 Topics, schema 1 (`<base>` = `<mqtt.prefix>/<device.id>`):
     <base>/availability  retained QoS 1  "online" on every connect; "offline" on close() and, as the
@@ -226,6 +226,7 @@ class MqttSink:
         self._add_failures = 0
         self._removals_failing = False  # the outbox refuses to delete acknowledged events (logged once)
         self._state: dict = {}
+        self._state_unsent = False  # publish_state gave numbers not yet handed to paho (close() sends them)
         self._present: bool | None = None
         self._state_due = True
         self._next_state = 0.0
@@ -325,6 +326,7 @@ class MqttSink:
         with self._wake:
             first = not self._state
             self._state = dict(state)
+            self._state_unsent = bool(self._state)
             present = bool(state.get("tracks", 0))
             if first or present != self._present:
                 self._present, self._state_due = present, True
@@ -342,14 +344,21 @@ class MqttSink:
 
     def close(self) -> None:
         """Give in-flight events up to `flush_timeout_s` to be acknowledged (the rest stay in the
-        outbox for the next start), publish `offline`, disconnect, stop the threads, close the outbox.
-        Bounded by flush_timeout_s + about 2 s, so SIGTERM finishes well within systemd's timeout."""
+        outbox for the next start) and, within the same bound, hand paho the last state given if it
+        has not gone yet (the guard's last state, "nobody present", often comes just before SIGTERM:
+        the retained state must not go on saying someone is there); then publish `offline`,
+        disconnect, stop the threads, close the outbox. Bounded by flush_timeout_s + about 2 s, so
+        SIGTERM finishes well within systemd's timeout."""
         if self._closed:
             return
         self._closed = True
         deadline = time.monotonic() + self.config.flush_timeout_s
         with self._wake:
-            while self._connected and len(self.outbox) and time.monotonic() < deadline:
+            if self._state_unsent:
+                self._state_due = True
+                self._poke()
+            while (self._connected and (len(self.outbox) or self._state_unsent)
+                   and time.monotonic() < deadline):
                 self._wake.wait(0.05)
             self._stop = True
             self._wake.notify_all()
@@ -668,7 +677,7 @@ class MqttSink:
             if not self._state:  # none from the guard yet: sent when it comes (publish_state), not without its numbers
                 self._next_state = time.monotonic() + self.config.state_interval_s
                 return
-            self._state_due = False
+            self._state_due = self._state_unsent = False
             self._next_state = time.monotonic() + self.config.state_interval_s
             document = {"schema": SCHEMA_VERSION, "ts": _now_iso(), **self._state}
         document["events_dropped"] = self.events_dropped
