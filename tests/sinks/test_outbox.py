@@ -55,11 +55,34 @@ def test_count_bound_drops_the_oldest_and_counts_across_restarts(tmp_path, caplo
     for i in range(7):
         box.add(f"e{i}", b"%d" % i)
     assert [p for _, p in box.pending()] == [b"4", b"5", b"6"] and box.dropped == 4
-    assert any("dropped the 1 oldest" in r.getMessage() for r in caplog.records)
+    assert any("outbox full (3 events)" in r.getMessage() for r in caplog.records)
     box.close()
     again = Outbox(tmp_path / "o.db", max_events=3)  # a restarted guard resumes where it stopped
     assert [p for _, p in again.pending()] == [b"4", b"5", b"6"] and again.dropped == 4
     again.close()
+
+
+def test_a_full_outbox_is_said_once_when_full_and_once_when_there_is_room_again(tmp_path, caplog):
+    """A full outbox logged a warning for every event it dropped: a broker down for days filled
+    the journal with one line per event."""
+    caplog.set_level(logging.INFO, logger="tracker.sinks.outbox")
+    box = Outbox(tmp_path / "o.db", max_events=3)
+    for i in range(50):
+        box.add(f"e{i}", b"%d" % i)
+    assert [r.getMessage() for r in caplog.records] == [
+        "outbox full (3 events): each new event now drops the oldest unsent one (1 dropped so far); said again when "
+        "there is room"]
+    assert box.dropped == 47
+    caplog.clear()
+    box.remove(box.pending()[0][0])  # the broker is back and acknowledges one
+    box.add("fits", b"fits")
+    box.add("drops", b"drops")  # full again: a new episode, said again
+    assert [r.getMessage() for r in caplog.records] == [
+        "outbox has room again: 47 unsent event(s) were dropped while it was full",
+        "outbox full (3 events): each new event now drops the oldest unsent one (48 dropped so far); said again when "
+        "there is room"]
+    assert [r.levelname for r in caplog.records] == ["INFO", "WARNING"]
+    box.close()
 
 
 def test_age_bound_within_a_boot(tmp_path):

@@ -9,9 +9,12 @@ Contract (the MQTT sink is the only user; this module knows nothing about MQTT):
 - `remove(seq)` deletes an event once it is acknowledged.
 - Bounded: at most `max_events` rows and none older than `max_age_s` seconds. Beyond either bound
   the oldest rows are deleted and counted in `dropped`, which is kept in the file too, so the count
-  survives restarts. An event's age is never overestimated, because a Pi without network has no
-  real time to stamp with (see tracker.clock): each row keeps the boot it was added in and the
-  uptime then, beside its wall-clock stamp and whether that stamp came from a synchronized clock.
+  survives restarts. A full outbox is said once when it becomes full and once when an event fits
+  again (with how many were dropped meanwhile), not at every event it drops (a broker down for
+  days would fill the journal). An event's age is never overestimated, because a Pi without
+  network has no real time to stamp with (see tracker.clock): each row keeps the boot it was added
+  in and the uptime then, beside its wall-clock stamp and whether that stamp came from a
+  synchronized clock.
   Within one boot the age is the uptime since; a stamp taken unsynchronized is corrected from the
   uptime once the clock is synchronized; a row of an earlier boot is aged by its wall-clock stamp
   while the clock is synchronized, and if that stamp was never trustworthy, from the moment this
@@ -77,6 +80,7 @@ class Outbox:
         self.recovered_from: Path | None = None
         self.durable = True
         self._expire_failing = False  # the last expire() could not write (logged once)
+        self._full_since_dropped: int | None = None  # while full (said once): `dropped` when it became full
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._db = self._open(self.path)
@@ -163,8 +167,17 @@ class Outbox:
                     )
                     self._store_dropped(self._dropped + excess)
             self._dropped += excess  # only once committed: a failed commit dropped nothing
-        if excess:
-            log.warning("outbox full (%d events): dropped the %d oldest unsent event(s)", self.max_events, excess)
+            news: tuple | None = None  # (level, message, args): said once the lock is released
+            if excess and self._full_since_dropped is None:
+                self._full_since_dropped = self._dropped - excess
+                news = (logging.WARNING, "outbox full (%d events): each new event now drops the oldest unsent one "
+                        "(%d dropped so far); said again when there is room", self.max_events, self._dropped)
+            elif not excess and self._full_since_dropped is not None:
+                news = (logging.INFO, "outbox has room again: %d unsent event(s) were dropped while it was full",
+                        self._dropped - self._full_since_dropped)
+                self._full_since_dropped = None
+        if news is not None:
+            log.log(*news)
         return excess
 
     def pending(self, after: int = 0, limit: int = 100) -> list[tuple[int, bytes]]:
