@@ -1,12 +1,13 @@
 """TLS and password authentication against brokers configured for them (certificates made by the
 test with openssl): the right credentials deliver events; wrong ones give one clear error line while
-the sink keeps retrying with back-off and never raises."""
+the sink keeps retrying with back-off and never raises; a listener that never answers is named as such."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -135,6 +136,28 @@ def test_plain_mqtt_to_a_tls_port_suggests_tls_not_a_client_certificate(tls_brok
     assert "closed the connection before accepting it" in errors[0]
     assert f"mqtt.tls is off: if port {tls_broker.port} is the broker's TLS listener" in errors[0]
     assert "client certificate" not in errors[0]
+
+
+def test_a_listener_that_never_answers_connect_is_not_blamed_on_the_broker_or_tls(tmp_path, caplog):
+    """paho gives up waiting for the CONNACK after keepalive_s: that was logged as the broker closing
+    the connection before accepting it, with a hint to turn TLS on."""
+    caplog.set_level(logging.INFO, logger="tracker.sinks")
+    with socket.socket() as silent:  # accepts TCP (the kernel's backlog), never says a word
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        config = parse_config({"device": {"id": "silent"},
+                               "mqtt": {"enabled": True, "host": "127.0.0.1", "port": port, "keepalive_s": 5}})
+        sink = MqttSink(config.mqtt, config.device, tmp_path)
+        try:
+            wait_until(lambda: sink.failed_attempts >= 1)
+        finally:
+            sink.close()
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(f"mqtt: no answer to CONNECT from 127.0.0.1:{port} within 5 s (mqtt.keepalive_s): "
+                                "check that it is an MQTT broker; "), errors
+    assert "tls" not in errors[0].lower() and "closed the connection" not in errors[0]
 
 
 def test_tls_to_a_plain_port_says_so_not_unreachable(password_broker, certs, tmp_path, caplog):

@@ -463,7 +463,12 @@ class MqttSink:
             return
         name = reason_code.getName() if hasattr(reason_code, "getName") else str(reason_code)
         if not was_connected:
-            if not self._refused_now:  # closed after TCP/TLS but before CONNACK
+            if name == "Keep alive timeout" and not flags.is_disconnect_packet_from_server:
+                # paho gave up waiting for the CONNACK: something listens there but does not answer
+                # MQTT; neither the broker's closing nor TLS has anything to do with it
+                self._log_problem(f"no answer to CONNECT from {self._where} within {self.config.keepalive_s} s "
+                                  "(mqtt.keepalive_s): check that it is an MQTT broker", error=True)
+            elif not self._refused_now:  # closed after TCP/TLS but before CONNACK
                 if self.config.tls.active:  # a TLS 1.3 broker checks the client certificate only now
                     hint = "check whether it requires a client certificate (mqtt.tls.cert/key)"
                 else:  # a TLS listener hangs up on a plain CONNECT
