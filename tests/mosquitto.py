@@ -3,7 +3,7 @@
     broker = Broker(tmp_path)                                # plain, anonymous
     broker = Broker(tmp_path, users={"guard": "s3cret"})     # password file, no anonymous clients
     broker = Broker(tmp_path, tls=make_certs(tmp_path))      # TLS listener (client cert optional)
-    broker.start(); broker.kill(); broker.restart(); broker.stop()
+    broker.start(); broker.kill(); broker.restart(); broker.stop(); broker.freeze(); broker.thaw()
 
 The broker listens on 127.0.0.1 only and logs to `<dir>/mosquitto.log`; with `persistent=True` it keeps
 sessions and queued messages in `<dir>/mosquitto.db` across restarts (saved on a clean stop and after
@@ -155,6 +155,10 @@ class Broker:
         """SIGSTOP: the broker keeps its sockets open but reads, answers and saves nothing more (until
         killed, or stopped: see stop)."""
         self.proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT: a frozen broker runs on where it stopped, its connections as they were."""
+        self.proc.send_signal(signal.SIGCONT)
 
     def restart(self) -> Broker:
         self.stop()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import signal
+import socket
 import time
 from dataclasses import replace
 
@@ -16,7 +17,7 @@ from mosquitto import Broker, Subscriber, make_event, wait_until
 from test_mqtt import events_of, open_sink
 from tmpfs import tmpfs
 
-from tracker.sinks.mqtt import CLIENT_MAX_PACKET, publish_packet_size
+from tracker.sinks.mqtt import CLIENT_MAX_PACKET, MAX_SNAPSHOT_BYTES, publish_packet_size
 
 
 @pytest.fixture
@@ -247,3 +248,53 @@ def test_what_the_brokers_acl_refuses_is_said_once_per_topic(tmp_path, sinks, ca
     events = [m for m in said if "on tracker/door/events: Not authorized" in m]
     assert len(events) == 1 and "further ones are counted in state.events_dropped" in events[0], said
     assert not [m for m in said if "homeassistant/" in m]
+
+
+def test_a_slow_link_holds_at_most_one_state_and_one_snapshot_in_paho(tmp_path, sinks):
+    """State and snapshot are QoS 0, which nothing acknowledges: paho queued every one of them
+    while the link was slower than they came (4.9 MB after 105 s of 1 MB faces, and growing). A
+    frozen broker (SIGSTOP) reads nothing, so the first snapshot fills the socket's buffers and
+    stays in paho unwritten; every later state and snapshot must wait outside paho, only the latest
+    kept, and go once the broker reads again."""
+    broker = Broker(tmp_path / "b").start()
+    sink = open_sink(sinks, broker, tmp_path / "state", "slow", keepalive_s=600,
+                     state_interval_s=3600)
+    sub = Subscriber(broker, ["tracker/slow/state"])
+    sink.publish_state({"tracks": 0, "fps": -1.0})
+    sub.wait_for(lambda m: m)  # connected, and the first state written
+    sub.close()
+    # small socket buffers: one 1 MB snapshot cannot fit into them and the broker's, whatever the
+    # kernel's autotuning (the link is slow, not broken: paho's keepalive is 10 minutes here)
+    sink._client.socket().setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    topics = {name: sink.topics[name].encode() for name in ("state", "snapshot")}
+
+    def queued(name: str) -> int:
+        """`name`'s publishes in paho's out-queue (a packet leaves it once written whole)."""
+        packets = list(sink._client._out_packet)
+        return sum(p["qos"] == 0 and topics[name] in p["packet"][:64] for p in packets)
+
+    def face(i: int) -> bytes:
+        return b"face %03d " % i + bytes(MAX_SNAPSHOT_BYTES - 9)
+
+    def hand_over(i: int) -> None:
+        """A state (a presence change: due at once) and an event with its face, as the guard gives
+        them; returns once the publisher has taken the event, so everything handed over before
+        this call has been dealt with (a publisher turn takes events first, the rest after)."""
+        sink.publish_state({"tracks": i % 2, "fps": float(i)})
+        sink.publish_event(make_event(track_id=i), face(i))
+        seq = sink.outbox.pending(limit=1000)[-1][0]
+        wait_until(lambda: sink._cursor >= seq, what=f"the publisher to take event {i}")
+
+    broker.freeze()
+    try:
+        for i in range(12):  # (the broker's Receive Maximum, 20, bounds the events in flight)
+            hand_over(i)
+            assert queued("snapshot") <= 1 and queued("state") <= 1, (i, queued("snapshot"), queued("state"))
+        wait_until(lambda: queued("snapshot") == 1 and queued("state") == 1, what="one of each unwritten")
+    finally:
+        broker.thaw()
+    sub = Subscriber(broker, ["tracker/slow/state", "tracker/slow/snapshot"])
+    sub.wait_for(lambda m: face(11) in [p for t, p, _ in m if t == "tracker/slow/snapshot"]
+                 and any(json.loads(p)["fps"] == 11.0 for t, p, _ in m if t == "tracker/slow/state"))
+    sub.close()
+    broker.stop()

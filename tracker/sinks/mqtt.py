@@ -41,6 +41,13 @@ Failures never stop the guard: an unreachable broker, refused credentials or a T
 once per outage with the cause, and paho retries with exponential back-off (reconnect_min_s ..
 reconnect_max_s) while events wait in the outbox. Setup mistakes (an unreadable password file, a bad
 certificate file) raise ConfigError at construction.
+
+A slow link: state and snapshot are QoS 0, which nothing acknowledges, so paho would queue every one
+of them, without bound (1 MB snapshots grew the guard by megabytes a minute). At most one of each
+waits in paho's out-queue: a new one is published only once paho has written the one before (its
+on_publish), and meanwhile only the latest is kept: a newer state or snapshot replaces one that has
+not gone yet, and the ones between are never sent (the retained topics show the latest anyway).
+Events are not affected: they wait in the outbox, at most `max_inflight` of them in paho.
 """
 
 from __future__ import annotations
@@ -221,7 +228,8 @@ class MqttSink:
         self._generation = 0  # bumped on every connect; stale in-flight records are ignored
         self._cursor = 0  # highest outbox seq handed to paho on this connection
         self._inflight: dict[int, int] = {}  # paho mid -> outbox seq, this connection only
-        self._early_acks: dict[int, object] = {}  # PUBACKs that beat the recording of their mid
+        # on_publish calls that beat the recording of their mid: PUBACKs, and QoS 0 publishes written at once
+        self._early_acks: dict[int, object] = {}
         self._refused_events = 0  # events the broker refused (v5 PUBACK reason codes)
         self._add_failures = 0
         self._removals_failing = False  # the outbox refuses to delete acknowledged events (logged once)
@@ -248,6 +256,8 @@ class MqttSink:
         self._oversize_events = 0
         self._inbound_ignored = 0
         self._control: dict[int, str] = {}  # mid -> topic of QoS 1 availability/discovery publishes in flight
+        # "state"/"snapshot" -> its QoS 0 publish that paho has not written yet (at most one of each)
+        self._unwritten: dict[str, mqtt.MQTTMessageInfo] = {}
         self._refusals_said: set[str] = set()  # topics whose refusal by the broker was logged on this connection
 
         if self._v5:
@@ -422,6 +432,7 @@ class MqttSink:
             self._early_acks.clear()
             self._state_due = True
             self._snapshot_due = self._snapshot is not None
+            self._unwritten.clear()  # paho dropped its unwritten QoS 0 copies when it reconnected
             self._discovery_due = True  # the document, or (discovery off) its removal
         # "online" takes its place in the window before the publisher may fill it with events
         self._publish_control(self.topics["availability"], b"online")
@@ -515,6 +526,11 @@ class MqttSink:
                 self._is_refused(self._control.pop(mid), reason_code)
                 self._poke()
                 return
+            for name, info in self._unwritten.items():  # a state or snapshot written: the next may go
+                if info.mid == mid:
+                    del self._unwritten[name]
+                    self._poke()
+                    return
             seq = self._inflight.pop(mid, None)
             if seq is None:
                 self._early_acks[mid] = reason_code  # maybe an event whose mid is being recorded
@@ -674,16 +690,27 @@ class MqttSink:
         with self._wake:
             self._early_acks.clear()  # every event mid is recorded now: the rest were not events
 
+    def _publish_latest(self, name: str, topic: str, payload: bytes, properties=None) -> None:
+        """A retained QoS 0 publish of `name` ("state" or "snapshot"), remembered until paho has
+        written it (the module docstring's slow link: one of each in paho's out-queue at a time)."""
+        info = self._client.publish(topic, payload, qos=0, retain=True, properties=properties)
+        with self._wake:
+            # written before we got here (its on_publish is in _early_acks), or never queued: nothing to wait for
+            if self._early_acks.pop(info.mid, None) is None and info.rc == self._mqtt.MQTT_ERR_SUCCESS:
+                self._unwritten[name] = info
+
     def _send_state(self) -> None:
         with self._wake:
             due = self._state_due or time.monotonic() >= self._next_state
             if not due:
                 return
+            self._next_state = time.monotonic() + self.config.state_interval_s
             if not self._state:  # none from the guard yet: sent when it comes (publish_state), not without its numbers
-                self._next_state = time.monotonic() + self.config.state_interval_s
+                return
+            if "state" in self._unwritten:  # the latest numbers go when paho has written the last ones
+                self._state_due = True
                 return
             self._state_due = self._state_unsent = False
-            self._next_state = time.monotonic() + self.config.state_interval_s
             document = {"schema": SCHEMA_VERSION, "ts": _now_iso(), **self._state}
         document["events_dropped"] = self.events_dropped
         document["outbox_pending"] = len(self.outbox)
@@ -692,15 +719,16 @@ class MqttSink:
         document["inbound_ignored"] = self._inbound_ignored
         payload = json.dumps(document, separators=(",", ":"), default=_jsonable).encode()
         if self._fits("state", self.topics["state"], len(payload), qos=0, properties=5 if self._v5 else 0):
-            self._client.publish(self.topics["state"], payload, qos=0, retain=True, properties=self._state_props)
+            self._publish_latest("state", self.topics["state"], payload, self._state_props)
 
     def _send_snapshot(self) -> None:
         with self._wake:
-            if not self._snapshot_due:
+            # while paho writes the last one, publish_event replaces the waiting one with each newer face
+            if not self._snapshot_due or "snapshot" in self._unwritten:
                 return
             self._snapshot_due, jpeg = False, self._snapshot
         if jpeg is not None and self._fits("snapshot", self.topics["snapshot"], len(jpeg), qos=0):
-            self._client.publish(self.topics["snapshot"], jpeg, qos=0, retain=True)
+            self._publish_latest("snapshot", self.topics["snapshot"], jpeg)
 
     def _send_discovery(self) -> None:
         with self._wake:
