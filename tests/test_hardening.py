@@ -530,6 +530,49 @@ def test_two_logs_in_one_file_are_refused_in_dev_shm_and_through_a_hard_link_but
             assert_one_line(code, err, fragment)
 
 
+def test_no_file_the_guard_writes_may_be_one_it_reads(tmp_path, capsys):
+    """A log appended its lines to the config, which then stopped parsing, and to the web password,
+    which then no longer matched; the outbox moved a password file aside as corrupt."""
+    from tracker.detect.model_files import YUNET
+
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret\n")
+    secret.chmod(0o600)
+    config, yunet = tmp_path / "tracker.yaml", YUNET.find()
+    cases = {f"latency:\n  path: {config}\n": f"key 'latency.path': {str(config)!r} is also the config file",
+             f"web:\n  password_file: {secret}\nsinks:\n  jsonl: {secret}\n":
+                 f"key 'sinks.jsonl': {str(secret)!r} is also key 'web.password_file'; expected a file of its own",
+             f"mqtt:\n  enabled: true\n  username: guard\n  password_file: {secret}\n  outbox:\n    path: {secret}\n":
+                 f"key 'mqtt.outbox.path': {str(secret)!r} is also key 'mqtt.password_file'",
+             f"mqtt:\n  tls:\n    ca: {secret}\nlatency:\n  path: {secret}\n": "is also key 'mqtt.tls.ca'",
+             f"mqtt:\n  tls:\n    cert: {secret}\n    key: {config}\nsinks:\n  jsonl: {secret}\n":
+                 "is also key 'mqtt.tls.cert'",
+             f"latency:\n  path: {DEFAULT_WEIGHTS}.json\n": "is also the card of key 'model.weights'",
+             f"detect:\n  detector: yunet\n  model: {yunet}\nlatency:\n  path: {yunet}\n": "is also key 'detect.model'"}
+    for text, fragment in cases.items():
+        write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\n" + text)
+        assert_one_line(*check(capsys, config), fragment)
+    # the guard's start refuses it too: it is told which file its config is
+    write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\nsinks:\n  jsonl: {config}\n")
+    assert_one_line(main(["--frames", "3", "--config", str(config)]), capsys.readouterr().err,
+                    f"key 'sinks.jsonl': {str(config)!r} is also the config file")
+
+
+def test_an_outbox_path_at_a_file_that_is_not_a_database_is_refused_but_a_damaged_database_is_not(tmp_path, capsys):
+    """The guard's start moved a text file at mqtt.outbox.path aside as a corrupt outbox; a damaged
+    database is still moved aside at start (tracker.sinks.outbox), not refused."""
+    outbox = tmp_path / "notes.txt"
+    path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\nweb:\n  enabled: false\n"
+                 f"mqtt:\n  enabled: true\n  outbox:\n    path: {outbox}\n")
+    outbox.write_text("shopping list\n")
+    assert_one_line(*check(capsys, path), f"key 'mqtt.outbox.path': {str(outbox)!r} is a file that is not an SQLite "
+                    "database, which the guard would move aside as a corrupt outbox")
+    for content in (b"", b"SQLite format 3\0" + b"\xff" * 100):  # empty (SQLite makes it one), damaged
+        outbox.write_bytes(content)
+        code, err = check(capsys, path)
+        assert code == 0, err
+
+
 def test_check_config_refuses_a_pi_camera_whose_library_the_run_cannot_import(tmp_path, capsys, monkeypatch):
     """The run refuses it with exit 2 (which the unit does not restart): the check must say so first."""
     monkeypatch.setitem(sys.modules, "picamera2", None)  # absent, as on any machine without apt's python3-picamera2

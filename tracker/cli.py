@@ -200,7 +200,7 @@ def _run_main(argv: list[str]) -> int:
 
         # --backend/--precision/--demo/--source change what the run would refuse: check what the run uses
         effective = effective_config(config, args)
-        detector = check_runnable(effective)
+        detector = check_runnable(effective, config_path=args.config or DEFAULT_CONFIG)
         check_source(effective, args.source)
         print(f"config ok: {args.config or DEFAULT_CONFIG} (detector {detector})")
         return 0
@@ -223,9 +223,11 @@ def _run_main(argv: list[str]) -> int:
             # said before anything is measured)
             return run_benchmark_command(config, args, first=lambda: run_detector_benchmark(config, names, args.out))
         return run_benchmark_command(config, args)
+    from tracker.config import DEFAULT_CONFIG
     from tracker.pipeline import run_guard
 
-    return run_guard(effective_config(config, args), source_spec=args.source, enroll_scene_people=args.demo)
+    return run_guard(effective_config(config, args), config_path=args.config or DEFAULT_CONFIG,
+                     source_spec=args.source, enroll_scene_people=args.demo)
 
 
 def _require_bench_extra() -> None:

@@ -27,6 +27,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -459,13 +460,15 @@ class IdentityScore:
                 f"unknown (tracks: {'; '.join(self.examples)})")
 
 
-def run_guard(config: Config, *, source_spec: str | None = None, enroll_scene_people: bool = False) -> int:
-    """Run the guard on `config` (the command line's overrides already applied, see `tracker.cli`)
-    until the source ends or a SIGTERM, SIGINT or SIGHUP arrives; returns the exit code. A signal
-    while the stages are being built stops the run as soon as they are (a backend converting its
-    model can take a while), or at once while they wait for a backend worker's start-up (seconds
-    on a Pi 3, past the unit's stop timeout)."""
-    check_runnable(config)
+def run_guard(config: Config, *, config_path: Path | None = None, source_spec: str | None = None,
+              enroll_scene_people: bool = False) -> int:
+    """Run the guard on `config` (the command line's overrides already applied, see `tracker.cli`;
+    `config_path`: the file it was read from, which no file the guard writes may be) until the
+    source ends or a SIGTERM, SIGINT or SIGHUP arrives; returns the exit code. A signal while the
+    stages are being built stops the run as soon as they are (a backend converting its model can
+    take a while), or at once while they wait for a backend worker's start-up (seconds on a Pi 3,
+    past the unit's stop timeout)."""
+    check_runnable(config, config_path)
     stopping = Stop()  # raised by the handler; also ends a wait for a backend worker's start-up
     guard: Guard | None = None
 

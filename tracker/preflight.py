@@ -1,12 +1,13 @@
 """What the guard needs before it starts, checked without starting it: `tracker --check-config`,
 the guard and `tracker enroll` all run these, so the check catches what the run would refuse.
 
-- `check_runnable(config)`: `check_inference(config)` (the backend name, precision and runtime, the
-  prototxt and caffemodel, read and shape-checked, and the blobs the guard reads from them, the
-  model card, the detector's model file: sha256), then the state directory and every file the guard
-  writes (latency log, events, outbox): each must be, or be creatable as, what it should be (and a
-  log's folder must take the files its rotation makes), and no two the same file; nothing is
-  created.
+- `check_runnable(config, config_path)`: `check_inference(config)` (the backend name, precision and
+  runtime, the prototxt and caffemodel, read and shape-checked, and the blobs the guard reads from
+  them, the model card, the detector's model file: sha256), then the state directory and every
+  file the guard writes (latency log, events, outbox): each must be, or be creatable as, what it
+  should be (and a log's folder must take the files its rotation makes; an existing outbox must be
+  an SQLite database), and no two the same file, nor one the guard reads (the config file, a
+  password, TLS or model file, the model card) or holds (its lock); nothing is created.
 - `check_source(config, spec)`: `--check-config`'s check of the source the guard would open (the
   guard meets the same refusals when it opens it).
 - `embedding_width(config)`: how wide the configured model's embeddings are, from its prototxt (a
@@ -189,9 +190,10 @@ def _check_crop_input(prototxt: Path, shape: tuple[int, ...]) -> None:
                          f"are (1, {CROP_SIZE}, {CROP_SIZE}) grey")
 
 
-def check_runnable(config) -> str:
+def check_runnable(config, config_path: Path | None = None) -> str:
     """Everything the guard would refuse at start-up, refused now (see module docstring); returns
-    the detector's name."""
+    the detector's name. `config_path`: the file `config` was read from (None: none), which no
+    file the guard writes may be."""
     detector = check_inference(config)
     state_dir = config.resolved_state_dir()
     check_directory("state_dir", state_dir)
@@ -206,12 +208,9 @@ def check_runnable(config) -> str:
         # SQLite opens no device: on /dev/null the outbox went to memory, blaming the disk
         is_log = key != "mqtt.outbox.path"
         check_file(key, path, device_ok=is_log, rotates=is_log)
-    # files the guard reads or holds, which no log may be: a rotation would free the lock, or
-    # rename the weights away
-    kept = {state_dir / GUARD_LOCK: "the guard's lock", config.model.weights: "key 'model.weights'",
-            config.model.prototxt: "key 'model.prototxt'"}
-    _check_distinct(files, kept)
+    _check_distinct(files, _kept_files(config, state_dir, config_path))
     if config.mqtt.enabled:
+        _check_outbox_file(files["mqtt.outbox.path"][0])
         from tracker.sinks.mqtt import read_password, tls_context
 
         read_password(config.mqtt)  # the password file and the TLS files, as the sink reads them
@@ -223,11 +222,54 @@ def check_runnable(config) -> str:
     return detector
 
 
+def _kept_files(config, state_dir: Path, config_path: Path | None) -> dict[Path, str]:
+    """The files the guard reads or holds ({path: what it is}), which none it writes may be: a log
+    appended its lines to the config, which then stopped parsing, and to the web password, which
+    then no longer matched; a rotation would free the lock or rename the weights away; the outbox
+    moves a file that is not its database aside as corrupt."""
+    from tracker.model.card import card_path
+
+    kept = {state_dir / GUARD_LOCK: "the guard's lock"}
+    if config_path is not None:
+        kept[config_path] = "the config file"
+    mqtt = config.mqtt
+    named = {"model.weights": config.model.weights, "model.prototxt": config.model.prototxt,
+             "detect.model": config.detect.model, "web.password_file": config.web.password_file,
+             "mqtt.password_file": mqtt.password_file, "mqtt.tls.ca": mqtt.tls.ca, "mqtt.tls.cert": mqtt.tls.cert,
+             "mqtt.tls.key": mqtt.tls.key}
+    kept.update({path: f"key {key!r}" for key, path in named.items() if path is not None})
+    kept[card_path(config.model.weights)] = "the card of key 'model.weights'"
+    return kept
+
+
+SQLITE_HEADER = b"SQLite format 3\0"  # the first bytes of every SQLite database file
+
+
+def _check_outbox_file(path: Path) -> None:
+    """InputError if a file at the outbox's `path` (check_file: a regular file or nothing) has
+    content that is not an SQLite database: the guard's start would move it aside as a corrupt
+    outbox, a file of the user's named by mistake. A damaged database (its header intact) is left
+    to the outbox, which moves it aside and starts anew (tracker.sinks.outbox)."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise InputError(f"config: key 'mqtt.outbox.path': cannot read {str(path)!r} ({err.strerror or err}); "
+                         "expected the guard's outbox, readable by its user, or a path to create it") from None
+    if head and head != SQLITE_HEADER:  # (its content is not shown: it may be anything of the user's)
+        raise InputError(f"config: key 'mqtt.outbox.path': {str(path)!r} is a file that is not an SQLite database, "
+                         "which the guard would move aside as a corrupt outbox; expected the guard's outbox, "
+                         "or a path where no file is yet")
+
+
 def _check_distinct(files: dict[str, tuple[Path, int]], kept: dict[Path, str]) -> None:
     """No two of the guard's files, the logs' rotated ones included ({key: (path, backups)}), are
     one file, nor one of the files in `kept` ({path: what it is}), by its inode when it exists (a
-    hard link too), else by its resolved path: a log's rotation would delete or rename the other's
-    lines. Character devices (/dev/null, /dev/full) may be shared: nothing rotates them."""
+    hard link too), else by its resolved path: a log's lines would go into the other, its rotation
+    would delete or rename the other's lines, the outbox would move the other aside. Character
+    devices (/dev/null, /dev/full) may be shared: nothing rotates them."""
     seen: dict[object, str] = {_identity(path, _stat(path)): what for path, what in kept.items()}
     for key, (first, backups) in files.items():
         for n, path in enumerate(generations(first, backups)):
@@ -238,7 +280,8 @@ def _check_distinct(files: dict[str, tuple[Path, int]], kept: dict[Path, str]) -
             if identity in seen:
                 which = "" if n == 0 else f"its rotated file {n} "
                 raise InputError(f"config: key {key!r}: {which}{str(path)!r} is also {seen[identity]}; expected a "
-                                 "file of its own (a log's rotation would remove or rename the other's lines)")
+                                 "file of its own (the guard appends to its logs and renames them, and renames an "
+                                 "outbox it cannot read)")
             seen[identity] = repr(key) if n == 0 else f"the rotated file {n} of {key!r}"
 
 
