@@ -376,6 +376,9 @@ def _loop(folder: Path) -> Path:
     ("sinks.jsonl", "sinks:\n  jsonl: {}\n", _loop,
      "is a link that leads nowhere"),
     ("state_dir", "", lambda s: (s / "snapshots").write_text("x") and s / "snapshots", "is not a folder"),
+    # it passed the check, and the guard's start refused it ("people folder ...: cannot read it")
+    ("state_dir", "", lambda s: (s / "people").write_text("x") and s / "people",
+     "people' is not a folder; expected a folder for the enrolled people, or nothing there"),
 ])
 def test_log_paths_that_the_guard_cannot_open_are_exit_2_for_check_config_and_guard(tmp_path, capsys, key, template, make, fragment):
     state = tmp_path / "state"

@@ -197,9 +197,13 @@ def check_runnable(config, config_path: Path | None = None) -> str:
     detector = check_inference(config)
     state_dir = config.resolved_state_dir()
     check_directory("state_dir", state_dir)
-    snapshots = state_dir / "snapshots"  # tracker.stages: the events' snapshots, which may be unwritable
-    if (snapshots.is_symlink() or snapshots.exists()) and not snapshots.is_dir():  # (the guard goes on without them)
-        raise InputError(f"config: key 'state_dir': {str(snapshots)!r} is not a folder; expected a folder for the snapshots, or nothing there")
+    # tracker.stages: the events' snapshots (the guard goes on without them if unwritable); tracker.identity:
+    # the enrolled people, which the guard's start reads and refuses if it cannot
+    for name, holds in (("snapshots", "the snapshots"), ("people", "the enrolled people")):
+        folder = state_dir / name
+        if (folder.is_symlink() or folder.exists()) and not folder.is_dir():
+            raise InputError(f"config: key 'state_dir': {str(folder)!r} is not a folder; expected a folder for {holds}, "
+                             "or nothing there")
     files = {"latency.path": (config.latency.path or state_dir / "latency.jsonl", config.latency.backups),
              "sinks.jsonl": (config.sinks.jsonl or state_dir / "events.jsonl", config.sinks.jsonl_backups)}
     if config.mqtt.enabled:
