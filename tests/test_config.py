@@ -62,6 +62,12 @@ def test_default_file_documents_every_key_with_a_comment():
     ({"mqtt": {"host": "192.168.1.5:1883"}}, "mqtt.host", "without a scheme or :port (the port is mqtt.port)"),
     # a label over 63 characters passed, then killed paho's network thread (idna) for good
     ({"mqtt": {"host": "a" * 64 + ".lan"}}, "mqtt.host", "expected a host name (labels of at most 63 characters)"),
+    # the resolver looked these up as names, and failed at every retry for ever
+    ({"mqtt": {"host": "192.168.1.300"}}, "mqtt.host", "bad value '192.168.1.300'; expected an IPv4 address (four "
+     "numbers 0..255, e.g. 192.168.1.5) or a host name (not digits and dots only)"),
+    ({"mqtt": {"host": "999.1.1.1"}}, "mqtt.host", "expected an IPv4 address (four numbers 0..255"),
+    ({"web": {"listen": "192.168.1.300:8080"}}, "web.listen", "bad value '192.168.1.300:8080'; expected host:port with "
+     "an IPv4 address (four numbers 0..255"),
     ({"mqtt": {"password_file": ""}}, "mqtt.password_file", "bad value ''; expected a file path"),  # was '.'
     ({"web": {"password_file": ""}}, "web.password_file", "bad value ''; expected a file path"),
     ({"mqtt": {"discovery_prefix": "home assistant"}}, "mqtt.discovery_prefix", "pattern"),
@@ -112,6 +118,12 @@ def test_bad_values_are_one_line_naming_key_value_and_expectation(data, key, fra
     assert "\n" not in message
     assert f"'{key}'" in message and fragment in message, message
     assert len(message) < 400
+
+
+def test_host_names_and_ip_addresses_are_taken():
+    config = parse_config({"mqtt": {"host": "192.168.1.5"}, "web": {"listen": "0.0.0.0:8080"}})
+    assert config.mqtt.host == "192.168.1.5" and config.web.listen == "0.0.0.0:8080"
+    assert parse_config({"mqtt": {"host": "3com.lan"}, "web": {"listen": "localhost:80"}}).mqtt.host == "3com.lan"
 
 
 def test_a_rule_across_sections_names_its_keys_without_a_key_prefix():

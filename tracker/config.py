@@ -242,6 +242,20 @@ class OutboxConfig(Section):
 
 
 _HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?")
+_DIGIT_LABELS = re.compile(r"[0-9]+(\.[0-9]+)*\.?")
+_IPV4_OR_NAME = "an IPv4 address (four numbers 0..255, e.g. 192.168.1.5) or a host name (not digits and dots only)"
+
+
+def _digits_but_no_ipv4(host: str) -> bool:
+    """Whether `host`'s labels are all digits but it is no IPv4 address (192.168.1.300, 999.1.1.1):
+    the resolver then looks it up as a name, which fails at every retry, for ever, not at start."""
+    if not _DIGIT_LABELS.fullmatch(host):
+        return False
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        return True
+    return False
 
 
 def _broker_host(value: str) -> str:
@@ -250,6 +264,8 @@ def _broker_host(value: str) -> str:
     try:
         ipaddress.ip_address(value)
     except ValueError:
+        if _digits_but_no_ipv4(value):
+            raise ValueError(f"bad value {_short(value)}; expected {_IPV4_OR_NAME}") from None
         try:
             value.encode("idna")  # what the socket layer does first: a label over 63 characters killed paho's thread
             named = bool(_HOST_NAME.fullmatch(value))
@@ -307,6 +323,8 @@ def _listen_address(value: str) -> str:
         host = ""
     if not sep or not host or not port.isdecimal() or not 1 <= int(port) <= 65535 or any(c in host for c in "/ []"):
         raise ValueError(f"bad value {_short(value)}; expected host:port, e.g. 127.0.0.1:8080, 0.0.0.0:8080 or [::1]:8080")
+    if _digits_but_no_ipv4(host):
+        raise ValueError(f"bad value {_short(value)}; expected host:port with {_IPV4_OR_NAME}")
     return value
 
 
