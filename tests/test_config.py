@@ -84,6 +84,11 @@ def test_default_file_documents_every_key_with_a_comment():
     # MQTT strings end at 65,535 bytes: paho's network thread died on these, or a topic was refused
     ({"mqtt": {"username": "u" * 70_000}}, "mqtt.username", "expected a string of at most 256 characters"),
     ({"mqtt": {"prefix": "p" * 70_000}}, "mqtt.prefix", "at most 256 characters"),
+    # MQTT forbids NUL in its strings: mosquitto closed the connection, and the guard blamed TLS, for ever
+    ({"mqtt": {"username": "gu\x00ard"}}, "mqtt.username", "bad value 'gu\\x00ard'; expected text without control "
+     "characters (such as NUL, tab or a line break) or unpaired surrogates, which MQTT brokers refuse"),
+    ({"mqtt": {"username": "guard\n"}}, "mqtt.username", "expected text without control characters"),
+    ({"mqtt": {"username": "gu\x7fard"}}, "mqtt.username", "expected text without control characters"),
     ({"mqtt": {"discovery_prefix": "d" * 70_000}}, "mqtt.discovery_prefix", "at most 256 characters"),
     ({"mqtt": "yes"}, "mqtt", "a mapping of keys"),
     ({"mqtt": {"tls": ["ca"]}}, "mqtt.tls", "a mapping of keys"),

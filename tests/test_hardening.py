@@ -514,6 +514,10 @@ def test_check_config_reads_the_mqtt_password_and_tls_files_as_the_sink_would(tm
                     "mqtt.username is null")
     assert_one_line(*check(capsys, write(tmp_path, base + f"  tls:\n    ca: {str(not_pem)!r}\n")),
                     "mqtt.tls.ca: cannot load")
+    empty.write_bytes(b"s3c\0ret\n")  # MQTT brokers refuse it: the guard retried for ever, blaming TLS
+    code, err = check(capsys, write(tmp_path, base + f"  username: guard\n  password_file: {str(empty)!r}\n"))
+    assert_one_line(code, err, f"mqtt password file {str(empty)!r}: holds a NUL character, which MQTT brokers refuse")
+    assert "s3c" not in err
 
 
 def test_two_logs_in_one_file_are_refused_in_dev_shm_and_through_a_hard_link_but_devices_may_be_shared(tmp_path, capsys):

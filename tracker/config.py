@@ -278,6 +278,17 @@ def _broker_host(value: str) -> str:
 
 
 MQTT_NAME_MAX = 256  # characters of mqtt.prefix, username and discovery_prefix (see MQTTConfig)
+# What MQTT's strings must not hold (NUL) or should not (the other controls, C0, DEL and C1), and
+# what UTF-8 cannot encode (an unpaired surrogate): mosquitto closes the connection ("protocol
+# error"), which the guard could only retry for ever
+_NOT_IN_MQTT_STRINGS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _mqtt_string(value: str) -> str:
+    if _NOT_IN_MQTT_STRINGS.search(value):
+        raise ValueError(f"bad value {_short(value)}; expected text without control characters (such as NUL, "
+                         "tab or a line break) or unpaired surrogates, which MQTT brokers refuse")
+    return value
 _TOPIC_LEVELS = r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$"  # a topic's first levels: no wildcard, no empty level
 
 
@@ -289,7 +300,7 @@ class MQTTConfig(Section):
     # (lengths: MQTT's strings hold at most 65,535 bytes, past which paho's network thread dies; a topic
     # is a prefix and a few words, a client id the prefix and the device id)
     prefix: str = Field("tracker", max_length=MQTT_NAME_MAX, pattern=_TOPIC_LEVELS)
-    username: str | None = Field(None, min_length=1, max_length=MQTT_NAME_MAX)
+    username: Annotated[str, Field(min_length=1, max_length=MQTT_NAME_MAX), AfterValidator(_mqtt_string)] | None = None
     password_file: ExistingFile | None = None  # default: $CREDENTIALS_DIRECTORY/mqtt-password if it exists
     tls: TLSConfig = TLSConfig()
     keepalive_s: StrictInt = Field(30, ge=5, le=3600)

@@ -115,10 +115,14 @@ def publish_packet_size(topic: str, payload: int, qos: int, properties: int = 0,
 
 def read_password(config: MQTTConfig) -> str | None:
     """The broker password: `mqtt.password_file`, else `$CREDENTIALS_DIRECTORY/mqtt-password`, else
-    None (tracker.passwords.read_secret); a password needs `mqtt.username` to go with it."""
+    None (tracker.passwords.read_secret); a password needs `mqtt.username` to go with it, and holds
+    no NUL (ConfigError)."""
     secret = read_secret(config.password_file, CREDENTIAL_NAME, "mqtt password file")
     if secret is None:
         return None
+    if "\0" in secret.value:  # (the password itself is never shown)
+        raise ConfigError(f"mqtt password file {str(secret.path)!r}: holds a NUL character, which MQTT brokers "
+                          "refuse; expected the password without one")
     if config.username is None:
         if secret.managed:
             log.warning("a systemd credential %s exists but mqtt.username is not set; connecting without "
