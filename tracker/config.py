@@ -146,6 +146,15 @@ class DetectConfig(Section):
                              "(haar uses the cascade inside OpenCV, auto searches for the model files)")
         return self
 
+    @model_validator(mode="after")
+    def _score_threshold_needs_a_cnn_detector(self):
+        # Haar's scores are neighbour counts, which it filters by min_neighbors: a threshold was ignored in silence
+        if self.score_threshold is not None and self.detector == "haar":
+            raise ValueError(f"score_threshold {self.score_threshold:g} given for detector 'haar', which has no face "
+                             "scores to compare it with; expected detector yunet or blazeface with it, or "
+                             "score_threshold null (haar: min_neighbors)")
+        return self
+
 
 class ModelConfig(Section):
     prototxt: FilePath = MODELS_DIR / "face_cnn.prototxt"

@@ -316,6 +316,22 @@ def test_auto_takes_yunet_then_blazeface_then_haar(monkeypatch, caplog):
     assert resolve_detector(config) == "haar" and create_detector(config).name == "haar"
 
 
+
+def test_a_score_threshold_is_refused_with_haar_and_warned_about_when_auto_chooses_haar(monkeypatch, caplog):
+    """Haar has no face scores: the threshold was ignored in silence."""
+    import tracker.detect as detect
+
+    with pytest.raises(InputError, match="key 'detect': score_threshold 0.7 given for detector 'haar', which has no "
+                                         "face scores to compare it with; expected detector yunet or blazeface"):
+        parse_config({"detect": {"detector": "haar", "score_threshold": 0.7}})
+    absent = model_files.ModelFile("x", "absent", "0" * 64, "nowhere", "nowhere")
+    monkeypatch.setattr(detect, "YUNET", absent)
+    monkeypatch.setattr(detect, "BLAZEFACE", absent)
+    caplog.set_level("WARNING")
+    assert create_detector(DetectConfig(score_threshold=0.7), quiet=True).name == "haar"
+    assert "auto chose haar, which has no face scores: detect.score_threshold 0.7 does not apply" in caplog.text
+
+
 def test_config_errors_for_detectors(tmp_path):
     with pytest.raises(InputError, match=r"detect\.detector.*'auto', 'yunet', 'blazeface' or 'haar'"):
         parse_config({"detect": {"detector": "mtcnn"}})

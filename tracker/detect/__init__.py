@@ -82,10 +82,15 @@ def check_detector(config) -> str:
 
 def create_detector(config, *, quiet: bool = False) -> FaceDetector:
     """The detector of a `tracker.config.DetectConfig`; ModelError (exit 2) for a missing or wrong
-    model file, BackendUnavailable (exit 3) for a missing runtime. `auto` says what it chose."""
+    model file, BackendUnavailable (exit 3) for a missing runtime. `auto` says what it chose, and
+    warns when it chose haar with a score_threshold set, which haar does not apply (the config
+    refuses one with an explicit haar)."""
     name = resolve_detector(config)
     if config.detector == "auto" and not quiet:
         log.info("detect: auto chose %s (yunet when its model file is found, then blazeface, then haar)", name)
+    if name == "haar" and config.score_threshold is not None:
+        log.warning("detect: auto chose haar, which has no face scores: detect.score_threshold %g does not apply "
+                    "(haar's filter is detect.min_neighbors)", config.score_threshold)
     chosen: type[YuNetDetector] | type[BlazeFaceDetector]
     if name == "yunet":
         from tracker.detect.yunet import YuNetDetector as chosen
