@@ -100,6 +100,10 @@ def test_default_file_documents_every_key_with_a_comment():
     ({"source": {"fps": 0}}, "source.fps", "greater than or equal to 0.01"),
     ({"source": {"fps": 1e-300}}, "source.fps", "greater than or equal to 0.01"),
     ({"latency": {"path": 12}}, "latency.path", "bad value 12; expected a file path (a string)"),
+    # YAML is not read by a shell: the guard made a folder named $HOME in its working folder
+    ({"state_dir": "$HOME/trk"}, "state_dir", "bad value '$HOME/trk' contains '$': variables are not expanded; "
+     "expected the path written out (~ for a home folder is expanded)"),
+    ({"mqtt": {"password_file": "${CREDENTIALS_DIRECTORY}/pw"}}, "mqtt.password_file", "contains '$'"),
     ({"latency": {"report_every_s": 1e300}}, "latency.report_every_s", "less than or equal to 86400"),
     # a report line every frame, and an overflow when the live view started
     ({"latency": {"report_every_s": 1e-300}}, "latency.report_every_s", "greater than or equal to 1"),

@@ -150,6 +150,15 @@ def test_check_config_refuses_what_the_run_would(tmp_path, capsys, yaml_text, fr
     assert_one_line(*check(capsys, path), fragment.replace("{tmp}", str(tmp_path)))
 
 
+def test_check_config_says_where_the_state_lives(tmp_path, capsys, monkeypatch):
+    """A relative state_dir is taken from the working folder (/ under systemd): its meaning was not shown."""
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, "state_dir: trk/state\nweb:\n  enabled: false\n")
+    assert main(["--check-config", "--config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"config ok: {path} (detector ") and out.endswith(f"; state in {tmp_path.resolve()}/trk/state)\n")
+
+
 def test_check_config_refuses_a_backend_whose_runtime_is_missing_as_the_run_does(tmp_path, capsys, monkeypatch):
     """Exit 3 naming what installs it (the run's exit, which the unit does not restart), not "config ok"."""
     from tracker.backends import backend_class, missing_runtime

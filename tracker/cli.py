@@ -202,7 +202,9 @@ def _run_main(argv: list[str]) -> int:
         effective = effective_config(config, args)
         detector = check_runnable(effective, config_path=args.config or DEFAULT_CONFIG)
         check_source(effective, args.source)
-        print(f"config ok: {args.config or DEFAULT_CONFIG} (detector {detector})")
+        # the state's folder made absolute: a relative state_dir is taken from the working folder (/ under systemd)
+        print(f"config ok: {args.config or DEFAULT_CONFIG} (detector {detector}; state in "
+              f"{effective.resolved_state_dir().resolve()})")
         return 0
     if args.list_backends:
         from tracker.bench import print_backend_list

@@ -59,9 +59,14 @@ def _expanded(path: Path) -> Path:
 
 def _not_empty(value: object) -> object:
     """An empty string would become Path('.'), the working directory: refuse it, and a path no
-    system call takes (a NUL in it, longer than Linux's PATH_MAX, a name longer than NAME_MAX)."""
+    system call takes (a NUL in it, longer than Linux's PATH_MAX, a name longer than NAME_MAX), and
+    one with a "$" (YAML is not read by a shell: `$HOME/trk` made a folder named $HOME in the
+    working folder)."""
     if isinstance(value, str) and not value.strip():
         raise ValueError(f"bad value {value!r}; expected a file path (or null for the default)")
+    if isinstance(value, str) and "$" in value:
+        raise ValueError(f"bad value {_short(value)} contains '$': variables are not expanded; expected the path "
+                         "written out (~ for a home folder is expanded)")
     if isinstance(value, str) and ("\0" in value or len(value.encode("utf-8", "surrogateescape")) >= 4096
                                    or any(len(part.encode("utf-8", "surrogateescape")) > 255 for part in value.split("/"))):
         raise ValueError(f"bad value {_short(value)}; expected a path without a NUL character, under 4096 bytes, "
