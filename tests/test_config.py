@@ -112,6 +112,11 @@ def test_default_file_documents_every_key_with_a_comment():
     # Haar's pyramid of a step just over 1 took 16.9 GB and minutes a frame
     ({"detect": {"scale_factor": 1.0000000000000002}}, "detect.scale_factor", "greater than or equal to 1.05"),
     ({"sinks": {"console": "maybe"}}, "sinks.console", "valid boolean"),
+    # numbers were strict, booleans lax: "no", "off", 0 and 1.0 were taken
+    ({"web": {"enabled": "no"}}, "web.enabled", "bad value 'no'; expected a valid boolean (true or false, unquoted)"),
+    ({"mqtt": {"tls": {"insecure": "off"}}}, "mqtt.tls.insecure", "expected a valid boolean"),
+    ({"motion": {"enabled": 0}}, "motion.enabled", "bad value 0; expected a valid boolean"),
+    ({"source": {"realtime": 1.0}}, "source.realtime", "bad value 1.0; expected a valid boolean"),
     ({"sinks": {"jsonl_max_bytes": 999}}, "sinks.jsonl_max_bytes", "greater than or equal to 10000"),
     ({"sinks": {"jsonl_backups": 101}}, "sinks.jsonl_backups", "less than or equal to 100"),
     # logs that never rotate, an outbox without a bound
@@ -133,6 +138,12 @@ def test_host_names_and_ip_addresses_are_taken():
     config = parse_config({"mqtt": {"host": "192.168.1.5"}, "web": {"listen": "0.0.0.0:8080"}})
     assert config.mqtt.host == "192.168.1.5" and config.web.listen == "0.0.0.0:8080"
     assert parse_config({"mqtt": {"host": "3com.lan"}, "web": {"listen": "localhost:80"}}).mqtt.host == "3com.lan"
+
+
+def test_yamls_own_booleans_are_booleans():
+    """YAML 1.1 (PyYAML) reads yes/no and on/off unquoted as booleans: those stay accepted."""
+    config = parse_config(yaml.safe_load("web: {enabled: off}\nmotion: {enabled: no}\nmqtt: {enabled: yes}\n"))
+    assert (config.web.enabled, config.motion.enabled, config.mqtt.enabled) == (False, False, True)
 
 
 def test_a_rule_across_sections_names_its_keys_without_a_key_prefix():

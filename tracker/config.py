@@ -18,7 +18,18 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictFloat, StrictInt, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+    model_validator,
+)
 
 from tracker.detection_scale import MAX_DETECT_PIXELS, MIN_WINDOW_PX, asked_scale, detection_scale
 from tracker.errors import ConfigError
@@ -86,7 +97,9 @@ ExistingFile = Annotated[Path, BeforeValidator(_not_empty), AfterValidator(_expa
 
 class Section(BaseModel):
     # inf/nan would pass range checks like gt=0 and then break timers and sleeps at run time. Numbers
-    # are StrictInt / StrictFloat: pydantic would take YAML's true as 1 (an int also serves a float).
+    # are StrictInt / StrictFloat: pydantic would take YAML's true as 1 (an int also serves a float);
+    # booleans StrictBool: it would take "no", "off", 0 and 1.0 (YAML's own true/false, yes/no and
+    # on/off unquoted are booleans already).
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     @model_validator(mode="before")
@@ -112,7 +125,7 @@ class SourceConfig(Section):
     queue_size: StrictInt = Field(4, ge=1, le=64)
     seed: StrictInt = Field(0, ge=0, le=2**63 - 1)  # synthetic scene (numpy seeds are non-negative)
     faces_dir: FilePath | None = None  # synthetic scene: <person>/<image> faces (default: the shared dlib chips)
-    realtime: bool = True  # synthetic scene: paced at fps like a camera (False: as fast as consumed)
+    realtime: StrictBool = True  # synthetic scene: paced at fps like a camera (False: as fast as consumed)
 
     @model_validator(mode="after")
     def _uri_needs_a_kind_that_reads_it(self):
@@ -126,7 +139,7 @@ class SourceConfig(Section):
 
 
 class MotionConfig(Section):
-    enabled: bool = True
+    enabled: StrictBool = True
     downscale_width: StrictInt = Field(160, ge=16, le=1024)
     threshold: StrictInt = Field(18, ge=1, le=255)
     min_area_fraction: StrictFloat = Field(0.002, ge=0.0, le=1.0)
@@ -137,7 +150,7 @@ class DetectConfig(Section):
     model: ExistingFile | None = None  # yunet / blazeface: the model file (default: the search path)
     detect_width: StrictInt = Field(320, ge=64, le=4096)
     score_threshold: StrictFloat | None = Field(None, gt=0.0, lt=1.0)  # yunet / blazeface; None: the detector's own
-    regions: bool = True  # search only where something moved and around live tracks
+    regions: StrictBool = True  # search only where something moved and around live tracks
     # haar: the image pyramid's step. Its levels, and OpenCV's buffers for them, grow as 1/(step - 1):
     # on a 2-megapixel frame 1.05 takes about 0.3 GB and 8 s, 1.01 1.1 GB and 28 s, and 1 + 2e-16 17 GB
     scale_factor: StrictFloat = Field(1.1, ge=1.05, le=2.0)
@@ -176,7 +189,7 @@ class BackendConfig(Section):
     name: str = "caffe-openblas-dl"
     precision: Literal["fp32", "int8"] = "fp32"
     threads: StrictInt | None = Field(None, ge=1, le=64)
-    worker: bool = False
+    worker: StrictBool = False
 
 
 class BatcherConfig(Section):
@@ -200,8 +213,8 @@ class TrackingConfig(Section):
     embedding_weight: StrictFloat = Field(0.3, ge=0.0, le=1.0)
     # detections scoring below this only continue tracks (ByteTrack); None: all are high-score
     high_score: StrictFloat | None = Field(None, ge=0.0)
-    observation_centric: bool = False  # OC-SORT: recover by the last observed box, re-update after a gap
-    reid: bool = True  # a face lost and found again within reid_window_s keeps its track (trained weights only)
+    observation_centric: StrictBool = False  # OC-SORT: recover by the last observed box, re-update after a gap
+    reid: StrictBool = True  # a face lost and found again within reid_window_s keeps its track (trained weights only)
     reid_threshold: StrictFloat | None = Field(None, ge=-1.0, le=1.0)  # None: the weights' card threshold
     reid_window_s: StrictFloat = Field(10.0, ge=0.0, le=3600.0)
 
@@ -215,18 +228,18 @@ class LatencyConfig(Section):
 
 
 class SinksConfig(Section):
-    console: bool = True
+    console: StrictBool = True
     jsonl: FilePath | None = None  # default: <state_dir>/events.jsonl
     jsonl_max_bytes: StrictInt = Field(10_000_000, ge=10_000, le=MAX_LOG_BYTES)
     jsonl_backups: StrictInt = Field(3, ge=0, le=100)
 
 
 class TLSConfig(Section):
-    enabled: bool = False  # also on when ca or cert is set; with no ca, the system's CAs verify the broker
+    enabled: StrictBool = False  # also on when ca or cert is set; with no ca, the system's CAs verify the broker
     ca: ExistingFile | None = None  # PEM CA bundle that signed the broker's certificate
     cert: ExistingFile | None = None  # PEM client certificate (needs key)
     key: ExistingFile | None = None  # PEM private key of the client certificate (needs cert)
-    insecure: bool = False  # skip the broker host-name check (never in production); needs TLS on
+    insecure: StrictBool = False  # skip the broker host-name check (never in production); needs TLS on
 
     @model_validator(mode="after")
     def _cert_and_key_together(self):
@@ -307,7 +320,7 @@ _TOPIC_LEVELS = r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$"  # a topic's first levels:
 
 
 class MQTTConfig(Section):
-    enabled: bool = False
+    enabled: StrictBool = False
     host: Annotated[str, Field(min_length=1, max_length=253), AfterValidator(_broker_host)] = "localhost"
     port: StrictInt = Field(1883, ge=1, le=65535)
     protocol: Literal["v5", "v311"] = "v5"  # v5: PUBACK reason codes, session take-over reason
@@ -324,7 +337,7 @@ class MQTTConfig(Section):
     flush_timeout_s: StrictFloat = Field(2.0, ge=0.0, le=3.0)  # on close: wait this long for PUBACKs
     state_interval_s: StrictFloat = Field(30.0, ge=1.0, le=24 * 3600)
     outbox: OutboxConfig = OutboxConfig()
-    discovery: bool = True
+    discovery: StrictBool = True
     discovery_prefix: str = Field("homeassistant", max_length=MQTT_NAME_MAX, pattern=_TOPIC_LEVELS)
 
     @model_validator(mode="after")
@@ -354,7 +367,7 @@ def _listen_address(value: str) -> str:
 
 
 class WebConfig(Section):
-    enabled: bool = True
+    enabled: StrictBool = True
     listen: Annotated[str, AfterValidator(_listen_address)] = "127.0.0.1:8080"
     password_file: ExistingFile | None = None  # default: $CREDENTIALS_DIRECTORY/web-password if it exists
     session_hours: StrictFloat = Field(12.0, gt=0, le=24 * 31)
@@ -471,6 +484,8 @@ def _describe(error) -> str:
         if message.startswith(prefix):
             message = instead + message[len(prefix):]
             break
+    if kind == "bool_type":
+        message += " (true or false, unquoted)"
     if kind == "float_type" and _number_read_as_text(error["input"]):
         message += " (YAML reads a number like 1e3 as text; write it with a dot and a signed exponent, as 1.0e+3, or in full)"
     # lower-case its first letter only: the rest may quote a pattern or a type
