@@ -574,9 +574,10 @@ def test_no_file_the_guard_writes_may_be_one_it_reads(tmp_path, capsys):
                     f"key 'sinks.jsonl': {str(config)!r} is also the config file")
 
 
-def test_an_outbox_path_at_a_file_that_is_not_a_database_is_refused_but_a_damaged_database_is_not(tmp_path, capsys):
-    """The guard's start moved a text file at mqtt.outbox.path aside as a corrupt outbox; a damaged
-    database is still moved aside at start (tracker.sinks.outbox), not refused."""
+def test_an_outbox_path_at_a_file_that_is_no_outbox_is_refused_but_a_damaged_database_is_not(tmp_path, capsys):
+    """The guard's start moved a text file, or another program's database, at mqtt.outbox.path aside
+    as a corrupt outbox (or wrote its tables into the database); a damaged database is still moved
+    aside at start (tracker.sinks.outbox), not refused."""
     outbox = tmp_path / "notes.txt"
     path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\nweb:\n  enabled: false\n"
                  f"mqtt:\n  enabled: true\n  outbox:\n    path: {outbox}\n")
@@ -587,6 +588,33 @@ def test_an_outbox_path_at_a_file_that_is_not_a_database_is_refused_but_a_damage
         outbox.write_bytes(content)
         code, err = check(capsys, path)
         assert code == 0, err
+    # another program's database (Home Assistant's has an `events` table too): moved aside, or given
+    # the outbox's tables, by the guard's start; an outbox, of either column set, is taken
+    import sqlite3
+
+    from tracker.sinks.outbox import Outbox
+
+    for name, schema in (("home-assistant_v2.db", "CREATE TABLE events (event_id INTEGER, event_type TEXT, time_fired REAL)"),
+                         ("notes.db", "CREATE TABLE notes (text TEXT)"),
+                         ("early-outbox.db", "CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT, "
+                                             "created REAL, payload BLOB)")):
+        outbox = tmp_path / name
+        with sqlite3.connect(outbox) as db:
+            db.execute(schema)
+        db.close()
+        path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\nweb:\n  enabled: false\n"
+                     f"mqtt:\n  enabled: true\n  outbox:\n    path: {outbox}\n")
+        if name == "early-outbox.db":
+            code, err = check(capsys, path)
+            assert code == 0, err
+        else:
+            assert_one_line(*check(capsys, path), f"key 'mqtt.outbox.path': {str(outbox)!r} is an SQLite database of "
+                            "other tables (")
+    Outbox(tmp_path / "ours.db", max_events=10, max_age_s=60).close()
+    path = write(tmp_path, f"state_dir: {str(tmp_path / 'state')!r}\nweb:\n  enabled: false\n"
+                 f"mqtt:\n  enabled: true\n  outbox:\n    path: {tmp_path / 'ours.db'}\n")
+    code, err = check(capsys, path)
+    assert code == 0, err
 
 
 def test_check_config_refuses_a_pi_camera_whose_library_the_run_cannot_import(tmp_path, capsys, monkeypatch):

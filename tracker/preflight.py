@@ -250,10 +250,13 @@ SQLITE_HEADER = b"SQLite format 3\0"  # the first bytes of every SQLite database
 
 
 def _check_outbox_file(path: Path) -> None:
-    """InputError if a file at the outbox's `path` (check_file: a regular file or nothing) has
-    content that is not an SQLite database: the guard's start would move it aside as a corrupt
-    outbox, a file of the user's named by mistake. A damaged database (its header intact) is left
-    to the outbox, which moves it aside and starts anew (tracker.sinks.outbox)."""
+    """InputError if a file at the outbox's `path` (check_file: a regular file or nothing) is not
+    an outbox: content that is no SQLite database, or another program's database (read-only:
+    `outbox.foreign_database`). The guard's start would move either aside as a corrupt outbox, or
+    write its tables into the database: a file of the user's named by mistake. A damaged outbox
+    (its header intact) is left to the outbox, which moves it aside and starts anew."""
+    from tracker.sinks.outbox import foreign_database
+
     try:
         with open(path, "rb") as file:
             head = file.read(len(SQLITE_HEADER))
@@ -262,10 +265,12 @@ def _check_outbox_file(path: Path) -> None:
     except OSError as err:
         raise InputError(f"config: key 'mqtt.outbox.path': cannot read {str(path)!r} ({err.strerror or err}); "
                          "expected the guard's outbox, readable by its user, or a path to create it") from None
-    if head and head != SQLITE_HEADER:  # (its content is not shown: it may be anything of the user's)
-        raise InputError(f"config: key 'mqtt.outbox.path': {str(path)!r} is a file that is not an SQLite database, "
-                         "which the guard would move aside as a corrupt outbox; expected the guard's outbox, "
-                         "or a path where no file is yet")
+    # (the content is not shown: it may be anything of the user's)
+    why = "a file that is not an SQLite database" if head and head != SQLITE_HEADER else head and foreign_database(path)
+    if why:
+        raise InputError(f"config: key 'mqtt.outbox.path': {str(path)!r} is {why}, which the guard would move aside "
+                         "as a corrupt outbox or write its own tables into; expected the guard's outbox, or a path "
+                         "where no file is yet")
 
 
 def _check_distinct(files: dict[str, tuple[Path, int]], kept: dict[Path, str]) -> None:

@@ -65,6 +65,29 @@ _COLUMNS = _FIRST_COLUMNS + [column.split()[0] for column in _BOOT_COLUMNS]
 
 
 _DISK_TROUBLE = {10, 13}  # SQLite's primary result codes IOERR and FULL
+_TABLES = {"events", "meta", "sqlite_sequence"}  # an outbox's (sqlite_sequence: AUTOINCREMENT's)
+
+
+def foreign_database(path: Path) -> str | None:
+    """What the SQLite database at `path` is instead of an outbox ("an SQLite database of other
+    tables (...)"), or None: no file, an outbox (of either column set), or a file that cannot be
+    read as a database (not one, or damaged: the outbox moves it aside at start). Opened read-only,
+    for the checks before a run: the outbox's own open would move another program's database aside
+    as corrupt, or add its tables to it (Home Assistant's database has an `events` table too)."""
+    try:
+        db = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
+    except (sqlite3.Error, OSError):
+        return None
+    try:
+        tables = sorted(row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'"))
+        columns = [row[1] for row in db.execute("PRAGMA table_info(events)")]
+    except sqlite3.Error:
+        return None
+    finally:
+        db.close()
+    if set(tables) <= _TABLES and ("events" not in tables or columns in (_FIRST_COLUMNS, _COLUMNS)):
+        return None
+    return f"an SQLite database of other tables ({', '.join(tables)})"
 
 
 class Outbox:
