@@ -81,3 +81,39 @@ def test_every_event_survives_repeated_broker_kills(tmp_path):
         sink.close()
         sub.close()
         broker.stop()
+
+
+def test_a_state_published_across_a_reconnect_does_not_hold_back_the_later_ones(tmp_path):
+    """A reconnect between paho's publish() of a state and the sink's record of it: paho dropped the
+    unwritten QoS 0 copy without an on_publish, the record waited for it for good, and no later
+    state went out (close() then waited its whole flush_timeout_s for it)."""
+    from mosquitto import Subscriber
+
+    broker = Broker(tmp_path / "broker").start()
+    config = sink_config(broker, "across", state_interval_s=3600, reconnect_min_s=1, reconnect_max_s=1)
+    sink = MqttSink(config.mqtt, config.device, tmp_path / "state")
+    try:
+        wait_until(lambda: sink.connected, what="the first connection")
+        publish = sink._client.publish
+        armed = threading.Event()
+
+        def reconnecting_publish(topic, payload=None, qos=0, retain=False, properties=None):
+            info = publish(topic, payload, qos=qos, retain=retain, properties=properties)
+            if armed.is_set() and topic.endswith("/state"):  # the connection goes before the record is made
+                armed.clear()
+                generation = sink._generation
+                broker.restart()
+                wait_until(lambda: sink._generation > generation and sink.connected, what="the reconnection")
+            return info
+
+        sink._client.publish = reconnecting_publish
+        armed.set()
+        sink.publish_state({"tracks": 1, "fps": 2.0})  # the first state: due at once
+        wait_until(lambda: not armed.is_set(), what="the state's publish")
+        sink.publish_state({"tracks": 0, "fps": 3.0})  # a change of presence: due at once
+        sub = Subscriber(broker, ["tracker/across/state"])
+        sub.wait_for(lambda m: any(json.loads(p)["fps"] == 3.0 for _, p, _ in m))
+        sub.close()
+    finally:
+        sink.close()
+        broker.stop()

@@ -697,10 +697,15 @@ class MqttSink:
     def _publish_latest(self, name: str, topic: str, payload: bytes, properties=None) -> None:
         """A retained QoS 0 publish of `name` ("state" or "snapshot"), remembered until paho has
         written it (the module docstring's slow link: one of each in paho's out-queue at a time)."""
+        with self._wake:
+            generation = self._generation
         info = self._client.publish(topic, payload, qos=0, retain=True, properties=properties)
         with self._wake:
-            # written before we got here (its on_publish is in _early_acks), or never queued: nothing to wait for
-            if self._early_acks.pop(info.mid, None) is None and info.rc == self._mqtt.MQTT_ERR_SUCCESS:
+            # written before we got here (its on_publish is in _early_acks), never queued, or queued on a
+            # connection that has gone since (paho dropped it unwritten, without an on_publish: recorded,
+            # it would hold back every later one for good): nothing to wait for
+            written = self._early_acks.pop(info.mid, None) is not None
+            if not written and info.rc == self._mqtt.MQTT_ERR_SUCCESS and generation == self._generation:
                 self._unwritten[name] = info
 
     def _send_state(self) -> None:
