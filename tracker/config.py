@@ -312,10 +312,14 @@ _NOT_IN_MQTT_STRINGS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def _mqtt_string(value: str) -> str:
+    """`value`, a string the client sends the broker (mqtt.username), unless it holds what
+    _NOT_IN_MQTT_STRINGS matches (ValueError)."""
     if _NOT_IN_MQTT_STRINGS.search(value):
         raise ValueError(f"bad value {_short(value)}; expected text without control characters (such as NUL, "
                          "tab or a line break) or unpaired surrogates, which MQTT brokers refuse")
     return value
+
+
 _TOPIC_LEVELS = r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$"  # a topic's first levels: no wildcard, no empty level
 
 
