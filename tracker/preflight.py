@@ -5,8 +5,8 @@ the guard and `tracker enroll` all run these, so the check catches what the run 
   runtime, the prototxt and caffemodel, read and shape-checked, and the blobs the guard reads from
   them, the model card, the detector's model file: sha256), then the state directory and every
   file the guard writes (latency log, events, outbox): each must be, or be creatable as, what it
-  should be (and a log's folder must take the files its rotation makes; an existing outbox must be
-  an SQLite database), and no two the same file, nor one the guard reads (the config file, a
+  should be (and a log's folder must take the files its rotation makes; an existing outbox file
+  must be empty or an outbox), and no two the same file, nor one the guard reads (the config file, a
   password, TLS or model file, the model card) or holds (its lock); nothing is created.
 - `check_source(config, spec)`: `--check-config`'s check of the source the guard would open (the
   guard meets the same refusals when it opens it).
@@ -265,9 +265,11 @@ def _check_outbox_file(path: Path) -> None:
     except OSError as err:
         raise InputError(f"config: key 'mqtt.outbox.path': cannot read {str(path)!r} ({err.strerror or err}); "
                          "expected the guard's outbox, readable by its user, or a path to create it") from None
+    if not head:  # empty: SQLite makes it the outbox
+        return
     # (the content is not shown: it may be anything of the user's)
-    why = "a file that is not an SQLite database" if head and head != SQLITE_HEADER else head and foreign_database(path)
-    if why:
+    why = foreign_database(path) if head == SQLITE_HEADER else "a file that is not an SQLite database"
+    if why is not None:
         raise InputError(f"config: key 'mqtt.outbox.path': {str(path)!r} is {why}, which the guard would move aside "
                          "as a corrupt outbox or write its own tables into; expected the guard's outbox, or a path "
                          "where no file is yet")
