@@ -9,6 +9,7 @@ processing frames."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import http.client
 import json
@@ -18,6 +19,7 @@ import socket
 import threading
 import time
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import cv2
@@ -101,6 +103,20 @@ def start_guard(state_dir: Path, web: dict) -> tuple[Guard, threading.Thread]:
     thread = threading.Thread(target=guard.run, daemon=True)
     thread.start()
     return guard, thread
+
+
+@contextlib.contextmanager
+def page_alone(state_dir: Path) -> Iterator[int]:
+    """A page of its own on a free loopback port, no password and no guard behind it (no job runs),
+    closed on leaving; yields its port."""
+    port = free_port()
+    config = parse_config({"state_dir": str(state_dir), "web": {"listen": f"127.0.0.1:{port}"}})
+    server = WebServer(config, state_dir, state_dir / "events.jsonl", password=None)
+    assert server.start()
+    try:
+        yield port
+    finally:
+        server.close()
 
 
 def wait_for(condition, what: str, timeout_s: float = 180.0):
@@ -401,16 +417,10 @@ def test_a_persons_face_is_encoded_on_the_pool_not_the_event_loop(tmp_path, monk
     imencode = cv2.imencode
     monkeypatch.setattr(server, "person_chip", lambda state_dir, name: np.full((88, 88), 128, np.uint8))
     monkeypatch.setattr(cv2, "imencode", lambda *args: encoded_on.append(threading.current_thread().name) or imencode(*args))
-    port = free_port()
-    config = parse_config({"state_dir": str(tmp_path), "web": {"listen": f"127.0.0.1:{port}"}})
-    page = WebServer(config, tmp_path, tmp_path / "events.jsonl", password=None)
-    assert page.start()
-    try:
+    with page_alone(tmp_path) as port:
         client = Client(port)
         client.open_session()
         status, headers, png = client.request("GET", "/api/people/ann/face.png")
-    finally:
-        page.close()
     assert status == 200 and headers["content-type"] == "image/png" and png.startswith(b"\x89PNG")
     assert len(encoded_on) == 1 and encoded_on[0].startswith("web_")  # a thread of the pool's (the event loop's is "web")
 
@@ -532,21 +542,15 @@ def test_uploads_a_killed_guard_left_are_removed_when_the_page_starts(tmp_path):
     left = tmp_path / "uploads" / "0123456789abcdef"
     left.mkdir(parents=True)
     (left / "ann.jpg").write_bytes(b"a face")
-    config = parse_config({"state_dir": str(tmp_path), "web": {"listen": f"127.0.0.1:{free_port()}"}})
-    server = WebServer(config, tmp_path, tmp_path / "events.jsonl", password=None)
-    assert server.start()
-    server.close()
+    with page_alone(tmp_path):
+        pass
     assert not (tmp_path / "uploads").exists()
 
 
 def test_bad_part_headers_of_an_upload_are_refused_without_a_word_on_stderr(tmp_path, recwarn):
     """aiohttp warns of each bad Content-Disposition of a part (warnings.warn: two lines on stderr,
     each up to the header's 8 kB): 200 such uploads grew the guard's log by 68 MB."""
-    port = free_port()
-    config = parse_config({"state_dir": str(tmp_path), "web": {"listen": f"127.0.0.1:{port}"}})
-    server = WebServer(config, tmp_path, tmp_path / "events.jsonl", password=None)
-    assert server.start()
-    try:
+    with page_alone(tmp_path) as port:
         client = Client(port)
         client.open_session()
         junk = "y" * 7000
@@ -555,8 +559,6 @@ def test_bad_part_headers_of_an_upload_are_refused_without_a_word_on_stderr(tmp_
         status, _, answer = client.request("POST", "/api/people", body.encode(),
                                            {"Content-Type": "multipart/form-data; boundary=b"})
         assert status == 400 and json.loads(answer)["error"].startswith("expected a multipart form with a name and photos")
-    finally:
-        server.close()
     assert [str(w.message)[:60] for w in recwarn] == []
 
 
