@@ -212,13 +212,12 @@ def declared_size(data: bytes) -> tuple[str, int, int]:
 
 def decode_image(data: bytes, flags: int | None = None) -> np.ndarray | None:
     """`data`, an image file's bytes, decoded as `cv2.imread` reads a file with `flags` (default:
-    BGR), or None (damaged, a JPEG cut short, a JPEG that declared_size refuses, over OpenCV's
-    bound, not an image)."""
-    if data.startswith(_JPEG):
-        try:
-            declared_size(data)  # (its scans: OpenCV's bound is on pixels only)
-        except ValueError:
-            return None
+    BGR), or None (damaged, a JPEG cut short, a JPEG or PNG that declared_size refuses, over
+    OpenCV's bound, not an image). The header is checked as `_read` checks it."""
+    try:
+        _header(data)  # (a JPEG's scans: OpenCV's bound is on pixels only)
+    except ValueError:
+        return None
     return _decode(data, flags)
 
 
