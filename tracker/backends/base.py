@@ -66,6 +66,19 @@ def check_batch(backend: str, x, shape: tuple[int, ...]) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
+def check_float32_batch(backend: str, x, input_shape: tuple[int, ...]) -> None:
+    """InputError naming `backend` unless `x` is a float32 numpy array shaped (N, *input_shape[1:]),
+    N >= 1. Strict, for the backends that hand `x` on as it is (the Caffe engine, the worker's
+    shared memory); `check_batch` converts instead."""
+    want = ("N", *input_shape[1:])
+    if not isinstance(x, np.ndarray):
+        raise InputError(f"{backend} input: expected a numpy float32 array of shape {want}; found {type(x).__name__}")
+    if x.dtype != np.float32:
+        raise InputError(f"{backend} input: expected dtype float32; found {x.dtype}")
+    if x.ndim != len(input_shape) or x.shape[1:] != input_shape[1:] or x.shape[0] < 1:
+        raise InputError(f"{backend} input: expected shape {want} with N >= 1; found {x.shape}")
+
+
 def check_options(backend: str, options: dict, known: tuple[str, ...]) -> None:
     """InputError naming an option `backend` does not take."""
     unknown = sorted(set(options) - set(known))

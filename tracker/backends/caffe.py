@@ -24,7 +24,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from tracker.backends.base import BackendBase
+from tracker.backends.base import BackendBase, check_float32_batch
 from tracker.errors import InputError, ModelError
 from tracker.model.spec import ModelSpec
 from tracker.types import Inference
@@ -64,13 +64,7 @@ class _CaffeEngine(BackendBase):
 
     def infer(self, x: np.ndarray) -> Inference:
         """x (N, C, H, W) float32 as the prototxt declares (any N >= 1) -> Inference (copies)."""
-        want = ("N", *self.input_shape[1:])
-        if not isinstance(x, np.ndarray):
-            raise InputError(f"{self.name} input: expected a numpy float32 array of shape {want}; found {type(x).__name__}")
-        if x.dtype != np.float32:
-            raise InputError(f"{self.name} input: expected dtype float32; found {x.dtype}")
-        if x.ndim != len(self.input_shape) or x.shape[1:] != self.input_shape[1:] or x.shape[0] < 1:
-            raise InputError(f"{self.name} input: expected shape {want} with N >= 1; found {x.shape}")
+        check_float32_batch(self.name, x, self.input_shape)
         if self._net is None:
             raise InputError(f"{self.name}: the backend was closed")
         out = self._net.forward(x, [self.model.probs, self.model.embedding])

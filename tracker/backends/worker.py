@@ -58,7 +58,7 @@ from pathlib import Path
 import numpy as np
 
 from tracker import daemon
-from tracker.backends.base import Backend
+from tracker.backends.base import Backend, check_float32_batch
 from tracker.backends.worker_child import _LEN, region_offsets, write_frame
 from tracker.child_process import POLL_S, ChildProcess, describe_exit
 from tracker.errors import (
@@ -282,13 +282,7 @@ class WorkerBackend:
             n = x.shape[0] if isinstance(x, np.ndarray) and x.ndim else 0
             raise WorkerFailure(f"backend {self.name!r} worker is not running ({self._dead})",
                                 cause=self._dead, lost_inputs=n)
-        want = ("N", *self.input_shape[1:])
-        if not isinstance(x, np.ndarray):
-            raise InputError(f"{self.name} input: expected a numpy float32 array of shape {want}; found {type(x).__name__}")
-        if x.dtype != np.float32:
-            raise InputError(f"{self.name} input: expected dtype float32; found {x.dtype}")
-        if x.ndim != len(self.input_shape) or x.shape[1:] != self.input_shape[1:] or x.shape[0] < 1:
-            raise InputError(f"{self.name} input: expected shape {want} with N >= 1; found {x.shape}")
+        check_float32_batch(self.name, x, self.input_shape)
         n = x.shape[0]
         try:
             parts = [self._call(x[i:i + self.max_batch], lost=n) for i in range(0, n, self.max_batch)]
