@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -260,6 +261,39 @@ def test_install_script_copies_the_project_and_not_the_checkouts_environments_an
     copied = {name.removeprefix("./") for name in listed.splitlines() if not name.endswith("/")}
     assert copied == set(project)
 
+
+
+def test_install_script_makes_the_units_state_and_cache_directories():
+    """/var/cache/tracker was left to systemd's CacheDirectory=, which makes it at the first start
+    only: after `--no-start` the README's commands as the service's user had no cache to write."""
+    s = unit_settings()
+    out = _install_pi("--dry-run", "--no-start").stdout
+    for kind, parent in (("State", "/var/lib"), ("Cache", "/var/cache")):
+        (name,), (mode,) = s[f"{kind}Directory"], s[f"{kind}DirectoryMode"]
+        assert f"+ install -d -m {mode} -o tracker -g tracker {parent}/{name}\n" in out, kind
+
+
+def _service_user_commands() -> list[list[str]]:
+    """The README's commands as the service's user (`sudo -u tracker env ...`), split as the shell splits them."""
+    text = (REPO / "README.md").read_text().replace("\\\n", " ")
+    return [shlex.split(line) for line in text.splitlines() if line.lstrip().startswith("sudo -u tracker env ")]
+
+
+def test_readme_runs_the_service_users_commands_in_the_units_environment():
+    """The README's benchmark as the service's user set STATE_DIRECTORY alone: the converted models'
+    cache went to that user's home, which it has none of, and every converting backend failed in a
+    benchmark that exited 0. Its enroll was a shorthand, `... tracker enroll alice photos/`."""
+    unit_env = dict(pair.split("=", 1) for value in unit_settings()["Environment"] for pair in value.split())
+    folders = {name: value.replace("%C", "/var/cache") for name, value in unit_env.items() if "%C" in value}
+    assert set(folders) == {"TRACKER_CACHE_DIR", "MPLCONFIGDIR"}
+    tracker = "/opt/tracker/venv/bin/tracker"
+    commands = _service_user_commands()
+    assert [command[command.index(tracker) + 1:] for command in commands] == [
+        ["--config", "/etc/tracker/tracker.yaml", "--backend", "all", "--benchmark", "--out", "/var/lib/tracker/bench"],
+        ["enroll", "alice", "photos/", "--config", "/etc/tracker/tracker.yaml"]]
+    for command in commands:
+        assigned = dict(word.split("=", 1) for word in command[len("sudo -u tracker env".split()):command.index(tracker)])
+        assert assigned == {"STATE_DIRECTORY": "/var/lib/tracker", **folders}, command
 
 @pytest.mark.timeout(30)
 def test_a_reader_that_never_reads_does_not_block_the_guard(tmp_path, monkeypatch):
