@@ -263,6 +263,31 @@ def test_install_script_copies_the_project_and_not_the_checkouts_environments_an
 
 
 
+
+def test_install_script_refuses_to_run_from_the_tree_it_replaces(tmp_path):
+    """Run from /opt/tracker/src (its own install, or a clone put there), it moved that tree to
+    src.old, deleted it with its .git and .venv, and stopped at `install systemd/tracker.service`:
+    a relative path in a folder that was gone. Run on copies whose prefix is a folder of the test's."""
+    prefix = tmp_path / "opt" / "tracker"
+    script = (REPO / "scripts" / "install-pi").read_text()
+    assert script.count("\nprefix=/opt/tracker\n") == 1
+    script = script.replace("\nprefix=/opt/tracker\n", f"\nprefix={prefix}\n")
+    for checkout in (prefix / "src", prefix / "src.old", tmp_path / "elsewhere"):
+        for name in ("pyproject.toml", "scripts/lib/not-copied.sh"):
+            (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+            (checkout / name).write_text((REPO / name).read_text())
+        (checkout / "scripts" / "install-pi").write_text(script)
+    (tmp_path / "link").symlink_to(prefix / "src")
+    for checkout in (prefix / "src", prefix / "src.old", tmp_path / "link"):
+        refused = _install_pi("--dry-run", checkout=checkout)
+        assert refused.returncode == 2 and refused.stdout == "", refused.stderr
+        assert refused.stderr == (f"install-pi: run from '{checkout}', which it replaces with the copy it installs; "
+                                  "expected a checkout elsewhere (e.g. git clone into ~/tracker)\n")
+    elsewhere = _install_pi("--dry-run", checkout=tmp_path / "elsewhere")
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    # the unit and the config come from the tree installed, not from the folder the script is run in
+    assert f"install -m 0644 {prefix}/src/systemd/tracker.service " in elsewhere.stdout
+
 def test_install_script_makes_the_units_state_and_cache_directories():
     """/var/cache/tracker was left to systemd's CacheDirectory=, which makes it at the first start
     only: after `--no-start` the README's commands as the service's user had no cache to write."""
