@@ -417,8 +417,10 @@ def test_a_camera_number_is_a_camera_beside_a_folder_of_that_name(tmp_path, monk
 
 
 def test_picamera_without_picamera2_says_how_to_install_it(monkeypatch):
+    """It said "scripts/setup does both on a Pi", but scripts/setup installs no python3-picamera2."""
     monkeypatch.setitem(sys.modules, "picamera2", None)  # as on any machine without apt's package
-    with pytest.raises(InputError, match="python3-picamera2.*--system-site-packages"):
+    with pytest.raises(InputError, match=r"\(sudo apt install python3-picamera2\) in a venv made with --system-site-packages "
+                                         r"\(scripts/setup --pi makes one; scripts/install-pi does both\)"):
         PiCameraSource(0).open()
 
 

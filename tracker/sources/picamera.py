@@ -57,8 +57,10 @@ class PiCameraSource(SourceBase):
         try:
             from picamera2 import Picamera2
         except ImportError as err:
+            # scripts/setup makes the venv but installs no picamera2: the README's Pi steps apt-install it first
             raise InputError(f"{self.description}: picamera2 is not importable ({err}); expected apt's python3-picamera2 "
-                             "and a venv made with --system-site-packages (scripts/setup does both on a Pi)") from None
+                             "(sudo apt install python3-picamera2) in a venv made with --system-site-packages "
+                             "(scripts/setup --pi makes one; scripts/install-pi does both)") from None
         except ValueError as err:  # "numpy.dtype size changed": apt's simplejpeg, built for apt's numpy
             raise InputError(f"{self.description}: picamera2 is not importable ({err}); expected simplejpeg built "
                              "for the venv's numpy: pip install 'tracker[camera]' (scripts/setup --pi and "
