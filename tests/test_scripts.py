@@ -153,3 +153,32 @@ def test_setup_on_aarch64_installs_the_lint_tools(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "-m venv --system-site-packages" in (tmp_path / "calls").read_text()  # the Pi's kind of venv
     assert "-m pip install -q -e .[pi,test,lint]" in (tmp_path / "calls").read_text()
+
+
+def test_train_face_cnn_takes_the_datasets_from_tracker_shared_dir(tmp_path):
+    """It read ../shared/datasets beside the checkout whatever TRACKER_SHARED_DIR said, though the
+    README and tracker/shared_data.py look there first. Run on a copy whose setup and tracker are
+    stubs (tracker prints its arguments); the shared data are found by the package's own search."""
+    checkout = tmp_path / "checkout"
+    (checkout / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "scripts" / "train-face-cnn", checkout / "scripts" / "train-face-cnn")
+    _stub(checkout / "scripts" / "setup", "exit 0\n")
+    _stub(checkout / ".venv" / "bin" / "python", f'PYTHONPATH={REPO} exec {REPO / ".venv" / "bin" / "python"} "$@"\n')
+    _stub(checkout / ".venv" / "bin" / "tracker", 'printf "%s\\n" "$@"\n')
+    (tmp_path / "shared" / "datasets").mkdir(parents=True)  # beside the checkout: not the one asked for
+    caller = tmp_path / "caller"
+    (caller / "mine" / "datasets").mkdir(parents=True)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    for value in (str(caller / "mine"), "mine"):  # relative: from where it is called
+        proc = subprocess.run([str(checkout / "scripts" / "train-face-cnn"), "--resume"], cwd=caller,
+                              env={**env, "TRACKER_SHARED_DIR": value}, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        arguments = proc.stdout.splitlines()
+        assert arguments[:3] == ["train", "--data", f"{caller}/mine/datasets/lfw-devtrain/images"]
+        assert arguments[-1] == "--resume"
+    missing = subprocess.run([str(checkout / "scripts" / "train-face-cnn")], cwd=caller,
+                             env={**env, "TRACKER_SHARED_DIR": str(tmp_path / "missing")}, capture_output=True, text=True,
+                             timeout=60)
+    assert missing.returncode == 2 and missing.stdout == "", missing.stderr
+    assert missing.stderr == (f"train-face-cnn: $TRACKER_SHARED_DIR '{tmp_path / 'missing'}': no such folder; expected the "
+                              "shared-data folder (laid out as the workspace's shared/), or the variable unset\n")
