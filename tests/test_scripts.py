@@ -149,6 +149,26 @@ def test_setup_makes_again_a_venv_that_another_python_made(tmp_path, script, var
     assert f"{python} -m venv" in (tmp_path / "calls").read_text()
 
 
+
+@pytest.mark.parametrize(("script", "variable", "venv"), [("setup", "PYTHON", ".venv"), ("setup-mxnet", "PYTHON311", ".venv-mxnet")])
+def test_setup_takes_a_relative_interpreter_from_where_it_is_called(tmp_path, script, variable, venv):
+    """PYTHON=./python3.11 was looked for after the script's cd into the checkout, and refused there
+    as "not a Python that runs here"."""
+    checkout, env = _setup_checkout(tmp_path, script)
+    env[variable] = "./python3.11"
+    if script == "setup":  # setup-mxnet, which it runs from the checkout, logs the PYTHON311 it is handed
+        _stub(checkout / "scripts" / "setup-mxnet", 'echo "setup-mxnet PYTHON311=$PYTHON311" >> "$CALLS"\n')
+        env["PYTHON311"] = "./python3.11"
+    caller = tmp_path / "caller"
+    _python_stub(caller / "python3.11", "3.11")
+    proc = subprocess.run([str(checkout / "scripts" / script)], cwd=caller, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "version = 3.11.2" in (checkout / venv / "pyvenv.cfg").read_text()
+    calls = (tmp_path / "calls").read_text()
+    assert f"{caller}/./python3.11 -m venv" in calls
+    if script == "setup":  # handed on to setup-mxnet, which it runs from the checkout
+        assert f"setup-mxnet PYTHON311={caller}/./python3.11\n" in calls
+
 def test_setup_on_aarch64_installs_the_lint_tools(tmp_path):
     """The Pi's install ([pi,test]) had no ruff nor mypy, so scripts/lint, .ci/run's first step, could
     not run on aarch64; both have aarch64 wheels."""

@@ -1,6 +1,13 @@
-# The Python version of an interpreter and of a venv, for scripts/setup and scripts/setup-mxnet
-# (sourced). Versions are "major.minor": a venv's packages are built for those two, and a patch
-# release of the same Python keeps them working.
+# The interpreter scripts/setup and scripts/setup-mxnet are given, and the Python version of an
+# interpreter and of a venv (sourced). Versions are "major.minor": a venv's packages are built for
+# those two, and a patch release of the same Python keeps them working.
+
+# caller_command COMMAND: COMMAND as the caller named it, for a script about to cd into the checkout:
+# a relative path (./python3, venv/bin/python) made absolute from the current folder, which the cd
+# would change; a bare name (python3.11) left for PATH to find, an absolute path as it is.
+caller_command() {
+  if [[ "$1" == */* && "$1" != /* ]]; then printf '%s\n' "$PWD/$1"; else printf '%s\n' "$1"; fi
+}
 
 # python_version INTERPRETER: prints its version, or nothing if it is not a command that runs.
 python_version() {
