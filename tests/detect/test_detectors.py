@@ -261,6 +261,57 @@ def test_a_model_file_is_read_once_and_built_from_its_checked_bytes_whatever_its
         assert detector.model_path == renamed and len(detector.detect(image)) == 1
 
 
+# -- faces a frame ----------------------------------------------------------------------------------
+
+def tiled_faces(testdata, width: int, height: int, side: int) -> np.ndarray:
+    """A width x height BGR frame tiled with the astronaut's face at side x side pixels."""
+    face = cv2.imread(str(testdata / "faces" / "skimage" / "astronaut.png"))[40:200, 150:300]
+    tile = cv2.resize(face, (side, side), interpolation=cv2.INTER_AREA)
+    return np.ascontiguousarray(np.tile(tile, (height // side + 1, width // side + 1, 1))[:height, :width])
+
+
+def test_a_frame_of_many_faces_gives_the_max_faces_of_highest_score(testdata):
+    """Nothing bounded a frame's faces: 130 from this frame, 4,987 from a 1920 x 1080 one (a 154 MB
+    crop batch, 1.3 GB in the tracker)."""
+    from tracker.detect import MAX_FACES
+
+    frame = tiled_faces(testdata, 320, 240, 24)
+    every = YuNetDetector(320).detect(frame)
+    assert len(every) > MAX_FACES
+    kept = create_detector(DetectConfig(detector="yunet", detect_width=320)).detect(frame)
+    assert len(kept) == MAX_FACES
+    assert sorted(d.score for d in kept) == sorted(d.score for d in every)[-MAX_FACES:]
+
+
+def test_the_cap_keeps_the_detectors_order_and_says_what_it_drops_at_most_once_a_minute(monkeypatch, caplog):
+    import tracker.detect as detect
+
+    scores = [0.9, 0.1, 0.8, 0.7, 0.6, 0.2, *[0.5] * (detect.MAX_FACES - 4), 0.3]  # the lowest at 1, 5 and the end
+
+    class Crowd:  # MAX_FACES + 3 faces
+        name, gives_landmarks, detect_width = "crowd", False, 320
+
+        def detect(self, frame, regions=None):
+            return [Detection(Box(float(i), 0.0, 10.0, 10.0), s) for i, s in enumerate(scores)]
+
+    clock = [1000.0]
+    monkeypatch.setattr(detect.time, "monotonic", lambda: clock[0])
+    capped = detect.CappedDetector(Crowd())
+    assert (capped.name, capped.gives_landmarks, capped.detect_width) == ("crowd", False, 320)
+    caplog.set_level("WARNING")
+    kept = capped.detect(None)
+    assert [d.box.x for d in kept] == [i for i in range(len(scores)) if i not in (1, 5, len(scores) - 1)]
+    assert caplog.text.count("crowd found 35 faces in a frame; only the 32 of highest score are kept") == 1
+    clock[0] += detect.CAPPED_WARNING_EVERY_S - 1
+    capped.detect(None)
+    capped.detect(None)
+    assert len(caplog.records) == 1
+    clock[0] += 1
+    capped.detect(None)
+    assert len(caplog.records) == 2
+    assert "9 face(s) dropped in 3 frame(s) since the last such line" in caplog.records[1].getMessage()
+
+
 # -- model files and the choice of detector ---------------------------------------------------------
 
 @pytest.mark.parametrize("name", sorted(DETECTORS))

@@ -44,7 +44,8 @@ window has passed.
 Past MAX_TRACKS tracks, the LOST ones missed longest (dormant ones first) end early, so a crowd of
 short-lived detections (eval-mot with --min-hits 1 and a long --max-age) cannot grow the tracks,
 and the cost matrices over them, without bound: the tracks are at most MAX_TRACKS plus one
-frame's detections (at most 1,000 in eval-mot's files, a handful in a home).
+frame's detections (at most 1,000 in eval-mot's files; in the guard at most tracker.detect.MAX_FACES,
+a handful in a home).
 
 A track ends exactly once: the frame it ends it is returned with state ENDED, then it is
 forgotten. Track ids start at 1, are unique and increase in order of birth (a tentative track
