@@ -24,7 +24,7 @@ from tracker.backends.mirror import embedder
 from tracker.backends.worker import RestartingBackend, Stop
 from tracker.batcher import Batcher
 from tracker.config import Config
-from tracker.crops import crop_definition
+from tracker.crops import CROP_ALIGNED, CROP_BOX, crop_definition
 from tracker.detect import FaceDetector, create_detector
 from tracker.enroll import enroll, refresh
 from tracker.errors import TrackerError
@@ -127,6 +127,24 @@ def reid_threshold(config: Config, card: dict | None) -> float | None:
     return float(threshold)
 
 
+def crop_mismatch(trained_on: str | None, detector: FaceDetector) -> str | None:
+    """The warning for weights trained on `trained_on` crops (the card's `crop`; None: it does not
+    say) when `detector` gives other crops, None when they agree. Its advice follows the mismatch:
+    weights trained on aligned crops want a detector with landmarks; weights trained on box crops
+    want haar's boxes, or to be retrained with this detector."""
+    crop = crop_definition(detector.gives_landmarks)
+    if trained_on is None or trained_on == crop:
+        return None
+    if trained_on == CROP_ALIGNED:
+        advice = "use a detector with landmarks: detect.detector yunet or blazeface"
+    elif trained_on == CROP_BOX:
+        advice = f"use detect.detector haar, or retrain the weights with detector {detector.name}"
+    else:
+        advice = f"retrain the weights with detector {detector.name}"
+    return (f"identity: the weights were trained on {trained_on} crops but detector {detector.name} gives {crop} "
+            f"crops: identities will be less reliable ({advice})")
+
+
 def build_stages(config: Config, *, source_spec: str | None = None, realtime: bool = True,
                  enroll_scene_people: bool = False, stop: Stop | None = None) -> Stages:
     """Every stage of a run of `config` (already checked by `tracker.preflight.check_runnable`).
@@ -163,11 +181,9 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
         refresh(config, detector, backend, report=log.info)  # new weights: recompute the people
         crop = crop_definition(detector.gives_landmarks)
         key = embeddings_key(config, card)  # hashes the weights: once, for the gallery and its reloads
-        trained_on = (card or {}).get("crop")
-        if trained_on not in (None, crop):
-            log.warning("identity: the weights were trained on %s crops but detector %s gives %s crops: "
-                        "identities will be less reliable (use a detector with landmarks)", trained_on,
-                        detector.name, crop)
+        mismatch = crop_mismatch((card or {}).get("crop"), detector)
+        if mismatch is not None:
+            log.warning("%s", mismatch)
         width = embedding_width(config)
         stamp = people_stamp(state_dir)  # before the gallery's load (as in reload_people)
         stages = Stages(

@@ -383,6 +383,35 @@ def test_a_score_threshold_is_refused_with_haar_and_warned_about_when_auto_choos
     assert "auto chose haar, which has no face scores: detect.score_threshold 0.7 does not apply" in caplog.text
 
 
+def test_the_advice_for_weights_of_other_crops_follows_the_direction_of_the_mismatch(tmp_path, caplog):
+    """Weights trained on box crops under a detector with landmarks were told to use a detector
+    with landmarks, which is what they had."""
+    import json
+    import shutil
+
+    from tracker.files import file_sha256
+    from tracker.model.card import card_path, write_card
+    from tracker.model.spec import MODELS_DIR
+    from tracker.stages import build_stages
+
+    shipped = MODELS_DIR / "face_cnn.caffemodel"
+    box_weights = tmp_path / "box.caffemodel"
+    shutil.copyfile(shipped, box_weights)
+    card = json.loads(card_path(shipped).read_text(encoding="utf-8"))
+    assert card["crop"] == "aligned-v1"
+    write_card(box_weights, {**card, "crop": "box-v1", "weights_sha256": file_sha256(box_weights)})
+    caplog.set_level("WARNING", logger="tracker.stages")
+    for detector, weights, advice in (
+            ("yunet", box_weights, "(use detect.detector haar, or retrain the weights with detector yunet)"),
+            ("haar", shipped, "(use a detector with landmarks: detect.detector yunet or blazeface)")):
+        caplog.clear()
+        config = parse_config({"state_dir": str(tmp_path / detector), "web": {"enabled": False},
+                               "sinks": {"console": False}, "detect": {"detector": detector},
+                               "model": {"prototxt": str(MODELS_DIR / "face_cnn.prototxt"), "weights": str(weights)}})
+        build_stages(config).close()
+        assert [r.getMessage().endswith(advice) for r in caplog.records if "crops" in r.getMessage()] == [True]
+
+
 def test_config_errors_for_detectors(tmp_path):
     with pytest.raises(InputError, match=r"detect\.detector.*'auto', 'yunet', 'blazeface' or 'haar'"):
         parse_config({"detect": {"detector": "mtcnn"}})
