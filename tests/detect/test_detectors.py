@@ -459,6 +459,22 @@ def test_a_wrong_model_file_stops_the_guard_with_exit_2(tmp_path, capsys):
     assert "has sha256" in capsys.readouterr().err
 
 
+def test_a_missing_haar_cascade_is_one_line_and_exit_2_for_check_config_and_guard(tmp_path, monkeypatch, capfd):
+    """--check-config passed haar without its cascade (a wheel that ships none, as OpenCV 5's),
+    which the run then refused, after OpenCV's own [ERROR] line."""
+    monkeypatch.setattr(cv2.data, "haarcascades", str(tmp_path / "no-cascades") + "/")
+    config = tmp_path / "tracker.yaml"
+    config.write_text(f"state_dir: {str(tmp_path / 'state')!r}\nweb: {{enabled: false}}\ndetect: {{detector: haar}}\n")
+    expected = f"Haar cascade {str(tmp_path / 'no-cascades' / 'haarcascade_frontalface_default.xml')!r} is not a readable file"
+    for command in (["--check-config"], ["--demo", "--frames", "3"]):
+        assert main([*command, "--config", str(config)]) == 2
+        err = capfd.readouterr().err
+        assert err.count("\n") == 1 and expected in err, command
+    with pytest.raises(ModelError, match=f"Haar cascade {str(tmp_path)!r} is not a readable file"):
+        HaarDetector(cascade=tmp_path)  # a folder
+    assert "[ERROR" not in capfd.readouterr().err
+
+
 # -- a person standing still ------------------------------------------------------------------------
 
 def test_a_person_standing_still_keeps_their_track_under_region_search(tmp_path, testdata):

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
-from tracker.detect.haar import HaarDetector
+from tracker.detect.haar import HaarDetector, check_cascade, default_cascade_path
 from tracker.detect.model_files import BLAZEFACE, YUNET
 from tracker.errors import BackendUnavailable
 from tracker.types import Box, Detection, Frame
@@ -109,11 +109,14 @@ def resolve_detector(config) -> str:
 
 
 def check_detector(config) -> str:
-    """What `create_detector` would use, with its model file checked (sha256), without loading a
-    runtime: for `tracker --check-config`. Returns the detector's name; ModelError otherwise, or
-    BackendUnavailable (exit 3) for an explicit blazeface without LiteRT (`auto` would not pick it)."""
+    """What `create_detector` would use, with its model file checked (sha256; haar's cascade: a
+    readable file), without loading a runtime: for `tracker --check-config`. Returns the detector's
+    name; ModelError otherwise, or BackendUnavailable (exit 3) for an explicit blazeface without
+    LiteRT (`auto` would not pick it)."""
     name = resolve_detector(config)
-    if name != "haar":
+    if name == "haar":
+        check_cascade(default_cascade_path())
+    else:
         (YUNET if name == "yunet" else BLAZEFACE).locate(config.model)
     if name == "blazeface" and importlib.util.find_spec("ai_edge_litert") is None:
         from tracker.detect.blazeface import LITERT_MISSING  # what the run would say

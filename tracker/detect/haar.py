@@ -23,11 +23,26 @@ from tracker.errors import ModelError
 from tracker.types import Box, Detection, Frame
 
 HAAR_CASCADE = "haarcascade_frontalface_default.xml"
+_EXPECTED = "expected the XML that opencv-python(-headless) < 5 ships in cv2.data.haarcascades"
 
 
 def default_cascade_path() -> Path:
     """The frontal-face cascade shipped inside the opencv wheel."""
     return Path(cv2.data.haarcascades) / HAAR_CASCADE  # type: ignore[attr-defined]  # cv2's stubs lack cv2.data
+
+
+def check_cascade(path: Path) -> Path:
+    """`path` if it is a regular file this process can open for reading; ModelError otherwise,
+    before OpenCV sees it (its CascadeClassifier prints an [ERROR] line of its own for a file it
+    cannot open). For `HaarDetector` and `tracker --check-config` alike (a wheel without the
+    cascades, OpenCV 5's, passed the check and failed the run)."""
+    try:
+        if path.is_file():
+            with open(path, "rb"):
+                return path
+    except OSError:
+        pass
+    raise ModelError(f"face detector: Haar cascade {str(path)!r} is not a readable file; {_EXPECTED}")
 
 
 class HaarDetector:
@@ -38,15 +53,14 @@ class HaarDetector:
 
     def __init__(self, detect_width: int = 640, scale_factor: float = 1.1, min_neighbors: int = 5,
                  min_face_px: int = 24, cascade: Path | None = None) -> None:
-        path = Path(cascade) if cascade is not None else default_cascade_path()
+        path = check_cascade(Path(cascade) if cascade is not None else default_cascade_path())
         try:
             self._cascade = cv2.CascadeClassifier(str(path))
             loaded = not self._cascade.empty()
         except (cv2.error, SystemError):  # a file that is not a cascade makes the constructor throw
             loaded = False
         if not loaded:
-            raise ModelError(f"face detector: cannot load Haar cascade {str(path)!r}; expected the XML that "
-                             "opencv-python(-headless) < 5 ships in cv2.data.haarcascades")
+            raise ModelError(f"face detector: cannot load Haar cascade {str(path)!r}; {_EXPECTED}")
         self.detect_width = detect_width
         self.scale_factor = scale_factor
         self.min_neighbors = min_neighbors
