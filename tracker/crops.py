@@ -15,6 +15,9 @@ definitions, named so that enrolments record theirs:
   bilinear when enlarging.
 Both: parts outside the frame are filled by replicating the edge pixels (no black bars for faces
 at the edge), and
+- the image: (H, W) grey, (H, W, 1) or (H, W, 3) BGR uint8, the frames the face detectors take
+  (tracker.detect.windowed.frame_planes); another number of channels is an InputError (a BGRA
+  image's channel 0, once taken as its grey, is its blue);
 - grey: OpenCV's BGR -> grey (ITU-R BT.601 luma);
 - normalisation: pixel / 255, so values are in [0, 1]. The face CNN has no mean file and its
   prototxt no transform; [0, 1] keeps inputs of the order of magnitude He-initialised weights expect.
@@ -27,6 +30,7 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
+from tracker.errors import InputError
 from tracker.types import Box, Detection, Point
 
 CROP_SIZE = 88  # the network's input side (docs/ARCHITECTURE.md, section 1)
@@ -81,9 +85,15 @@ def _cut(image: np.ndarray, x0: int, y0: int, side: int, grey: bool = False) -> 
 
 
 def _grey(region: np.ndarray) -> np.ndarray:
-    if region.ndim == 3:
-        return cv2.cvtColor(region, cv2.COLOR_BGR2GRAY) if region.shape[2] == 3 else region[:, :, 0]
-    return region
+    """`region` of an image of the module docstring's kinds as (h, w) grey; InputError for other channels."""
+    if region.ndim == 2:
+        return region
+    if region.shape[2] == 3:
+        return cv2.cvtColor(region, cv2.COLOR_BGR2GRAY)
+    if region.shape[2] == 1:
+        return region[:, :, 0]
+    raise InputError(f"face crop: an image of {region.shape[2]} channels; expected (H, W) grey or (H, W, 3) BGR uint8, "
+                     "as the face detectors take")
 
 
 def similarity_to_template(landmarks: Sequence[Point]) -> np.ndarray:
@@ -115,7 +125,7 @@ def aligned_region_side(landmarks: Sequence[Point]) -> int:
 
 def aligned_face(image: np.ndarray, landmarks: Sequence[Point]) -> np.ndarray:
     """The aligned 88 x 88 grey uint8 face of `landmarks` (five points in Detection order) in
-    `image` (BGR or grey uint8): `similarity_to_template` applied, edges replicated."""
+    `image` (grey or BGR uint8: module docstring): `similarity_to_template` applied, edges replicated."""
     m = similarity_to_template(landmarks)
     scale = _scale(m)
     # Only the face's neighbourhood is ever sampled: a square that holds the crop at any rotation,
@@ -154,8 +164,8 @@ def face_pixels(image: np.ndarray, face: Detection | Box, margin: float = CROP_M
 def face_crop(image: np.ndarray, face: Detection | Box, margin: float = CROP_MARGIN,
               out: np.ndarray | None = None) -> np.ndarray:
     """The network input for one face: (1, 88, 88) float32 in [0, 1] (see module docstring):
-    `face_pixels` / 255. `image` is BGR (H, W, 3) or grey (H, W) uint8; `out`, if given, is filled
-    and returned."""
+    `face_pixels` / 255. `image` is BGR (H, W, 3) or grey (H, W) uint8 (module docstring: InputError
+    for other channels); `out`, if given, is filled and returned."""
     small = face_pixels(image, face, margin)
     if out is None:
         out = np.empty((1, CROP_SIZE, CROP_SIZE), np.float32)

@@ -203,6 +203,24 @@ def test_crop_shape_dtype_range_and_content():
     assert np.array_equal(face_crop(grey, Box(90, 40, 120, 120)), face_crop(image, Box(90, 40, 120, 120)))
 
 
+def test_a_crop_takes_the_detectors_images_and_refuses_other_channels(testdata):
+    """A BGRA image's crop was its blue channel taken as grey."""
+    from tracker.crops import face_pixels
+    from tracker.errors import InputError
+    from tracker.types import Detection
+
+    image = cv2.imread(str(testdata / "faces" / "skimage" / "astronaut.png"))
+    box = Box(177, 66, 95, 95)
+    aligned = Detection(box, 0.9, ((200, 100), (245, 100), (222, 125), (205, 145), (240, 145)))
+    grey = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)
+    for face in (box, aligned):
+        assert np.array_equal(face_pixels(grey[:, :, None], face), face_pixels(image, face))
+        for channels in (cv2.cvtColor(image, cv2.COLOR_BGR2BGRA), image[:, :, :2]):
+            with pytest.raises(InputError, match=rf"^face crop: an image of {channels.shape[2]} channels; expected "
+                                                 r"\(H, W\) grey or \(H, W, 3\) BGR uint8"):
+                crop_batch(channels, [face])
+
+
 def test_crop_is_a_square_around_the_box_centre():
     image = np.zeros((100, 100), np.uint8)
     image[:, 50:] = 200
