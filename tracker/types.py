@@ -37,9 +37,6 @@ class Box:
     w: float
     h: float
 
-    def as_xyxy(self) -> tuple[float, float, float, float]:
-        return (self.x, self.y, self.x + self.w, self.y + self.h)
-
 
 Point = tuple[float, float]
 

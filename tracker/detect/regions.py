@@ -26,18 +26,17 @@ ROI_MAX_FRACTION = 0.6
 Window = tuple[int, int, int, int]  # x0, y0, x1, y1 in integer pixels, x1/y1 exclusive
 
 
-def search_windows(regions: Sequence[Box], width: int, height: int, *, min_side: float,
-                   growth: float = ROI_GROWTH, max_fraction: float = ROI_MAX_FRACTION) -> list[Window]:
-    """Regions (boxes in the pixels of a `width` x `height` image) -> non-overlapping windows in
-    the same pixels, each inside the image and at least `min_side` on both sides where the image
-    allows; [(0, 0, width, height)] when they cover more than `max_fraction` of the image; [] for
-    no regions. Regions wholly outside the image are ignored."""
+def search_windows(regions: Sequence[Box], width: int, height: int, *, min_side: float) -> list[Window]:
+    """Regions (boxes in the pixels of a `width` x `height` image), each grown by ROI_GROWTH ->
+    non-overlapping windows in the same pixels, each inside the image and at least `min_side` on
+    both sides where the image allows; [(0, 0, width, height)] when they cover more than
+    ROI_MAX_FRACTION of the image; [] for no regions. Regions wholly outside the image are ignored."""
     spans: list[tuple[float, float, float, float]] = []  # (x0, x1, y0, y1)
     for r in regions:
         x0, y0, x1, y1 = r.x, r.y, r.x + r.w, r.y + r.h
         if not all(np.isfinite((x0, y0, x1, y1))) or x1 <= 0 or y1 <= 0 or x0 >= width or y0 >= height:
             continue
-        grow = growth * max(x1 - x0, y1 - y0)
+        grow = ROI_GROWTH * max(x1 - x0, y1 - y0)
         x0, y0, x1, y1 = x0 - grow, y0 - grow, x1 + grow, y1 + grow
         spans.append(_at_least(x0, x1, min_side, width) + _at_least(y0, y1, min_side, height))
     boxes = [[b[0], b[2], b[1], b[3]] for b in spans]  # (x0, x1, y0, y1) -> (x0, y0, x1, y1)
@@ -55,7 +54,7 @@ def search_windows(regions: Sequence[Box], width: int, height: int, *, min_side:
             if merged:
                 break
     windows = [(int(x0), int(y0), int(np.ceil(x1)), int(np.ceil(y1))) for x0, y0, x1, y1 in boxes]
-    if sum((x1 - x0) * (y1 - y0) for x0, y0, x1, y1 in windows) > max_fraction * width * height:
+    if sum((x1 - x0) * (y1 - y0) for x0, y0, x1, y1 in windows) > ROI_MAX_FRACTION * width * height:
         return [(0, 0, width, height)]
     return windows
 
