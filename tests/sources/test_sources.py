@@ -21,7 +21,7 @@ from test_pipeline_e2e import isolated_env, tracker_command
 from tracker.config import SourceConfig
 from tracker.errors import InputError
 from tracker.images import MAX_FILE_BYTES
-from tracker.sources import Backoff, Capture, SourceUnavailable, make_source
+from tracker.sources import Backoff, Capture, SourceUnavailable, make_source, opencv_source
 from tracker.sources.base import SourceBase
 from tracker.sources.folder import FolderSource
 from tracker.sources.opencv_source import OpenCVSource
@@ -41,12 +41,12 @@ def wait_until(condition, what: str, limit_s: float = 20.0) -> None:
         time.sleep(0.005)
 
 
-def write_video(path: Path, frames: int = 8, size=(64, 48)) -> None:
-    """A real MJPEG AVI whose frame i is uniformly grey level 30*i."""
+def write_video(path: Path, frames: int = 8, size=(64, 48), step: int = 30) -> None:
+    """A real MJPEG AVI whose frame i is uniformly grey level step*i."""
     writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 10.0, size)
     assert writer.isOpened()
     for i in range(frames):
-        writer.write(np.full((size[1], size[0], 3), 30 * i, np.uint8))
+        writer.write(np.full((size[1], size[0], 3), step * i, np.uint8))
     writer.release()
 
 
@@ -320,6 +320,85 @@ def test_a_corrupt_video_is_one_line_on_stderr_not_ffmpegs_too(tmp_path):
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 2
     assert proc.stderr.startswith("tracker: error: video file ") and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def damage_frames(video: Path, frames: tuple[int, ...]) -> None:
+    """Zero the JPEG data of the given frames (from 0) of an MJPEG AVI: FFmpeg cannot decode them, and
+    decodes the others, as a recording with damaged stretches."""
+    data = bytearray(video.read_bytes())
+    chunks = [m.start() for m in re.finditer(b"00dc", data) if data[m.start() + 8:m.start() + 10] == b"\xff\xd8"]
+    for i in frames:
+        size = int.from_bytes(data[chunks[i] + 4:chunks[i] + 8], "little")
+        data[chunks[i] + 8:chunks[i] + 8 + size] = bytes(size)
+    video.write_bytes(data)
+
+
+def read_video(path: Path) -> list:
+    """The frames an OpenCVSource reads from `path`, as the grey level of each / 20 (write_video's
+    frame i has level 20 * i)."""
+    with Capture(OpenCVSource(str(path)), 4) as capture:
+        return [round(float(f.image.mean()) / 20) for f in capture]
+
+
+def test_a_video_files_damaged_frames_are_skipped_not_taken_as_its_end(tmp_path, caplog):
+    """The first failed read ended the file (frame 0's refused it whole); FFmpeg decodes on past it."""
+    video = tmp_path / "clip.avi"
+    write_video(video, frames=12, step=20)
+    damage_frames(video, (0, 4, 5, 10))
+    with caplog.at_level(logging.WARNING, logger="tracker.sources"):
+        assert read_video(video) == [1, 2, 3, 6, 7, 8, 9, 11]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"video file {str(video)!r}: frame 0 does not decode (damaged?); skipped",
+        f"video file {str(video)!r}: frames 4-5 do not decode (damaged?); skipped",
+        f"video file {str(video)!r}: frame 10 does not decode (damaged?); skipped"]
+
+
+def test_a_badly_damaged_video_names_its_first_damaged_runs_and_counts_them_all(tmp_path, caplog):
+    video = tmp_path / "clip.avi"
+    write_video(video, frames=20, step=10)
+    damage_frames(video, (1, 3, 5, 7, 9, 11, 13))
+    with caplog.at_level(logging.WARNING, logger="tracker.sources"):
+        assert len(read_video(video)) == 13
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 6 and lines[4].endswith("frame 9 does not decode (damaged?); skipped; further ones are "
+                                                 "counted when the file is closed")
+    assert lines[5] == f"video file {str(video)!r}: 7 undecodable frame(s) skipped in all, in 7 runs (the first 5 named above)"
+
+
+def test_a_video_file_cut_short_says_where_it_ended(tmp_path, caplog):
+    whole = tmp_path / "whole.avi"
+    write_video(whole, frames=12, step=20)
+    data = whole.read_bytes()
+    cut = tmp_path / "cut.avi"
+    cut.write_bytes(data[:[m.start() for m in re.finditer(b"00dc", data)][7] + 20])  # inside frame 6's data
+    with caplog.at_level(logging.WARNING, logger="tracker.sources"):
+        assert read_video(cut) == [0, 1, 2, 3, 4, 5]
+    assert caplog.messages == [f"video file {str(cut)!r}: ended at frame 6 of the 12 its header declares (cut short, "
+                               "or the rest does not decode)"]
+
+
+def test_a_long_undecodable_run_is_taken_as_the_files_end(tmp_path, caplog, monkeypatch):
+    monkeypatch.setattr(opencv_source, "MAX_UNDECODABLE_RUN", 3)
+    video = tmp_path / "clip.avi"
+    write_video(video, frames=10, step=20)
+    damage_frames(video, (2, 3, 4))
+    with caplog.at_level(logging.WARNING, logger="tracker.sources"):
+        assert read_video(video) == [0, 1]
+    assert caplog.messages == [f"video file {str(video)!r}: ended at frame 2 of the 10 its header declares (cut "
+                               "short, or the rest does not decode)"]
+
+
+@pytest.mark.parametrize(("suffix", "fourcc"), [("mp4", "mp4v"), ("mkv", "XVID"), ("mkv", "MJPG")])
+def test_a_video_opencv_writes_ends_at_its_last_frame_without_a_warning(tmp_path, caplog, suffix, fourcc):
+    """FFmpeg estimates a Matroska file's frame count from its duration: it must not read as cut short."""
+    video = tmp_path / f"clip.{suffix}"
+    writer = cv2.VideoWriter(str(video), cv2.VideoWriter_fourcc(*fourcc), 29.97, (64, 48))
+    for i in range(13):
+        writer.write(np.full((48, 64, 3), 20 * i, np.uint8))
+    writer.release()
+    with caplog.at_level(logging.WARNING, logger="tracker.sources"):
+        assert read_video(video) == list(range(13))
+    assert caplog.messages == []
 
 
 def test_a_missing_path_is_said_to_be_missing_a_folder_among_what_is_expected(tmp_path):

@@ -5,17 +5,27 @@ stream, a video file.
   The requested width/height/fps are asked of the driver (it may pick the nearest mode it has).
 - Network stream (rtsp://, http(s)://, ...; FFmpeg): live, with open and read timeouts so a dead
   stream fails (and is reopened) instead of blocking forever.
-- Video file (FFmpeg): offline. Missing, not a video, or undecodable -> InputError naming the file;
-  the end of the file ends the run. The first frame is decoded at open() so a corrupt file is
-  reported at once rather than as an empty run.
+- Video file (FFmpeg): offline. Missing, not a video, or without a frame that decodes -> InputError
+  naming the file; the end of the file ends the run. The first frame is decoded at open() so a
+  corrupt file is reported at once rather than as an empty run. A frame that does not decode (a
+  damaged recording) is skipped, not taken as the end: up to MAX_UNDECODABLE_RUN of them in a row,
+  and not past the frame count the file's header declares (FFmpeg reads the end of a file as a
+  frame that does not decode, so only a frame that decodes after them shows them damaged). Each run
+  of them is a warning naming the file and its frames (counted from 0), the first
+  DAMAGED_RUNS_NAMED of them; the rest are counted when the file is closed. A file that ends before
+  its declared count (cut short, or its rest undecodable) is a warning saying where. (The count is
+  the container's; Matroska and WebM declare none and FFmpeg estimates it from the duration and
+  frame rate, exact for a constant rate, as OpenCV writes them.)
 `live=True` forces the live behaviour on any uri (a file then plays again after it ends).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 
@@ -23,6 +33,14 @@ from tracker.errors import InputError
 from tracker.images import MAX_PIXELS
 from tracker.sources.base import SourceBase, SourceUnavailable
 from tracker.types import Frame
+
+log = logging.getLogger(__name__)
+
+# A video file's frames that do not decode, in a row, past which the rest of the file is taken as
+# missing: a few seconds of a camera's recording (a failed read at the end of a file costs
+# microseconds, so a file whose header declares no frame count is not held up at its end).
+MAX_UNDECODABLE_RUN = 100
+DAMAGED_RUNS_NAMED = 5  # runs of undecodable frames named one by one; the rest are counted at close()
 
 _STREAM = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 # a camera: its index, /dev/videoN, or udev's stable names for it (/dev/v4l/by-id/..., by-path/...),
@@ -88,6 +106,12 @@ class OpenCVSource(SourceBase):
         self.description = f"{what} {redacted(uri)!r}"
         self._cap = None
         self._first: tuple[np.ndarray, float | None] | None = None  # (image, media_s) decoded at open(), returned by the first read()
+        # a video file's reading: the frames its header declares (None: unknown), the frames passed
+        # (decoded or skipped), and the undecodable ones skipped and their runs, since it was opened
+        self._declared: int | None = None
+        self._position = 0
+        self._skipped = 0
+        self._damaged_runs = 0
 
     def open(self) -> None:
         import cv2
@@ -136,8 +160,14 @@ class OpenCVSource(SourceBase):
         # what it says before its first frame is decoded (an 8000 x 8000 image file took 700 MB), and
         # what it decodes (a stream may say 0 x 0 until then)
         self._check_size(cap, int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT)))
-        ok, image = cap.read()
-        if not ok or image is None:
+        if self.kind == "file":
+            declared = int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
+            self._declared, self._position = (declared if declared > 0 else None), 0
+            image = self._read_file(cap)
+        else:
+            ok, image = cap.read()
+            image = image if ok else None
+        if image is None:
             cap.release()
             self._fail(f"{self.description}: opened but no frame could be decoded; expected "
                        + ("a video file with at least one readable frame (corrupt or truncated?)"
@@ -159,12 +189,44 @@ class OpenCVSource(SourceBase):
         if self._first is not None:
             (image, media_s), self._first = self._first, None
             return self._frame(image, media_s=media_s)
-        ok, image = self._cap.read()
-        if not ok or image is None:
+        if self.kind == "file":
+            image = self._read_file(self._cap)
+            if image is None and self._declared is not None and self._position < self._declared:
+                log.warning("%s: ended at frame %d of the %d its header declares (cut short, or the rest does not "
+                            "decode)", self.description, self._position, self._declared)
+        else:
+            ok, image = self._cap.read()
+            image = image if ok else None
+        if image is None:
             if self.live:
                 raise SourceUnavailable(f"{self.description}: no frame (unplugged, or the stream dropped?)")
             return None  # end of the file
         return self._frame(image, media_s=self._media_s(self._cap))
+
+    def _read_file(self, cap) -> np.ndarray | None:
+        """The next frame of a video file that decodes, past a run of at most MAX_UNDECODABLE_RUN
+        that do not (nor past the declared count); None at the end. self._position moves past both."""
+        failed = 0
+        while failed < MAX_UNDECODABLE_RUN and (self._declared is None or self._position + failed < self._declared):
+            ok, image = cap.read()
+            if ok and image is not None:
+                if failed:
+                    self._skipped_damaged(failed)
+                self._position += failed + 1
+                return image
+            failed += 1
+        return None
+
+    def _skipped_damaged(self, count: int) -> None:
+        """Note a run of `count` undecodable frames from self._position, skipped; warn of the first
+        DAMAGED_RUNS_NAMED runs (a badly damaged file would otherwise write a line per frame)."""
+        self._skipped += count
+        self._damaged_runs += 1
+        if self._damaged_runs <= DAMAGED_RUNS_NAMED:
+            frames = (f"frame {self._position} does" if count == 1
+                      else f"frames {self._position}-{self._position + count - 1} do")
+            more = "; further ones are counted when the file is closed" if self._damaged_runs == DAMAGED_RUNS_NAMED else ""
+            log.warning("%s: %s not decode (damaged?); skipped%s", self.description, frames, more)
 
     def _media_s(self, cap) -> float | None:
         """The position of the frame just read in a video file, seconds (its presentation time as
@@ -176,12 +238,16 @@ class OpenCVSource(SourceBase):
         return max(0.0, float(cap.get(cv2.CAP_PROP_POS_MSEC)) / 1000.0)
 
     def close(self) -> None:
+        if self._damaged_runs > DAMAGED_RUNS_NAMED:
+            log.warning("%s: %d undecodable frame(s) skipped in all, in %d runs (the first %d named above)",
+                        self.description, self._skipped, self._damaged_runs, DAMAGED_RUNS_NAMED)
+        self._skipped = self._damaged_runs = 0
         if self._cap is not None:
             self._cap.release()
             self._cap = None
         self._first = None
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str) -> NoReturn:
         """A failure: worth retrying for a live source, the user's mistake for a file."""
         raise SourceUnavailable(message) if self.live else InputError(message)
 
