@@ -416,6 +416,32 @@ def test_a_face_seen_once_before_the_scene_goes_still_is_no_person(tmp_path, tes
 
 
 
+def test_a_folder_is_tracked_on_its_frame_clock_not_on_how_fast_it_was_processed(tmp_path, testdata):
+    """A face, 12 photos of the empty room, the face again, played at 1 fps: 12 s apart, past the
+    10 s re-identification window, so the face comes back as a second person. The tracker's clock
+    was the processing time, in which the 12 photos took a fraction of a second: the face rejoined
+    its first track, and how many people a folder held depended on the machine's speed."""
+    rng = np.random.default_rng(0)
+    room = cv2.GaussianBlur(cv2.add(np.full((480, 640, 3), 120, np.uint8),
+                                    rng.integers(0, 20, (480, 640, 3), dtype=np.uint8)), (5, 5), 0)
+    face = cv2.imread(str(testdata / "faces" / "skimage" / "astronaut.png"))[20:240, 120:320]
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for i in range(24):
+        image = room.copy()
+        if not 6 <= i < 18:  # the face moves a little, so the motion gate lets it be detected
+            image[130:350, 200 + 6 * (i % 6):400 + 6 * (i % 6)] = face
+        cv2.imwrite(str(folder / f"f{i:02d}.png"), image)
+    config = write_config(tmp_path, sinks={"console": False}, source={"fps": 1.0})
+    proc = subprocess.run([*tracker_command(), "--config", str(config), "--source", str(folder)], capture_output=True,
+                          text=True, env=isolated_env(tmp_path), cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    events = [json.loads(line) for line in (tmp_path / "state" / "events.jsonl").read_text().splitlines()]
+    assert [(e["kind"], e["track_id"]) for e in events if e["kind"] != "identified"] == [
+        ("entered", 1), ("left", 1), ("entered", 2), ("left", 2)], proc.stderr[-2000:]
+    assert {e["media_time_s"] for e in events} == {None}  # photos are no recording: no place in one to name
+
+
 def test_a_source_that_ends_before_anyone_can_be_announced_says_so(tmp_path, testdata):
     """A single photo as the source ran one frame and ended with no event and no word why."""
     photo = next((testdata / "faces" / "dlib" / "johns").glob("*/*.jpg"))

@@ -310,14 +310,24 @@ class Guard:
                 if failed:
                     log.info("%s sink: %s works again after %d failed call(s)", type(sink).__name__, method, failed)
 
+    def _tracker_time_s(self, frame: Frame) -> float:
+        """The tracker's clock at `frame`, seconds: a recording's own position (media_s); for an
+        offline source without one (a photo folder), its frame number at source.fps; else (a camera,
+        a stream) its capture time. The re-identification window and a delayed `left` are spans of
+        this clock, so an offline run must not read them off how fast this machine processed it:
+        the same frames give the same tracks on any machine (6 s of still photos took 0.6 s here)."""
+        if frame.media_s is not None:
+            return frame.media_s
+        if not self.stages.source.live:
+            return frame.seq / self.config.source.fps
+        return frame.t_ns / 1e9
+
     def _track_and_publish(self, work: _FrameWork, faces: tuple[Face, ...], batch_size: int, infer_ms: float) -> None:
         """Track one frame's `faces` (in `work.detections` order), publish its events and write
         its latency record."""
         stages, frame = self.stages, work.frame
         track_start = time.monotonic_ns()
-        # A recording's own clock, when it has one: a file processed faster than real time must not
-        # squeeze the re-identification window.
-        t_s = frame.media_s if frame.media_s is not None else frame.t_ns / 1e9
+        t_s = self._tracker_time_s(frame)
         inferred = [f.embedding for f in faces if f.embedding is not None]
         embeddings = np.stack(inferred) if faces and len(inferred) == len(faces) else None
         views = stages.tracker.update(work.detections, embeddings, t_s=t_s, carried=not work.has_crops)
