@@ -12,6 +12,7 @@ import threading
 import time
 import zlib
 from pathlib import Path
+from types import SimpleNamespace
 
 import cv2
 import numpy as np
@@ -21,7 +22,7 @@ from test_pipeline_e2e import isolated_env, tracker_command
 from tracker.config import SourceConfig
 from tracker.errors import InputError
 from tracker.images import MAX_FILE_BYTES
-from tracker.sources import Backoff, Capture, SourceUnavailable, make_source, opencv_source
+from tracker.sources import Backoff, Capture, SourceUnavailable, base, make_source, opencv_source
 from tracker.sources.base import SourceBase
 from tracker.sources.folder import FolderSource
 from tracker.sources.opencv_source import OpenCVSource
@@ -115,6 +116,61 @@ def test_paced_source_is_live_like():
     assert capture.drop_oldest
     with capture:
         assert [f.seq for f in capture][-1] == 4
+
+
+class _FakeClock:
+    """The capture thread's clock (tracker.sources.base.time) in a test: it moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def monotonic_ns(self) -> int:
+        return round(self.now * 1e9)
+
+
+class _ClockedStop(threading.Event):
+    """A capture's stop event whose waits pass at once on the fake clock."""
+
+    def __init__(self, clock: _FakeClock) -> None:
+        super().__init__()
+        self.clock = clock
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.clock.now += timeout or 0.0
+        return self.is_set()
+
+
+class _StallingScene(SourceBase):
+    """A paced source at 10 fps whose read of frame 5 takes 3 s; 20 frames."""
+
+    description = "stalling test scene"
+    pace_fps = 10.0
+
+    def __init__(self, clock: _FakeClock) -> None:
+        super().__init__()
+        self.clock = clock
+
+    def read(self):
+        if self._seq == 5:
+            self.clock.now += 3.0
+        return None if self._seq == 20 else self._frame(np.zeros((8, 8, 3), np.uint8))
+
+
+def test_a_paced_source_goes_on_at_its_rate_after_a_stall_rather_than_bursting(monkeypatch):
+    """The frames a stall missed were released back to back (up to a second's worth), and the
+    drop-oldest queue dropped them: a camera sends its next frame, not the ones it missed."""
+    clock = _FakeClock()
+    monkeypatch.setattr(base, "time", SimpleNamespace(monotonic=clock.monotonic, monotonic_ns=clock.monotonic_ns))
+    capture = Capture(_StallingScene(clock), queue_size=64)
+    capture._stop = _ClockedStop(clock)
+    with capture:
+        frames = list(capture)
+    assert [f.seq for f in frames] == list(range(20))
+    gaps_ms = [round((b.t_ns - a.t_ns) / 1e6) for a, b in zip(frames, frames[1:], strict=False)]
+    assert gaps_ms == [100] * 4 + [3100] + [100] * 14
 
 
 def test_get_times_out_with_a_clear_error():

@@ -296,13 +296,12 @@ class Capture:
                         log.warning("%s: reopened after %d failed attempt(s)", source.description, attempt)
                 if source.pace_fps is not None:
                     # Release frames at the source's rate, like a camera would (waiting before the
-                    # read, so t_ns is the release time); after a stall of over a second the
-                    # schedule restarts instead of bursting to catch up.
+                    # read, so t_ns is the release time).
                     now = time.monotonic()
-                    next_due = now if next_due is None else max(next_due, now - 1.0)
+                    if next_due is None:
+                        next_due = now
                     if self._stop.wait(max(0.0, next_due - now)):
                         break
-                    next_due += 1.0 / source.pace_fps
                 try:
                     frame = source.read()
                     if frame is None and source.live:
@@ -312,6 +311,8 @@ class Capture:
                     opened = False
                     attempt = self._failed(err, attempt)
                     continue
+                if next_due is not None and source.pace_fps is not None:
+                    next_due = _next_due(next_due, time.monotonic(), 1.0 / source.pace_fps)
                 if attempt and time.monotonic() - opened_at >= self.backoff.stable_s:
                     attempt = 0
                 if frame is None:
@@ -365,6 +366,17 @@ class Capture:
     def _full_for(self, size: int) -> bool:
         """Whether a frame of `size` bytes needs room first (the caller holds the lock)."""
         return bool(self._queue) and (len(self._queue) >= self.queue_size or self._queued_bytes + size > self.max_bytes)
+
+
+def _next_due(due: float, read_at: float, interval: float) -> float:
+    """When the paced frame after one `due` at and read by `read_at` is due (monotonic seconds): one
+    `interval` on. A frame read less than an interval late (a late wake-up, a slow read) keeps the
+    schedule, so the rate stays the source's on average. One read later than that (the source or
+    this thread stalled) restarts the schedule from it: a camera after a stall sends its next frame,
+    not the ones it missed, and frames released back to back to catch up would be counted as drops
+    by the drop-oldest queue (catching up on at most a second's worth, a 3 s stall at 10 fps sent
+    ten frames at once, and a queue of 4 dropped 8 of them)."""
+    return (read_at if read_at - due > interval else due) + interval
 
 
 def _frame_bytes(frame: Frame) -> int:
