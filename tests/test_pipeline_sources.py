@@ -442,6 +442,39 @@ def test_a_folder_is_tracked_on_its_frame_clock_not_on_how_fast_it_was_processed
     assert {e["media_time_s"] for e in events} == {None}  # photos are no recording: no place in one to name
 
 
+class CaptureAhead(pipeline.Capture):
+    """A capture whose start() returns once its thread has captured all it will: the guard takes its
+    first frame after every drop."""
+
+    def start(self):
+        super().start()
+        self._thread.join()
+        return self
+
+
+class ThreeFrameCamera(SourceBase):
+    live = True
+    description = "camera test-three"
+
+    def __init__(self, frames: list[np.ndarray]):
+        super().__init__()
+        self._frames = frames
+
+    def read(self):
+        return self._frame(self._frames[self._seq])
+
+
+def test_a_live_run_cut_short_by_frames_is_not_taken_for_a_short_source(tmp_path, monkeypatch, caplog, scene_frames):
+    """--frames counts the frames captured, the dropped ones too: 3 asked, 2 dropped, 1 processed was
+    taken for a source that ended too soon, and the run got the single-photo hint."""
+    monkeypatch.setattr(pipeline, "Capture", CaptureAhead)
+    config = guard_config(tmp_path, 3, source={"frames": 3, "width": SIZE[0], "height": SIZE[1], "queue_size": 1})
+    with caplog.at_level(logging.INFO):
+        guard = run_guard_with(ThreeFrameCamera(scene_frames), config, monkeypatch)
+    assert (guard.frames_processed, guard._capture.dropped) == (1, 2)
+    assert "tracking.min_hits" not in caplog.text
+
+
 def test_a_source_that_ends_before_anyone_can_be_announced_says_so(tmp_path, testdata):
     """A single photo as the source ran one frame and ended with no event and no word why."""
     photo = next((testdata / "faces" / "dlib" / "johns").glob("*/*.jpg"))

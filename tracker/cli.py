@@ -85,7 +85,8 @@ def _main_parser() -> ArgumentParser:
     p.add_argument("--demo", action="store_true",
                    help="run on the built-in synthetic scene instead of the camera (the config's MQTT and web page "
                         "still apply; state in <state_dir>/demo)")
-    p.add_argument("--frames", type=positive_int, help="stop after this many frames")
+    p.add_argument("--frames", type=positive_int,
+                   help="stop after this many frames captured (frames a camera's queue dropped count too)")
     p.add_argument("--check-config", action="store_true", help="validate the config and exit")
     p.add_argument("--list-backends", action="store_true", help="list backends and whether they run here")
     p.add_argument("--benchmark", action="store_true", help="time forward passes per batch size")

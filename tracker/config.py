@@ -121,7 +121,7 @@ class SourceConfig(Section):
     width: StrictInt = Field(640, ge=32, le=4096)
     height: StrictInt = Field(480, ge=32, le=4096)
     fps: StrictFloat = Field(10.0, ge=0.01, le=120)  # a frame in 100 s at least (1e-300 overflowed the pacing timer)
-    frames: StrictInt | None = Field(None, ge=1)  # stop after this many frames (None: until the source ends)
+    frames: StrictInt | None = Field(None, ge=1)  # stop after this many frames captured, dropped ones too (None: until the source ends)
     queue_size: StrictInt = Field(4, ge=1, le=64)
     seed: StrictInt = Field(0, ge=0, le=2**63 - 1)  # synthetic scene (numpy seeds are non-negative)
     faces_dir: FilePath | None = None  # synthetic scene: <person>/<image> faces (default: the shared dlib chips)

@@ -139,7 +139,7 @@ class Guard:
                 raise
             self._finish()
             if (not self._stop.is_set() and self.frames_processed < cfg.tracking.min_hits
-                    and self.frames_processed != cfg.source.frames):  # (not a run the user cut short)
+                    and self._capture.stats().captured != cfg.source.frames):  # (not a run the user cut short)
                 # a single photo given as the source: nothing can be announced, and nothing said why
                 log.warning("guard: the source ended after %d frame(s), fewer than the %d a face needs before it "
                             "is announced (tracking.min_hits); to see who is in photos: tracker identify PHOTOS",

@@ -162,7 +162,8 @@ class Capture:
                 ...
         capture.dropped                                    # thread-safe drop counter
 
-    max_frames: stop (as at end of stream) after the source has produced this many frames.
+    max_frames: stop (as at end of stream) after the source has produced this many frames, the
+        ones dropped from the queue included (config source.frames, --frames).
     max_bytes: the queue is also full when one more frame would take its images (and luma
         planes) past this many bytes; an empty queue takes any frame.
     drop_oldest: None picks by source.live or source.pace_fps (live-like sources drop,
