@@ -129,3 +129,31 @@ def test_a_stop_while_a_backend_worker_starts_ends_its_wait(tmp_path, monkeypatc
         assert run_guard(config) == 0
     assert "guard: stopped while starting" in caplog.text and "the guard is stopping" in caplog.text, caplog.text
     assert "timeout after" not in caplog.text
+
+
+def test_the_guard_leaves_a_signal_handler_python_did_not_install_alone(tmp_path, monkeypatch):
+    """Python reports a handler it did not install (a program embedding it set its own) as None, and
+    cannot put it back: run_guard's own copy of the install and restore replaced it all the same, and
+    its restore called signal.signal(SIGHUP, None), a TypeError at the end of every run."""
+    from tracker.config import load_config
+    from tracker.pipeline import run_guard
+
+    real_signal, real_getsignal = signal.signal, signal.getsignal
+    foreign = {signal.SIGHUP}  # what Python would say of SIGHUP until it installs a handler of its own
+
+    def getsignal(signum):
+        return None if signum in foreign else real_getsignal(signum)
+
+    def set_signal(signum, handler):
+        previous = real_signal(signum, handler)
+        if signum in foreign:
+            foreign.discard(signum)
+            return None
+        return previous
+
+    monkeypatch.setattr(signal, "getsignal", getsignal)
+    monkeypatch.setattr(signal, "signal", set_signal)
+    before = real_getsignal(signal.SIGHUP)
+    config = load_config(write_config(tmp_path, source={"frames": 3}, sinks={"console": False}, web={"enabled": False}))
+    assert run_guard(config) == 0
+    assert signal.SIGHUP in foreign and real_getsignal(signal.SIGHUP) is before  # never touched

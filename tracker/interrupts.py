@@ -3,7 +3,9 @@
 A benchmark or a training run catches KeyboardInterrupt to keep what it did (the cells measured,
 the crops cut, the last checkpoint); systemd, a shell's kill and a closed terminal send SIGTERM or
 SIGHUP instead, whose default action ends the process at once, past every `finally`.
-`interrupts_held()` keeps such a stop out of a few steps that must happen together.
+`interrupts_held()` keeps such a stop out of a few steps that must happen together;
+`signals_handled()` is how both put their handlers in place and back (and how the guard puts its
+clean stop in place).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ def stop_as_ctrl_c() -> Iterator[None]:
     KeyboardInterrupt as Ctrl-C does, so that the command keeps what it did (a benchmark kills its
     running child and keeps what it measured); a signal already ignored (SIGHUP under nohup) stays
     ignored. Main thread only."""
-    with _handled((signal.SIGTERM, signal.SIGHUP), signal.default_int_handler):
+    with signals_handled((signal.SIGTERM, signal.SIGHUP), signal.default_int_handler):
         yield
 
 
@@ -32,7 +34,7 @@ def interrupts_held() -> Iterator[None]:
     ignored signal stays ignored. Main thread only; keep the block short."""
     came: list[int] = []
     try:
-        with _handled((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), lambda signum, frame: came.append(signum)):
+        with signals_handled((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), lambda signum, frame: came.append(signum)):
             yield
     finally:
         if came:
@@ -40,9 +42,10 @@ def interrupts_held() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _handled(signums: tuple[int, ...], handler) -> Iterator[None]:
-    """For the block, `handler` for each of `signums` that is not ignored (nor handled outside
-    Python: its handler could not be put back); the handlers before it put back after."""
+def signals_handled(signums: tuple[int, ...], handler) -> Iterator[None]:
+    """For the block, `handler` for each of `signums` that is not ignored (an ignored one stays
+    ignored: SIGHUP under nohup) nor handled outside Python (signal.getsignal says None: that
+    handler could not be put back); the handlers before it put back after. Main thread only."""
     before = {signum: signal.signal(signum, handler) for signum in signums
               if signal.getsignal(signum) not in (signal.SIG_IGN, None)}
     try:

@@ -38,6 +38,7 @@ from tracker.config import Config
 from tracker.crops import crop_batch
 from tracker.errors import BackendFailure
 from tracker.identity import UNKNOWN
+from tracker.interrupts import signals_handled
 from tracker.latency import FrameLatency, RollingStats
 from tracker.preflight import check_runnable
 from tracker.sources import Capture
@@ -488,9 +489,7 @@ def run_guard(config: Config, *, config_path: Path | None = None, source_spec: s
             guard.stop()
 
     # SIGHUP is a closed terminal: the same clean stop (flush, `left` events), unless ignored (nohup)
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-                if signal.getsignal(sig) is not signal.SIG_IGN}
-    try:
+    with signals_handled((signal.SIGTERM, signal.SIGINT, signal.SIGHUP), stop):
         try:
             stages = build_stages(config, source_spec=source_spec, realtime=config.source.realtime,
                                   enroll_scene_people=enroll_scene_people, stop=stopping)
@@ -503,6 +502,3 @@ def run_guard(config: Config, *, config_path: Path | None = None, source_spec: s
         if stopping.requested:
             guard.stop()
         return guard.run()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
