@@ -1,12 +1,15 @@
 """systemd integration: the sd_notify protocol, written with the socket module (no dependency).
 
-The pipeline calls, from its processing loop:
+The guard's process calls (tracker.pipeline's loop unless said otherwise):
     ready(status)    once the backend and the first frame are up (or the camera is being waited
                      for: tracker.pipeline.READY_WITHOUT_FRAME_S), again each turn until it was
                      sent (a full queue refuses it, and the unit's start would time out) -> READY=1 (+ STATUS=)
-    watchdog()       every processed frame; sends WATCHDOG=1 at most every WatchdogSec/2 (cheap to call)
-    status(text)     e.g. "12.3 fps, 2 tracks, backend caffe-openblas-dl"   -> STATUS=...
-    stopping()       when SIGTERM arrived and shutdown begins                   -> STOPPING=1
+    watchdog()       every turn of the loop, a frame or none (it waits at most 0.5 s for one), and
+                     within its long steps: while a backend worker's reply is awaited, as a web
+                     page's enrolment goes on; sends WATCHDOG=1 at most every WatchdogSec/2 (cheap to call)
+    status(text)     with each report, e.g. "12.3 fps, 2 people, backend caffe-openblas-dl" -> STATUS=...
+    stopping()       as every run whose loop started ends, whatever ended it (a signal, the end of
+                     the source, --frames, an error), before the last `left`s  -> STOPPING=1
 Each returns True if a datagram was sent. All are no-ops returning False when $NOTIFY_SOCKET is unset
 (not under systemd, or Type= is not notify), so the same code runs in a terminal and in tests.
 
