@@ -444,6 +444,22 @@ def test_a_long_undecodable_run_is_taken_as_the_files_end(tmp_path, caplog, monk
                                "short, or the rest does not decode)"]
 
 
+def test_a_video_whose_header_understates_its_frames_is_read_to_its_last(tmp_path, caplog):
+    """The declared count ends only a run of frames that do not decode: the frames past a count
+    too low (a header's estimate) were dropped once it bounded every read."""
+    video = tmp_path / "clip.avi"
+    write_video(video, frames=12, step=20)
+    data = bytearray(video.read_bytes())
+    for chunk, offset in ((b"strh", 32), (b"avih", 16)):  # the stream's dwLength, the file's dwTotalFrames
+        at = data.find(chunk) + 8 + offset
+        data[at:at + 4] = (6).to_bytes(4, "little")
+    video.write_bytes(data)
+    assert cv2.VideoCapture(str(video)).get(cv2.CAP_PROP_FRAME_COUNT) == 6
+    with caplog.at_level(logging.WARNING, logger="tracker.sources"):
+        assert read_video(video) == list(range(12))
+    assert caplog.messages == []
+
+
 @pytest.mark.parametrize(("suffix", "fourcc"), [("mp4", "mp4v"), ("mkv", "XVID"), ("mkv", "MJPG")])
 def test_a_video_opencv_writes_ends_at_its_last_frame_without_a_warning(tmp_path, caplog, suffix, fourcc):
     """FFmpeg estimates a Matroska file's frame count from its duration: it must not read as cut short."""

@@ -9,7 +9,7 @@ stream, a video file.
   naming the file; the end of the file ends the run. The first frame is decoded at open() so a
   corrupt file is reported at once rather than as an empty run. A frame that does not decode (a
   damaged recording) is skipped, not taken as the end: up to MAX_UNDECODABLE_RUN of them in a row,
-  and not past the frame count the file's header declares (FFmpeg reads the end of a file as a
+  and no run past the frame count the file's header declares (FFmpeg reads the end of a file as a
   frame that does not decode, so only a frame that decodes after them shows them damaged). Each run
   of them is a warning naming the file and its frames (counted from 0), the first
   DAMAGED_RUNS_NAMED of them; the rest are counted when the file is closed. A file that ends before
@@ -205,9 +205,11 @@ class OpenCVSource(SourceBase):
 
     def _read_file(self, cap) -> np.ndarray | None:
         """The next frame of a video file that decodes, past a run of at most MAX_UNDECODABLE_RUN
-        that do not (nor past the declared count); None at the end. self._position moves past both."""
+        that do not (nor past the declared count); None at the end. self._position moves past both.
+        A read is always tried: the declared count only ends a run of failures, as a header that
+        understates the frames (an estimate) must not cut off the ones that decode past it."""
         failed = 0
-        while failed < MAX_UNDECODABLE_RUN and (self._declared is None or self._position + failed < self._declared):
+        while True:
             ok, image = cap.read()
             if ok and image is not None:
                 if failed:
@@ -215,7 +217,8 @@ class OpenCVSource(SourceBase):
                 self._position += failed + 1
                 return image
             failed += 1
-        return None
+            if failed >= MAX_UNDECODABLE_RUN or (self._declared is not None and self._position + failed >= self._declared):
+                return None
 
     def _skipped_damaged(self, count: int) -> None:
         """Note a run of `count` undecodable frames from self._position, skipped; warn of the first
