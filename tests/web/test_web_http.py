@@ -288,7 +288,7 @@ def test_head_of_the_live_view_is_refused_and_takes_no_viewers_place(client, pag
     """HEAD /live.mjpg was answered with the stream, for ever, and counted as a viewer."""
     wait_for(lambda: client.json("GET", "/api/state")[1]["viewers"] == 0, "no viewers")
     status, headers, body = client.request("HEAD", "/live.mjpg")
-    assert status == 405 and body == b"" and headers["x-frame-options"] == "DENY"
+    assert status == 405 and body == b"" and headers["x-frame-options"] == "DENY" and headers["allow"] == "GET"
     assert client.json("GET", "/api/state")[1]["viewers"] == 0
     assert client.request("HEAD", "/api/state")[0] == 200  # other routes answer HEAD as before
 
@@ -641,6 +641,8 @@ def test_the_servers_own_errors_are_json_with_the_security_headers(client, page,
     assert got == status and set(json.loads(body)) == {"error"} and "\n" not in json.loads(body)["error"]
     assert headers["x-frame-options"] == "DENY" and "default-src 'self'" in headers["content-security-policy"]
     assert headers["content-type"].startswith("application/json")
+    if status == 405:  # the methods the path takes, as RFC 9110 asks of a 405
+        assert sorted(m.strip() for m in headers["allow"].split(",")) == ["GET", "HEAD", "POST"]
 
 
 def test_an_events_snapshot_teaches_the_guard_a_face(client, page):

@@ -275,8 +275,11 @@ class WebServer:
         except web.HTTPException as err:  # aiohttp's own answers (no route, method, body too large): JSON too
             if err.status < 400:
                 raise
-            return _error(err.status, f"{err.reason}: {request.method} {request.path}" + (
+            answer = _error(err.status, f"{err.reason}: {request.method} {request.path}" + (
                 f" ({err.text})" if err.text and "\n" not in err.text and not err.text.startswith(str(err.status)) else ""))
+            if "Allow" in err.headers:  # a 405 must say which methods the path takes (RFC 9110, 15.5.6)
+                answer.headers["Allow"] = err.headers["Allow"]
+            return answer
         except ConnectionError:  # the client went away (a phone dropped mid-upload): nothing to answer
             raise
         except Exception:  # a bug: logged whole, answered in one line (never a traceback to the client)
