@@ -190,6 +190,28 @@ def test_folder_without_images_is_one_line_exit_2(tmp_path, capsys):
     assert code == 2 and err.count("\n") == 1 and "no image files" in err and "empty" in err
 
 
+def test_another_embedding_blob_needs_its_own_threshold_and_the_check_says_so(tmp_path, capsys, johns, caplog):
+    """`model.embedding: fc2` took the card's identity threshold, a cosine of fc1 embeddings, in
+    silence (and its re-identification threshold likewise): refused by the check and the commands
+    until identity.threshold is set; re-identification then stays off, said once."""
+    from tracker.stages import reid_threshold
+
+    config = tmp_path / "fc2.yaml"
+    config.write_text(state_config(tmp_path).read_text() + "model: {embedding: fc2}\n")
+    card = str(load_config(config).model.weights) + ".json"
+    expected = (f"tracker: error: config: key 'model.embedding': 'fc2': the model card {card!r} holds thresholds "
+                "for fc1 embeddings only; expected identity.threshold set for this blob's\n")
+    for argv in (["--check-config"], ["identify", str(johns["John_Simm"][0])]):
+        assert main([*argv, "--config", str(config)]) == 2
+        assert capsys.readouterr().err == expected
+    config.write_text(config.read_text() + "identity: {threshold: 0.9}\n")
+    assert main(["identify", str(johns["John_Simm"][0]), "--config", str(config)]) == 0
+    loaded = load_config(config)
+    assert identity_threshold(loaded) == 0.9
+    assert reid_threshold(loaded, json.loads(Path(card).read_text())) is None
+    assert "re-identification by face is off: the model card's threshold is for fc1 embeddings" in caplog.text
+
+
 def test_nobody_enrolled_says_so_once_and_every_face_is_unknown(tmp_path, johns):
     chips = [files[-1] for files in johns.values()][:2]
     proc = identify_cli(tmp_path, state_config(tmp_path), *chips, as_json=True)

@@ -127,7 +127,7 @@ def check_inference(config) -> str:
     the detectors runs the configured guard's frame and checks this first.)"""
     from tracker.backends import check_request
     from tracker.detect import check_detector
-    from tracker.identity import weights_card
+    from tracker.identity import identity_threshold, weights_card
     from tracker.model.caffe_io import load_net
     from tracker.model.engine import check_net
     from tracker.model.spec import check_outputs
@@ -147,7 +147,9 @@ def check_inference(config) -> str:
     check_outputs(config.model.spec(), netdef)
     (declared,) = netdef.inputs.values()  # (check_net: exactly one)
     _check_crop_input(config.model.prototxt, tuple(declared[1:]))
-    weights_card(config)  # a malformed card, or one of other weights, is refused now, as at start-up
+    # a malformed card, one of other weights, or thresholds it does not hold for the embedding in
+    # use, refused now, as at start-up
+    identity_threshold(config, weights_card(config))
     detector = check_detector(config.detect)
     high = config.tracking.high_score
     if high is not None and high >= 1.0 and detector != "haar":  # Haar's scores are neighbour counts
