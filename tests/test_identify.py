@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -210,6 +211,15 @@ def test_another_embedding_blob_needs_its_own_threshold_and_the_check_says_so(tm
     assert identity_threshold(loaded) == 0.9
     assert reid_threshold(loaded, json.loads(Path(card).read_text())) is None
     assert "re-identification by face is off: the model card's threshold is for fc1 embeddings" in caplog.text
+    # weights whose card was measured on fc2 (`tracker train` with model.embedding: fc2 records it)
+    weights = tmp_path / "fc2.caffemodel"
+    shutil.copyfile(loaded.model.weights, weights)
+    Path(f"{weights}.json").write_text(json.dumps(json.loads(Path(card).read_text()) | {"blob": "fc2"}))
+    config.write_text(state_config(tmp_path).read_text() + f"model: {{embedding: fc2, weights: {str(weights)!r}}}\n")
+    assert main(["--check-config", "--config", str(config)]) == 0
+    own = load_config(config)
+    assert identity_threshold(own) == json.loads(Path(card).read_text())["identity_threshold"]
+    assert reid_threshold(own, json.loads(Path(f"{weights}.json").read_text())) is not None
 
 
 def test_nobody_enrolled_says_so_once_and_every_face_is_unknown(tmp_path, johns):

@@ -67,16 +67,15 @@ def identity_threshold(config, card: dict | None = None) -> float:
     (`chosen_embedding`; tracker.model.card; `card` if the caller has read it already), else
     UNTRAINED_THRESHOLD (weights without a card, e.g. the seeded random ones tests generate).
     ConfigError when `identity.embedding` names an embedding the card holds no thresholds for, or
-    `model.embedding` a blob other than the one the card's thresholds are cosines of (fc1's)."""
-    from tracker.model.card import card_path, embedding_recipe, thresholds
-    from tracker.model.spec import EMBEDDING_BLOB
+    `model.embedding` a blob other than the one the card's thresholds are cosines of."""
+    from tracker.model.card import card_path, embedding_recipe, thresholds, thresholds_blob
 
     if config.identity.threshold is not None:
         return float(config.identity.threshold)
     card = card if card is not None else weights_card(config)
-    if card is not None and config.model.embedding != EMBEDDING_BLOB:
+    if card is not None and config.model.embedding != thresholds_blob(card):
         raise ConfigError(f"config: key 'model.embedding': {config.model.embedding!r}: the model card "
-                          f"{str(card_path(config.model.weights))!r} holds thresholds for {EMBEDDING_BLOB} "
+                          f"{str(card_path(config.model.weights))!r} holds thresholds for {thresholds_blob(card)} "
                           "embeddings only; expected identity.threshold set for this blob's")
     embedding = chosen_embedding(config, card)
     threshold = thresholds(card, embedding).get("identity_threshold")

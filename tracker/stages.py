@@ -40,8 +40,7 @@ from tracker.identity import (
     weights_card,
 )
 from tracker.latency import LatencyLog
-from tracker.model.card import thresholds
-from tracker.model.spec import EMBEDDING_BLOB
+from tracker.model.card import thresholds, thresholds_blob
 from tracker.motion import MotionGate
 from tracker.preflight import embedding_width, guard_model, lock_state_dir, prepare_state_dir
 from tracker.sinks import Sink
@@ -120,9 +119,9 @@ def reid_threshold(config: Config, card: dict | None) -> float | None:
         return None
     if config.tracking.reid_threshold is not None:
         return float(config.tracking.reid_threshold)
-    if card is not None and config.model.embedding != EMBEDDING_BLOB:  # the card's cosines are fc1's
+    if card is not None and config.model.embedding != thresholds_blob(card):  # cosines of another blob
         log.warning("tracking: re-identification by face is off: the model card's threshold is for %s embeddings, "
-                    "model.embedding is %s; set tracking.reid_threshold to turn it on", EMBEDDING_BLOB,
+                    "model.embedding is %s; set tracking.reid_threshold to turn it on", thresholds_blob(card),
                     config.model.embedding)
         return None
     threshold = thresholds(card, chosen_embedding(config, card)).get("reid_threshold")

@@ -84,7 +84,7 @@ def test_training_lowers_the_loss_and_writes_a_caffemodel_with_its_card(trained)
     assert training["steps"] == 24 and training["photos"] <= PHOTOS
     assert training["last_loss"] < training["first_loss"], training
     assert card["crop"] == "aligned-v1"  # the default detector gives landmarks
-    assert card["embedding"] == "mirror-mean"
+    assert card["embedding"] == "mirror-mean" and card["blob"] == "fc1"  # (model.embedding: the thresholds' blob)
     assert -1.0 <= card["identity_threshold"] <= 1.0 and card["threshold_far"] == 0.01
     assert len(card["classes"]) <= 848 and all(c.startswith("lfw-devtrain:") for c in card["classes"])
     net = load_net(REPO / "models" / "face_cnn.prototxt", out)  # every shape fits the prototxt

@@ -7,7 +7,8 @@ are the same person, yet both belong to the weights: another caffemodel brings i
      "weights_sha256": "<sha256 of the caffemodel>",   # the card applies to these bytes only
      "crop": "aligned-v1",                              # tracker.crops definition trained on
      "embedding": "mirror-mean",                        # how a face becomes its embedding (EMBEDDINGS)
-     "identity_threshold": 0.52,                        # cosine of fc1 embeddings: same person at or above
+     "blob": "fc1",                                     # the embedding's blob (model.embedding; absent: fc1)
+     "identity_threshold": 0.52,                        # cosine of such embeddings: same person at or above
      "threshold_far": 0.01,                             # the false-accept rate it was set for
      "reid_threshold": 0.79,                            # the tracker's: a lost face is back at or above
      "reid_far": 0.001,                                 # the false-accept rate that one was set for
@@ -20,7 +21,9 @@ The thresholds hold for embeddings made the card's way, `embedding`: "single" (o
 crop; the default, for cards from before the entry) or "mirror-mean" (the crop and its mirror
 image in one batch, the mean of their unit embeddings: `tracker.backends.mirror`). The guard embeds
 faces the card's way unless `identity.embedding` says otherwise, and then takes that embedding's
-thresholds from `thresholds_for` (`thresholds`).
+thresholds from `thresholds_for` (`thresholds`). All of them are cosines of the blob `blob`
+names (`thresholds_blob`; the cards before the entry, the shipped one among them, were all fc1's):
+with another `model.embedding` they do not apply.
 
 `read_card` returns None when there is no card; a card of other bytes is a ModelError (exit 2): a
 threshold calibrated for other weights is a wrong threshold, and falling back to a default one
@@ -35,6 +38,7 @@ from typing import Literal, get_args
 
 from tracker.errors import ModelError
 from tracker.files import atomic_write, read_regular_file
+from tracker.model.spec import EMBEDDING_BLOB
 
 SCHEMA = 1
 Embedding = Literal["single", "mirror-mean"]  # the card's `embedding`: see the module docstring
@@ -71,6 +75,9 @@ def read_card(weights: Path, weights_sha256: str) -> dict | None:
     if not isinstance(others, dict) or not all(isinstance(entry, dict) for entry in others.values()):
         raise ModelError(f"model card {str(path)!r}: thresholds_for {others!r}; expected a mapping of embedding "
                          "to its thresholds")
+    blob = card.get("blob", EMBEDDING_BLOB)
+    if not isinstance(blob, str) or not blob:
+        raise ModelError(f"model card {str(path)!r}: blob {blob!r}; expected the name of the embedding's blob")
     for name in [card.get("embedding", EMBEDDINGS[0]), *others]:
         if name not in EMBEDDINGS:
             raise ModelError(f"model card {str(path)!r}: embedding {name!r}; expected one of {', '.join(EMBEDDINGS)}")
@@ -86,6 +93,11 @@ def read_card(weights: Path, weights_sha256: str) -> dict | None:
 def embedding_recipe(card: dict | None) -> str:
     """The card's `embedding` (one of EMBEDDINGS); "single" for no card or a card without one."""
     return (card or {}).get("embedding", EMBEDDINGS[0])
+
+
+def thresholds_blob(card: dict) -> str:
+    """The blob whose embeddings the card's thresholds are cosines of: its `blob`, else fc1."""
+    return card.get("blob", EMBEDDING_BLOB)
 
 
 def thresholds(card: dict | None, embedding: str) -> dict:

@@ -572,7 +572,8 @@ def _train(args: argparse.Namespace) -> int:
                                                                 config.model.embedding))
         try:  # one engine for the parity check and the threshold
             worst = check_export(torch, net, backend, staged, network_input(crops[used[:32]]))
-            card = _card(staged, crop_name, classes, args, len(used), epoch, step, minutes, threads, losses)
+            card = _card(staged, crop_name, config.model.embedding, classes, args, len(used), epoch, step, minutes,
+                         threads, losses)
             # thresholds for the card's embedding, and for the others beside them
             entries = threshold_cards(*pairs, detector, {name: embedder(backend, name) for name in EMBEDDINGS})
             card.update(entries.pop(EMBEDDING))
@@ -596,13 +597,15 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _card(weights: Path, crop_name: str, classes: list[str], args, photos: int, epoch: int, step: int,
+def _card(weights: Path, crop_name: str, blob: str, classes: list[str], args, photos: int, epoch: int, step: int,
           minutes: float, threads: int, losses: list[float]) -> dict:
-    """The card's entries for the staged caffemodel `weights` (tracker.model.card), threshold aside."""
+    """The card's entries for the staged caffemodel `weights` (tracker.model.card), threshold aside;
+    `blob`: the embedding's, on which the thresholds are then measured."""
     from tracker.files import file_sha256
 
     window = max(1, min(20, len(losses) // 3))  # the loss at the start and at the end, smoothed
-    return {"weights_sha256": file_sha256(weights), "crop": crop_name, "embedding": EMBEDDING, "classes": classes,
+    return {"weights_sha256": file_sha256(weights), "crop": crop_name, "embedding": EMBEDDING, "blob": blob,
+            "classes": classes,
             "training": {"data": [str(p) for p in args.data], "teacher": [str(p) for p in args.teacher],
                          "trial": bool(args.steps or args.limit), "photos": photos, "epochs": epoch,
                          "steps": step, "batch": args.batch,
