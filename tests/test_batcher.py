@@ -36,12 +36,17 @@ def test_faceless_frame_with_nothing_pending_passes_straight_through():
 
 
 def test_deadline_counts_from_first_frame_with_crops():
+    """A crop-less frame before it starts no clock, and later frames with crops do not move it: the
+    first face waits at most max_wait_ms, however many faces join its run."""
     b = Batcher(max_batch=8, max_wait_ms=30)
+    assert b.add("empty", crops(0), t_ns=0) is not None  # nothing waits: no deadline from it
     b.add("a", crops(1), t_ns=1_000_000)
+    assert b.deadline_ns() == 31_000_000
+    assert b.add("b", crops(2), t_ns=20_000_000) is None
     assert b.deadline_ns() == 31_000_000
     assert b.due(30_999_999) is None
     batch = b.due(31_000_000)
-    assert batch.items == ("a",)
+    assert batch.items == ("a", "b") and batch.counts == (1, 2)
     assert b.deadline_ns() is None
 
 
