@@ -1,3 +1,5 @@
+import os
+
 import cv2
 import numpy as np
 
@@ -29,6 +31,20 @@ def test_disk_use_is_bounded_oldest_first(tmp_path):
         store.offer(i, frame(i), Box(0, 0, 50, 50))
         store.save(i, f"ev{i}")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ev2.jpg", "ev3.jpg", "ev4.jpg"]
+
+
+def test_the_bound_holds_across_restarts_counting_the_files_already_there_oldest_first(tmp_path):
+    """A guard started again finds the last run's snapshots: they count against `keep` and go first,
+    oldest by modification time (not by name, which is a random event id)."""
+    for name, modified in (("c", 1000), ("a", 2000), ("b", 3000)):  # names in another order than times
+        path = tmp_path / f"{name}.jpg"
+        path.write_bytes(b"an earlier run's snapshot")
+        os.utime(path, (modified, modified))
+    store = SnapshotStore(tmp_path, keep=3)
+    for i in range(2):
+        store.offer(i, frame(i), Box(0, 0, 50, 50))
+        store.save(i, f"ev{i}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.jpg", "ev0.jpg", "ev1.jpg"]
 
 
 def test_a_removed_folder_is_made_again_and_a_partial_file_of_a_kill_is_removed(tmp_path):
