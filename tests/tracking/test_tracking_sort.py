@@ -164,11 +164,21 @@ def test_embedding_shape_is_checked():
 
 
 def test_from_config_and_parameter_validation():
-    tr = Tracker.from_config(TrackingConfig(min_hits=2, max_age=7, iou_threshold=0.4, embedding_weight=0.1))
-    assert (tr.min_hits, tr.max_age, tr.iou_threshold, tr.embedding_weight) == (2, 7, 0.4, 0.1)
-    for bad in ({"min_hits": 0}, {"max_age": 0}, {"iou_threshold": 1.5}, {"embedding_weight": -1}):
-        with pytest.raises(ValueError):
-            Tracker(**bad)
+    """Every tracker setting of TrackingConfig, each away from its default, reaches the tracker
+    (reid_threshold comes as a keyword: the guard takes it from the weights' card unless the config
+    sets it, tracker.stages.reid_threshold); each bad value is refused naming its parameter."""
+    settings = {"min_hits": 2, "max_age": 7, "iou_threshold": 0.4, "embedding_weight": 0.1, "high_score": 0.6,
+                "observation_centric": True, "reid_window_s": 4.5}
+    defaults = TrackingConfig()
+    assert all(getattr(defaults, name) != value for name, value in settings.items())
+    tr = Tracker.from_config(TrackingConfig(**settings), reid_threshold=0.7)
+    assert {name: getattr(tr, name) for name in settings} == settings
+    assert tr.reid_threshold == 0.7
+    for name, value in (("min_hits", 0), ("max_age", 0), ("iou_threshold", 1.5), ("low_iou_threshold", -0.1),
+                        ("embedding_weight", -1), ("embedding_momentum", 1.0), ("reid_threshold", 1.5),
+                        ("reid_window_s", -1.0)):
+        with pytest.raises(ValueError, match=f"^{name} must be"):
+            Tracker(**{name: value})
 
 
 def test_views_are_frozen():
