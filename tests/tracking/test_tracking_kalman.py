@@ -70,14 +70,21 @@ def test_noisy_measurements_are_smoothed():
 
 
 def test_shrinking_box_never_reaches_zero_area():
+    """The scale velocity stops where the next step would cross zero area, so the box keeps the
+    last positive area it had (135 px^2 here): without the stop it would be extrapolated through
+    zero and reported at the 0.01 px^2 floor state_to_box clamps to."""
     kf = BoxKalman(Box(0, 0, 100, 100))
     for t in range(1, 6):
         kf.predict()
         kf.update(Box(0, 0, 100 - 15 * t, 100 - 15 * t))
+    areas = []
     for _ in range(50):  # keep predicting with no measurement
         b = kf.predict()
         assert b.w > 0 and b.h > 0
         assert np.all(np.isfinite([b.x, b.y, b.w, b.h]))
+        areas.append(b.w * b.h)
+    assert areas == sorted(areas, reverse=True)  # it shrinks, then stays
+    assert areas[-1] > 100.0 and areas[-40:] == pytest.approx([areas[-1]] * 40)
 
 
 def test_peek_gives_the_box_predict_gives_for_a_shrinking_box():
