@@ -1,5 +1,6 @@
-"""The motion gate on the synthetic scene: quiet on static frames (with sensor noise), firing where
-faces move, regions in full-frame pixels, configurable and switchable off."""
+"""The motion gate on the synthetic scene: quiet on static frames (with sensor noise, heavy noise
+too), firing where faces move, regions in full-frame pixels, a lasting light change learnt into
+the background, configurable and switchable off."""
 
 from __future__ import annotations
 
@@ -29,6 +30,17 @@ def test_static_noisy_scene_does_not_fire(scene):
     assert verdicts[0].moving and verdicts[0].regions[0].w == scene.width  # no background yet
     assert not any(v.moving for v in verdicts[1:])
     assert all(v.regions == () for v in verdicts[1:])
+    assert max(v.fraction for v in verdicts[1:]) < MotionConfig().min_area_fraction
+
+
+def test_blur_keeps_heavy_sensor_noise_below_the_threshold():
+    """Noise of 20 grey levels (a cheap sensor in dim light): with the blur taken out, 2-5% of the
+    small grey image's pixels change by more than the threshold from frame to frame, ten times
+    min_area_fraction, and the gate fired on every frame; the 5x5 blur averages it away."""
+    noisy = SyntheticScene(fps=10.0, seed=3, noise_sigma=20.0)
+    gate = MotionGate.from_config(MotionConfig())
+    verdicts = [gate.update(noisy.render(n)[0]) for n in range(12)]
+    assert not any(v.moving for v in verdicts[1:])
     assert max(v.fraction for v in verdicts[1:]) < MotionConfig().min_area_fraction
 
 
@@ -64,6 +76,21 @@ def test_sudden_light_change_fires_over_the_frame(scene):
     assert motion.moving and motion.fraction > 0.9
 
 
+def test_the_background_learns_a_lasting_light_change(scene):
+    """A light switched on changes the whole frame at once (moving), then the running average
+    takes it in at learning_rate 0.05 a frame: a 40-level step falls under the 18-level threshold
+    after 16 frames (40 * 0.95^16 < 18), so the gate is quiet again well within 30 frames, and
+    stays quiet, instead of running detection on every frame for as long as the light stays on."""
+    gate = MotionGate()
+    for n in range(3):
+        gate.update(scene.render(n)[0])
+    lit = [cv2.add(scene.render(n % 12)[0], np.full((scene.height, scene.width, 3), 40, np.uint8))
+           for n in range(3, 53)]  # the empty room (frames 0-11 over again), 40 levels brighter
+    moving = [gate.update(image).moving for image in lit]
+    assert moving[0]
+    assert not any(moving[30:]), moving
+
+
 def test_threshold_and_area_are_honoured(scene):
     still = scene.render(2)[0]
     moved = still.copy()
@@ -75,6 +102,15 @@ def test_threshold_and_area_are_honoured(scene):
     deaf = MotionGate(threshold=250)
     deaf.update(still)
     assert not deaf.update(moved).moving
+
+
+def test_from_config_takes_every_setting():
+    config = MotionConfig(enabled=False, downscale_width=80, threshold=40, min_area_fraction=0.01)
+    gate = MotionGate.from_config(config)
+    assert (gate.enabled, gate.downscale_width, gate.threshold, gate.min_area_fraction) == (False, 80, 40.0, 0.01)
+    defaults = MotionConfig()
+    assert all(getattr(config, name) != getattr(defaults, name)
+               for name in ("enabled", "downscale_width", "threshold", "min_area_fraction"))
 
 
 def test_disabled_gate_always_says_moving(scene):
