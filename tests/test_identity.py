@@ -24,6 +24,11 @@ def test_enrolled_people_are_matched_by_cosine_with_unknown_below_threshold(tmp_
     (n0, s0), (n1, s1), (n2, s2) = gallery.match(queries)
     assert (n0, n1, n2) == ("ann", "bob", UNKNOWN)
     assert s0 > 0.9 and s1 > 0.9 and s2 < 0.5
+    # Cosines: the length of a query does not count (a threshold on raw dot products would name
+    # anyone whose embedding came out long), and every value lies in [-1, 1].
+    sims = gallery.similarities(queries)
+    assert np.all(np.abs(sims) <= 1.0 + 1e-6)
+    assert gallery.similarities(queries * np.float32([[0.01], [7.0], [100.0]])) == pytest.approx(sims, abs=1e-6)
 
 
 def test_people_enrolled_with_other_weights_are_skipped(tmp_path, caplog):
