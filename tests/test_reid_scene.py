@@ -70,9 +70,11 @@ def test_hidden_longer_than_max_age_and_back_is_one_visit(tmp_path, scene_source
         assert kinds.count("entered") == 1 and kinds.count("left") == 1, (walker, kinds)
         assert kinds[0] == "entered" and kinds[-1] == "left"
     # The `left` of a person who walked out waits the re-identification window (10 s = 100 frames)
-    # after they were last seen: A and B leave the frame around seq 70.
+    # after they were last seen, and no longer: A and B leave the frame around seq 66, so their
+    # `left`s come at about seq 166, before the run's end (whose last frame would announce every
+    # track still kept, a lost one that never expired included).
     left = {e["track_id"]: e["seq"] for e in events if e["kind"] == "left"}
-    assert sorted(left.values())[:2] >= [160, 160]
+    assert all(160 <= seq < FRAMES - 1 for seq in sorted(left.values())[:2]), left
 
 
 def test_without_reidentification_a_hidden_person_enters_twice(tmp_path, scene_source):
