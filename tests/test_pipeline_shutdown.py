@@ -4,9 +4,11 @@ file is complete JSON), and every person it announced gets their `left` (nobody 
 more); and one guard per state_dir.
 
 The demo runs as the product does (the scene paced at its 10 fps, 400 frames = 40 s); the signal
-comes once someone has entered (about 2 s in). The wait for the exit is bounded (5 s) so a guard that
-ignores the signal fails the test instead of hanging it; how fast it stops is not asserted (shared
-machines), but the time is printed.
+comes once someone has entered (about 2 s in). How fast it stops is not asserted (shared machines),
+but the time is printed; what is asserted is that it stopped on the signal: before the scene's last
+frame, with a `left` for everyone announced. A guard that ignores the signal runs the scene to its
+end and fails those checks; the wait for the exit is bounded (60 s, well past the scene's 40 s) only
+so that one that hangs fails the test instead of hanging it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ from pathlib import Path
 
 import pytest
 from test_pipeline_e2e import LATENCY_KEYS, isolated_env, tracker_command, write_config
+
+from tracker.cli import DEMO_FRAMES
+
+HANG_S = 60  # a hang guard, not a speed limit: the scene would end by itself in 40 s
 
 
 def wait_for(predicate, timeout_s: float, what: str) -> None:
@@ -43,11 +49,11 @@ def test_signal_stops_the_demo_cleanly(tmp_path, sig):
         sent = time.monotonic()
         proc.send_signal(sig)
         try:
-            out, err = proc.communicate(timeout=5)
+            out, err = proc.communicate(timeout=HANG_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = proc.communicate()
-            pytest.fail(f"the demo did not stop within 5 s of {sig.name}; stderr tail: {err[-2000:]}")
+            pytest.fail(f"the demo hung: still running {HANG_S} s after {sig.name}; stderr tail: {err[-2000:]}")
         print(f"{sig.name}: stopped {time.monotonic() - sent:.2f} s after the signal")
     finally:
         if proc.poll() is None:
@@ -58,7 +64,8 @@ def test_signal_stops_the_demo_cleanly(tmp_path, sig):
     text = latency.read_text(encoding="utf-8")
     assert text.endswith("\n")  # the last line was written whole
     rows = [json.loads(line) for line in text.splitlines()]
-    assert 5 <= len(rows) < 400  # it stopped early, on the signal
+    assert len(rows) >= 5
+    assert rows[-1]["seq"] < DEMO_FRAMES - 1  # it stopped on the signal, not at the scene's end
     assert all(list(r) == LATENCY_KEYS for r in rows)
     assert [r["seq"] for r in rows] == sorted({r["seq"] for r in rows})
     events = events_file.read_text(encoding="utf-8")
