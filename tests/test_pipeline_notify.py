@@ -23,16 +23,20 @@ def test_guard_reports_ready_watchdog_status_and_stopping(tmp_path):
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     env = isolated_env(tmp_path)
-    env.update(NOTIFY_SOCKET=address, WATCHDOG_USEC="200000")  # ping at least every 0.1 s
+    env.update(NOTIFY_SOCKET=address, WATCHDOG_USEC="50000")  # ping at least every 25 ms
     config = write_config(tmp_path, latency={"report_every_s": 1.0})
-    run = subprocess.run([*tracker_command(), "--demo", "--frames", "40", "--config", str(config)],
+    run = subprocess.run([*tracker_command(), "--demo", "--frames", "80", "--config", str(config)],
                          env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     sock.shutdown(socket.SHUT_RDWR)  # ends the reader's recv
     reader.join(5)
     lines = [line for m in messages for line in m.splitlines()]
     assert lines.count("READY=1") == 1
-    assert "WATCHDOG=1" in lines
+    # Pinged before READY (the loop's first turn) and after it, as the frames go on: the 79 frames
+    # after READY (detection and inference) take some 20 times the 25 ms between pings here, so
+    # a loop that stopped pinging once ready is caught on any machine (counts are not asserted).
+    ready = lines.index("READY=1")
+    assert "WATCHDOG=1" in lines[:ready] and "WATCHDOG=1" in lines[ready:], lines
     assert any(line.startswith("STATUS=") and "fps" in line for line in lines)
     assert lines.index("READY=1") < lines.index("STOPPING=1")
     assert lines[lines.index("READY=1") + 1].startswith("STATUS=synthetic scene")
