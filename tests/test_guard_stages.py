@@ -2,9 +2,9 @@
 fake source, detector and backend around the real batcher, gallery, votes, tracker, events,
 snapshots and latency log. What the loop itself does is checked here without a model or a camera:
 every face's embedding reaches the gallery and the tracker with its own detection, one latency
-record per frame, a failed backend call costs identities but never frames, and the stages are
-closed when the run ends. The real stages run end to end in test_pipeline_e2e.py and
-test_scene_golden.py."""
+record per frame, a failed backend call costs identities but never frames, per-track state is
+released as tracks end and merged as they rejoin, and the stages are closed when the run ends.
+The real stages run end to end in test_pipeline_e2e.py and test_scene_golden.py."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import contextlib
 import json
 import time
 
+import cv2
 import numpy as np
 import pytest
 
@@ -77,10 +78,11 @@ class ByPosition:
 
 class Collect:
     def __init__(self):
-        self.events, self.states, self.closed = [], [], False
+        self.events, self.snapshots, self.states, self.closed = [], [], [], False
 
     def publish_event(self, event, snapshot_jpeg):
         self.events.append(event)
+        self.snapshots.append(snapshot_jpeg)
 
     def publish_state(self, state):
         self.states.append(state)
@@ -293,3 +295,109 @@ def test_a_person_file_caught_half_copied_is_taken_in_once_whole(tmp_path, caplo
     stages.reload_people_if_changed()
     assert stages.gallery.names == ("carol",)
     stages.close()
+
+
+# -- per-track state: released when a track ends, merged when one rejoins --------------------------
+
+SHADES = {"alice": 40, "bob": 220, "carol": 90}  # each person's face is painted flat in their grey
+CAROL = np.eye(4, dtype=np.float32)[2]  # enrolled nowhere: matches nobody
+BIG, NORMAL = (20, 40, 150, 180), (20, 40, 100, 120)  # Alice's box close to the camera, and as usual
+
+
+def walkers(seq: int) -> list[tuple[str, tuple[int, int, int, int]]]:
+    """Who is in view at frame `seq` (10 fps), each with their box (x, y, w, h), in detection order.
+    Alice: frames 0-9, hidden 10-13 (past max_age 2: her track goes dormant), back 14-29, close to the
+    camera at first (14-15: the new track's faces, larger than any of her old track's). Bob: 0-4,
+    then gone (his track ends at frame 13, when the 0.8 s re-identification window has passed).
+    Carol: frame 20 only (a tentative track that ends the next frame)."""
+    people = []
+    if seq < 10 or seq >= 14:
+        people.append(("alice", BIG if seq in (14, 15) else NORMAL))
+    if seq < 5:
+        people.append(("bob", (200, 40, 100, 120)))
+    if seq == 20:
+        people.append(("carol", (200, 40, 100, 120)))
+    return people
+
+
+class Walkers(SourceBase):
+    description = "walkers"
+
+    def read(self):
+        if self._seq >= FRAMES:
+            return None
+        image = np.full((240, 320, 3), 128, np.uint8)
+        for name, (x, y, w, h) in walkers(self._seq):
+            image[y:y + h, x:x + w] = SHADES[name]
+        return self._frame(image)
+
+
+class ScriptedFaces:
+    name, gives_landmarks = "scripted", False
+
+    def detect(self, frame, regions=None):
+        return [Detection(Box(*box), 0.9) for _, box in walkers(frame.seq)]
+
+
+class ByShade:
+    """A backend whose embedding says whose face a crop shows, by its centre's grey level."""
+
+    name = "by-shade"
+
+    def infer(self, x):
+        people = [ALICE, BOB, CAROL]
+        centre = x[:, 0, 34:54, 34:54].mean(axis=(1, 2)) * 255
+        nearest = np.abs(centre[:, None] - np.array(list(SHADES.values()))[None]).argmin(axis=1)
+        return Inference(np.full((len(x), 2), 0.5, np.float32), np.stack([people[i] for i in nearest]))
+
+    def close(self):
+        pass
+
+
+class StateProbe:
+    """Stands in for the latency log, which the guard writes last for each frame: records then which
+    track ids each stage holds state for (white-box: their dicts by track id) and which are live."""
+
+    def __init__(self, stages):
+        self.stages, self.frames = stages, []
+
+    def write(self, record):
+        self.frames.append((record.seq, {t.track_id for t in self.stages.tracker._tracks}, held_state(self.stages),
+                            {tid: sum(v.values()) for tid, v in self.stages.votes._votes.items()}))
+
+    def close(self):
+        pass
+
+
+def held_state(stages) -> dict[str, set[int]]:
+    events = stages.events
+    return {"votes": set(stages.votes._votes), "snapshots": set(stages.snapshots._best),
+            "events": set(events._last_seen) | set(events._announced)}
+
+
+def test_a_track_s_state_goes_with_it_and_a_rejoined_track_takes_the_new_one_s(tmp_path):
+    """Votes, best face and last box are held per live track only: a track that ends (announced
+    or a tentative one that died) takes them with it, on its last frame, and at the end of the run
+    nothing is held. A track that rejoins by face takes the new track's votes and best face."""
+    config, stages, sink = fake_stages(tmp_path, ByShade(), max_batch=1)
+    stages.source, stages.detector = Walkers(), ScriptedFaces()
+    stages.tracker = Tracker(min_hits=3, max_age=2, reid_threshold=0.9, reid_window_s=0.8)
+    stages.latency_log = probe = StateProbe(stages)
+    assert Guard(config, stages).run() == 0
+
+    kinds = [(e.kind, e.seq) for e in sink.events]
+    assert kinds == [("entered", 2), ("entered", 2), ("left", 13), ("left", FRAMES - 1)], kinds
+    alice, bob = (e.track_id for e in sink.events[:2])
+    assert sink.events[2].track_id == bob and sink.events[3].track_id == alice  # one visit for Alice
+    assert [seq for seq, *_ in probe.frames] == list(range(FRAMES))
+    for seq, live, held, _ in probe.frames:
+        assert all(ids <= live for ids in held.values()), (seq, live, held)
+    assert probe.frames[12][1] >= {alice, bob}  # Bob's and Alice's tracks still held, dormant
+    assert probe.frames[20][1] > probe.frames[21][1]  # Carol's track came and went
+    # Alice's every face voted for her one track, those of the new track merged into it
+    assert probe.frames[-1][3] == {alice: 26}
+    # and her best face is the close one, seen while she was the new track (shrunk to the store's
+    # 160 px; her old track's best was 144 px)
+    left_face = cv2.imdecode(np.frombuffer(sink.snapshots[3], np.uint8), cv2.IMREAD_COLOR)
+    assert left_face.shape[:2] == (160, 160)
+    assert held_state(stages) == {"votes": set(), "snapshots": set(), "events": set()}  # after the run
