@@ -4,7 +4,7 @@ import numpy as np
 
 from tracker.events import EventMaker
 from tracker.identity import IdentityVotes
-from tracker.tracking import Tracker
+from tracker.tracking import Tracker, TrackState
 from tracker.types import Box, Detection
 
 
@@ -128,3 +128,31 @@ def test_a_track_too_close_to_call_at_its_entry_still_gets_its_clear_stranger():
         votes.add(views[0].track_id, name)
         events += maker.frame_events(views, votes, t_ns=i, wall_time=1000.0 + i)
     assert [(e.kind, e.identity, e.t_ns) for e in events] == [("entered", "unknown", 2), ("identified", "unknown", 3)]
+
+
+def test_one_frame_s_events_come_entered_identified_left_and_an_ended_track_is_forgotten():
+    """Frame 4: X (seen 0-2) ends, Y (born at 3) is confirmed, and Z's vote turns from ann to bob,
+    so that frame's events are Y's entered, Z's identified, X's left, in the documented order
+    (not the tracks' order, which is X, Z, Y). The maker keeps its per-track state (last box,
+    identity announced) for live tracks only: X's goes with it."""
+    tracker = Tracker(min_hits=2, max_age=1)
+    votes = IdentityVotes()
+    ids = (f"e{i}" for i in itertools.count())
+    maker = EventMaker(new_id=lambda: next(ids))
+    x, z, y = Box(10, 10, 50, 50), Box(150, 10, 50, 50), Box(300, 10, 50, 50)
+    script = [[x, z], [x, z], [x, z], [z, y], [z, y]]
+    names_of_z = ["ann", "ann", "bob", "bob", "bob"]  # 2 : 2 at frame 3 is a tie: no change yet
+    per_frame = []
+    for i, boxes in enumerate(script):
+        views = tracker.update([Detection(b) for b in boxes])
+        for view in views:
+            if view.detection_index is not None:
+                is_z = boxes[view.detection_index] == z
+                votes.add(view.track_id, names_of_z[i] if is_z else "carl")
+        per_frame.append(maker.frame_events(views, votes, t_ns=i, wall_time=1000.0 + i))
+        live = {v.track_id for v in views if v.state is not TrackState.ENDED}
+        assert set(maker._last_seen) <= live and set(maker._announced) <= live, (i, live)
+    track_x, track_z, track_y = 1, 2, 3  # born in that order
+    assert [(e.kind, e.track_id, e.identity) for e in per_frame[4]] == [
+        ("entered", track_y, "carl"), ("identified", track_z, "bob"), ("left", track_x, "carl")]
+    assert [(e.kind, e.track_id) for e in per_frame[1]] == [("entered", track_x), ("entered", track_z)]
