@@ -259,6 +259,20 @@ def test_resume_takes_the_same_files_named_another_way_for_the_same_run(tmp_path
     assert read_card(tmp_path / "x.caffemodel", file_sha256(tmp_path / "x.caffemodel"))["training"]["steps"] == 2
 
 
+def test_the_crops_key_counts_the_detectors_model_file_through_the_face_cap():
+    """The per-frame face cap (create_detector's wrapper) hid the detector's model file from the
+    key that names the crop cache and a checkpoint's run: every checkpoint written before it was
+    refused as another run's, and the crops were cut again."""
+    from tracker.config import DetectConfig
+    from tracker.detect import create_detector
+    from tracker.train.data import definition_key
+
+    config = DetectConfig(detector="yunet")
+    capped = create_detector(config, quiet=True)
+    assert capped.model_path is not None
+    assert definition_key(capped, config) == definition_key(capped.detector, config)
+
+
 def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tmp_path):
     need_lfw()
     pairs = small_pairs(tmp_path / "pairs.txt")

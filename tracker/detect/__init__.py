@@ -70,12 +70,14 @@ class FaceDetector(Protocol):
 class CappedDetector:
     """`detector`, returning at most MAX_FACES faces a frame: when it finds more, the MAX_FACES of
     highest score, in the detector's order (of equal scores, the earlier). What it drops is
-    logged (CAPPED_WARNING_EVERY_S). Has the wrapped detector's name, landmarks and width."""
+    logged (CAPPED_WARNING_EVERY_S). Has the wrapped detector's name, landmarks and width, and its
+    `model_path` (None for haar), which names its crops for `tracker train` (train.data.definition_key)."""
 
     def __init__(self, detector: FaceDetector) -> None:
         self.detector = detector
         self.name, self.gives_landmarks = detector.name, detector.gives_landmarks
         self.detect_width = detector.detect_width
+        self.model_path = getattr(detector, "model_path", None)
         self._capped_frames = self._dropped_faces = 0  # since the last warning
         self._next_warning_s = -math.inf  # time.monotonic() from which the next one may be said
 
