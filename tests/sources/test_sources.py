@@ -144,33 +144,42 @@ class _ClockedStop(threading.Event):
 
 
 class _StallingScene(SourceBase):
-    """A paced source at 10 fps whose read of frame 5 takes 3 s; 20 frames."""
+    """A paced source at 10 fps whose reads take `read_s` each and the read of frame 5 `stall_s`
+    more; 20 frames."""
 
     description = "stalling test scene"
     pace_fps = 10.0
 
-    def __init__(self, clock: _FakeClock) -> None:
+    def __init__(self, clock: _FakeClock, read_s: float = 0.0, stall_s: float = 3.0) -> None:
         super().__init__()
-        self.clock = clock
+        self.clock, self.read_s, self.stall_s = clock, read_s, stall_s
 
     def read(self):
-        if self._seq == 5:
-            self.clock.now += 3.0
+        self.clock.now += self.read_s + (self.stall_s if self._seq == 5 else 0.0)
         return None if self._seq == 20 else self._frame(np.zeros((8, 8, 3), np.uint8))
+
+
+def paced_gaps_ms(monkeypatch, scene: _StallingScene) -> list[int]:
+    """The gaps between the frames a Capture of `scene` releases, ms on its fake clock."""
+    monkeypatch.setattr(base, "time", SimpleNamespace(monotonic=scene.clock.monotonic, monotonic_ns=scene.clock.monotonic_ns))
+    capture = Capture(scene, queue_size=64)
+    capture._stop = _ClockedStop(scene.clock)
+    with capture:
+        frames = list(capture)
+    assert [f.seq for f in frames] == list(range(20))
+    return [round((b.t_ns - a.t_ns) / 1e6) for a, b in zip(frames, frames[1:], strict=False)]
 
 
 def test_a_paced_source_goes_on_at_its_rate_after_a_stall_rather_than_bursting(monkeypatch):
     """The frames a stall missed were released back to back (up to a second's worth), and the
     drop-oldest queue dropped them: a camera sends its next frame, not the ones it missed."""
-    clock = _FakeClock()
-    monkeypatch.setattr(base, "time", SimpleNamespace(monotonic=clock.monotonic, monotonic_ns=clock.monotonic_ns))
-    capture = Capture(_StallingScene(clock), queue_size=64)
-    capture._stop = _ClockedStop(clock)
-    with capture:
-        frames = list(capture)
-    assert [f.seq for f in frames] == list(range(20))
-    gaps_ms = [round((b.t_ns - a.t_ns) / 1e6) for a, b in zip(frames, frames[1:], strict=False)]
-    assert gaps_ms == [100] * 4 + [3100] + [100] * 14
+    assert paced_gaps_ms(monkeypatch, _StallingScene(_FakeClock())) == [100] * 4 + [3100, 0] + [100] * 13
+
+
+def test_a_paced_source_slower_than_its_rate_runs_at_its_own(monkeypatch):
+    """Reads of 150 ms at 10 fps: a restart one interval after each late read made it 250 ms a frame."""
+    scene = _StallingScene(_FakeClock(), read_s=0.15, stall_s=0.0)
+    assert paced_gaps_ms(monkeypatch, scene) == [150] * 19
 
 
 def test_get_times_out_with_a_clear_error():

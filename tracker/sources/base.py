@@ -372,12 +372,14 @@ class Capture:
 def _next_due(due: float, read_at: float, interval: float) -> float:
     """When the paced frame after one `due` at and read by `read_at` is due (monotonic seconds): one
     `interval` on. A frame read less than an interval late (a late wake-up, a slow read) keeps the
-    schedule, so the rate stays the source's on average. One read later than that (the source or
-    this thread stalled) restarts the schedule from it: a camera after a stall sends its next frame,
-    not the ones it missed, and frames released back to back to catch up would be counted as drops
-    by the drop-oldest queue (catching up on at most a second's worth, a 3 s stall at 10 fps sent
-    ten frames at once, and a queue of 4 dropped 8 of them)."""
-    return (read_at if read_at - due > interval else due) + interval
+    schedule, so the rate stays the source's on average. One read later than that (the source is
+    slower than its rate, or this thread stalled) makes the next frame due at once, and the schedule
+    restarts from it: a source slower than its rate runs at its own (as a camera does), and after a
+    stall the frames it missed are not released back to back to catch up, which the drop-oldest
+    queue would count as drops (catching up on at most a second's worth, a 3 s stall at 10 fps sent
+    ten frames at once, and a queue of 4 dropped 8 of them; restarting one interval after the late
+    read instead halved a slow source's rate)."""
+    return due + interval if read_at - due <= interval else read_at
 
 
 def _frame_bytes(frame: Frame) -> int:
