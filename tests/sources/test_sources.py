@@ -458,15 +458,25 @@ def test_a_video_whose_header_understates_its_frames_is_read_to_its_last(tmp_pat
     too low (a header's estimate) were dropped once it bounded every read."""
     video = tmp_path / "clip.avi"
     write_video(video, frames=12, step=20)
-    data = bytearray(video.read_bytes())
-    for chunk, offset in ((b"strh", 32), (b"avih", 16)):  # the stream's dwLength, the file's dwTotalFrames
-        at = data.find(chunk) + 8 + offset
-        data[at:at + 4] = (6).to_bytes(4, "little")
-    video.write_bytes(data)
-    assert cv2.VideoCapture(str(video)).get(cv2.CAP_PROP_FRAME_COUNT) == 6
+    declare_frames(video, 6)
     with caplog.at_level(logging.WARNING, logger="tracker.sources"):
         assert read_video(video) == list(range(12))
     assert caplog.messages == []
+    damage_frames(video, (8,))  # past the count, a frame that does not decode is skipped as before it
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tracker.sources"):
+        assert read_video(video) == [0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11]
+    assert caplog.messages == [f"video file {str(video)!r}: frame 8 does not decode (damaged?); skipped"]
+
+
+def declare_frames(video: Path, frames: int) -> None:
+    """Make an MJPEG AVI's header declare `frames` frames (the stream's dwLength, the file's dwTotalFrames)."""
+    data = bytearray(video.read_bytes())
+    for chunk, offset in ((b"strh", 32), (b"avih", 16)):
+        at = data.find(chunk) + 8 + offset
+        data[at:at + 4] = frames.to_bytes(4, "little")
+    video.write_bytes(data)
+    assert cv2.VideoCapture(str(video)).get(cv2.CAP_PROP_FRAME_COUNT) == frames
 
 
 @pytest.mark.parametrize(("suffix", "fourcc"), [("mp4", "mp4v"), ("mkv", "XVID"), ("mkv", "MJPG")])

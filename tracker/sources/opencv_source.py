@@ -8,9 +8,10 @@ stream, a video file.
 - Video file (FFmpeg): offline. Missing, not a video, or without a frame that decodes -> InputError
   naming the file; the end of the file ends the run. The first frame is decoded at open() so a
   corrupt file is reported at once rather than as an empty run. A frame that does not decode (a
-  damaged recording) is skipped, not taken as the end: up to MAX_UNDECODABLE_RUN of them in a row,
-  and no run past the frame count the file's header declares (FFmpeg reads the end of a file as a
-  frame that does not decode, so only a frame that decodes after them shows them damaged). Each run
+  damaged recording) is skipped, not taken as the end: up to MAX_UNDECODABLE_RUN of them in a row;
+  a run that reaches the frame count the file's header declares ends it (FFmpeg reads the end of a
+  file as a frame that does not decode, so only a frame that decodes after them shows them damaged;
+  past a count that understated the frames, only that bound ends the file). Each run
   of them is a warning naming the file and its frames (counted from 0), the first
   DAMAGED_RUNS_NAMED of them; the rest are counted when the file is closed. A file that ends before
   its declared count (cut short, or its rest undecodable) is a warning saying where. (The count is
@@ -206,8 +207,8 @@ class OpenCVSource(SourceBase):
     def _read_file(self, cap) -> np.ndarray | None:
         """The next frame of a video file that decodes, past a run of at most MAX_UNDECODABLE_RUN
         that do not (nor past the declared count); None at the end. self._position moves past both.
-        A read is always tried: the declared count only ends a run of failures, as a header that
-        understates the frames (an estimate) must not cut off the ones that decode past it."""
+        A read is always tried: the declared count only ends a run of failures that reaches it, as a
+        header that understates the frames (an estimate) must not cut off the ones past it."""
         failed = 0
         while True:
             ok, image = cap.read()
@@ -217,7 +218,9 @@ class OpenCVSource(SourceBase):
                 self._position += failed + 1
                 return image
             failed += 1
-            if failed >= MAX_UNDECODABLE_RUN or (self._declared is not None and self._position + failed >= self._declared):
+            # past a count that understated the frames, only the bound on a run ends the file
+            if failed >= MAX_UNDECODABLE_RUN or (
+                    self._declared is not None and self._position < self._declared <= self._position + failed):
                 return None
 
     def _skipped_damaged(self, count: int) -> None:
