@@ -169,6 +169,22 @@ def test_setup_takes_a_relative_interpreter_from_where_it_is_called(tmp_path, sc
     if script == "setup":  # handed on to setup-mxnet, which it runs from the checkout
         assert f"setup-mxnet PYTHON311={caller}/./python3.11\n" in calls
 
+@pytest.mark.parametrize("script", ["lint", "test", "train-face-cnn"])
+def test_the_scripts_that_run_setup_run_it_from_where_they_are_called(tmp_path, script):
+    """They ran scripts/setup after their cd into the checkout, so a relative PYTHON=./python3.11
+    was looked for there. Run on a copy whose setup records where it runs and whose venv is stubs."""
+    checkout, caller = tmp_path / "checkout", tmp_path / "caller"
+    caller.mkdir()
+    (checkout / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "scripts" / script, checkout / "scripts" / script)
+    _stub(checkout / "scripts" / "setup", f'pwd > {tmp_path / "setup-ran-in"}\n')
+    for tool in ("ruff", "mypy", "python", "tracker"):
+        _stub(checkout / ".venv" / "bin" / tool, 'echo /nowhere\n')
+    subprocess.run([str(checkout / "scripts" / script)], cwd=caller, capture_output=True, text=True, timeout=60,
+                   env={**os.environ, "TRACKER_SHARED_DIR": ""})
+    assert (tmp_path / "setup-ran-in").read_text().strip() == str(caller)
+
+
 def test_setup_on_aarch64_installs_the_lint_tools(tmp_path):
     """The Pi's install ([pi,test]) had no ruff nor mypy, so scripts/lint, .ci/run's first step, could
     not run on aarch64; both have aarch64 wheels."""
