@@ -114,7 +114,9 @@ def reid_threshold(config: Config, card: dict | None) -> float | None:
     `tracking.reid_threshold` if set, else the one the weights' card was calibrated with (0.1%
     false accepts between different people: a false merge would swallow a stranger's `entered`).
     Weights without one (untrained, e.g. the seeded random ones of tests) give embeddings on
-    which any two faces look alike, so re-identification stays off for them, and the log says so."""
+    which any two faces look alike, so re-identification stays off for them, and the log says so;
+    so it does, said likewise, when `model.embedding` is not the blob the card's threshold is a
+    cosine of (`tracker.model.card.thresholds_blob`)."""
     if not config.tracking.reid:
         return None
     if config.tracking.reid_threshold is not None:
