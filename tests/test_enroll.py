@@ -38,7 +38,7 @@ from tracker.enroll import chip_face, open_backend
 from tracker.errors import InputError
 from tracker.files import file_sha256
 from tracker.identity import UNKNOWN, Gallery, IdentityVotes, embeddings_key, identity_threshold
-from tracker.images import IMAGE_SUFFIXES
+from tracker.images import IMAGE_SUFFIXES, read_image
 from tracker.preflight import embedding_width
 
 ENROLLED_PER_PERSON = 6
@@ -194,6 +194,15 @@ def test_enrolling_from_more_faces_than_a_person_keeps_says_which_are_used(tmp_p
     assert f"from {MAX_KEPT} image(s) (2 skipped)" in proc.stdout
     with np.load(tmp_path / "state" / "people" / "John_Simm.npz") as data:
         assert len(data["chips"]) == int(data["count"]) == MAX_KEPT
+        kept = data["chips"]
+    photos = sorted(folder.iterdir())  # the CLI's order: a folder's images by name
+    detector = create_detector(load_config(state_config(tmp_path, "yunet")).detect, quiet=True)
+
+    def face(path):  # the chip kept for an image: its network input as the file stores it, (88, 88) uint8
+        image = read_image(path, reduced=True)
+        return np.rint(crop_batch(image, [chip_face(image, detector)], margin=0.0)[0, 0] * 255).astype(np.uint8)
+
+    assert np.array_equal(kept[0], face(photos[2])) and np.array_equal(kept[-1], face(photos[-1]))  # the last used
 
 
 @pytest.fixture
@@ -534,7 +543,15 @@ def test_adding_to_a_person_past_the_faces_kept_says_how_many_earlier_ones_are_d
     assert err == "enroll: 'alice' keeps at most 3 faces: the 1 earliest of the 2 kept before are dropped to make room for these\n"
     _, enrol = enrolment  # the page's way (its own state)
     enrol("bob", chips[:3])
+    enrol("new", chips[3:5])  # the faces to be added, as a file of their own keeps them
+
+    def kept(name):
+        with np.load(tmp_path / "state" / "people" / f"{name}.npz") as data:
+            return data["chips"]
+
+    before, added = kept("bob"), kept("new")
     said = []
     assert enrol("bob", chips[3:5], said, add=True).dropped == 2
     assert said == ["enroll: 'bob' keeps at most 3 faces: the 2 earliest of the 3 kept before are dropped to make "
                     "room for these"]
+    assert np.array_equal(kept("bob"), np.concatenate([before[2:], added]))  # the new faces kept, the earliest gone
