@@ -13,6 +13,8 @@ every change), otherwise nothing. `start()` returns once the port accepts connec
 paho; the package imports it only in its sink). With `persistent=True` its session (subscriptions and
 QoS 1 messages queued while it is away) lives on in the broker; `sync()` is a round trip through the
 broker after which every message queued for it before has arrived (the broker keeps per-client order).
+With `v5=True` it speaks MQTT 5 and records each message's properties too (e.g. the remaining
+MessageExpiryInterval the broker forwards), in `properties`, index for index with `messages`.
 """
 
 from __future__ import annotations
@@ -177,15 +179,20 @@ class Broker:
 class Subscriber:
     """A paho client subscribed to `topics` (QoS 1) that records (topic, payload, retain) tuples."""
 
-    def __init__(self, broker: Broker, topics: list[str], *, persistent: bool = False):
+    def __init__(self, broker: Broker, topics: list[str], *, persistent: bool = False, v5: bool = False):
+        assert not (persistent and v5), "a persistent MQTT 5 session needs a session expiry: not made here"
         self.messages: list[tuple[str, bytes, bool]] = []
+        self.properties: list = []  # paho Properties of each message (v5; None under MQTT 3.1.1)
         self._cond = threading.Condition()
         self._subscribed = threading.Event()
         self.id = f"test-sub-{id(self):x}"
         self._topics = [*topics, f"test/sync/{self.id}"]
         self._syncs = 0
-        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.id, protocol=mqtt.MQTTv311,
-                                  clean_session=not persistent)
+        if v5:
+            self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.id, protocol=mqtt.MQTTv5)
+        else:
+            self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.id,
+                                      protocol=mqtt.MQTTv311, clean_session=not persistent)
         if broker.users:
             user, password = next(iter(broker.users.items()))
             self.client.username_pw_set(user, password)
@@ -208,6 +215,7 @@ class Subscriber:
     def _on_message(self, client, userdata, msg):
         with self._cond:
             self.messages.append((msg.topic, bytes(msg.payload), bool(msg.retain)))
+            self.properties.append(getattr(msg, "properties", None))
             self._cond.notify_all()
 
     def wait_for(self, predicate, timeout: float = WAIT_S) -> list[tuple[str, bytes, bool]]:
