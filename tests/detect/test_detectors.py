@@ -133,9 +133,32 @@ def test_crop_batch_aligns_faces_with_landmarks_only(testdata):
     assert np.array_equal(batch[1], batch[2]) and not np.allclose(batch[0], batch[1])
 
 
+def test_an_aligned_crop_of_a_face_it_shrinks_is_the_face_warped_and_area_averaged(testdata):
+    """A face 4x larger than crop scale (the astronaut at 320 px, each pixel made 4 x 4) is cropped
+    as a warp of the face at crop scale (bilinear is right there: scale >= 1) would be, and a
+    one-pixel checkerboard laid on it, which area-averaging cancels, hardly shows in the crop:
+    a bilinear warp straight from the large image samples it (aliasing, mean 7.7 grey levels)."""
+    small = cv2.resize(cv2.imread(str(testdata / "faces" / "skimage" / "astronaut.png")), (320, 320),
+                       interpolation=cv2.INTER_AREA)
+    (face,) = YuNetDetector(detect_width=320).detect(small)
+    grey = cv2.cvtColor(small, cv2.COLOR_BGR2GRAY)
+    at_crop_scale = similarity_to_template(face.landmarks)
+    assert np.hypot(*at_crop_scale[:, 0]) >= 1.0
+    expected = cv2.warpAffine(grey, at_crop_scale, (CROP_SIZE, CROP_SIZE), flags=cv2.INTER_LINEAR,
+                              borderMode=cv2.BORDER_REPLICATE).astype(np.float64)
+    large = cv2.resize(grey, None, fx=4, fy=4, interpolation=cv2.INTER_NEAREST)
+    points = [(4 * x + 1.5, 4 * y + 1.5) for x, y in face.landmarks]  # pixel centres: small x is large 4x + 1.5
+    crop = aligned_face(large, points).astype(np.float64)
+    assert np.abs(crop - expected).mean() < 8  # measured 3.9 (resampling twice); a crop of elsewhere: 65
+    checker = np.where(np.indices(large.shape).sum(axis=0) % 2 == 0, 30, -30)
+    checkered = np.clip(large.astype(np.int16) + checker, 0, 255).astype(np.uint8)
+    assert np.abs(aligned_face(checkered, points) - crop).mean() < 3  # measured 0.9
+
+
 def test_detections_whose_landmarks_could_not_be_their_faces_are_dropped():
     """Landmarks far outside their box, or both eyes on one point, would make the aligned crop
-    copy a region of their spread's size or find no transform (tracker.crops.aligned_face)."""
+    copy a region of their spread's size or find no transform (tracker.crops.aligned_face); a box
+    mostly outside the frame is the model's garbage, not a face cut by the edge."""
     from tracker.detect.windowed import _to_detections
 
     good = [100, 80, 40, 40, 110, 95, 130, 95, 120, 105, 112, 112, 128, 112, 0.9]
@@ -147,7 +170,8 @@ def test_detections_whose_landmarks_could_not_be_their_faces_are_dropped():
     at_edge[4] = 100 - 20  # half the box's side outside it: still kept
     mouth_above_eyes = list(good)
     mouth_above_eyes[10:14] = (120, 76.57, 120, 76.57)  # inside the box, yet no face's: a transform of no scale
-    rows = np.array([good, far, same_eyes, at_edge, mouth_above_eyes], np.float32)
+    mostly_outside = [v - 128 if i in (0, 4, 6, 8, 10, 12) else v for i, v in enumerate(good)]  # 70% left of x = 0
+    rows = np.array([good, far, same_eyes, at_edge, mouth_above_eyes, mostly_outside], np.float32)
     kept = _to_detections(rows, 1.0, 1.0, 0.0, 0.0, 320, 240, 0.5)
     assert [d.landmarks[0][0] for d in kept] == [110, 80]
     points = tuple(zip(mouth_above_eyes[4:14:2], mouth_above_eyes[5:14:2]))
@@ -177,6 +201,9 @@ def test_search_windows_grow_merge_and_respect_the_edges():
     two = search_windows([Box(100, 100, 20, 20), Box(125, 100, 20, 20)], 640, 480, min_side=10)
     assert len(two) == 1  # overlapping windows merge
     assert search_windows([Box(0, 0, 600, 400)], 640, 480, min_side=64) == [(0, 0, 640, 480)]
+    # grown to (80, 30)-(560, 450), 66% of the frame yet short of every edge: the whole frame instead
+    assert search_windows([Box(200, 150, 240, 180)], 640, 480, min_side=64) == [(0, 0, 640, 480)]
+    assert search_windows([Box(220, 170, 200, 140)], 640, 480, min_side=64) == [(120, 70, 520, 410)]  # 44%
 
 
 @pytest.mark.parametrize("name", sorted(DETECTORS))
@@ -250,9 +277,20 @@ def test_boxes_from_a_luma_plane_map_back_from_where_the_cut_really_is():
         assert found.box.x == pytest.approx(984, abs=0.5) and found.box.w == pytest.approx(48, abs=0.5), regions
 
 
-def test_a_model_file_is_read_once_and_built_from_its_checked_bytes_whatever_its_name(tmp_path, testdata):
+def test_a_model_file_is_read_once_and_built_from_its_checked_bytes_whatever_its_name(tmp_path, testdata,
+                                                                                      monkeypatch):
     """OpenCV took YuNet's format from the file name's extension: the right file named `.bin`
-    was refused (blaming the OpenCV version), and --check-config had passed it."""
+    was refused (blaming the OpenCV version), and --check-config had passed it. The file is
+    replaced by junk as soon as it is read: a detector that read it again would not run the
+    bytes whose sha256 was checked."""
+    load = model_files.ModelFile.load
+
+    def load_then_replaced(spec, override=None):
+        path, content = load(spec, override)
+        path.write_bytes(b"junk")
+        return path, content
+
+    monkeypatch.setattr(model_files.ModelFile, "load", load_then_replaced)
     image = cv2.imread(str(testdata / "faces" / "skimage" / "astronaut.png"))
     for name, spec in (("yunet", model_files.YUNET), ("blazeface", model_files.BLAZEFACE)):
         renamed = tmp_path / f"{name}_model.bin"
@@ -286,7 +324,8 @@ def test_a_frame_of_many_faces_gives_the_max_faces_of_highest_score(testdata):
 def test_the_cap_keeps_the_detectors_order_and_says_what_it_drops_at_most_once_a_minute(monkeypatch, caplog):
     import tracker.detect as detect
 
-    scores = [0.9, 0.1, 0.8, 0.7, 0.6, 0.2, *[0.5] * (detect.MAX_FACES - 4), 0.3]  # the lowest at 1, 5 and the end
+    # the lowest at 1, 5 and the end; the highest at 4, after faces it outscores
+    scores = [0.6, 0.1, 0.8, 0.7, 0.9, 0.2, *[0.5] * (detect.MAX_FACES - 4), 0.3]
 
     class Crowd:  # MAX_FACES + 3 faces
         name, gives_landmarks, detect_width = "crowd", False, 320
@@ -313,6 +352,21 @@ def test_the_cap_keeps_the_detectors_order_and_says_what_it_drops_at_most_once_a
 
 
 # -- model files and the choice of detector ---------------------------------------------------------
+
+def test_the_configs_thresholds_reach_the_detector_it_creates(testdata):
+    """detect.score_threshold, scale_factor, min_neighbors and min_face_px are the guard's only
+    say in what counts as a face: each must reach the detector (the astronaut's face scores about
+    0.93, is 95 px and found by Haar at the defaults)."""
+    image = cv2.imread(str(testdata / "faces" / "skimage" / "astronaut.png"))
+    for name in sorted(DETECTORS):
+        assert len(create_detector(DetectConfig(detector=name, detect_width=512)).detect(image)) == 1
+        assert create_detector(DetectConfig(detector=name, detect_width=512, score_threshold=0.999)).detect(image) == []
+    assert len(create_detector(DetectConfig(detector="haar", detect_width=512)).detect(image)) == 1
+    for strict in ({"min_neighbors": 50}, {"min_face_px": 120}):
+        assert create_detector(DetectConfig(detector="haar", detect_width=512, **strict)).detect(image) == [], strict
+    haar = create_detector(DetectConfig(detector="haar", scale_factor=1.25, min_neighbors=7, min_face_px=40)).detector
+    assert (haar.scale_factor, haar.min_neighbors, haar.min_face_px) == (1.25, 7, 40)
+
 
 @pytest.mark.parametrize("name", sorted(DETECTORS))
 def test_model_file_must_have_its_sha256(name, tmp_path):
