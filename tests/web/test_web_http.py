@@ -20,6 +20,7 @@ import threading
 import time
 import zlib
 from collections.abc import Iterator
+from http.cookies import SimpleCookie
 from pathlib import Path
 
 import cv2
@@ -157,13 +158,27 @@ def frames_go_on(guard: Guard) -> None:
 # ---- the page ------------------------------------------------------------------------------
 
 
-def test_the_page_and_its_files_come_with_security_headers(client):
+def test_the_page_and_its_files_come_with_security_headers(client, page):
+    """Every answer carries the page's headers: CSP, framing, no MIME sniffing, no referrer, not
+    stored; the session cookie is for HTTP only (no script reads it) and this site's own requests."""
+    from tracker.web import server
+
+    expected = {"content-security-policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; "
+                                           "base-uri 'none'; form-action 'self'",
+                "x-frame-options": "DENY", "x-content-type-options": "nosniff", "referrer-policy": "no-referrer",
+                "cache-control": "no-store"}
+    assert {k.lower(): v for k, v in server._HEADERS.items()} == expected  # a header added is checked here too
     status, headers, body = client.request("GET", "/")
     assert status == 200 and b'id="live-view"' in body and headers["content-type"].startswith("text/html")
-    assert "default-src 'self'" in headers["content-security-policy"] and headers["x-frame-options"] == "DENY"
-    assert client.request("GET", "/static/app.js")[0] == 200
-    status, _, body = client.request("GET", "/static/..%2F..%2Fconfig.py")
+    assert {k: headers.get(k) for k in expected} == expected
+    status, headers, _ = client.request("GET", "/static/app.js")
+    assert status == 200 and {k: headers.get(k) for k in expected} == expected
+    status, headers, body = client.request("GET", "/static/..%2F..%2Fconfig.py")
     assert status == 404 and json.loads(body)["error"].startswith("no static file")
+    assert {k: headers.get(k) for k in expected} == expected
+    _, headers, _ = Client(page[1]).request("GET", "/api/session")  # a new session: its cookie is set
+    cookie = SimpleCookie(headers["set-cookie"])[auth.COOKIE]
+    assert cookie["httponly"] is True and cookie["samesite"] == "Strict" and cookie["path"] == "/"
 
 
 def test_another_host_name_is_refused(client):
