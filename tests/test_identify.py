@@ -135,13 +135,19 @@ def test_text_lines_and_an_image_without_a_face(enrolled, johns, grey_image, tes
         assert [float(s) for _, s in nearest] == sorted((float(s) for _, s in nearest), reverse=True)
         assert nearest[0][1] == m["similarity"] and m["identity"] in (nearest[0][0], UNKNOWN)
 
-    # Without --aligned the detector searches the whole image: a photo of one person, and a plain wall.
+    # Without --aligned the detector searches the whole image: a photo of one person, one of three
+    # (which Haar finds in the order x = 110, 320, 220: the faces are numbered left to right), a plain wall.
     photo = testdata / "faces" / "dlib" / "faces" / "Tom_Cruise_avp_2014_4.jpg"
-    proc = identify_cli(tmp, config_path, photo, grey_image, aligned=False)
+    group = testdata / "faces" / "dlib" / "faces" / "2008_002506.jpg"
+    proc = identify_cli(tmp, config_path, photo, group, grey_image, aligned=False)
     assert proc.returncode == 0, proc.stderr
-    face_line, no_face_line = proc.stdout.splitlines()
+    face_line, *group_lines, no_face_line = proc.stdout.splitlines()
     m = LINE.match(face_line)
     assert m and m["image"] == str(photo) and m["faces"] == "1" and int(m["w"]) > 50
+    numbered = [LINE.match(line) for line in group_lines]
+    assert len(numbered) == 3 and all(numbered), group_lines
+    assert [(n["image"], n["face"], n["faces"]) for n in numbered] == [(str(group), str(i), "3") for i in (1, 2, 3)]
+    assert [int(n["x"]) for n in numbered] == sorted(int(n["x"]) for n in numbered), group_lines
     assert no_face_line == f"{grey_image}: no face found"
     proc = identify_cli(tmp, config_path, photo, grey_image, aligned=False, as_json=True)
     assert proc.returncode == 0, proc.stderr
