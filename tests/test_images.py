@@ -168,6 +168,23 @@ def test_what_is_not_a_regular_file_is_no_image(tmp_path):
     assert read_image(fifo) is None and read_image(tmp_path) is None
 
 
+def test_a_file_over_the_bound_is_no_image(tmp_path):
+    """A file larger than MAX_FILE_BYTES is no image the guard decodes (a 400 MB one read whole took a
+    photo folder's guard past 500 MB): a JPEG followed by zeros (a sparse file) to one byte past the
+    bound is refused, though the same JPEG alone reads (and would with the zeros after it)."""
+    from tracker.images import MAX_FILE_BYTES
+
+    jpeg = _jpeg(1)
+    alone = tmp_path / "alone.jpg"
+    alone.write_bytes(jpeg)
+    assert read_image(alone) is not None
+    padded = tmp_path / "padded.jpg"
+    with open(padded, "wb") as f:
+        f.write(jpeg)
+        f.truncate(MAX_FILE_BYTES + 1)
+    assert read_image(padded) is None and read_image(padded, reduced=True) is None
+
+
 def test_a_large_jpeg_photo_is_decoded_reduced_for_finding_faces_in(tmp_path):
     """Enrolment decoded a 24-megapixel photo whole (72 MB; twenty of them in uploads took the guard
     past its memory bound): a JPEG is decoded at the fraction that keeps 1600 pixels along its
@@ -187,6 +204,10 @@ def test_a_large_jpeg_photo_is_decoded_reduced_for_finding_faces_in(tmp_path):
     reduced = read_image(large, reduced=True).astype(np.float32)
     halved = cv2.resize(read_image(large), (2000, 1600), interpolation=cv2.INTER_AREA).astype(np.float32)
     assert np.abs(reduced - halved).mean() < 2.0  # the same picture, at half its size
+    for width, factor in ((6400, 4), (12800, 8), (25600, 8)):  # 1/8 at most (OpenCV has no 1/16)
+        wide = tmp_path / f"wide{width}.jpg"
+        wide.write_bytes(cv2.imencode(".jpg", np.full((200, width, 3), 90, np.uint8))[1].tobytes())
+        assert read_image(wide, reduced=True).shape == (200 // factor, width // factor, 3), width
     over = tmp_path / "over.jpg"  # 24,008,000 pixels declared: OpenCV checks its bound on the reduced size
     over.write_bytes(cv2.imencode(".jpg", np.zeros((3001, 8000), np.uint8))[1].tobytes())
     assert read_image(over, reduced=True) is None
