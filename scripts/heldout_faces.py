@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Evaluation data of people the shipped face CNN never saw, for `tracker eval-faces`.
 
-CelebA's first 10,000 images (../shared/datasets/celeba-10k) hold 5,430 identities; `tracker train`
+CelebA's first 10,000 images (../shared/datasets/celeba-10k) hold 5,429 identities; `tracker train`
 trains a photo only when it is of one of fc2's classes (the weights' card lists them) or has a
 teacher descriptor, so the other identities' photos were never in training. This script lays those
 people out as LFW does, as symbolic links (no photo is copied), and writes an LFW-format pairs file:

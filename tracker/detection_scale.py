@@ -10,7 +10,7 @@ Every detector scales a frame so that it is `detect_width` detection pixels wide
   Pi's; 218 MB within the bound; one-off `ru_maxrss` readings on the x86-64 VM here).
 
 The CNN detectors (YuNet, BlazeFace) find nothing in a frame with a side under MIN_WINDOW_PX
-detection pixels (below it YuNet returns non-finite or huge boxes: ../shared/models/yunet/README.md),
+detection pixels (below it YuNet returns non-finite or huge boxes: ../shared/models/README.md, its yunet/ section),
 which the config check refuses for the camera's frames (`tracker.config`). Pure arithmetic: the
 config imports it without the detectors' OpenCV.
 """

@@ -4,7 +4,7 @@ The model file is found and checked by `tracker.detect.model_files.YUNET`. FaceD
 any input size (`setInputSize`, set per window); it returns per face x, y, w, h, the five landmarks
 in `Detection`'s order (right eye, left eye, nose tip, right and left mouth corner) and a score.
 OpenCV's default score threshold of 0.9 loses recall at 320 px (25/43 dlib faces against 43/43
-at 0.6, ../shared/models/yunet/README.md), so the project's default is 0.6.
+at 0.6, ../shared/models/README.md, its yunet/ section), so the project's default is 0.6.
 """
 
 from __future__ import annotations
