@@ -10,12 +10,14 @@ people out as LFW does, as symbolic links (no photo is copied), and writes an LF
     tracker eval-faces --pairs DIR/pairs.txt --images DIR/images      # verification
     tracker eval-faces --folder DIR/people3 --enroll 2                  # identification, 3+ photos each
 
-`--teacher`: a teacher file the weights trained with that covers CelebA photos (made by
-`scripts/teacher_descriptors.py`); every person with a photo in it is left out too.
+Every person with a photo in a teacher file the weights trained with is left out too: the files the
+card lists in `training.teacher` (a listed file that is missing is an error), and each `--teacher`
+(made by `scripts/teacher_descriptors.py`; it must cover CelebA photos).
 
 DIR/images/<id>/<id>_NNNN.jpg: every held-out identity with two or more photos; DIR/people3: those
 with three or more. Pairs: N matched pairs (two photos of one person, persons drawn in turn) and N
-mismatched pairs (two people drawn at random), seeded. DIR must be new or empty (links left by an
+mismatched pairs (two people drawn at random), seeded, no pair twice; more than the people have is
+refused. DIR must be new or empty (links left by an
 earlier run with another card would hold people trained on since). Caveat: a CelebA celebrity may also be an LFW
 person (the two sets' identities are not linked), whose LFW photos were in training.
 """
@@ -31,10 +33,41 @@ import numpy as np
 
 from tracker import shared_data
 from tracker.errors import TrackerError
-from tracker.files import NPZ_UNREADABLE, atomic_write, load_npz
+from tracker.files import NPZ_UNREADABLE, atomic_write, load_npz, make_writable_folder
+from tracker.train.data import data_root, list_samples
 
 REPO = Path(__file__).resolve().parents[1]
 IDENTITIES = "datasets/celeba-10k/identity_CelebA_first10000.txt"  # in the shared data
+
+
+def draw_pairs(photos: dict[str, int], pairs: int, seed: int):
+    """(matched, mismatched) for {person: photo count}, `pairs` of each, none twice (a repeated pair
+    would land in two folds of `tracker eval-faces`): matched (person, i, j), i < j, the people drawn
+    in turn, each giving its pairs in a seeded shuffled order until it has none left; mismatched
+    (person, i, other person, j). Photo numbers count from 1. ValueError when the people do not have
+    that many distinct pairs of either kind."""
+    names = sorted(photos)
+    counts = [photos[n] for n in names]
+    possible = sum(n * (n - 1) // 2 for n in counts)
+    possible_mismatched = (sum(counts) ** 2 - sum(n * n for n in counts)) // 2
+    if pairs > min(possible, possible_mismatched):  # (the draws below would run out, or draw for ever)
+        raise ValueError(f"--pairs {pairs}: the held-out people have only {possible} matched and "
+                         f"{possible_mismatched} mismatched pairs")
+    rng = np.random.default_rng(seed)
+    unused = {}
+    for name in names:
+        own = [(i, j) for i in range(1, photos[name] + 1) for j in range(i + 1, photos[name] + 1)]
+        unused[name] = [own[k] for k in rng.permutation(len(own))]
+    matched: list[tuple[str, int, int]] = []
+    while len(matched) < pairs:
+        for name in names:
+            if unused[name] and len(matched) < pairs:
+                matched.append((name, *unused[name].pop()))
+    mismatched: dict[tuple[str, int, str, int], None] = {}  # (ordered: the file keeps the draw's order)
+    while len(mismatched) < pairs:
+        a, b = sorted(rng.choice(len(names), 2, replace=False))
+        mismatched[(names[a], int(rng.integers(counts[a])) + 1, names[b], int(rng.integers(counts[b])) + 1)] = None
+    return matched, list(mismatched)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,53 +88,55 @@ def main(argv: list[str] | None = None) -> int:
     if args.out.is_dir() and any(args.out.iterdir()):
         p.error(f"--out {args.out}: not empty; expected a new or empty folder (an earlier run's links would stay)")
     try:
-        classes = json.loads(args.card.read_text(encoding="utf-8"))["classes"]
-        trained = {c.split(":", 1)[1] for c in classes if c.startswith("celeba-10k:")}
+        card = json.loads(args.card.read_text(encoding="utf-8"))
+        trained = {c for c in card["classes"] if c.startswith("celeba-10k:")}
+        card_teachers = [Path(t) for t in card.get("training", {}).get("teacher", [])]
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as err:
         p.error(f"--card {args.card}: unreadable ({type(err).__name__}: {err}); expected a weights' card with 'classes'")
     try:
         identities = shared_data.locate(IDENTITIES, "heldout_faces")
-        celeba = identities.parent
-        rows = [line.split() for line in identities.read_text(encoding="utf-8").splitlines()[1:] if line.strip()]
-    except (TrackerError, OSError, UnicodeDecodeError) as err:
+        # absolute (not resolved: the list may be a link into another folder) so the links made
+        # below work from DIR whatever the working folder or a relative $TRACKER_SHARED_DIR
+        celeba = data_root(identities).absolute()
+        samples = list_samples(celeba / identities.name)
+    except TrackerError as err:
         p.error(str(err))
-    photos = {image for image, _ in rows}
-    distilled = set()
-    for teacher in args.teacher:
+    identity_of = {s.path.relative_to(celeba).as_posix(): s.identity for s in samples}
+    # the card's teachers trained the weights whether or not --teacher repeats them; those of other
+    # photos (LFW's) leave no one out, which only a --teacher given by hand is refused for
+    for teacher, given in [(t, False) for t in card_teachers] + [(t, True) for t in args.teacher]:
+        where = "--teacher" if given else f"--card {args.card}: training.teacher"
         try:
             with load_npz(teacher) as data:
                 paths = {str(path) for path in data["paths"]}
         except NPZ_UNREADABLE as err:
-            p.error(f"--teacher {teacher}: unreadable ({err}); expected an .npz with 'paths'")
-        if not paths & photos:  # a teacher of other photos (LFW's) would leave no one out, and say nothing
+            p.error(f"{where} {teacher}: unreadable ({err}); expected the .npz with 'paths' the weights trained with")
+        if given and not paths & identity_of.keys():
             p.error(f"--teacher {teacher}: describes none of CelebA's photos; expected one made of them")
-        distilled |= paths
-    people: dict[str, list[str]] = {}
-    for image, identity in rows:
-        if image in distilled:
-            trained.add(identity)
-        people.setdefault(identity, []).append(image)
-    people = {k: v for k, v in people.items() if k not in trained and len(v) >= 2}
+        trained |= {identity_of[path] for path in paths & identity_of.keys()}
+    people: dict[str, list[Path]] = {}
+    for sample in samples:
+        people.setdefault(sample.identity.split(":", 1)[1], []).append(sample.path)
+    people = {k: v for k, v in people.items() if f"celeba-10k:{k}" not in trained and len(v) >= 2}
     if len(people) < 2:
         p.error(f"{len(people)} CelebA people with two photos or more are held out; expected two at least to pair")
+    try:
+        matched, mismatched = draw_pairs({name: len(photos) for name, photos in people.items()}, args.pairs, args.seed)
+    except ValueError as err:
+        p.error(str(err))
+    try:
+        make_writable_folder(args.out)
+    except OSError as err:
+        p.error(f"--out {args.out}: cannot make or write it ({err.strerror or err}); expected a new or empty folder")
     for folder, least in (("images", 2), ("people3", 3)):
         for identity, images in people.items():
             if len(images) < least:
                 continue
             (args.out / folder / identity).mkdir(parents=True, exist_ok=True)
             for i, image in enumerate(images, 1):
-                (args.out / folder / identity / f"{identity}_{i:04d}.jpg").symlink_to(celeba / image)
-    rng = np.random.default_rng(args.seed)
-    names = sorted(people)
-    matched, mismatched = [], []
-    for k in range(args.pairs):
-        name = names[k % len(names)]
-        i, j = rng.choice(len(people[name]), 2, replace=False) + 1
-        matched.append(f"{name}\t{i}\t{j}")
-        a, b = rng.choice(len(names), 2, replace=False)
-        mismatched.append(f"{names[a]}\t{rng.integers(len(people[names[a]])) + 1}\t"
-                          f"{names[b]}\t{rng.integers(len(people[names[b]])) + 1}")
-    atomic_write(args.out / "pairs.txt", (f"{args.pairs}\n" + "\n".join(matched + mismatched) + "\n").encode())
+                (args.out / folder / identity / f"{identity}_{i:04d}.jpg").symlink_to(image)
+    lines = [f"{n}\t{i}\t{j}" for n, i, j in matched] + [f"{a}\t{i}\t{b}\t{j}" for a, i, b, j in mismatched]
+    atomic_write(args.out / "pairs.txt", (f"{args.pairs}\n" + "\n".join(lines) + "\n").encode())
     print(f"{len(people)} held-out people with 2+ photos ({sum(len(v) >= 3 for v in people.values())} with 3+); "
           f"{args.pairs} + {args.pairs} pairs in {args.out / 'pairs.txt'}")
     return 0
