@@ -10,7 +10,8 @@ landmarks, and the ResNet descriptor of the 150 x 150 chip they align:
     scripts/teacher_descriptors.py DATA --out NPZ [--hold-out 0.25] [--seed 0] [--upsample 1] [--jobs 2]
 
 `--hold-out SHARE` leaves SHARE of the data set's people out of the file, drawn with Python's
-`random.Random(seed)`, and writes their names to NPZ's name + `.held-out.txt`: `tracker train`
+`random.Random(seed)`, and writes their names to NPZ's name + `.held-out.txt` (written empty
+without `--hold-out`, so an earlier run's names never stand beside a new file): `tracker train`
 trains only photos that have a teacher descriptor or belong to fc2's classes, so those people
 stay unseen unless they become a class (`scripts/heldout_faces.py --teacher NPZ` leaves the
 classes and every person of the file out of its evaluation set).
@@ -43,7 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tracker.errors import InputError  # noqa: E402
-from tracker.files import atomic_write  # noqa: E402
+from tracker.files import atomic_write, make_writable_folder  # noqa: E402
 from tracker.train.data import data_root, list_samples  # noqa: E402
 
 PREDICTOR = "shape_predictor_5_face_landmarks.dat"
@@ -127,6 +128,13 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"teacher: --jobs {args.jobs}; expected 1 to {MAX_JOBS} processes")
         if args.upsample not in (0, 1, 2):
             raise InputError(f"teacher: --upsample {args.upsample}; expected 0, 1 or 2")
+        if args.out.is_dir():
+            raise InputError(f"teacher: --out {str(args.out)!r} is a folder; expected the path of the .npz to write")
+        try:  # now, not after describing every photo (a quarter of an hour on CelebA)
+            make_writable_folder(args.out.parent)
+        except OSError as err:
+            raise InputError(f"teacher: cannot write {str(args.out)!r} ({err.strerror or err}); "
+                             "expected a writable file path") from None
         samples = list_samples(args.data)
         root = data_root(args.data)
         held = held_out_people([s.identity for s in samples], args.hold_out, args.seed)
@@ -157,11 +165,9 @@ def main(argv: list[str] | None = None) -> int:
             np.savez(f, paths=np.array(paths), descriptor=np.stack(descriptors), dlib_face_found=np.array(found))
 
     try:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(args.out, write)
-        if args.hold_out:
-            names = sorted(i.split(":", 1)[1] for i in held)
-            atomic_write(Path(f"{args.out}.held-out.txt"), "".join(f"{n}\n" for n in names).encode())
+        names = sorted(i.split(":", 1)[1] for i in held)
+        atomic_write(Path(f"{args.out}.held-out.txt"), "".join(f"{n}\n" for n in names).encode())
     except OSError as err:
         print(f"teacher: cannot write {str(args.out)!r} ({err}); expected a writable file path", file=sys.stderr)
         return 2

@@ -123,3 +123,29 @@ def test_heldout_faces_mistakes_are_one_line_and_exit_2(tmp_path, testdata):
         last = result.stderr.strip().splitlines()[-1]
         assert result.returncode == 2 and "Traceback" not in result.stderr and words in last, result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_out_is_refused_before_any_photo_is_read(tmp_path):
+    """--out was checked only after every photo was described (a quarter of an hour on CelebA); a
+    photo no reader can open shows it is not read now (it gave 'no readable photo' first)."""
+    (tmp_path / "data" / "Ann").mkdir(parents=True)
+    (tmp_path / "data" / "Ann" / "Ann_0001.jpg").write_bytes(b"not a photo")
+    (tmp_path / "a_file").write_text("")
+    (tmp_path / "folder").mkdir()
+    for out, words in ((tmp_path / "folder", "is a folder"), (tmp_path / "a_file" / "t.npz", "cannot write")):
+        result = run("teacher_descriptors.py", str(tmp_path / "data"), "--out", str(out))
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert words in result.stderr and str(out) in result.stderr
+
+
+def test_a_run_without_hold_out_leaves_no_earlier_held_out_names(tmp_path, testdata):
+    """A rerun without --hold-out left the earlier run's .held-out.txt beside the new file, naming
+    people the new file describes."""
+    (tmp_path / "data").mkdir()
+    john = sorted((testdata / "faces" / "dlib" / "johns").iterdir())[0]
+    (tmp_path / "data" / john.name).symlink_to(john)
+    held_out = tmp_path / "t.npz.held-out.txt"
+    held_out.write_text(f"{john.name}\n")
+    result = run("teacher_descriptors.py", str(tmp_path / "data"), "--out", str(tmp_path / "t.npz"))
+    assert result.returncode == 0, result.stderr
+    assert held_out.read_text() == ""
