@@ -23,7 +23,11 @@ photos. DIR/pairsHeldout.txt: `pairs` matched
 pairs (a held-out person drawn at random, two of their photos) and `pairs` mismatched pairs (two
 held-out people, one photo each), no pair twice. DIR/pairsTrainPeople.txt: the lines of
 pairsDevTrain.txt whose people all train (the threshold is set on them). DIR/heldout_people.txt:
-the held-out names.
+the held-out names, written last (each file is replaced whole).
+
+`--lfw` defaults to datasets/lfw-devtrain of the shared data (`tracker.shared_data`:
+$TRACKER_SHARED_DIR, else ../shared). DIR must be new, empty or an earlier split's; every input is
+read and DIR probed before anything in it changes, so a mistake (one line, exit 2) leaves it as it was.
 """
 
 from __future__ import annotations
@@ -34,8 +38,11 @@ import re
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-LFW = REPO.parent / "shared" / "datasets" / "lfw-devtrain"
+from tracker import shared_data
+from tracker.errors import TrackerError
+from tracker.files import atomic_write, make_writable_folder, nearest_existing, probe_writable
+
+LFW = "datasets/lfw-devtrain"  # in the shared data
 MOST_PHOTOS = 50  # people with more photos than this are never held out
 
 
@@ -72,10 +79,42 @@ def split(people: dict[str, list[int]], share: float, pairs: int, seed: int):
     return held, sorted(matched), sorted(mismatched)
 
 
+def read_train_pairs(path: Path) -> list[list[str]]:
+    """The pair lines of an LFW pairs file (its first line, the count, skipped), each split into its
+    3 (matched) or 4 (mismatched) fields; ValueError naming the file (and line) it cannot read."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()[1:]
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"--lfw: cannot read {path} ({err}); expected LFW's pairsDevTrain.txt") from None
+    fields = [line.split() for line in lines]
+    for number, parts in enumerate(fields, 2):
+        if len(parts) not in (3, 4):
+            raise ValueError(f"--lfw: {path}:{number}: {lines[number - 2][:80]!r}; expected "
+                             "'person i j' or 'person i other j'")
+    return fields
+
+
+def check_out(out: Path) -> None:
+    """ValueError unless `out` is absent, an empty folder or an earlier split's (one holding
+    images/ or heldout_people.txt), and writable; nothing is made."""
+    earlier = ("images", "heldout_people.txt")
+    try:
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"--out {out}: not a folder; expected a new or earlier split's folder")
+        if out.is_dir() and any(out.iterdir()) and not any((out / name).exists() for name in earlier):
+            raise ValueError(f"--out {out}: holds files but no {' or '.join(earlier)}; "
+                             "expected a new or earlier split's folder")
+        probe_writable(nearest_existing(out / "images"))
+    except OSError as err:
+        raise ValueError(f"--out {out}: cannot write there ({err.strerror or err}); "
+                         "expected a new or earlier split's folder") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--lfw", type=Path, default=LFW, help="the LFW set: images/<person>/<photo> and pairsDevTrain.txt")
+    p.add_argument("--lfw", type=Path, help="the LFW set: images/<person>/<photo> and pairsDevTrain.txt "
+                   f"(default: {LFW} of the shared data)")
     p.add_argument("--share", type=float, default=0.2, help="share of the people with 2-50 photos held out (0..1)")
     p.add_argument("--pairs", type=int, default=500, help="matched pairs, and as many mismatched")
     p.add_argument("--seed", type=int, default=11)
@@ -84,34 +123,47 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--share {args.share}: expected a number between 0 and 1")
     if args.pairs < 1:
         p.error(f"--pairs {args.pairs}: expected a positive number")
-    images = (args.lfw / "images").resolve()
-    if not images.is_dir():
-        p.error(f"--lfw {args.lfw}: no images/ folder; expected LFW's images/<person>/<photo> layout")
-    people = {d.name: sorted(n for f in d.iterdir() if (n := photo_number(f.name)) is not None)
-              for d in sorted(images.iterdir()) if d.is_dir()}
+    # every input read and --out probed before anything is written: a failed run changes nothing
     try:
+        lfw = args.lfw if args.lfw is not None else shared_data.locate(LFW, "lfw_person_split", "--lfw")
+        images = (lfw / "images").resolve()
+        if not images.is_dir():
+            raise ValueError(f"--lfw {lfw}: no images/ folder; expected LFW's images/<person>/<photo> layout")
+        people = {d.name: sorted(n for f in d.iterdir() if (n := photo_number(f.name)) is not None)
+                  for d in sorted(images.iterdir()) if d.is_dir()}
+        train_pairs = read_train_pairs(lfw / "pairsDevTrain.txt")
         held, matched, mismatched = split(people, args.share, args.pairs, args.seed)
-    except ValueError as err:
-        p.error(str(err))
-    held_set = set(held)
-    (args.out / "images").mkdir(parents=True, exist_ok=True)
-    for entry in (args.out / "images").iterdir():  # an earlier split's: its held-out people train no more
-        if entry.name in held_set or entry.name not in people:
+        check_out(args.out)
+        held_set = set(held)
+        stale = []  # an earlier split's links: its held-out people train no more
+        if (args.out / "images").is_dir():
+            stale = [e for e in (args.out / "images").iterdir() if e.name in held_set or e.name not in people]
+        for entry in stale:
             if not entry.is_symlink():
-                p.error(f"--out {args.out}: {entry} is not a link this script made; expected a new or earlier split's folder")
-            entry.unlink()
-    for person in people:
-        link = args.out / "images" / person
-        if person not in held_set and not link.exists():
-            link.symlink_to(images / person)
+                raise ValueError(f"--out {args.out}: {entry} is not a link this script made; "
+                                 "expected a new or earlier split's folder")
+    except (TrackerError, ValueError) as err:
+        p.error(str(err))
+    except OSError as err:
+        p.error(f"--lfw {args.lfw}: cannot read it ({err}); expected LFW's images/<person>/<photo> layout")
+    keep_matched = [parts for parts in train_pairs if len(parts) == 3 and parts[0] not in held_set]
+    keep_mismatched = [parts for parts in train_pairs if len(parts) == 4 and not {parts[0], parts[2]} & held_set]
     lines = [f"{m[0]}\t{m[1]}\t{m[2]}" for m in matched] + [f"{m[0]}\t{m[1]}\t{m[2]}\t{m[3]}" for m in mismatched]
-    (args.out / "pairsHeldout.txt").write_text(f"{args.pairs}\n" + "\n".join(lines) + "\n")
-    train_lines = (args.lfw / "pairsDevTrain.txt").read_text().splitlines()[1:]
-    keep_matched = [line for line in train_lines if len(line.split()) == 3 and line.split()[0] not in held_set]
-    keep_mismatched = [line for line in train_lines
-                       if len(line.split()) == 4 and not {line.split()[0], line.split()[2]} & held_set]
-    (args.out / "pairsTrainPeople.txt").write_text(f"{len(keep_matched)}\n" + "\n".join(keep_matched + keep_mismatched) + "\n")
-    (args.out / "heldout_people.txt").write_text("\n".join(held) + "\n")
+    train_lines = ["\t".join(parts) for parts in keep_matched + keep_mismatched]
+    try:
+        make_writable_folder(args.out / "images")
+        for entry in stale:
+            entry.unlink()
+        for person in people:
+            link = args.out / "images" / person
+            if person not in held_set and not link.exists():
+                link.symlink_to(images / person)
+        atomic_write(args.out / "pairsHeldout.txt", (f"{args.pairs}\n" + "\n".join(lines) + "\n").encode())
+        atomic_write(args.out / "pairsTrainPeople.txt",
+                     (f"{len(keep_matched)}\n" + "\n".join(train_lines) + "\n").encode())
+        atomic_write(args.out / "heldout_people.txt", ("\n".join(held) + "\n").encode())  # last: the split is whole
+    except OSError as err:
+        p.error(f"--out {args.out}: cannot write the split ({err}); expected a writable folder")
     photos = sum(len(people[person]) for person in held)
     print(f"{len(people)} people; {len(held)} held out with {photos} photos; {args.pairs} + {args.pairs} held-out pairs; "
           f"training pairs kept: {len(keep_matched)} matched, {len(keep_mismatched)} mismatched")

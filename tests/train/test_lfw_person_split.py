@@ -4,6 +4,7 @@ eval-faces`'s reader and name only held-out people, and bad settings exit 2 with
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -94,3 +95,48 @@ def test_more_mismatched_pairs_than_the_held_out_people_have_is_refused(tmp_path
         result = run("--out", str(tmp_path / "out"), "--lfw", str(lfw), "--share", "0.99", "--pairs", "100", "--seed", seed)
         assert result.returncode == 2 and "--pairs 100: the held-out people have only" in result.stderr.splitlines()[-1]
     assert run("--out", str(tmp_path / "out"), "--lfw", str(lfw), "--share", "0.99", "--pairs", "1").returncode == 0
+
+
+def test_a_failing_run_leaves_an_earlier_split_as_it_was(tmp_path):
+    """The links were swapped and pairsHeldout.txt written before pairsDevTrain.txt was read: a
+    missing or malformed one left a half-new split and a traceback."""
+    lfw, out = lfw_like(tmp_path), tmp_path / "split"
+    assert run("--out", str(out), "--lfw", str(lfw), "--share", "0.5", "--pairs", "4", "--seed", "3").returncode == 0
+    before = {p.relative_to(out): (p.read_text() if p.is_file() and not p.is_symlink() else "link") for p in out.rglob("*")}
+    text = (lfw / "pairsDevTrain.txt").read_text()
+    for content, words in ((None, "cannot read"), (text + "Person_01\t1\n", "pairsDevTrain.txt:")):
+        if content is None:
+            (lfw / "pairsDevTrain.txt").unlink()
+        else:
+            (lfw / "pairsDevTrain.txt").write_text(content)
+        result = run("--out", str(out), "--lfw", str(lfw), "--share", "0.5", "--pairs", "4", "--seed", "4")
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert words in result.stderr.strip().splitlines()[-1]
+        after = {p.relative_to(out): (p.read_text() if p.is_file() and not p.is_symlink() else "link") for p in out.rglob("*")}
+        assert after == before
+
+
+def test_an_out_that_cannot_be_a_split_is_one_line(tmp_path):
+    lfw = lfw_like(tmp_path)
+    (tmp_path / "a_file").write_text("")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "diary.txt").write_text("mine")
+    for out, words in ((tmp_path / "a_file", "not a folder"), (tmp_path / "a_file" / "x", "cannot write"),
+                       (tmp_path / "notes", "expected a new or earlier split's folder")):
+        result = run("--out", str(out), "--lfw", str(lfw), "--share", "0.5", "--pairs", "4")
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert words in result.stderr.strip().splitlines()[-1] and str(out) in result.stderr
+    assert sorted(p.name for p in (tmp_path / "notes").iterdir()) == ["diary.txt"]
+
+
+def test_the_default_lfw_is_found_through_the_shared_data_folder(tmp_path):
+    """The default --lfw was ../shared beside the checkout whatever $TRACKER_SHARED_DIR said."""
+    lfw = tmp_path / "shared" / "datasets" / "lfw-devtrain"
+    lfw.parent.mkdir(parents=True)
+    lfw_like(tmp_path).rename(lfw)
+    env = {**os.environ, "TRACKER_SHARED_DIR": str(tmp_path / "shared")}
+    result = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "split"), "--share", "0.5", "--pairs", "4"],
+                            capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 0, result.stderr
+    links = list((tmp_path / "split" / "images").iterdir())
+    assert links and all(link.resolve().parent == lfw.resolve() / "images" for link in links)
