@@ -42,32 +42,46 @@ IDENTITIES = "datasets/celeba-10k/identity_CelebA_first10000.txt"  # in the shar
 
 def draw_pairs(photos: dict[str, int], pairs: int, seed: int):
     """(matched, mismatched) for {person: photo count}, `pairs` of each, none twice (a repeated pair
-    would land in two folds of `tracker eval-faces`): matched (person, i, j), i < j, the people drawn
-    in turn, each giving its pairs in a seeded shuffled order until it has none left; mismatched
-    (person, i, other person, j). Photo numbers count from 1. ValueError when the people do not have
-    that many distinct pairs of either kind."""
+    would land in two folds of `tracker eval-faces`): matched (person, i, j), the people drawn in
+    turn (one without an unused pair skipped); mismatched (person, i, other person, j), two people at
+    random. Photo numbers count from 1. A pair drawn before is drawn again, so a draw with no repeat
+    (any --pairs up to the number of people) is the one earlier versions made for the seed, and so
+    are the figures measured on it. ValueError when the people do not have that many distinct pairs
+    of either kind."""
     names = sorted(photos)
     counts = [photos[n] for n in names]
-    possible = sum(n * (n - 1) // 2 for n in counts)
+    own = [n * (n - 1) // 2 for n in counts]
     possible_mismatched = (sum(counts) ** 2 - sum(n * n for n in counts)) // 2
-    if pairs > min(possible, possible_mismatched):  # (the draws below would run out, or draw for ever)
-        raise ValueError(f"--pairs {pairs}: the held-out people have only {possible} matched and "
+    if pairs > min(sum(own), possible_mismatched):  # (the draws below would run out, or draw for ever)
+        raise ValueError(f"--pairs {pairs}: the held-out people have only {sum(own)} matched and "
                          f"{possible_mismatched} mismatched pairs")
     rng = np.random.default_rng(seed)
-    unused = {}
-    for name in names:
-        own = [(i, j) for i in range(1, photos[name] + 1) for j in range(i + 1, photos[name] + 1)]
-        unused[name] = [own[k] for k in rng.permutation(len(own))]
+    used = [0] * len(names)
+    seen: set[tuple] = set()
     matched: list[tuple[str, int, int]] = []
+    mismatched: list[tuple[str, int, str, int]] = []
+    turn = 0
     while len(matched) < pairs:
-        for name in names:
-            if unused[name] and len(matched) < pairs:
-                matched.append((name, *unused[name].pop()))
-    mismatched: dict[tuple[str, int, str, int], None] = {}  # (ordered: the file keeps the draw's order)
-    while len(mismatched) < pairs:
-        a, b = sorted(rng.choice(len(names), 2, replace=False))
-        mismatched[(names[a], int(rng.integers(counts[a])) + 1, names[b], int(rng.integers(counts[b])) + 1)] = None
-    return matched, list(mismatched)
+        while used[turn % len(names)] == own[turn % len(names)]:
+            turn += 1
+        person = turn % len(names)
+        turn += 1
+        while True:
+            i, j = (int(k) + 1 for k in rng.choice(counts[person], 2, replace=False))
+            if (names[person], min(i, j), max(i, j)) not in seen:
+                break
+        seen.add((names[person], min(i, j), max(i, j)))
+        used[person] += 1
+        matched.append((names[person], i, j))
+        while True:
+            a, b = rng.choice(len(names), 2, replace=False)
+            x, y = int(rng.integers(counts[a])) + 1, int(rng.integers(counts[b])) + 1
+            key = tuple(sorted([(names[a], x), (names[b], y)]))
+            if key not in seen:
+                break
+        seen.add(key)
+        mismatched.append((names[a], x, names[b], y))
+    return matched, mismatched
 
 
 def main(argv: list[str] | None = None) -> int:
