@@ -67,7 +67,7 @@ import numpy as np  # noqa: E402
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from tracker import shared_data  # noqa: E402
-from tracker.arguments import ArgumentParser, positive_float, positive_int  # noqa: E402
+from tracker.arguments import ArgumentParser, batch_list, positive_float, positive_int  # noqa: E402
 from tracker.backends import REGISTRY, availability, backend_class, create_backend  # noqa: E402
 from tracker.bench.interleave import time_interleaved  # noqa: E402
 from tracker.errors import TrackerError  # noqa: E402
@@ -97,17 +97,6 @@ Runner = Callable[[np.ndarray], Any]  # f(x), x (N, 1, 88, 88) float32 NCHW; the
 
 
 # ---- arguments --------------------------------------------------------------------------
-
-
-def batch_list(text: str) -> list[int]:
-    """argparse type: comma-separated integers >= 1 ("1,8,64"); repeats dropped, order kept."""
-    try:
-        values = [int(item) for item in text.split(",")]
-    except ValueError:
-        values = []
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"bad value {text!r}; expected comma-separated integers >= 1, e.g. 1,8,64")
-    return list(dict.fromkeys(values))
 
 
 def name_list(allowed: tuple[str, ...]) -> Callable[[str], list[str]]:

@@ -256,17 +256,19 @@ def main() -> None:
     modes = args.modes.split(",")
     if not set(modes) <= {"caffe", "dl"}:
         usage_error(f"--modes {args.modes!r}: expected caffe, dl or both, comma-separated")
-    try:
-        batches = [positive(int)(b) for b in args.batches.split(",")]
-    except argparse.ArgumentTypeError as e:
-        usage_error(f"--batches {args.batches!r}: {e}; expected positive integers, comma-separated")
-    if args.child:
+    if args.child:  # --batches as the parent checked it (below): a child's tree may not have batch_list
+        batches = [int(b) for b in args.batches.split(",")]
         print(json.dumps(time_tree(Path(args.child), modes, batches, args.threads, args.seconds)))
         return
-    # this checkout's bound on OpenBLAS's idle threads, inherited by both commits' processes alike
-    # (imported here: a --child process must import `tracker` from its own tree)
+    # this checkout's argument type and bound on OpenBLAS's idle threads, the latter inherited by
+    # both commits' processes alike (imported here: a --child process must import `tracker` from its own tree)
     sys.path.insert(0, str(REPO))
+    from tracker.arguments import batch_list
     from tracker.blas_idle import bound_idle_spin
+    try:
+        batch_list(args.batches)
+    except argparse.ArgumentTypeError as e:
+        usage_error(f"argument --batches: {e}")
     bound_idle_spin()
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, exit_on_signal)

@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from tracker.arguments import float_between, int_between, positive_float
+from tracker.arguments import MAX_BENCH_BATCH, batch_list, float_between, int_between, positive_float
 
 
 @pytest.mark.parametrize("parse, good, bad, expected", [
@@ -24,3 +24,13 @@ def test_value_types(parse, good, bad, expected):
         with pytest.raises(argparse.ArgumentTypeError) as refused:
             parse(text)
         assert str(refused.value) == f"bad value {text!r}; expected {expected}"
+
+
+def test_batch_list_is_bounded_by_the_largest_benchmark_batch():
+    """Every benchmark's --batches: a batch is allocated whole, so 100000 asked for gigabytes."""
+    assert batch_list(f"8,1,8,{MAX_BENCH_BATCH}") == [8, 1, MAX_BENCH_BATCH]
+    for text in ["0", f"1,{MAX_BENCH_BATCH + 1}", "100000", "1,,2", "x", ""]:
+        with pytest.raises(argparse.ArgumentTypeError) as refused:
+            batch_list(text)
+        assert str(refused.value) == (f"bad value {text!r}; expected comma-separated batch sizes from 1 to "
+                                      f"{MAX_BENCH_BATCH}, e.g. 1,2,4,8")

@@ -48,6 +48,25 @@ def int_between(low: int, high: int | None = None):
 positive_int = int_between(1)  # argparse type: an integer >= 1
 
 
+# The largest batch a benchmark times: the study's largest, and the backend worker's default
+# max_batch (tracker.backends.worker.DEFAULT_MAX_BATCH). A bound because a batch is allocated
+# whole: --batches 100000 asked for gigabytes before the first pass.
+MAX_BENCH_BATCH = 256
+
+
+def batch_list(text: str) -> list[int]:
+    """argparse type of every benchmark's --batches: comma-separated batch sizes from 1 to
+    MAX_BENCH_BATCH ("1,8,64") -> the sizes, each once, in the order given."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:  # an empty part ("1,,2") too
+        values = []
+    if not values or any(not 1 <= v <= MAX_BENCH_BATCH for v in values):
+        raise argparse.ArgumentTypeError(f"bad value {text!r}; expected comma-separated batch sizes from 1 to "
+                                         f"{MAX_BENCH_BATCH}, e.g. 1,2,4,8")
+    return list(dict.fromkeys(values))
+
+
 def float_between(low: float, high: float = math.inf, *, above_low: bool = False, what: str = "a number"):
     """argparse type factory: a finite number from `low` (with `above_low`, greater than it) to
     `high`; `what` names it in the message ("a number of seconds"). Never NaN nor infinite: a

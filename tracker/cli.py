@@ -29,7 +29,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path, float_between, int_between, path_to, positive_int, words
+from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, batch_list, config_path, float_between, int_between, path_to, positive_int, words
 from tracker.blas_idle import bound_idle_spin
 from tracker.errors import EXIT_UNEXPECTED, InputError, TrackerError
 from tracker.images import set_opencv_environment
@@ -51,22 +51,9 @@ BENCH_MODULES = ("matplotlib", "tqdm", "psutil")
 DEMO_FRAMES = 400  # 40 s of the synthetic scene at its default 10 fps: two people cross, one waits
 
 
-MAX_BENCH_BATCH = 256  # the study's largest batch, and the backend worker's default max_batch
 # The benchmark's defaults, filled in once its options are checked: the parser's are None, so that
 # an option given without --benchmark is refused whatever its value (at its default it was ignored)
 BENCH_DEFAULTS = {"batches": [1, 2, 4, 8, 16, 32, 64, 128, 256], "passes": 100, "out": Path("bench-out")}
-
-
-def _batch_list(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",")]
-    except ValueError:  # an empty part ("1,,2") too
-        values = []
-    if not values or any(not 1 <= v <= MAX_BENCH_BATCH for v in values):
-        raise argparse.ArgumentTypeError(f"bad value {text!r}; expected comma-separated batch sizes from 1 to "
-                                         f"{MAX_BENCH_BATCH}, e.g. 1,2,4,8")
-    return values
-
 
 
 def _main_parser() -> ArgumentParser:
@@ -90,7 +77,7 @@ def _main_parser() -> ArgumentParser:
     p.add_argument("--check-config", action="store_true", help="validate the config and exit")
     p.add_argument("--list-backends", action="store_true", help="list backends and whether they run here")
     p.add_argument("--benchmark", action="store_true", help="time forward passes per batch size")
-    p.add_argument("--batches", type=_batch_list, help="benchmark: comma-separated batch sizes (default 1,2,4,...,256)")
+    p.add_argument("--batches", type=batch_list, help="benchmark: comma-separated batch sizes (default 1,2,4,...,256)")
     # every pass time is kept and written to results.json after each cell: 117 cells of 100,000 took 1.4 GB
     p.add_argument("--passes", type=int_between(1, 10_000), help="benchmark: forward passes per batch size (default 100)")
     # an hour a cell at most: a warm-up's passes report progress, so --timeout never ended one of 1e300 s

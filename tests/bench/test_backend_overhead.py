@@ -68,6 +68,7 @@ def test_onnxruntime_fp32_batch_1_writes_every_variant_and_its_ratios(tmp_path, 
 @pytest.mark.parametrize("args, option, value", [
     (["--batches", "1,0"], "--batches", "'1,0'"),
     (["--batches", "eight"], "--batches", "'eight'"),
+    (["--batches", "1,100000"], "--batches", "'1,100000'"),  # a batch is allocated whole: GBs
     (["--backends", "onnxruntime,nope"], "--backends", "'nope'"),
     (["--precisions", "fp16"], "--precisions", "'fp16'"),
     (["--seconds", "0"], "--seconds", "'0'"),

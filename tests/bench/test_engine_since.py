@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from repo_scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,7 +98,7 @@ def test_a_child_that_fails_is_one_line_naming_the_commit_and_leaves_nothing_beh
 
 def test_a_bad_option_is_one_line_and_exit_2():
     for args, named in ((["--before", "no-such-commit"], "--before 'no-such-commit'"),
-                        (["--modes", "fast"], "--modes 'fast'"), (["--batches", "8,0"], "--batches '8,0'"),
+                        (["--modes", "fast"], "--modes 'fast'"), (["--batches", "8,0"], "--batches: bad value '8,0'"),
                         (["--threads", "0"], "--threads: '0'"), (["--seconds", "inf"], "--seconds: 'inf'")):
         proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and proc.stdout == ""
@@ -115,3 +116,14 @@ def test_sigterm_mid_round_stops_the_child_and_removes_the_worktree(tmp_path):
         proc.kill()
         proc.communicate()
     assert not any(Path(tree).is_relative_to(tmp_path) for tree in worktrees(REPO)) and not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("batches", ["100000", "0", "1,x"])
+def test_bad_batches_is_one_line_and_exit_2_before_any_worktree(batches):
+    """--batches is the benchmarks' one type (tracker.arguments.batch_list): 100000 was taken and
+    allocated whole in each commit's process."""
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--batches", batches, "--rounds", "1"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        f"engine_since: argument --batches: bad value {batches!r}; expected comma-separated batch sizes from 1 to 256, e.g. 1,2,4,8"]
