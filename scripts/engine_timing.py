@@ -86,15 +86,25 @@ bound_idle_spin()  # before numpy loads OpenBLAS, as the `tracker` command does
 
 import numpy as np  # noqa: E402
 
-from tracker.backends import create_backend  # noqa: E402
+from tracker.arguments import (  # noqa: E402
+    ArgumentParser,
+    batch_list,
+    comma_names,
+    float_between,
+    positive_float,
+    positive_int,
+    words,
+)
+from tracker.backends import REGISTRY, create_backend  # noqa: E402
 from tracker.bench.interleave import time_interleaved  # noqa: E402
+from tracker.errors import TrackerError  # noqa: E402
 from tracker.machine import cores  # noqa: E402
 from tracker.model import cache_aligned  # noqa: E402
 from tracker.model import layers as L  # noqa: E402
 from tracker.model import ops as O  # noqa: E402
 from tracker.model import shapes as S  # noqa: E402
 from tracker.model.caffe_io import load_net  # noqa: E402
-from tracker.model.engine import Net  # noqa: E402
+from tracker.model.engine import MODES, Net  # noqa: E402
 from tracker.model.engine.parallel import blas_threads, thread_plan, warm_blas  # noqa: E402
 from tracker.model.engine.schedule import label  # noqa: E402
 from tracker.model.spec import default_model  # noqa: E402
@@ -117,6 +127,7 @@ def median_ms(fn, seconds: float, before=None) -> float:
 
 
 AGAINST_ROUNDS = 5  # --against: rounds over the engine and the other backend
+MAX_WORKSPACE_MB = 4096  # --workspace-mb: a bound on what a typo may ask the engine to allocate
 
 
 def gemm_shapes(op: O.Op, shapes: S.LayerShapes, mode: str, blas: int) -> list[tuple[tuple[int, int], tuple[int, int], str]]:
@@ -657,31 +668,50 @@ def idle_cpu(netdef) -> None:
         print(f"  {mode:5s} {busy:.3f} s in forward passes, {time.process_time() - cpu:.3f} s of process CPU time", flush=True)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batches", default="1,8,256")
-    ap.add_argument("--seconds", type=float, default=1.5)
-    ap.add_argument("--modes", default="caffe,dl")
-    ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--workspace-mb", type=float, default=64)
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The options (module docstring), every one checked before any timing (the first ones take
+    minutes): a bad one raises InputError (one line, exit 2). `modes` is a list of MODES."""
+    ap = ArgumentParser(prog="engine_timing.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--batches", type=batch_list, default=[1, 8, 256], help="comma list (default 1,8,256)")
+    ap.add_argument("--seconds", type=positive_float, default=1.5)
+    ap.add_argument("--modes", default="caffe,dl", help=f"comma list of {', '.join(MODES)}, or all (default caffe,dl)")
+    ap.add_argument("--threads", type=positive_int, default=None)
+    ap.add_argument("--workspace-mb", type=float_between(0, MAX_WORKSPACE_MB, above_low=True, what="a number of MB"),
+                    default=64)
     ap.add_argument("--layers", action="store_true", help="also each step's time and its GEMMs' time (needs --threads)")
     ap.add_argument("--gemms", action="store_true", help="first, each convolution's GEMM in both orientations")
     ap.add_argument("--elementwise", action="store_true", help="first, the ReLU, bias and fc1 costs behind the engine's choices")
     ap.add_argument("--scaling", action="store_true", help="first, what a second core gains the dl mode at batch 8, and where the rest goes")
-    ap.add_argument("--against", metavar="BACKEND",
+    ap.add_argument("--against", metavar="BACKEND", type=words("a backend name"),
                     help="also the engine's ratio to this backend (e.g. onnxruntime), the two timed in alternating rounds")
-    ap.add_argument("--phases", type=float, metavar="SECONDS",
+    ap.add_argument("--phases", type=float_between(0, what="a number of seconds"), metavar="SECONDS",
                     help="first, for SECONDS, rounds of the cost of reading another core's writes, the caffe mode on 2 and 1 "
                          "threads and the dl mode on 2 workers")
     ap.add_argument("--idle-cpu", action="store_true", help="first, the process CPU time of batch-1 passes at a camera's pace")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
+    a.modes = comma_names(a.modes, MODES, "engine_timing.py: --modes", "engine mode")[0]
+    if a.against is not None and a.against not in REGISTRY:
+        ap.error(f"argument --against: unknown backend {a.against!r}; expected one of {', '.join(REGISTRY)}")
     if a.layers and a.threads is None:
         ap.error("--layers: needs --threads N (the GEMMs alone are timed on the threads the engine gives them)")
-    if a.phases is not None and not a.phases >= 0:
-        ap.error(f"--phases: expected a number of seconds >= 0; found {a.phases}")
     if a.phases is not None and (usable := cores()) < 2:
         ap.error(f"--phases: needs two CPUs; this process may run on {usable}")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        run(parse_args(argv))
+    except TrackerError as err:  # a bad option (exit 2), a backend that cannot run here: one line, no traceback
+        print(str(err), file=sys.stderr)
+        return err.exit_code
+    return 0
+
+
+def run(a: argparse.Namespace) -> None:
     spec = default_model()
+    # made first: a backend that cannot run here is said before the minutes of the other timings
+    other = create_backend(a.against, spec, threads=a.threads) if a.against else None
     netdef = load_net(spec.prototxt, spec.weights)
     if a.gemms:
         gemm_orientations(netdef, a.seconds / 2)
@@ -693,10 +723,9 @@ def main() -> None:
         watch_phases(netdef, a.phases, a.seconds)
     if a.idle_cpu:
         idle_cpu(netdef)
-    batches = [int(b) for b in a.batches.split(",")]
+    batches = a.batches
     x0 = np.random.default_rng(0).standard_normal((max(batches), 1, 88, 88)).astype(np.float32)
-    other = create_backend(a.against, spec, threads=a.threads) if a.against else None
-    for mode in a.modes.split(","):
+    for mode in a.modes:
         net = Net(netdef, np.float32, mode, threads=a.threads, workspace_bytes=int(a.workspace_mb * 2**20))
         cells, details = [], []
         for b in batches:
@@ -719,4 +748,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

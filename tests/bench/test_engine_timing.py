@@ -178,3 +178,27 @@ def test_phases_probe_writer_leaves_when_its_reader_is_killed(tmp_path):
     writer = int(out.read_text().split()[0])
     # sooner than PROBE_WAIT_S, after which a writer spinning for its turn would leave anyway
     assert wait_for_state(writer, {"gone", "Z"}, seconds=load_script("engine_timing").PROBE_WAIT_S / 2) in {"gone", "Z"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batches", "x"], "argument --batches: bad value 'x'; expected comma-separated batch sizes from 1 to 256, e.g. 1,2,4,8"),
+    (["--batches", "0"], "argument --batches: bad value '0'; expected comma-separated batch sizes from 1 to 256, e.g. 1,2,4,8"),
+    (["--batches", "100000"], "argument --batches: bad value '100000'; expected comma-separated batch sizes from 1 to 256, e.g. 1,2,4,8"),
+    (["--modes", "bogus"], "--modes: unknown engine mode 'bogus'; expected a comma list of caffe, dl, or all"),
+    (["--threads", "0"], "argument --threads: bad value '0'; expected an integer >= 1"),
+    (["--workspace-mb", "-5"], "argument --workspace-mb: bad value '-5'; expected a number of MB > 0 and <= 4096"),
+    (["--seconds", "nan"], "argument --seconds: bad value 'nan'; expected a number > 0"),
+])
+def test_bad_argument_is_one_line_and_exit_2_before_any_timing(args, message, capsys):
+    script = load_script("engine_timing")
+    assert script.main([*args, "--gemms"]) == 2  # --gemms: minutes of work, never started
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"engine_timing.py: {message}\n"
+
+
+def test_unknown_against_backend_is_refused_before_any_timing(capsys):
+    script = load_script("engine_timing")
+    assert script.main(["--against", "bogus", "--gemms"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("engine_timing.py: argument --against: unknown backend 'bogus'; expected one of ")
+    assert "onnxruntime" in err and err.count("\n") == 1
