@@ -67,10 +67,11 @@ import numpy as np  # noqa: E402
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from tracker import shared_data  # noqa: E402
-from tracker.arguments import ArgumentParser, batch_list, positive_float, positive_int  # noqa: E402
+from tracker.arguments import ArgumentParser, batch_list, file_to_write, positive_float, positive_int  # noqa: E402
 from tracker.backends import REGISTRY, availability, backend_class, create_backend  # noqa: E402
 from tracker.bench.interleave import time_interleaved  # noqa: E402
 from tracker.errors import TrackerError  # noqa: E402
+from tracker.files import atomic_write  # noqa: E402
 from tracker.machine import cores, cpu_model, load_average  # noqa: E402
 from tracker.model.convert import convert  # noqa: E402
 from tracker.model.spec import ModelSpec, default_model  # noqa: E402
@@ -121,11 +122,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batches", type=batch_list, default=[1, 8, 64, 256], help="comma list (default 1,8,64,256)")
     p.add_argument("--seconds", type=positive_float, default=0.5, help="per variant per round (default 0.5)")
     p.add_argument("--rounds", type=positive_int, default=5, help="rounds over the variants (default 5)")
-    p.add_argument("--json", type=Path, help="also write the results to this file")
-    args = p.parse_args(argv)
-    if args.json is not None and not args.json.parent.is_dir():  # said now, not after the whole run
-        p.error(f"argument --json: bad value {str(args.json)!r}; expected a file in an existing folder")
-    return args
+    # checked now, not after the whole run
+    p.add_argument("--json", type=file_to_write("a file to write in an existing folder"), help="also write the results to this file")
+    return p.parse_args(argv)
 
 
 # ---- the runners --------------------------------------------------------------------------
@@ -605,7 +604,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"load average at end (1, 5, 15 min): {m['load_average']['end']}")
     if args.json is not None:
         try:
-            args.json.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
+            atomic_write(args.json, (json.dumps(result, indent=1, default=str) + "\n").encode())
         except OSError as err:
             print(f"--json {str(args.json)!r}: cannot write ({err.strerror or err}); expected a writable file path", file=sys.stderr)
             return 2

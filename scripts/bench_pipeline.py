@@ -46,6 +46,17 @@ from pathlib import Path
 
 import numpy as np
 
+from tracker.arguments import (
+    MAX_BENCH_BATCH,
+    ArgumentParser,
+    file_to_write,
+    float_between,
+    int_between,
+    positive_int,
+    words,
+)
+from tracker.errors import InputError
+from tracker.files import atomic_write
 from tracker.machine import cpu_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -162,21 +173,40 @@ def analyse_paced(rows: list[dict], fps: float, queue_size: int) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--backend", default="caffe-openblas-dl")
-    ap.add_argument("--frames", type=int, default=600, help="frames of the unpaced run (default 600: 3 scene cycles)")
-    ap.add_argument("--width", type=int, default=640)
-    ap.add_argument("--height", type=int, default=480)
-    ap.add_argument("--max-batch", type=int, help="batcher.max_batch (default: the config's)")
-    ap.add_argument("--max-wait-ms", type=float, help="batcher.max_wait_ms (default: the config's)")
-    ap.add_argument("--paced-fps", type=float, default=30.0, help="capture rate of the paced run (0: skip it)")
-    ap.add_argument("--paced-seconds", type=float, default=20.0)
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The options, every one checked before the runs (minutes): a bad one raises InputError."""
+    ap = ArgumentParser(prog="bench_pipeline.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", type=words("a backend name"), default="caffe-openblas-dl")
+    # two frames at least: fps is over the time between the first frame's end and the last's
+    ap.add_argument("--frames", type=int_between(2), default=600, help="frames of the unpaced run (default 600: 3 scene cycles)")
+    ap.add_argument("--width", type=positive_int, default=640)
+    ap.add_argument("--height", type=positive_int, default=480)
+    ap.add_argument("--max-batch", type=int_between(1, MAX_BENCH_BATCH), help="batcher.max_batch (default: the config's)")
+    ap.add_argument("--max-wait-ms", type=float_between(0, what="a number of ms"), help="batcher.max_wait_ms (default: the config's)")
+    ap.add_argument("--paced-fps", type=float_between(0, what="a number of frames per second"), default=30.0,
+                    help="capture rate of the paced run (0: skip it)")
+    ap.add_argument("--paced-seconds", type=float_between(0, above_low=True, what="a number of seconds"), default=20.0)
     ap.add_argument("--compare-haar", action="store_true",
                     help="also run unpaced with the former detector (Haar at 640 px, whole frames) and compare fps")
-    ap.add_argument("--out", type=Path, help="also write the results as JSON here")
+    ap.add_argument("--out", type=file_to_write("a JSON file to write in an existing folder"),
+                    help="also write the results as JSON here")
     args = ap.parse_args(argv)
+    if args.paced_fps > 0 and int(args.paced_fps * args.paced_seconds) < 2:
+        ap.error(f"--paced-fps {args.paced_fps:g} for --paced-seconds {args.paced_seconds:g}: fewer than 2 frames; "
+                 "expected a paced run of 2 frames or more (or --paced-fps 0 to skip it)")
+    return args
 
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+    except InputError as err:  # one line, exit 2, before any run
+        print(str(err), file=sys.stderr)
+        return err.exit_code
+    return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
     from tracker.config import SourceConfig
 
     queue_size = SourceConfig().queue_size
@@ -238,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
               f"max {cm['max']} ms (the queue holds {queue_size} frames = {cm['queue_bound_ms']} ms, plus the "
               "frame being processed when it filled)")
     if args.out:
-        args.out.write_text(json.dumps(result, indent=1), encoding="utf-8")
+        atomic_write(args.out, json.dumps(result, indent=1).encode())
     return 0
 
 

@@ -10,8 +10,8 @@ frame rate is what the guard can do), alternately without a viewer and with one 
 a client reading /live.mjpg as a browser does, so the page draws and encodes a frame at its
 `stream_fps`, 5 by default), `--repeats` times each, interleaved so that a change in the
 machine's load hits both. Each run's frame rate comes from its latency log as bench_pipeline.py
-computes it, over the frames processed while the viewer watched (from its first frame on; the
-same frames without one). Prints both medians and their ratio, and the load average around the
+computes it, over the frames after the first SKIP_FRAMES (150: the page starting, the viewer
+connecting, the backend warming up), with or without the viewer alike. Prints both medians and their ratio, and the load average around the
 runs. It asserts nothing.
 """
 
@@ -30,6 +30,9 @@ from pathlib import Path
 from bench_pipeline import analyse_unpaced
 from soak_demo import free_port, watch
 
+from tracker.arguments import ArgumentParser, file_to_write, int_between, positive_int, words
+from tracker.errors import InputError
+from tracker.files import atomic_write
 from tracker.machine import cpu_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,15 +61,23 @@ def run(frames: int, backend: str, viewer: bool) -> dict:
     return {"viewer": viewer, "fps": analyse_unpaced(rows[SKIP_FRAMES:])["fps"], "viewer_frames": seen["frames"]}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--frames", type=int, default=1500)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--backend", default="caffe-openblas-dl")
-    ap.add_argument("--out", type=Path)
-    args = ap.parse_args()
-    if args.frames <= SKIP_FRAMES + 100:
-        ap.error(f"--frames must be more than {SKIP_FRAMES + 100}")
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The options, every one checked before the runs (minutes): a bad one raises InputError."""
+    ap = ArgumentParser(prog="bench_web.py", description=__doc__.split("\n\n")[0])
+    # 100 frames at least after the SKIP_FRAMES left out of each run's frame rate
+    ap.add_argument("--frames", type=int_between(SKIP_FRAMES + 101), default=1500)
+    ap.add_argument("--repeats", type=positive_int, default=3)  # a median of none was a StatisticsError at the end
+    ap.add_argument("--backend", type=words("a backend name"), default="caffe-openblas-dl")
+    ap.add_argument("--out", type=file_to_write("a JSON file to write in an existing folder"))
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+    except InputError as err:  # one line, exit 2, before any run
+        print(str(err), file=sys.stderr)
+        return err.exit_code
     load_before = [round(x, 2) for x in os.getloadavg()]
     runs = []
     for k in range(args.repeats):
@@ -82,7 +93,7 @@ def main() -> int:
     print(f"median frames/s: {alone:.1f} without a viewer, {watched:.1f} with one: {100 * watched / alone:.1f}% "
           f"(load average {load_before} before, {result['load_average_after']} after; {result['cpu']})")
     if args.out:
-        args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        atomic_write(args.out, (json.dumps(result, indent=1) + "\n").encode())
     return 0
 
 

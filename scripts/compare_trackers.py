@@ -27,7 +27,9 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-from pathlib import Path
+
+from tracker.arguments import ArgumentParser, path_to
+from tracker.errors import InputError
 
 ROWS = {
     "sort-settings": ["--min-hits", "3", "--max-age", "1", "--iou-threshold", "0.3", "--high-score", "none"],
@@ -50,15 +52,31 @@ def eval_mot(args: list[str]) -> tuple[float, float]:
     return float(table["MOTA"]), float(table["IDF1"])
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("sequences", type=Path, nargs="+", help="folders with det.txt and gt.txt")
-    ap.add_argument("--sort-output", type=Path, help="folder of SORT's own output, <SEQ>.txt")
-    args = ap.parse_args()
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The options, and every file they name there, checked before the first run: InputError
+    (one line, exit 2) otherwise (a missing folder was exit 1, a user's mistake said as a failure)."""
+    ap = ArgumentParser(prog="compare_trackers.py", description=__doc__.splitlines()[0])
+    ap.add_argument("sequences", type=path_to("a folder with det.txt and gt.txt"), nargs="+",
+                    help="folders with det.txt and gt.txt")
+    ap.add_argument("--sort-output", type=path_to("a folder of SORT's own output, <SEQ>.txt"),
+                    help="folder of SORT's own output, <SEQ>.txt")
+    args = ap.parse_args(argv)
     for seq in args.sequences:
         for name in ("det.txt", "gt.txt"):
             if not (seq / name).is_file():
-                sys.exit(f"compare_trackers: {seq / name}: not found; expected a folder with det.txt and gt.txt")
+                ap.error(f"{str(seq / name)!r}: not found; expected a folder with det.txt and gt.txt")
+        if args.sort_output is not None and not (args.sort_output / f"{seq.name}.txt").is_file():
+            ap.error(f"--sort-output: {str(args.sort_output / f'{seq.name}.txt')!r}: not found; "
+                     "expected SORT's output of each sequence, <SEQ>.txt")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+    except InputError as err:
+        print(str(err), file=sys.stderr)
+        return err.exit_code
     names = [seq.name for seq in args.sequences]
     print("| tracker (online) | " + " | ".join(f"{n} MOTA / IDF1" for n in names) + " |")
     print("|---|" + "---|" * len(names))

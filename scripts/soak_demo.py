@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import shutil
 import signal
 import socket
 import statistics
@@ -46,6 +47,9 @@ from pathlib import Path
 
 import psutil
 
+from tracker.arguments import ArgumentParser, file_to_write, float_between, words
+from tracker.errors import InputError
+from tracker.files import atomic_write
 from tracker.machine import cpu_model
 
 MB = 2**20
@@ -54,6 +58,9 @@ TRACKER = Path(sys.executable).with_name("tracker")
 TARGET_PEAK_MB = 250.0
 GROWTH_MB = 2.0
 SLOPE_MB_PER_H = 5.0
+MIN_INTERVAL_S = 0.1  # --interval: reading the process tree's RSS is not free
+MAX_DURATION_S = 7 * 86_400.0  # --duration, --warmup: a week; more is a typo, and a frame count that overflows
+GUARD_FAILED = 1  # soak's exit status when the guard ended before --duration
 
 
 def tree_rss(proc: psutil.Process) -> int:
@@ -133,20 +140,50 @@ def latency_summary(path: Path) -> dict:
     return {"frames": frames, "dropped": dropped}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--duration", type=float, default=600.0, help="seconds to run (default 600)")
-    ap.add_argument("--interval", type=float, default=5.0, help="seconds between RSS samples (default 5)")
-    ap.add_argument("--warmup", type=float, default=180.0, help="seconds before growth is judged (default 180)")
-    ap.add_argument("--backend", default="caffe-openblas-dl")
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The options, every one checked before the run (minutes): a bad one raises InputError."""
+    ap = ArgumentParser(prog="soak_demo.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--duration", type=float_between(60, MAX_DURATION_S, what="a number of seconds"), default=600.0,
+                    help="seconds to run (default 600)")
+    # at most half a minute: the minute after warm-up gets two samples whatever their phase (one
+    # every 61 s left it none, and its median was a StatisticsError after the run); at least
+    # MIN_INTERVAL_S: 0 read the RSS in a busy loop
+    ap.add_argument("--interval", type=float_between(MIN_INTERVAL_S, 30, what="a number of seconds"), default=5.0,
+                    help="seconds between RSS samples (default 5)")
+    ap.add_argument("--warmup", type=float_between(0, MAX_DURATION_S, what="a number of seconds"), default=180.0,
+                    help="seconds before growth is judged (default 180)")
+    ap.add_argument("--backend", type=words("a backend name"), default="caffe-openblas-dl")
     ap.add_argument("--viewer", action="store_true", help="keep one viewer on the web page's live view")
-    ap.add_argument("--out", type=Path, help="also write the result as JSON here")
+    ap.add_argument("--out", type=file_to_write("a JSON file to write in an existing folder"),
+                    help="also write the result as JSON here")
     ap.add_argument("--keep", action="store_true", help="keep the state directory (logs, events)")
     args = ap.parse_args(argv)
     if args.warmup + 60.0 > args.duration:
-        ap.error("--duration must be at least --warmup + 60 s (one minute of samples after warm-up)")
+        ap.error(f"--duration {args.duration:g}: shorter than --warmup {args.warmup:g} + 60 s; expected at least "
+                 f"{args.warmup + 60:g} (one minute of samples after warm-up)")
+    return args
 
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+    except InputError as err:  # one line, exit 2, before the run
+        print(str(err), file=sys.stderr)
+        return err.exit_code
     state = Path(tempfile.mkdtemp(prefix="tracker-soak-"))
+    code = None
+    try:
+        code = soak(args, state)
+        return code
+    finally:  # an error's end too: the state folder is not left in /tmp, unless asked for or its log named
+        if args.keep or code == GUARD_FAILED:
+            print(f"state, logs and events kept in {state}")
+        else:
+            shutil.rmtree(state, ignore_errors=True)
+
+
+def soak(args: argparse.Namespace, state: Path) -> int:
+    """The run with its state in `state`, and its report: 0, or GUARD_FAILED if the guard ended early."""
     config = state / "tracker.yaml"
     # No console lines: a long run would fill the pipe; the guard's own log goes to a file.
     port = free_port()
@@ -182,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                 code = child.wait()
     if code != 0 or t < args.duration:
         print(f"the guard exited with status {code} after {t:.0f} s; see {state / 'guard.log'}")
-        return 1
+        return GUARD_FAILED
 
     after = [(t, m) for t, m in samples if t >= args.warmup]
     first_min = [m for t, m in after if t < args.warmup + 60.0]
@@ -212,13 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"slope after warm-up {result['slope_after_warmup_mb_per_h']:+7.2f} MB/h  "
           f"({'no growth' if ok_growth else 'GROWING'})")
     if args.out:
-        args.out.write_text(json.dumps({**result, "rss_samples": samples}, indent=1), encoding="utf-8")
-    if not args.keep:
-        import shutil
-
-        shutil.rmtree(state, ignore_errors=True)
-    else:
-        print(f"state, logs and events kept in {state}")
+        atomic_write(args.out, json.dumps({**result, "rss_samples": samples}, indent=1).encode())
     return 0
 
 

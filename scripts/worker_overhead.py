@@ -33,9 +33,11 @@ bound_idle_spin()  # before numpy loads OpenBLAS, as the `tracker` command does
 
 import numpy as np  # noqa: E402
 
+from tracker.arguments import ArgumentParser, int_between, positive_int  # noqa: E402
 from tracker.backends import create_backend  # noqa: E402
 from tracker.backends.base import BackendBase  # noqa: E402
 from tracker.backends.worker import WorkerBackend  # noqa: E402
+from tracker.errors import InputError  # noqa: E402
 from tracker.model.spec import default_model  # noqa: E402
 from tracker.types import Inference  # noqa: E402
 
@@ -117,14 +119,25 @@ def mxnet_rss() -> None:
                 backend.close()
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=200, help="calls per batch size and configuration")
-    parser.add_argument("--bench-runs", type=int, default=0,
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The options, every one checked before any timing: a bad one raises InputError (one line,
+    exit 2). --calls 0 divided by zero; --bench-runs -1 timed nothing and then looked its rows up."""
+    parser = ArgumentParser(prog="worker_overhead.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=positive_int, default=200, help="calls per batch size and configuration")
+    parser.add_argument("--bench-runs", type=int_between(0), default=0,
                         help="also compare caffe-openblas-dl in the benchmark with and without --worker, this many runs each")
-    parser.add_argument("--passes", type=int, default=100, help="benchmark passes per run (with --bench-runs)")
+    # tracker --benchmark's own bound on --passes
+    parser.add_argument("--passes", type=int_between(1, 10_000), default=100, help="benchmark passes per run (with --bench-runs)")
     parser.add_argument("--mxnet-rss", action="store_true", help="also measure the MXNet child's peak RSS")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+    except InputError as err:
+        print(str(err), file=sys.stderr)
+        return err.exit_code
     transport(args.calls)
     if args.bench_runs:
         bench_runs(args.bench_runs, args.passes)

@@ -1,6 +1,6 @@
 """The command-line argument parser every `tracker` command uses, and its shared value types.
 
-Low in the house (it imports only `tracker.errors`), so that a command module never imports
+Low in the house (it imports only `tracker.errors` and `tracker.files`), so that a command module never imports
 `tracker.cli` for it: a user's mistake in any command's arguments is one line and exit 2.
 """
 
@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tracker.errors import InputError
+from tracker.files import probe_writable
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -116,6 +117,27 @@ def path_to(what: str):
 
     def parse(text: str) -> Path:
         return Path(not_blank(text))
+
+    return parse
+
+
+def file_to_write(what: str):
+    """argparse type factory of an option naming a file a command writes when its work is done (a
+    JSON of results, written with files.atomic_write): a Path, not a folder, in a folder that takes
+    a new file (files.probe_writable); `what` says what is expected. Checked when the options are
+    read: a bad one was a traceback after the minutes of work whose results it lost."""
+    not_blank = path_to(what)
+
+    def parse(text: str) -> Path:
+        path = not_blank(text)
+        if path.is_dir():
+            raise argparse.ArgumentTypeError(f"bad value {text!r}: a folder; expected {what}")
+        try:
+            probe_writable(path.parent)
+        except OSError as err:
+            raise argparse.ArgumentTypeError(f"bad value {text!r}: cannot write in {str(path.parent)!r} "
+                                             f"({err.strerror or err}); expected {what}") from None
+        return path
 
     return parse
 

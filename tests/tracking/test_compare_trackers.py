@@ -27,3 +27,11 @@ def test_a_sequence_whose_folder_name_holds_a_space(testdata, tmp_path):
     for line in lines[2:]:
         mota, idf1 = (float(x) for x in line.split("|")[2].split(" / "))
         assert 50 < mota <= 100 and 50 < idf1 <= 100  # noisy detections of the ground truth track well
+
+
+def test_a_missing_sequence_is_one_line_and_exit_2(tmp_path):
+    """A folder the user named that is not there is their mistake: exit 2, not 1."""
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "nope")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == (f"compare_trackers.py: {str(tmp_path / 'nope' / 'det.txt')!r}: not found; "
+                           "expected a folder with det.txt and gt.txt\n")
