@@ -52,10 +52,10 @@ from tracker.arguments import (
     file_to_write,
     float_between,
     int_between,
+    one_line_errors,
     positive_int,
     words,
 )
-from tracker.errors import InputError
 from tracker.files import atomic_write
 from tracker.machine import cpu_model
 
@@ -197,12 +197,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+@one_line_errors
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = parse_args(argv)
-    except InputError as err:  # one line, exit 2, before any run
-        print(str(err), file=sys.stderr)
-        return err.exit_code
+    args = parse_args(argv)
     return run(args)
 
 

@@ -30,8 +30,7 @@ from pathlib import Path
 from bench_pipeline import analyse_unpaced
 from soak_demo import free_port, watch
 
-from tracker.arguments import ArgumentParser, file_to_write, int_between, positive_int, words
-from tracker.errors import InputError
+from tracker.arguments import ArgumentParser, file_to_write, int_between, one_line_errors, positive_int, words
 from tracker.files import atomic_write
 from tracker.machine import cpu_model
 
@@ -72,12 +71,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+@one_line_errors
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = parse_args(argv)
-    except InputError as err:  # one line, exit 2, before any run
-        print(str(err), file=sys.stderr)
-        return err.exit_code
+    args = parse_args(argv)
     load_before = [round(x, 2) for x in os.getloadavg()]
     runs = []
     for k in range(args.repeats):

@@ -28,8 +28,7 @@ import argparse
 import subprocess
 import sys
 
-from tracker.arguments import ArgumentParser, path_to
-from tracker.errors import InputError
+from tracker.arguments import ArgumentParser, one_line_errors, path_to
 
 ROWS = {
     "sort-settings": ["--min-hits", "3", "--max-age", "1", "--iou-threshold", "0.3", "--high-score", "none"],
@@ -71,12 +70,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+@one_line_errors
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = parse_args(argv)
-    except InputError as err:
-        print(str(err), file=sys.stderr)
-        return err.exit_code
+    args = parse_args(argv)
     names = [seq.name for seq in args.sequences]
     print("| tracker (online) | " + " | ".join(f"{n} MOTA / IDF1" for n in names) + " |")
     print("|---|" + "---|" * len(names))

@@ -47,8 +47,7 @@ from pathlib import Path
 
 import psutil
 
-from tracker.arguments import ArgumentParser, file_to_write, float_between, words
-from tracker.errors import InputError
+from tracker.arguments import ArgumentParser, file_to_write, float_between, one_line_errors, words
 from tracker.files import atomic_write
 from tracker.machine import cpu_model
 
@@ -164,12 +163,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+@one_line_errors
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = parse_args(argv)
-    except InputError as err:  # one line, exit 2, before the run
-        print(str(err), file=sys.stderr)
-        return err.exit_code
+    args = parse_args(argv)
     state = Path(tempfile.mkdtemp(prefix="tracker-soak-"))
     code = None
     try:

@@ -33,11 +33,10 @@ bound_idle_spin()  # before numpy loads OpenBLAS, as the `tracker` command does
 
 import numpy as np  # noqa: E402
 
-from tracker.arguments import ArgumentParser, int_between, positive_int  # noqa: E402
+from tracker.arguments import ArgumentParser, int_between, one_line_errors, positive_int  # noqa: E402
 from tracker.backends import create_backend  # noqa: E402
 from tracker.backends.base import BackendBase  # noqa: E402
 from tracker.backends.worker import WorkerBackend  # noqa: E402
-from tracker.errors import InputError  # noqa: E402
 from tracker.model.spec import default_model  # noqa: E402
 from tracker.types import Inference  # noqa: E402
 
@@ -132,12 +131,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@one_line_errors
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = parse_args(argv)
-    except InputError as err:
-        print(str(err), file=sys.stderr)
-        return err.exit_code
+    args = parse_args(argv)
     transport(args.calls)
     if args.bench_runs:
         bench_runs(args.bench_runs, args.passes)

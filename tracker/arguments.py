@@ -7,11 +7,13 @@ Low in the house (it imports only `tracker.errors` and `tracker.files`), so that
 from __future__ import annotations
 
 import argparse
+import functools
 import math
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from tracker.errors import InputError
+from tracker.errors import InputError, TrackerError
 from tracker.files import probe_writable
 
 
@@ -157,3 +159,19 @@ def comma_names(text: str, valid: Sequence[str], option: str, noun: str) -> tupl
             what = f"unknown {noun} {name!r}" if name else f"an empty name in {text!r}"
             raise InputError(f"{option}: {what}; expected a comma list of {', '.join(valid)}, or all")
     return list(dict.fromkeys(names)), False
+
+
+def one_line_errors(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
+    """A script's `main(argv) -> exit code` whose TrackerError (a bad option, as this module's
+    parser raises it, or a file it cannot use) is printed as its one line on stderr, its exit code
+    returned: the measuring scripts' mistakes are one line, never a traceback, as the commands'."""
+
+    @functools.wraps(main)
+    def run(argv: list[str] | None = None) -> int:
+        try:
+            return main(argv)
+        except TrackerError as err:
+            print(str(err), file=sys.stderr)
+            return err.exit_code
+
+    return run
