@@ -1,6 +1,7 @@
 """The command-line argument parser every `tracker` command uses, and its shared value types.
 
-Low in the house (it imports only `tracker.errors` and `tracker.files`), so that a command module never imports
+Low in the house (it imports only `tracker.errors` at its top, and `tracker.files` when it checks an
+output file's folder), so that a command module never imports
 `tracker.cli` for it: a user's mistake in any command's arguments is one line and exit 2.
 """
 
@@ -14,7 +15,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tracker.errors import InputError, TrackerError
-from tracker.files import probe_writable
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -131,6 +131,10 @@ def file_to_write(what: str):
     not_blank = path_to(what)
 
     def parse(text: str) -> Path:
+        # here, not at the top: tracker.files loads numpy, which tracker.cli must not load before it
+        # bounds OpenBLAS's idle threads (tracker.blas_idle)
+        from tracker.files import probe_writable
+
         path = not_blank(text)
         if path.is_dir():
             raise argparse.ArgumentTypeError(f"bad value {text!r}: a folder; expected {what}")
