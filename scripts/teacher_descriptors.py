@@ -43,6 +43,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from tracker.arguments import one_line_errors  # noqa: E402
 from tracker.errors import InputError  # noqa: E402
 from tracker.files import atomic_write, make_writable_folder  # noqa: E402
 from tracker.train.data import data_root, list_samples  # noqa: E402
@@ -111,6 +112,7 @@ def held_out_people(people: list[str], share: float, seed: int) -> set[str]:
     return set(random.Random(seed).sample(distinct, int(len(distinct) * share)))
 
 
+@one_line_errors
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("data", type=Path, help="a <person>/<image> folder or an 'image identity' list file")
@@ -121,27 +123,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="processes (dlib describes on one core each)")
     args = p.parse_args(argv)
     global _teacher
-    try:
-        if not 0.0 <= args.hold_out < 1.0:
-            raise InputError(f"teacher: --hold-out {args.hold_out}; expected a share from 0 up to (not including) 1")
-        if not 1 <= args.jobs <= MAX_JOBS:  # (a process each: a typo of 1000 would fork a thousand)
-            raise InputError(f"teacher: --jobs {args.jobs}; expected 1 to {MAX_JOBS} processes")
-        if args.upsample not in (0, 1, 2):
-            raise InputError(f"teacher: --upsample {args.upsample}; expected 0, 1 or 2")
-        if args.out.is_dir():
-            raise InputError(f"teacher: --out {str(args.out)!r} is a folder; expected the path of the .npz to write")
-        try:  # now, not after describing every photo (a quarter of an hour on CelebA)
-            make_writable_folder(args.out.parent)
-        except OSError as err:
-            raise InputError(f"teacher: cannot write {str(args.out)!r} ({err.strerror or err}); "
-                             "expected a writable file path") from None
-        samples = list_samples(args.data)
-        root = data_root(args.data)
-        held = held_out_people([s.identity for s in samples], args.hold_out, args.seed)
-        _teacher = Teacher(args.upsample)
-    except InputError as err:
-        print(err, file=sys.stderr)
-        return 2
+    if not 0.0 <= args.hold_out < 1.0:
+        raise InputError(f"teacher: --hold-out {args.hold_out}; expected a share from 0 up to (not including) 1")
+    if not 1 <= args.jobs <= MAX_JOBS:  # (a process each: a typo of 1000 would fork a thousand)
+        raise InputError(f"teacher: --jobs {args.jobs}; expected 1 to {MAX_JOBS} processes")
+    if args.upsample not in (0, 1, 2):
+        raise InputError(f"teacher: --upsample {args.upsample}; expected 0, 1 or 2")
+    if args.out.is_dir():
+        raise InputError(f"teacher: --out {str(args.out)!r} is a folder; expected the path of the .npz to write")
+    try:  # now, not after describing every photo (a quarter of an hour on CelebA)
+        make_writable_folder(args.out.parent)
+    except OSError as err:
+        raise InputError(f"teacher: cannot write {str(args.out)!r} ({err.strerror or err}); "
+                         "expected a writable file path") from None
+    samples = list_samples(args.data)
+    root = data_root(args.data)
+    held = held_out_people([s.identity for s in samples], args.hold_out, args.seed)
+    _teacher = Teacher(args.upsample)
     from tqdm import tqdm
 
     todo = [s for s in samples if s.identity not in held]
@@ -157,8 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             descriptors.append(result[0])
             found.append(result[1])
     if not descriptors:
-        print(f"teacher: no readable photo in {str(args.data)!r}; expected images dlib can describe", file=sys.stderr)
-        return 2
+        raise InputError(f"teacher: no readable photo in {str(args.data)!r}; expected images dlib can describe")
 
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as f:  # a file object: np.savez would add ".npz" to a path
@@ -169,8 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         names = sorted(i.split(":", 1)[1] for i in held)
         atomic_write(Path(f"{args.out}.held-out.txt"), "".join(f"{n}\n" for n in names).encode())
     except OSError as err:
-        print(f"teacher: cannot write {str(args.out)!r} ({err}); expected a writable file path", file=sys.stderr)
-        return 2
+        raise InputError(f"teacher: cannot write {str(args.out)!r} ({err}); expected a writable file path") from None
     print(f"teacher: {len(paths)} photos described ({sum(found)} faces found by dlib, the others a centred "
           f"box), {len(held)} people held out, {len(unreadable)} unreadable -> {args.out}")
     for path in unreadable:
