@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -142,15 +143,23 @@ def main(argv: list[str] | None = None) -> int:
         make_writable_folder(args.out)
     except OSError as err:
         p.error(f"--out {args.out}: cannot make or write it ({err.strerror or err}); expected a new or empty folder")
-    for folder, least in (("images", 2), ("people3", 3)):
-        for identity, images in people.items():
-            if len(images) < least:
-                continue
-            (args.out / folder / identity).mkdir(parents=True, exist_ok=True)
-            for i, image in enumerate(images, 1):
-                (args.out / folder / identity / f"{identity}_{i:04d}.jpg").symlink_to(image)
     lines = [f"{n}\t{i}\t{j}" for n, i, j in matched] + [f"{a}\t{i}\t{b}\t{j}" for a, i, b, j in mismatched]
-    atomic_write(args.out / "pairs.txt", (f"{args.pairs}\n" + "\n".join(lines) + "\n").encode())
+    try:
+        for folder, least in (("images", 2), ("people3", 3)):
+            for identity, images in people.items():
+                if len(images) < least:
+                    continue
+                (args.out / folder / identity).mkdir(parents=True, exist_ok=True)
+                for i, image in enumerate(images, 1):
+                    (args.out / folder / identity / f"{identity}_{i:04d}.jpg").symlink_to(image)
+        atomic_write(args.out / "pairs.txt", (f"{args.pairs}\n" + "\n".join(lines) + "\n").encode())
+    except OSError as err:
+        # --out was new or empty: what this run made goes, so a rerun is not refused as "not empty"
+        # and no half set is taken for a whole one
+        for folder in ("images", "people3"):
+            shutil.rmtree(args.out / folder, ignore_errors=True)
+        p.error(f"--out {args.out}: cannot make the set in it ({err.strerror or err}); expected a folder with "
+                "room for a link per photo")
     print(f"{len(people)} held-out people with 2+ photos ({sum(len(v) >= 3 for v in people.values())} with 3+); "
           f"{args.pairs} + {args.pairs} pairs in {args.out / 'pairs.txt'}")
     return 0

@@ -110,3 +110,18 @@ def test_an_out_below_a_file_is_one_line(tmp_path):
                  "--card", str(card(tmp_path / "card.json")))
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert "--out" in result.stderr.strip().splitlines()[-1]
+
+
+def test_a_set_that_does_not_fit_is_one_line_and_leaves_nothing_half_made(tmp_path):
+    """A link that failed midway (here: a file system out of inodes) was a traceback and left a
+    half set behind, which a rerun then refused as 'not empty'."""
+    from tmpfs import tmpfs
+
+    celeba_like(tmp_path / "shared")
+    with tmpfs(tmp_path / "small", "size=1m,nr_inodes=8") as small:
+        result = run(tmp_path / "shared", "--out", str(small / "out"), "--pairs", "1",
+                     "--card", str(card(tmp_path / "card.json")))
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        last = result.stderr.strip().splitlines()[-1]
+        assert str(small / "out") in last and "No space left on device" in last, result.stderr
+        assert list((small / "out").iterdir()) == []
