@@ -23,7 +23,8 @@ photos. DIR/pairsHeldout.txt: `pairs` matched
 pairs (a held-out person drawn at random, two of their photos) and `pairs` mismatched pairs (two
 held-out people, one photo each), no pair twice. DIR/pairsTrainPeople.txt: the lines of
 pairsDevTrain.txt whose people all train (the threshold is set on them). DIR/heldout_people.txt:
-the held-out names, written last (each file is replaced whole).
+the held-out names, written last (each file is replaced whole; an earlier split's three lists are
+removed before its links change, so a write that fails leaves no list naming the wrong people).
 
 `--lfw` defaults to datasets/lfw-devtrain of the shared data (`tracker.shared_data`:
 $TRACKER_SHARED_DIR, else ../shared). DIR must be new, empty or an earlier split's; every input is
@@ -44,6 +45,7 @@ from tracker.files import atomic_write, make_writable_folder, nearest_existing, 
 
 LFW = "datasets/lfw-devtrain"  # in the shared data
 MOST_PHOTOS = 50  # people with more photos than this are never held out
+SPLIT_LISTS = ("pairsHeldout.txt", "pairsTrainPeople.txt", "heldout_people.txt")  # written in this order
 
 
 def photo_number(name: str) -> int | None:
@@ -151,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"{m[0]}\t{m[1]}\t{m[2]}" for m in matched] + [f"{m[0]}\t{m[1]}\t{m[2]}\t{m[3]}" for m in mismatched]
     train_lines = ["\t".join(parts) for parts in keep_matched + keep_mismatched]
     try:
+        # an earlier split's lists go first: a write failing below would otherwise leave them
+        # beside links of the new split, naming as held out people it trains on
+        for name in SPLIT_LISTS:
+            (args.out / name).unlink(missing_ok=True)
         make_writable_folder(args.out / "images")
         for entry in stale:
             entry.unlink()
@@ -163,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
                      (f"{len(keep_matched)}\n" + "\n".join(train_lines) + "\n").encode())
         atomic_write(args.out / "heldout_people.txt", ("\n".join(held) + "\n").encode())  # last: the split is whole
     except OSError as err:
-        p.error(f"--out {args.out}: cannot write the split ({err}); expected a writable folder")
+        p.error(f"--out {args.out}: cannot write the split ({err}), so it holds no split lists; expected a "
+                "writable folder (run again)")
     photos = sum(len(people[person]) for person in held)
     print(f"{len(people)} people; {len(held)} held out with {photos} photos; {args.pairs} + {args.pairs} held-out pairs; "
           f"training pairs kept: {len(keep_matched)} matched, {len(keep_mismatched)} mismatched")

@@ -4,10 +4,13 @@ eval-faces`'s reader and name only held-out people, and bad settings exit 2 with
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tracker.verification import read_pairs
 
@@ -140,3 +143,30 @@ def test_the_default_lfw_is_found_through_the_shared_data_folder(tmp_path):
     assert result.returncode == 0, result.stderr
     links = list((tmp_path / "split" / "images").iterdir())
     assert links and all(link.resolve().parent == lfw.resolve() / "images" for link in links)
+
+
+def test_a_write_failing_midway_leaves_no_list_of_the_earlier_split(tmp_path, monkeypatch, capsys):
+    """A write that failed after the links were swapped (a full disk: pairsTrainPeople.txt's write
+    fails here) left the earlier split's heldout_people.txt beside the new links, naming as held
+    out people who now train."""
+    from repo_scripts import load_script
+
+    lfw, out = lfw_like(tmp_path), tmp_path / "split"
+    assert run("--out", str(out), "--lfw", str(lfw), "--share", "0.5", "--pairs", "4", "--seed", "3").returncode == 0
+    script = load_script("lfw_person_split")
+    write = script.atomic_write
+
+    def full_disk(path, content):
+        if path.name == "pairsTrainPeople.txt":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        write(path, content)
+
+    monkeypatch.setattr(script, "atomic_write", full_disk)
+    with pytest.raises(SystemExit) as exit_:
+        script.main(["--out", str(out), "--lfw", str(lfw), "--share", "0.5", "--pairs", "4", "--seed", "4"])
+    assert exit_.value.code == 2
+    assert "cannot write the split" in capsys.readouterr().err.strip().splitlines()[-1]
+    trained = {p.name for p in (out / "images").iterdir()}
+    pairs = read_pairs(out / "pairsHeldout.txt", lfw / "images")  # this run's, written before the failure
+    assert not (out / "heldout_people.txt").exists()
+    assert pairs and not {a.parent.name for a, _, _ in pairs} & trained
