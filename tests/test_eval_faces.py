@@ -201,8 +201,9 @@ def test_weights_of_another_network_are_exit_2(tmp_path, testdata, lfw):
 @pytest.mark.parametrize("args, expected", [
     (["--pairs", "p.txt", "--images", "lfw", "--chips"], "--chips and --enroll apply to --folder only"),
     (["--folder", "lfw", "--images", "lfw"], "--images applies to --pairs only"),
-    (["--folder", "lfw", "--json", "no-such-folder/out.json"], "its folder does not exist"),
-    (["--folder", "lfw", "--json", "/proc/out.json"], "--json '/proc/out.json': cannot write in '/proc' ("),
+    (["--folder", "lfw", "--json", "no-such-folder/out.json"], "cannot write in 'no-such-folder' (No such file"),
+    (["--folder", "lfw", "--json", "."], "--json: bad value '.': a folder; expected a JSON file to write"),
+    (["--folder", "lfw", "--json", "/proc/out.json"], "--json: bad value '/proc/out.json': cannot write in '/proc' ("),
     (["--pairs", "p.txt", "--images", "lfw", "--enroll=3"], "--chips and --enroll apply to --folder only"),
 ])
 def test_options_of_the_other_mode_and_an_unwritable_json_are_exit_2_before_any_work(tmp_path, capsys, args, expected):

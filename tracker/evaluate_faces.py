@@ -35,7 +35,7 @@ from tracker.crops import CROP_MARGIN, CROP_SIZE, face_pixels, network_input
 from tracker.detect import FaceDetector
 from tracker.enroll import central_face, chip_face, image_files, open_backend
 from tracker.errors import InputError
-from tracker.files import atomic_write, probe_writable
+from tracker.files import atomic_write
 from tracker.identity import unit_rows
 from tracker.images import TOO_LARGE_OR_DAMAGED, read_image
 from tracker.verification import read_pairs, roc_auc, ten_fold_accuracy, threshold_at_far
@@ -218,7 +218,7 @@ def _print_table(report: dict) -> None:
 
 
 def eval_faces_command(argv: list[str]) -> int:
-    from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path, path_to, positive_int, words
+    from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path, file_to_write, path_to, positive_int, words
     from tracker.config import load_config
     from tracker.detect import create_detector
     from tracker.identity import chosen_embedding, identity_threshold
@@ -229,7 +229,8 @@ def eval_faces_command(argv: list[str]) -> int:
     p.add_argument("--folder", type=path_to("a folder of <person>/<image>"), help="folder of <person>/<image> for identification")
     p.add_argument("--enroll", type=positive_int, help="--folder: images enrolled per person (default 5)")
     p.add_argument("--chips", action="store_true", help="--folder: each image is a tight face chip")
-    p.add_argument("--json", type=path_to("a JSON file to write"), help="write the figures to this JSON file")
+    p.add_argument("--json", type=file_to_write("a JSON file to write"),  # checked now: the work takes minutes
+                   help="write the figures to this JSON file")
     p.add_argument("--config", type=config_path, help=f"YAML config: detector, model, backend ({CONFIG_DEFAULT})")
     p.add_argument("--backend", type=words("a backend name"), help="backend name (default: the config's)")
     p.add_argument("--precision", choices=("fp32", "int8"), help="model precision (default: the config's)")
@@ -242,15 +243,6 @@ def eval_faces_command(argv: list[str]) -> int:
         raise InputError("eval-faces: --chips and --enroll apply to --folder only")
     if args.folder is not None and args.images is not None:
         raise InputError("eval-faces: --images applies to --pairs only; --folder names the images itself")
-    if args.json is not None:
-        if args.json.is_dir() or not args.json.parent.is_dir():
-            raise InputError(f"eval-faces: --json {str(args.json)!r} is a folder, or its folder does not exist; "
-                             "expected a file in an existing folder")
-        try:  # before the work, which takes minutes; the probe's file is gone at once
-            probe_writable(args.json.parent)
-        except OSError as err:
-            raise InputError(f"eval-faces: --json {str(args.json)!r}: cannot write in {str(args.json.parent)!r} "
-                             f"({err.strerror or err}); expected a file in a writable folder") from None
     if args.folder is not None and not args.folder.is_dir():
         raise InputError(f"eval-faces: --folder {str(args.folder)!r} is not a folder; expected <person>/<image> folders")
     config = load_config(args.config)
