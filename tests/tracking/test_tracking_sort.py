@@ -407,6 +407,20 @@ def test_new_tracks_confirmed_together_are_paired_with_the_lost_ones_by_one_assi
     assert entered == [] and views[1].detection_index == 0 and views[2].detection_index == 1
 
 
+def test_a_lost_track_seen_in_one_frame_with_the_new_one_is_another_person():
+    """Two people alike (siblings) in view together, the first then missed on the frame the
+    second's track is confirmed: the second was recognised as the first, merged into its track,
+    which jumped across the room, and the second person's `entered` was never said."""
+    tr = Tracker(min_hits=3, max_age=10, reid_threshold=0.8, reid_window_s=5.0)
+    for t in range(3):
+        tr.update([det(0, 0)], FACE_A, t_s=0.1 * t)  # track 1 confirmed
+    for t in range(3, 5):
+        tr.update([det(0, 0), det(300, 0)], np.concatenate([FACE_A, FACE_A]), t_s=0.1 * t)  # both in view
+    views = by_id(tr.update([det(300, 0)], FACE_A, t_s=0.5))  # the first missed; track 2's third hit
+    assert (views[1].state, views[1].detection_index, views[1].rejoined) == (TrackState.LOST, None, None)
+    assert views[2].entered and views[2].state is TrackState.CONFIRMED
+
+
 def test_tracks_past_the_bound_end_the_longest_missed_first(monkeypatch):
     """Ten fresh faces a frame, confirmed at once and kept 1,000 frames: the tracks (and the cost
     matrices over them) grew without bound (eval-mot took 2.2 GB in 40 frames of 1,000 boxes)."""

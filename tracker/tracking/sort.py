@@ -33,7 +33,9 @@ Re-identification by face (`reid_threshold` set; needs embeddings and each frame
 confirmed track with an embedding that passes `max_age` does not end but becomes *dormant* (still
 LOST, no longer predicted or matched by position) for up to `reid_window_s` seconds after it was
 last seen. When a new track is confirmed and its embedding's cosine similarity with a LOST track's
-(dormant or not) is at least `reid_threshold`, the new track is the old person back: the old track
+(dormant or not) is at least `reid_threshold`, and the LOST track was last seen before the new one
+was born (two tracks seen in one frame are two people, however alike), the new track is the old
+person back: the old track
 takes over the new one's filter and detection and continues under its old id (CONFIRMED again, no
 new confirmation), and the new track ends unannounced. New tracks confirmed on one frame are paired
 with LOST tracks by one assignment of greatest total similarity (taken in id order, the first could
@@ -442,7 +444,8 @@ class Tracker:
         """{new track id: (the LOST track it is, the embedding the two share from now on: the unit
         mean of both)}: the pairs of one assignment that maximises the total cosine similarity of
         their embeddings, each at least reid_threshold, of LOST tracks last seen within the window
-        before t_s (one not yet dormant can be older: its misses are counted in frames)."""
+        before t_s (one not yet dormant can be older: its misses are counted in frames) and before
+        the new track was born (not in one frame with it)."""
         if self.reid_threshold is None:
             return {}
         new = [(t, t.embedding) for t in new_tracks if t.embedding is not None]
@@ -454,10 +457,15 @@ class Tracker:
         if not lost:
             return {}
         similarity = 1.0 - cosine_distance(np.stack([e for _, e in new]), np.stack([e for _, e in lost]))
-        # below the threshold a pair must not be made, so it must not win the assignment either
-        rows, cols = linear_sum_assignment(np.where(similarity >= self.reid_threshold, similarity, -1.0), maximize=True)
+        # A lost track seen on a frame the new one was already alive in (its last detection is
+        # misses frames back, the new track's birth age frames back) was another face in the same
+        # frame: two people, however alike, never one (two siblings in view were merged into one).
+        together = np.array([[old.misses <= t.age for old, _ in lost] for t, _ in new], bool)
+        possible = (similarity >= self.reid_threshold) & ~together
+        # a pair that must not be made must not win the assignment either
+        rows, cols = linear_sum_assignment(np.where(possible, similarity, -1.0), maximize=True)
         return {new[r][0].track_id: (lost[c][0], _unit(new[r][1] + lost[c][1]))
-                for r, c in zip(rows, cols) if similarity[r, c] >= self.reid_threshold}
+                for r, c in zip(rows, cols) if possible[r, c]}
 
     def _absorb_embedding(self, track: _Track, embeddings: np.ndarray | None, di: int) -> None:
         """Fold detection di's embedding into the track's smoothed unit embedding."""
