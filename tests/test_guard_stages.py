@@ -401,3 +401,38 @@ def test_a_track_s_state_goes_with_it_and_a_rejoined_track_takes_the_new_one_s(t
     left_face = cv2.imdecode(np.frombuffer(sink.snapshots[3], np.uint8), cv2.IMREAD_COLOR)
     assert left_face.shape[:2] == (160, 160)
     assert held_state(stages) == {"votes": set(), "snapshots": set(), "events": set()}  # after the run
+
+
+class JoinedRecording(SourceBase):
+    """A recording of two joined segments: its own clock runs 100.0, 100.1, ... 100.7 s (frames 0-7),
+    then restarts at 0 (frame 8 on). Alice is in frames 0-4 only."""
+
+    description = "joined recording"
+
+    def read(self):
+        if self._seq >= FRAMES:
+            return None
+        image = np.full((240, 320, 3), 128, np.uint8)
+        people = [("alice", NORMAL)] if self._seq < 5 else []
+        for name, (x, y, w, h) in people:
+            image[y:y + h, x:x + w] = SHADES[name]
+        media_s = 100.0 + 0.1 * self._seq if self._seq < 8 else 0.1 * (self._seq - 8)
+        return self._frame(image, media_s=media_s)
+
+
+class AliceFirstFrames:
+    name, gives_landmarks = "alice-first", False
+
+    def detect(self, frame, regions=None):
+        return [Detection(Box(*NORMAL), 0.9)] if frame.seq < 5 else []
+
+
+def test_a_recording_whose_clock_restarts_does_not_hold_a_track_back(tmp_path):
+    """The tracker's clock was the recording's own, which went from 100.7 s back to 0: Alice, last
+    seen at 100.4 s, stayed dormant until the run ended (the restarted clock never passed her
+    0.8 s window), her `left` held back that long. Her `left` comes when 0.8 s of frames passed."""
+    config, stages, sink = fake_stages(tmp_path, ByShade(), max_batch=1)
+    stages.source, stages.detector = JoinedRecording(), AliceFirstFrames()
+    stages.tracker = Tracker(min_hits=3, max_age=2, reid_threshold=0.9, reid_window_s=0.8)
+    assert Guard(config, stages).run() == 0
+    assert [(e.kind, e.seq, e.identity) for e in sink.events] == [("entered", 2, "alice"), ("left", 13, "alice")]

@@ -88,6 +88,29 @@ def _ms(start_ns: int, end_ns: int) -> float:
     return (end_ns - start_ns) / 1e6
 
 
+class TrackerClock:
+    """The tracker's time in seconds, from readings of the frames' clock, never going backwards
+    (`Tracker.update` needs it non-decreasing): a recording's own position restarts where segments
+    were joined (`cat a.mpg b.mpg`: 1.96 s, then 0 again), and a track last seen at 100 s stayed
+    dormant, its `left` held back and its face open to a stranger's, for the 110 s of video it took
+    the restarted clock to pass its window. After a reading that goes back the clock goes on from
+    where it was, `step_s` (a frame interval) later, and counts the readings from there."""
+
+    def __init__(self, step_s: float):
+        self._step_s = step_s
+        self._offset_s = 0.0  # added to every reading: what the steps back took away
+        self._last_s: float | None = None
+
+    def seconds(self, reading_s: float) -> float:
+        """The time of the frame read at `reading_s`; once per frame, in the frames' order."""
+        t_s = reading_s + self._offset_s
+        if self._last_s is not None and t_s < self._last_s:
+            self._offset_s += self._last_s + self._step_s - t_s
+            t_s = self._last_s + self._step_s
+        self._last_s = t_s
+        return t_s
+
+
 class Guard:
     """One run of the guard over its `stages` (`tracker.stages.build_stages`; the guard closes them
     when its run ends). Call `run()` (blocking); `stop()` may come from any thread or a signal
@@ -105,6 +128,7 @@ class Guard:
         self.people_present = 0  # announced (confirmed) tracks not yet ended, after the last frame
         self._last_seq: int | None = None  # the last frame tracked: for the `left` events at the end
         self._last_media_s: float | None = None
+        self._clock = TrackerClock(1.0 / config.source.fps)
         self._last_frame_ns = time.monotonic_ns()  # when the capture last gave a frame (see _source_gone)
         self._done_ns: deque[int] = deque(maxlen=100)  # processing end times, for fps
         self._failing_sinks: dict = {}  # (sink, method) -> calls failed in a row (see _to_every_sink)
@@ -316,12 +340,13 @@ class Guard:
         offline source without one (a photo folder), its frame number at source.fps; else (a camera,
         a stream) its capture time. The re-identification window and a delayed `left` are spans of
         this clock, so an offline run must not read them off how fast this machine processed it:
-        the same frames give the same tracks on any machine (6 s of still photos took 0.6 s here)."""
+        the same frames give the same tracks on any machine (6 s of still photos took 0.6 s here).
+        Never backwards (`TrackerClock`)."""
         if frame.media_s is not None:
-            return frame.media_s
+            return self._clock.seconds(frame.media_s)
         if not self.stages.source.live:
-            return frame.seq / self.config.source.fps
-        return frame.t_ns / 1e9
+            return self._clock.seconds(frame.seq / self.config.source.fps)
+        return self._clock.seconds(frame.t_ns / 1e9)
 
     def _track_and_publish(self, work: _FrameWork, faces: tuple[Face, ...], batch_size: int, infer_ms: float) -> None:
         """Track one frame's `faces` (in `work.detections` order), publish its events and write
