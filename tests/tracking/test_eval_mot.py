@@ -101,6 +101,19 @@ def test_tracks_to_stdout_without_out_or_gt(noisy, capsys):
     assert "eval-mot: 71 frames" in stderr
 
 
+@pytest.mark.parametrize("w, h", [(0.05, 0.05), (0.5, 2000.0)])
+def test_the_smallest_and_thinnest_boxes_the_files_hold_are_tracked_as_they_are(tmp_path, capsys, w, h):
+    """The filter reported no area below 0.01 px^2 and no aspect below 1e-3, boxes the files may
+    hold: a 0.05 px box still came out 0.1 px (a new track every frame, each of IoU 0.25 with its
+    detection), and a 0.5 x 2,000 one came out 1 x 1,000."""
+    dets = tmp_path / "det.txt"
+    dets.write_text("".join(f"{f},-1,10,10,{w},{h},1\n" for f in range(1, 5)))
+    rc, stdout, _ = run(["eval-mot", str(dets), "--min-hits", "1"], capsys)
+    assert rc == 0
+    rows = [line.split(",") for line in stdout.splitlines()]
+    assert [(int(r[1]), float(r[4]), float(r[5])) for r in rows] == [(1, w, h)] * 4
+
+
 def test_parameters_change_the_result(noisy, capsys):
     gt, dets = noisy("TUD-Stadtmitte")
     _, a, _ = run(["eval-mot", str(dets), "--gt", str(gt)], capsys)
