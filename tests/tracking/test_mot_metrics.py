@@ -87,6 +87,12 @@ def test_nothing_paired():
     assert (m.num_matches, m.misses, m.false_positives, m.motp, m.mota) == (0, 1, 1, 0.0, -1.0)
 
 
+def test_false_positives_without_any_ground_truth_are_no_perfect_mota():
+    """MOTA divided by no ground-truth boxes was taken as 0: 100 false positives scored 1.0."""
+    m = evaluate(MotTable.from_rows([]), table([(f, 7, 0.0) for f in range(1, 101)]))
+    assert (m.false_positives, m.mota, m.idf1) == (100, -99.0, 0.0)
+
+
 def test_mostly_lost_and_partially_tracked_thresholds():
     """TrackEval's and the devkit's: MT over 0.8, ML under 0.2, PT from 0.2 to 0.8 (the first
     version took 0.8 for MT)."""

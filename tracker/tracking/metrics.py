@@ -14,7 +14,8 @@ Written from the metric definitions, matching the MOTChallenge devkit's conventi
   `alltracked(first:last)`, TrackEval's `Frag`). Per object, the tracked ratio (frames paired /
   frames present) makes it mostly tracked (> 0.8), mostly lost (< 0.2) or partially tracked (in
   between, both ends included), as TrackEval and the devkit count them.
-- MOTA = 1 - (FN + FP + IDsw) / (ground-truth boxes); MOTP = 1 - mean IoU distance of the pairs,
+- MOTA = 1 - (FN + FP + IDsw) / (ground-truth boxes, at least 1, as TrackEval: without any, false
+  positives still count against it, where 1 would read as perfect); MOTP = 1 - mean IoU distance of the pairs,
   i.e. the mean IoU (larger is better), and 0 when nothing was paired (as TrackEval reports it: a
   mean over no pairs is undefined, and 1 would read as perfect overlap).
 - IDF1 (Ristani et al. 2016): whole trajectories are matched one-to-one to maximise the number of
@@ -213,7 +214,7 @@ def evaluate(gt: MotTable, hyp: MotTable, match_iou: float = MATCH_IOU) -> MotMe
         misses=fn,
         id_switches=switches,
         fragmentations=fragmentations,
-        mota=1.0 - _ratio(fn + fp + switches, n_gt),
+        mota=1.0 - (fn + fp + switches) / max(n_gt, 1),
         motp=_ratio(matches - distance_sum, matches),
         num_gt_boxes=n_gt,
         num_hyp_boxes=n_hyp,
