@@ -90,7 +90,8 @@ class TrackView:
 
     track_id:        unique, increasing from 1 in order of birth.
     state:           after this frame.
-    box:             Kalman posterior if a detection was assigned this frame, else the prediction.
+    box:             Kalman posterior if a detection was assigned this frame, else the prediction
+                     (a dormant track is no longer predicted: its last prediction before it went dormant).
     detection_index: index into this frame's `detections` assigned to the track, or None.
     hits:            frames with an assigned detection over the track's life.
     hit_streak:      consecutive frames with a detection, up to and including this one.
