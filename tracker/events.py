@@ -110,10 +110,9 @@ class EventMaker:
         events = []
         for track_id in sorted(self._announced):
             name, confidence = self._identity(track_id, votes)
-            box = self._last_seen.get(track_id)
-            if box is not None:
-                events.append(Event(self._new_id(), "left", track_id, name, confidence, box, t_ns, wall_time,
-                                    seq=seq, media_s=media_s))
+            box = self._last_seen[track_id]  # announced on a frame it was detected in, so seen
+            events.append(Event(self._new_id(), "left", track_id, name, confidence, box, t_ns, wall_time,
+                                seq=seq, media_s=media_s))
         self._announced.clear()
         self._last_seen.clear()
         return events
