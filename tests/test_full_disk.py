@@ -166,3 +166,19 @@ def test_an_atomic_write_through_a_link_replaces_the_file_it_names(tmp_path):
     dangling.symlink_to(tmp_path / "models" / "later.onnx")
     files.atomic_write(dangling, b"made")
     assert dangling.is_symlink() and (tmp_path / "models" / "later.onnx").read_bytes() == b"made"
+
+
+def test_a_line_torn_by_a_crash_is_ended_before_the_next_line(tmp_path, caplog):
+    """A guard stopped while it wrote a line (a power cut) leaves part of it at the end of the file:
+    the next run's first line was glued to that part, and the reader skipped both as one bad line."""
+    path = tmp_path / "events.jsonl"
+    path.write_text('{"id": "a"}\n{"id": "b", "ki', encoding="utf-8")
+    log = LineFile(path, "events log")
+    assert log.append('{"id": "c"}\n')
+    log.close()
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert lines == ['{"id": "a"}', '{"id": "b", "ki', '{"id": "c"}']
+    assert f"events log: {path} ends in part of a line" in caplog.text
+    assert log.append('{"id": "d"}\n')  # opened again: it ends in a whole line now, so nothing is added
+    log.close()
+    assert path.read_text(encoding="utf-8").splitlines()[-2:] == ['{"id": "c"}', '{"id": "d"}']

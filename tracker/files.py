@@ -202,10 +202,13 @@ class LineFile:
     write(2), so a crash loses at most the line being written. A line that cannot be written whole
     (a full disk, a device that refuses it) is taken back out of the file, counted in `lost` and
     never raised: the first of a run of failures is logged as an error naming `what`, the return to
-    writing as a warning with the count. A file deleted from under it, its folder too, is made
-    again at the next line, not written on unseen (a file renamed, as logrotate does by default, is
-    written on under its new name). After `close()` (or a line that could not be taken back), the
-    next line opens the file again. One fstat(2) a line. Not thread-safe (one writer).
+    writing as a warning with the count. A file found ending in part of a line (a power cut while
+    its last line was written, or a line that could not be taken back) gets that line's newline
+    first, so that the next line is one of its own, not glued to the fragment and lost with it. A
+    file deleted from under it, its folder too, is made again at the next line, not written on
+    unseen (a file renamed, as logrotate does by default, is written on under its new name). After
+    `close()` (or a line that could not be taken back), the next line opens the file again. One
+    fstat(2) a line. Not thread-safe (one writer).
 
     With `max_bytes`, a line that would take the file past it (and is not the file's first) rotates
     the files first (`generations`: each is renamed one along, the oldest goes, the line starts
@@ -221,16 +224,21 @@ class LineFile:
         self._next_rotation_ns = 0  # after a failed rotation, the next try (monotonic ns); 0: none failed
         self._fd: int | None = None
         self._size = 0  # the file's bytes as of the last line (0 while it is not open)
+        self._torn = False  # the open file ends in part of a line: the next line starts with its newline
         self._open()
 
     def _open(self) -> int:
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT  # (read: its last byte, to find a torn line)
         try:
             fd = self._fd = os.open(self.path, flags, 0o644)
         except FileNotFoundError:  # no folder: not made yet, or removed by hand while the guard runs
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = self._fd = os.open(self.path, flags, 0o644)
         self._size = os.fstat(fd).st_size
+        self._torn = self._size > 0 and os.pread(fd, 1, self._size - 1) != b"\n"
+        if self._torn:
+            log.warning("%s: %s ends in part of a line (stopped while it was written); the next line starts on a "
+                        "line of its own", self.what, self.path)
         return fd
 
     def append(self, line: str) -> bool:
@@ -249,9 +257,10 @@ class LineFile:
                 fd = self._open()
                 found = os.fstat(fd)
             start = found.st_size
-            written = os.write(fd, data)
-            if written != len(data):  # the disk filled up inside the line
-                raise OSError(f"{written} of {len(data)} bytes written")
+            whole = b"\n" + data if self._torn else data
+            written = os.write(fd, whole)
+            if written != len(whole):  # the disk filled up inside the line
+                raise OSError(f"{written} of {len(whole)} bytes written")
         except OSError as err:
             self._take_back(start)
             self.lost += 1
@@ -261,6 +270,7 @@ class LineFile:
                           err.strerror or err)
             return False
         self._size = start + written
+        self._torn = False
         if self._lost_in_run:
             log.warning("%s: writing %s again; %d line(s) lost meanwhile", self.what, self.path, self._lost_in_run)
             self._lost_in_run = 0
