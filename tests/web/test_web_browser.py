@@ -15,7 +15,8 @@ the page:
   not an image gets its per-file message and an error, and enrols nobody; deleting someone deleted
   already takes them off the list;
 - login: with a password file, the page asks for the password, says so when it is wrong, and shows
-  the tabs and the live view once it is right.
+  the tabs and the live view once it is right;
+- speed: a run of every backend (13 columns) keeps the page a phone's 390 px wide (its tables scroll).
 Every wait is bounded (WebDriverWait, a deadline); no assertion is about time. Each test's final page
 is saved to test-artifacts/web/<test name>.png (also on failure). With TRACKER_UPDATE_DOCS_SCREENSHOT=1
 the live test also writes docs/web-live.png, the README's picture of the page: the screenshot with
@@ -532,4 +533,48 @@ def test_login_with_a_password(start_guard, browser, tmp_path):
     assert not by_css(browser, "#login").is_displayed()
     assert by_css(browser, "#logout").is_displayed()
     wait(browser).until(lambda d: (number(by_css(d, "#fps").text) or 0) > 0, "no frame rate after logging in")
+    guard.assert_running()
+
+
+# The columns of a `tracker --benchmark --backend all` run here (tracker --list-backends, int8 where a backend has it).
+ALL_BACKENDS = ["auto", "auto int8", "caffe-openblas", "caffe-openblas-dl", "tf-vanilla", "tf-neon-vfpv4",
+                "tf-neon-vfpv4 int8", "mxnet-openblas", "mxnet-openblas-dl", "nnpack", "onnxruntime",
+                "onnxruntime int8", "opencv-dnn"]
+
+
+def record_a_benchmark_of_every_backend(benchmark_dir: Path, out: Path) -> None:
+    """A run's results.json with every backend's column and its two plots (the benchmark's 1000 x 550
+    px), recorded as this device's last run in `benchmark_dir` (where the Speed tab looks)."""
+    import cv2
+    import numpy as np
+
+    from tracker.bench.profile import record_last_run
+    from tracker.bench.report import PLOT_FILES
+
+    out.mkdir()
+    batches = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    doc = {"complete": True, "machine": {"cpu": "Cortex-A53", "cores": 4, "arch": "aarch64"},
+           "settings": {"batches": batches, "columns": [{"label": label} for label in ALL_BACKENDS]},
+           "rows": [{"label": label, "batch": batch, "status": "ok", "ms_per_image": 12.3456, "median_ms_per_image": 12.3456}
+                    for label in ALL_BACKENDS for batch in batches]}
+    (out / "results.json").write_text(json.dumps(doc), encoding="utf-8")
+    for name in PLOT_FILES.values():
+        cv2.imwrite(str(out / name), np.full((550, 1000, 3), 255, np.uint8))
+    record_last_run(benchmark_dir, out)
+
+
+def test_the_speed_tab_fits_a_phones_width(start_guard, browser, tmp_path):
+    """A run of every backend (13 columns) made the whole page 1343 px wide on a 390 px phone (wider
+    than a 1280 px window too): the header and tabs covered a third of it and the phone zoomed out
+    to fit. The tables scroll within the page's width instead."""
+    guard = start_guard()
+    record_a_benchmark_of_every_backend(guard.state, tmp_path / "bench-out")  # the demo's benchmarks: beside its state
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True})
+    open_page(browser, guard)
+    open_tab(browser, "speed")
+    wait(browser).until(lambda d: len(all_by_css(d, "#speed-tables table")) == 2, "no speed tables")
+    wait(browser).until(lambda d: image_loaded(d, "#speed-plots img"), "no plot")
+    assert len(all_by_css(browser, "#speed-tables table.speed-mean thead th")) == 1 + len(ALL_BACKENDS)
+    assert browser.execute_script("return [document.documentElement.scrollWidth, window.innerWidth];") == [390, 390]
     guard.assert_running()

@@ -329,8 +329,10 @@ function showSpeed(summary) {
           const ms = (run[key][c] || {})[String(batch)];
           return element("td", { text: ms === undefined ? "-" : ms.toFixed(3) });
         })));
-      tables.push(element("h3", { text: title }), element("table", { class: `speed-${key}` },
-        element("thead", {}, head), element("tbody", {}, ...body)));
+      // A run of every backend is a dozen columns: the table scrolls within the page's width, and
+      // the page (its header and tabs) stays as wide as the screen.
+      tables.push(element("h3", { text: title }), element("div", { class: "table-scroll" },
+        element("table", { class: `speed-${key}` }, element("thead", {}, head), element("tbody", {}, ...body))));
     }
     $("speed-plots").replaceChildren(...Object.entries(run.plots).map(([scale, url]) =>
       element("img", { src: url, alt: `per-image time, ${scale} scale` })));
