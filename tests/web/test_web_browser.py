@@ -13,7 +13,8 @@ the page:
   name in the page and sends it on Enter; on a phone's 375 px it does not scroll sideways;
 - people: enrolling "visitor" from an uploaded photo lists them with their face; an upload that is
   not an image gets its per-file message and an error, and enrols nobody; deleting someone deleted
-  already takes them off the list;
+  already takes them off the list; a name of 64 letters without a space keeps the People and
+  Events tabs a phone's 390 px wide;
 - login: with a password file, the page asks for the password, says so when it is wrong, and shows
   the tabs and the live view once it is right;
 - speed: a run of every backend (13 columns) keeps the page a phone's 390 px wide (its tables scroll).
@@ -577,4 +578,27 @@ def test_the_speed_tab_fits_a_phones_width(start_guard, browser, tmp_path):
     wait(browser).until(lambda d: image_loaded(d, "#speed-plots img"), "no plot")
     assert len(all_by_css(browser, "#speed-tables table.speed-mean thead th")) == 1 + len(ALL_BACKENDS)
     assert browser.execute_script("return [document.documentElement.scrollWidth, window.innerWidth];") == [390, 390]
+    guard.assert_running()
+
+
+def test_a_long_name_fits_a_phones_width(start_guard, browser, testdata):
+    """A name of 64 letters without a space (the enrolment rules allow it) made the People tab 753
+    px wide on a 390 px phone, its Delete button off the screen, and the Events tab's person filter
+    504 px."""
+    guard = start_guard()
+    name = "Maria_Fernanda_Gonzalez_Rodriguez_de_la_Santisima_Trinidad_Lopez"[:64]
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True})
+    open_page(browser, guard)
+    open_tab(browser, "people")
+    by_css(browser, "#enrol-name").send_keys(name)
+    by_css(browser, "#enrol-photos").send_keys(str(testdata / "faces" / "skimage" / "astronaut.png"))
+    by_css(browser, "#enrol-button").click()
+    wait(browser, ENROL_WAIT_S).until(lambda d: all_by_css(d, f'#people-list li.person[data-name="{name}"]'),
+                                      f"{name} was not listed")
+    width = "return [document.documentElement.scrollWidth, window.innerWidth];"
+    assert browser.execute_script(width) == [390, 390]
+    open_tab(browser, "events")
+    wait(browser).until(lambda d: all_by_css(d, f'#event-filter option[value="{name}"]'), f"{name} is not in the filter")
+    assert browser.execute_script(width) == [390, 390]
     guard.assert_running()
