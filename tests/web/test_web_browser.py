@@ -7,7 +7,8 @@ HOME in tmp_path, the page on 127.0.0.1 at a free port), waits for /api/session 
 the page:
 - live: the page opens on the Live tab, the MJPEG picture changes from one screenshot of it to a
   later one, and the stats show a frame rate above 0;
-- live, guard stopped: the numbers give way to "-" and a sentence saying the guard is not answering;
+- live, guard stopped: the numbers give way to "-" and a sentence saying the guard is not answering,
+  which the other tabs and the enrol form say too;
   a live view refused for too many viewers says it tries again, and does;
 - events: the Events tab lists an event whose snapshot image has loaded; "This was..." checks its
   name in the page and sends it on Enter; on a phone's 375 px it does not scroll sideways;
@@ -277,6 +278,26 @@ def test_the_live_tab_shows_no_numbers_while_the_guard_is_not_answering(start_gu
                         "the page did not say the guard is not answering")
     assert [by_css(browser, f"#{id_}").text for id_ in ("fps", "tracks", "backend")] == ["-", "-", "-"]
     assert not all_by_css(browser, "#latency tbody tr")
+
+
+def test_the_other_tabs_say_so_while_the_guard_is_not_answering(start_guard, browser):
+    """With the guard stopped the Events, People and Speed tabs and the enrol form said only the
+    browser's "Failed to fetch"."""
+    guard = start_guard()
+    open_page(browser, guard)
+    assert guard.stop() is None
+    for tab, message in (("events", "#events-error"), ("people", "#people-error"), ("speed", "#speed-why")):
+        open_tab(browser, tab)
+        wait(browser).until(lambda d, message=message: by_css(d, message).text != "", f"no message in {message}")
+        assert by_css(browser, message).text.startswith("The guard is not answering: it is stopped or restarting")
+    open_tab(browser, "people")
+    wait(browser).until(lambda d: by_css(d, "#people-error").text != "", "no message on the People tab")
+    browser.execute_script("document.querySelector('#people-error').textContent = '';")
+    by_css(browser, "#enrol-name").send_keys("visitor")
+    browser.execute_script("document.querySelector('#enrol-photos').required = false;")  # no file: still sent
+    by_css(browser, "#enrol-button").click()
+    wait(browser).until(lambda d: by_css(d, "#people-error").text != "", "no message for an enrolment not sent")
+    assert by_css(browser, "#people-error").text.startswith("The guard is not answering")
 
 
 def test_a_live_view_refused_for_too_many_viewers_is_tried_again(start_guard, browser):

@@ -10,6 +10,8 @@ let liveRetry = null;     // the next try at a live view that was refused or bro
 const LIVE_RETRY_S = 5;
 // Said while /api/state gets no answer at all (fetch's TypeError): the guard is stopped or restarting.
 const NOT_ANSWERING = "The guard is not answering: it is stopped or restarting. The numbers come back when it answers.";
+// Said by every other request that gets no answer at all (the browser's own words were "Failed to fetch").
+const NO_ANSWER = "The guard is not answering: it is stopped or restarting; try again once it is back.";
 const LIVE_UNAVAILABLE = "The live view is not available (too many viewers, or the guard is not answering); " +
   `trying again every ${LIVE_RETRY_S} s.`;
 
@@ -18,7 +20,14 @@ const $ = (id) => document.getElementById(id);
 async function api(path, options = {}) {
   const headers = Object.assign({}, options.headers || {});
   if (options.method && options.method !== "GET") headers["X-CSRF-Token"] = csrf || "";
-  const response = await fetch(path, Object.assign({}, options, { headers, credentials: "same-origin" }));
+  let response;
+  try {
+    response = await fetch(path, Object.assign({}, options, { headers, credentials: "same-origin" }));
+  } catch (failure) {  // no answer at all (a TypeError): the guard is stopped or restarting
+    const error = new Error(NO_ANSWER);
+    error.notAnswering = true;
+    throw error;
+  }
   let body = null;
   try { body = await response.json(); } catch (e) { body = null; }
   if (response.status === 401 && path !== "/api/login") sessionLost();
@@ -161,7 +170,7 @@ async function loadStats() {
     // No numbers rather than the last ones, which would read as live.
     for (const id of ["fps", "tracks", "backend"]) $(id).textContent = "-";
     $("latency").tBodies[0].replaceChildren();
-    $("live-error").textContent = error instanceof TypeError ? NOT_ANSWERING : error.message;
+    $("live-error").textContent = error.notAnswering ? NOT_ANSWERING : error.message;
   }
 }
 
