@@ -112,8 +112,9 @@ def test_a_track_that_leaves_too_close_to_call_leaves_as_what_it_was_announced()
         votes.add(views[0].track_id, name)
         events += maker.frame_events(views, votes, t_ns=i, wall_time=1000.0 + i)
     assert votes.ambiguous(views[0].track_id)
-    assert [(e.kind, e.identity) for e in events + maker.close_all(votes, 9, 1009.0)] == [
-        ("entered", "unknown"), ("identified", "ann"), ("left", "ann")]
+    # its confidence is ann's share of the votes, 3 of 6 (the `left` said ann with 0.0)
+    assert [(e.kind, e.identity, e.confidence) for e in events + maker.close_all(votes, 9, 1009.0)] == [
+        ("entered", "unknown", 0.0), ("identified", "ann", 1.0), ("left", "ann", 0.5)]
 
 
 def test_a_track_too_close_to_call_at_its_entry_still_gets_its_clear_stranger():

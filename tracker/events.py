@@ -58,11 +58,12 @@ class EventMaker:
         self._last_seen: dict[int, Box] = {}
 
     def _identity(self, track_id: int, votes) -> tuple[str, float]:
-        """The track's voted identity; while the vote is too close to call, the one announced last
-        (so a `left` says who the track was announced as)."""
+        """The track's voted identity and its share of the votes; while the vote is too close to
+        call, the one announced last with its share (so a `left` says who the track was announced
+        as, and how many of its faces said so: it said 0.0, no face at all, beside the name)."""
         announced = self._announced.get(track_id)
         if votes.ambiguous(track_id) and announced is not None:
-            return announced, 0.0
+            return announced, votes.share(track_id, announced)
         return votes.voted(track_id)
 
     def frame_events(self, views, votes, t_ns: int, wall_time: float, *, seq: int | None = None,

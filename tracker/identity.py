@@ -475,6 +475,12 @@ class IdentityVotes:
         name, share, _ = self._lead(track_id)
         return name, share
 
+    def share(self, track_id: int, name: str) -> float:
+        """`name`'s share of the track's votes, in [0, 1] (0.0 for a track without votes)."""
+        votes = self._votes.get(track_id, {})
+        total = sum(votes.values())
+        return votes.get(name, 0) / total if total else 0.0
+
     def forget(self, track_id: int) -> None:
         self._votes.pop(track_id, None)
 
