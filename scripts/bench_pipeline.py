@@ -57,11 +57,11 @@ from tracker.arguments import (
     words,
 )
 from tracker.files import atomic_write
+from tracker.latency import STAGES
 from tracker.machine import cpu_model
 
 REPO = Path(__file__).resolve().parents[1]
 TRACKER = Path(sys.executable).with_name("tracker")
-STAGES = ("capture_ms", "motion_ms", "detect_ms", "infer_ms", "track_ms", "publish_ms", "total_ms")
 
 
 def run_demo(state: Path, frames: int, *, backend: str, width: int, height: int, realtime: bool, fps: float,

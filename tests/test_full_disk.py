@@ -39,7 +39,7 @@ def test_a_device_that_refuses_every_line_is_logged_once_and_counted(caplog):
     assert [log.append(LINE) for _ in range(3)] == [False, False, False] and log.lost == 3
     assert caplog.text.count("events log: cannot write /dev/full (No space left on device)") == 1
     latency = LatencyLog("/dev/full")
-    latency.write(FrameLatency(1, 0, "b", 0, 0, *([0.0] * 7), 0))
+    latency.write(FrameLatency(1, 0, "b", 0, 0, *([0.0] * 8), 0))
     assert caplog.text.count("latency log: cannot write /dev/full (No space left on device)") == 1
     log.end()
     latency.close()

@@ -19,7 +19,8 @@ run is reproducible; the demo enrolls the scene's four people itself. What is ch
   `entered`: > 0, as a monotonic-clock difference around real work is) and total_ms more than
   infer_ms, `dropped` non-decreasing, `batch`/`faces`/`infer_ms` consistent: the frames
   that shared one backend call carry its crop count as `batch` and their faces add up to it,
-  and a call holds fewer than max_batch crops before its last frame's.
+  and a call holds fewer than max_batch crops before its last frame's; a call's first frame waited
+  (batch_wait_ms) at least as long as the gate and detection of its batch's later frames took.
 Runs: pure streaming (max_batch 1), and batching across frames (max_batch 16, long max_wait).
 """
 
@@ -36,9 +37,9 @@ from pathlib import Path
 import cv2
 import pytest
 
-LATENCY_KEYS = ["seq", "t_ns", "backend", "batch", "faces", "capture_ms", "motion_ms", "detect_ms", "infer_ms",
-                "track_ms", "publish_ms", "total_ms", "dropped"]
-OWN_STAGES = ["capture_ms", "motion_ms", "detect_ms", "infer_ms", "track_ms", "publish_ms"]
+LATENCY_KEYS = ["seq", "t_ns", "backend", "batch", "faces", "capture_ms", "motion_ms", "detect_ms", "batch_wait_ms",
+                "infer_ms", "track_ms", "publish_ms", "total_ms", "dropped"]
+OWN_STAGES = ["capture_ms", "motion_ms", "detect_ms", "batch_wait_ms", "infer_ms", "track_ms", "publish_ms"]
 EVENT_KEYS = {"schema", "id", "kind", "track_id", "identity", "confidence", "box", "ts", "seq", "media_time_s", "snapshot"}
 SCENE_PEOPLE = {"John_Savage", "John_Schneider", "John_Shimkus", "John_Simm"}
 BACKEND = "caffe-openblas-dl"
@@ -107,12 +108,16 @@ def check_latency_log(path: Path, frames: int, max_batch: int) -> list[dict]:
         assert min(row["capture_ms"], row["motion_ms"], row["track_ms"]) > 0.0, row
         assert row["total_ms"] > row["infer_ms"], row
         assert row["faces"] >= 0 and row["batch"] >= 0
+        if group is not None:  # a later frame of an open call's batch: looked at while its first waited
+            group["later_ms"] += row["motion_ms"] + row["detect_ms"]
+            assert group["wait_ms"] >= group["later_ms"] - 1e-3, (row, group)
         if row["batch"] == 0:
             assert row["infer_ms"] == 0.0, row  # no crops of this frame went to the backend
         else:
             assert row["infer_ms"] > 0.0 and row["detect_ms"] > 0.0 and 1 <= row["faces"] <= row["batch"], row
             if group is None:
-                group = {"batch": row["batch"], "infer_ms": row["infer_ms"], "faces": 0}
+                group = {"batch": row["batch"], "infer_ms": row["infer_ms"], "faces": 0, "wait_ms": row["batch_wait_ms"],
+                         "later_ms": 0.0}
             assert (row["batch"], row["infer_ms"]) == (group["batch"], group["infer_ms"]), (row, group)
             before = group["faces"]
             group["faces"] += row["faces"]

@@ -4,10 +4,17 @@ One JSON line per processed frame with the keys of `FrameLatency`, in that order
 milliseconds of the monotonic clock:
     capture_ms  frame waiting between capture (Frame.t_ns) and the start of its processing (in the
                 capture queue, then behind a batch of earlier frames that fell due)
-    motion_ms, detect_ms, infer_ms, track_ms, publish_ms   each stage's own time; infer_ms is the
-                time the backend took for the batch that carried the frame's crops (shared by the
-                batch's frames; a batch of more than batcher.max_batch crops is several calls)
-    total_ms    from capture to the end of publishing the frame's results
+    motion_ms, detect_ms   each stage's own time
+    batch_wait_ms   from the end of the frame's detection to the start of its batch's backend call:
+                cutting its crops, then waiting in the batcher for other frames' faces (at most
+                batcher.max_wait_ms after the first crop's capture) while later frames are detected;
+                a frame without faces waits too when it joined a pending batch
+    infer_ms, track_ms, publish_ms   each stage's own time; infer_ms is the time the backend took
+                for the batch that carried the frame's crops (shared by the batch's frames; a batch
+                of more than batcher.max_batch crops is several calls)
+    total_ms    from capture to the end of publishing the frame's results: the stages above, plus,
+                for a frame late in its batch, the tracking and publishing of the batch's earlier
+                frames
 `dropped` is the running count of frames dropped by the capture queue, plus the frames whose crops
 a failed backend call lost (those are tracked, without identities).
 The file rotates by size (`path`, `path.1`, ... `path.<backups>`), so the disk use is bounded; a
@@ -25,7 +32,7 @@ import numpy as np
 
 from tracker.files import LineFile
 
-STAGES = ("capture_ms", "motion_ms", "detect_ms", "infer_ms", "track_ms", "publish_ms", "total_ms")
+STAGES = ("capture_ms", "motion_ms", "detect_ms", "batch_wait_ms", "infer_ms", "track_ms", "publish_ms", "total_ms")
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,7 @@ class FrameLatency:
     capture_ms: float
     motion_ms: float
     detect_ms: float
+    batch_wait_ms: float
     infer_ms: float
     track_ms: float
     publish_ms: float

@@ -66,6 +66,7 @@ class _FrameWork:
     start_ns: int  # this frame's processing started: after it left the capture queue and a batch due then ran (both its wait, capture_ms)
     motion_ms: float
     detect_ms: float
+    detected_ns: int  # its detection ended: from here its batch_wait_ms runs
 
 
 @dataclass(frozen=True)
@@ -280,8 +281,9 @@ class Guard:
             has_crops = True
         else:
             detections, has_crops = previous, False
+        detected_ns = time.monotonic_ns()
         return _FrameWork(frame, detections, has_crops, start_ns, _ms(start_ns, after_motion),
-                          _ms(after_motion, time.monotonic_ns()))
+                          _ms(after_motion, detected_ns), detected_ns)
 
     def _infer(self, crops: np.ndarray) -> np.ndarray | None:
         """Embeddings (N, D) float32 for crops (N, C, H, W), in chunks of at most max_batch;
@@ -309,7 +311,8 @@ class Guard:
                 faces = tuple(Face(d, e, m) for d, e, m in zip(work.detections, rows, matches))
             else:
                 faces = tuple(Face(d) for d in work.detections)
-            self._track_and_publish(work, faces, len(batch.crops) if count else 0, infer_ms if count else 0.0)
+            self._track_and_publish(work, faces, len(batch.crops) if count else 0, infer_start,
+                                    infer_ms if count else 0.0)
 
     def _publish_events(self, events) -> None:
         """Each event with the snapshot of its track's best face, to every sink."""
@@ -348,9 +351,11 @@ class Guard:
             return self._clock.seconds(frame.seq / self.config.source.fps)
         return self._clock.seconds(frame.t_ns / 1e9)
 
-    def _track_and_publish(self, work: _FrameWork, faces: tuple[Face, ...], batch_size: int, infer_ms: float) -> None:
+    def _track_and_publish(self, work: _FrameWork, faces: tuple[Face, ...], batch_size: int, infer_start_ns: int,
+                           infer_ms: float) -> None:
         """Track one frame's `faces` (in `work.detections` order), publish its events and write
-        its latency record."""
+        its latency record; infer_start_ns: when its batch's backend call started (monotonic ns),
+        infer_ms: what the call took (0.0 for a frame without crops in it)."""
         stages, frame = self.stages, work.frame
         track_start = time.monotonic_ns()
         t_s = self._tracker_time_s(frame)
@@ -395,8 +400,8 @@ class Guard:
         record = FrameLatency(
             seq=frame.seq, t_ns=frame.t_ns, backend=self.config.backend.name, batch=batch_size,
             faces=len(work.detections), capture_ms=_ms(frame.t_ns, work.start_ns), motion_ms=work.motion_ms,
-            detect_ms=work.detect_ms, infer_ms=infer_ms, track_ms=_ms(track_start, publish_start),
-            publish_ms=_ms(publish_start, end), total_ms=_ms(frame.t_ns, end),
+            detect_ms=work.detect_ms, batch_wait_ms=_ms(work.detected_ns, infer_start_ns), infer_ms=infer_ms,
+            track_ms=_ms(track_start, publish_start), publish_ms=_ms(publish_start, end), total_ms=_ms(frame.t_ns, end),
             dropped=self._capture.dropped + self.inference_lost)
         stages.latency_log.write(record)
         self.stats.add(record)
