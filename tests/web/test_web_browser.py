@@ -377,6 +377,10 @@ def test_a_page_without_a_password_that_loses_its_session_makes_a_new_one(start_
                         "the Speed tab was not loaded with a new session")
     assert by_css(browser, "#speed").is_displayed() and not by_css(browser, "#live").is_displayed()
     assert not by_css(browser, "#login").is_displayed()
+    # why auto has no profile, its command as code (the guard's message had it in backticks)
+    auto_why = by_css(browser, "#auto-why")
+    assert "`" not in auto_why.text and "tracker --benchmark --backend all" in [
+        code.text for code in all_by_css(browser, "#auto-why code")], auto_why.text
     browser.delete_all_cookies()
     sessions = session_requests(browser)
     by_css(browser, '#tabs button[data-tab="events"]').click()

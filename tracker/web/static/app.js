@@ -49,6 +49,12 @@ function element(tag, attributes = {}, ...children) {
   return node;
 }
 
+// A message of the guard's (written for a terminal) as page content: its `commands` as code, not
+// with their backticks.
+function prose(text) {
+  return text.split("`").map((part, i) => (i % 2 ? element("code", { text: part }) : part));
+}
+
 // ---- session -------------------------------------------------------------------------------
 
 async function start(tab = "live") {
@@ -349,7 +355,7 @@ function showSpeed(summary) {
     $("speed-plots").replaceChildren();
   }
   $("speed-tables").replaceChildren(...tables);
-  $("auto-why").textContent = summary.auto.why || "";
+  $("auto-why").replaceChildren(...prose(summary.auto.why || ""));
   $("auto-picks").hidden = summary.auto.picks.length === 0;   // no profile: the line above says why
   $("auto-picks").tBodies[0].replaceChildren(...summary.auto.picks.map((p) => element("tr", {},
     element("td", { text: String(p.batch) }), element("td", { text: p.backend }), element("td", { text: p.precision }))));
