@@ -301,6 +301,18 @@ def test_cells_warm_up_for_the_seconds_asked_before_their_timed_passes(capsys, c
         assert f"mean of 2 passes after {float(warmup):g} s of warm-up passes" in stdout
 
 
+def test_a_backend_that_loads_on_its_first_call_still_warms_up_for_the_seconds_asked(capsys, config_file, tmp_path,
+                                                                                     test_backends):
+    """`auto` creates its engine in its first call: the warm-up's seconds counted from before that
+    call were spent loading, and the cell was timed after one pass."""
+    out = tmp_path / "out"
+    code, stdout, stderr = bench(capsys, config_file, out, "--backend", "test-lazy", "--batches", "1", "--passes", "2",
+                                 "--warmup", "0.2")
+    assert code == 0, stderr
+    (row,) = json.loads((out / "results.json").read_text())["rows"]
+    assert row["status"] == "ok" and row["warmup_passes"] > 1, row
+
+
 def test_a_warm_up_longer_than_the_timeout_is_no_hang(capsys, config_file, tmp_path, test_backends):
     """The child reports progress while it warms up, as it does while it times passes."""
     out = tmp_path / "out"
@@ -847,6 +859,18 @@ class Int8Linear(_Linear):
             self._w = np.round(self._w / scale).astype(np.int8).astype(np.float32) * scale
 
 
+class LoadsOnFirstCall(_Linear):
+    """Its first call takes 0.5 s (a lazy load, as `auto` creates its engine); the others are a matmul."""
+
+    fail_from_batch = 2**30
+
+    def infer(self, x):
+        if not getattr(self, "loaded", False):
+            time.sleep(0.5)
+            self.loaded = True
+        return super().infer(x)
+
+
 class CloseRaises(_Linear):
     fail_from_batch = 2**30
 
@@ -901,6 +925,7 @@ TEST_BACKENDS = {
     "test-missing": "MissingRuntime",
     "test-int8": "Int8Linear",
     "test-close-raises": "CloseRaises",
+    "test-lazy": "LoadsOnFirstCall",
 }
 
 

@@ -4,8 +4,8 @@
             [--precision fp32|int8] [--out DIR] [--timeout S] [--memory-limit MB] [--profile-when-busy]
             [--worker] [--detectors a,b|all]
 
-For each backend x precision x batch size (a *cell*): load the backend, untimed warm-up passes for
-`--warmup S` seconds (default 1, at least one pass: see command.DEFAULT_WARMUP_S for why), then
+For each backend x precision x batch size (a *cell*): load the backend, one untimed warm-up pass
+and more for `--warmup S` seconds after it (default 1: see command.DEFAULT_WARMUP_S for why), then
 `--passes` timed passes on the same seeded random batch (N, C, H, W) float32 (shape from the
 model's input blob). Each cell runs in a fresh child process (tracker.bench.child), so a crash, a
 signal, an out-of-memory or a hang is a failed cell with its cause and the run goes on; and the

@@ -134,8 +134,12 @@ def _cell_input(job: dict):
 
 
 def run_cell(job: dict, channel: _Channel, stage: _Stage) -> None:
-    """Load the backend, untimed warm-up passes for `warmup_s` seconds (at least one), then
-    `passes` timed forward passes of one batch."""
+    """Load the backend, untimed warm-up passes (one, then more until `warmup_s` seconds have passed
+    since it ended), then `passes` timed forward passes of one batch.
+
+    The seconds count from the end of the first pass because a backend may load lazily on its first
+    call (`auto` creates its engine then): counted from before it, the load used up the warm-up,
+    and the engine's first-pass transient fell into the timed passes."""
     t0 = time.perf_counter()
     backend = _create(job, job["precision"])
     passes = job["passes"]
@@ -145,10 +149,11 @@ def run_cell(job: dict, channel: _Channel, stage: _Stage) -> None:
     # Peak RSS of the cell counts what loading left resident, not loading's transient peak.
     rss_method = "vmhwm-reset-after-load" if _reset_peak_rss() else "peak-since-start"
     stage.text = "the warm-up passes"
+    backend.infer(x)
+    warmup_passes = 1
     warm_until = time.perf_counter() + job["warmup_s"]
-    warmup_passes = 0
     last_report = time.monotonic()
-    while warmup_passes == 0 or time.perf_counter() < warm_until:
+    while time.perf_counter() < warm_until:
         backend.infer(x)
         warmup_passes += 1
         if time.monotonic() - last_report >= _PROGRESS_EVERY_S:  # a warm-up longer than --timeout is no hang
