@@ -655,6 +655,18 @@ def test_int8_column_gets_a_quality_line_against_fp32(capsys, config_file, tmp_p
     assert table_header.split() == ["batch", "test-int8", "test-int8", "int8"]
 
 
+def test_a_quality_check_whose_backends_fail_to_close_keeps_its_figures(capsys, config_file, tmp_path, test_backends):
+    """The comparison is sent before the two backends are closed, as a cell's timings are: a close
+    that raises voided it ("quality check failed: RuntimeError ... during comparing outputs")."""
+    out = tmp_path / "out"
+    code, stdout, stderr = bench(capsys, config_file, out, "--backend", "test-int8-close-raises", "--batches", "1",
+                                 "--passes", "1")
+    assert code == 0, stderr
+    (quality,) = json.loads((out / "results.json").read_text())["quality"]
+    assert "error" not in quality and 0 <= quality["top1_agreement"] <= 1, quality
+    assert "test-int8-close-raises int8: top-1 agreement " in stdout
+
+
 def test_unavailable_backend_is_exit_3_naming_the_extra(capsys, config_file, tmp_path, test_backends):
     code, stdout, stderr = bench(capsys, config_file, tmp_path / "out", "--backend", "caffe-openblas,test-missing", "--batches", "1", "--passes", "1")
     assert code == 3
@@ -859,6 +871,11 @@ class Int8Linear(_Linear):
             self._w = np.round(self._w / scale).astype(np.int8).astype(np.float32) * scale
 
 
+class Int8CloseRaises(Int8Linear):
+    def close(self):
+        raise RuntimeError("the runtime failed while shutting down")
+
+
 class LoadsOnFirstCall(_Linear):
     """Its first call takes 0.5 s (a lazy load, as `auto` creates its engine); the others are a matmul."""
 
@@ -926,6 +943,7 @@ TEST_BACKENDS = {
     "test-int8": "Int8Linear",
     "test-close-raises": "CloseRaises",
     "test-lazy": "LoadsOnFirstCall",
+    "test-int8-close-raises": "Int8CloseRaises",
 }
 
 

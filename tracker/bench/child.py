@@ -205,9 +205,10 @@ def run_quality(job: dict, channel: _Channel, stage: _Stage) -> None:
     reference, candidate = _create(job, "fp32"), _create(job, job["precision"])
     stage.text = "comparing outputs"
     metrics = compare(reference, candidate, x)
+    # sent before close(), as a cell's result is
+    channel.send(event="quality", set_id=set_id, **metrics)
     reference.close()
     candidate.close()
-    channel.send(event="quality", set_id=set_id, **metrics)
 
 
 def run_runoff(job: dict, channel: _Channel, stage: _Stage) -> None:
