@@ -514,9 +514,9 @@ def test_a_run_stopped_before_its_first_cell_ended_writes_nothing(tmp_path, conf
         # `uname -p`, which platform.platform() runs for results.json's machine, is one, and once in
         # a suite run the SIGTERM came then, before the run takes it as Ctrl-C: exit -15.)
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not _cells(proc.pid) and proc.poll() is None:
+        while time.monotonic() < deadline and not _jobs(proc.pid, "cell") and proc.poll() is None:
             time.sleep(0.1)
-        assert _cells(proc.pid), proc.stderr.read() if proc.poll() is not None else "no cell started"
+        assert _jobs(proc.pid, "cell"), proc.stderr.read() if proc.poll() is not None else "no cell started"
         proc.send_signal(signal.SIGTERM)
         stdout, stderr = proc.communicate(timeout=60)
     finally:
@@ -607,17 +607,53 @@ def _children(pid: int) -> list[int]:
         return [int(child) for child in f.read().split()]
 
 
-def _cells(pid: int) -> list[int]:
-    """The children of `pid` that measure a cell (their job, JSON in their argv, says so)."""
-    cells = []
+def _jobs(pid: int, mode: str) -> list[int]:
+    """The children of `pid` that run a job of `mode` ("cell", "probe": their job, JSON in their
+    argv, says so)."""
+    found = []
     for child in _children(pid):
         try:
             with open(f"/proc/{child}/cmdline", "rb") as f:
-                if b'"mode": "cell"' in f.read():
-                    cells.append(child)
+                if f'"mode": "{mode}"'.encode() in f.read():
+                    found.append(child)
         except FileNotFoundError:  # it ended meanwhile
             pass
-    return cells
+    return found
+
+
+@pytest.mark.parametrize("mode", ["--benchmark", "--list-backends"])
+def test_a_sigterm_while_the_runtimes_are_probed_kills_the_probe_and_exits_130(tmp_path, config_file, mode):
+    """The probe ran before SIGTERM was taken as Ctrl-C: the process ended at once (exit -15) and
+    its probe child, which imports every runtime, ran on without it."""
+    code = (
+        "import sys; from tracker import backends; "
+        "backends.REGISTRY['test-backend'] = backends.Entry('test_bench:ChecksForAnHour', None); "
+        "from tracker.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    argv = ["--backend", "test-backend", "--batches", "1", "--out", str(tmp_path / "out")] if mode == "--benchmark" else []
+    proc = subprocess.Popen([sys.executable, "-c", code, "--config", str(config_file), mode, *argv],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)])})
+    probes: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not probes and proc.poll() is None:
+            time.sleep(0.05)
+            probes = _jobs(proc.pid, "probe")
+        assert probes, proc.stderr.read() if proc.poll() is not None else "no probe started"
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+        left = [pid for pid in probes if os.path.exists(f"/proc/{pid}")]
+    finally:
+        proc.kill()
+        for pid in probes:  # the old code's orphan, so that it does not sleep on for an hour
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert proc.returncode == 130, stderr
+    assert not left, "the probe's child outlived the command"
+    assert "Traceback" not in stderr
 
 
 def test_results_that_cannot_be_written_are_a_warning_and_the_table_is_printed(capsys, config_file, tmp_path):
@@ -874,6 +910,14 @@ class Int8Linear(_Linear):
 class Int8CloseRaises(Int8Linear):
     def close(self):
         raise RuntimeError("the runtime failed while shutting down")
+
+
+class ChecksForAnHour(_Linear):
+    """Checking its runtime hangs (an import that never ends)."""
+
+    @classmethod
+    def check_runtime(cls):
+        time.sleep(3600)
 
 
 class LoadsOnFirstCall(_Linear):

@@ -108,6 +108,13 @@ def run_benchmark_command(config, args, first: Callable[[], int] | None = None) 
     """`tracker --benchmark`: see the module docstring of tracker.bench for outputs and schema.
     `first`: another benchmark of the same command (the detectors'), run once this one's request
     is checked and before it measures anything; its non-zero exit code (an interrupt) ends here."""
+    # From the start, not from the first cell: a SIGTERM while the runtimes were probed or the sgemm
+    # peak measured ended the process (exit 143) and left the probe's child running.
+    with stop_as_ctrl_c():
+        return _benchmark(config, args, first)
+
+
+def _benchmark(config, args, first: Callable[[], int] | None) -> int:
     load_at_start = load_average()  # how busy the machine is besides this command: before its own work
     names, all_mode = parse_backend_names(args.backend or config.backend.name)
     batches = sorted(set(args.batches))
@@ -301,21 +308,20 @@ def run_benchmark_command(config, args, first: Callable[[], int] | None = None) 
     bar = tqdm(total=total, unit="pass", file=sys.stderr, disable=None, dynamic_ncols=True)
     interrupted = False
     try:
-        with stop_as_ctrl_c():
-            # auto last: its cells then run on the profile this run's other columns and runoffs wrote
-            for column in [c for c in columns if c.backend != "auto"]:
-                measure(column)
-            if profile_ok:
-                plans = runoff.plan_runoffs(results.rows, memory_mb(available=True))
-                bar.total += runoff.ROUNDS * len(plans)
-                for plan in plans:
-                    run_off(plan)
-            for column in [c for c in columns if c.backend == "auto"]:
-                measure(column)
-            # The machine is shared: the peak is the better of a measurement before and after the cells.
-            results.machine["load_average"]["end"] = load_average()
-            results.update_peak(sgemm_peak())
-            results.complete = True
+        # auto last: its cells then run on the profile this run's other columns and runoffs wrote
+        for column in [c for c in columns if c.backend != "auto"]:
+            measure(column)
+        if profile_ok:
+            plans = runoff.plan_runoffs(results.rows, memory_mb(available=True))
+            bar.total += runoff.ROUNDS * len(plans)
+            for plan in plans:
+                run_off(plan)
+        for column in [c for c in columns if c.backend == "auto"]:
+            measure(column)
+        # The machine is shared: the peak is the better of a measurement before and after the cells.
+        results.machine["load_average"]["end"] = load_average()
+        results.update_peak(sgemm_peak())
+        results.complete = True
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP: the running child and all below it are killed
         interrupted = True
     finally:
@@ -358,7 +364,8 @@ def _auto_picks(state_dir: Path, probes: dict[str, Probe]) -> list[str]:
 def print_backend_list(config) -> int:
     """`tracker --list-backends`: every registered backend, whether it runs here (and if not, why
     and which extra installs it), its precisions, and what `auto` would pick per batch size."""
-    probes = probe_backends(_entries(list(REGISTRY)))
+    with stop_as_ctrl_c():  # a SIGTERM kills the probe's child too (KeyboardInterrupt: exit 130)
+        probes = probe_backends(_entries(list(REGISTRY)))
     header = ("backend", "here", "precisions", "extra")
     rows = [
         (name, "yes" if p.available else "no", ",".join(p.precisions) or "?",
