@@ -142,8 +142,9 @@ def _refuse_ignored_options(parser: ArgumentParser, args: argparse.Namespace) ->
     """InputError for an option the run would ignore in silence: a second of the modes
     --check-config, --list-backends, --benchmark (only the first would run); one only the
     benchmark reads, without --benchmark; one only the backends' benchmark reads (--precision too),
-    with --detectors alone; --source with --demo; the guard's own (--source, --demo, --frames) with
-    --list-backends or --benchmark; --backend or --precision with --list-backends."""
+    with --detectors alone; --profile-when-busy with --memory-limit (that run writes no profile);
+    --source with --demo; the guard's own (--source, --demo, --frames) with --list-backends or
+    --benchmark; --backend or --precision with --list-backends."""
     modes = [name for name in ("check_config", "list_backends", "benchmark") if getattr(args, name)]
     if len(modes) > 1:
         first, second = ("--" + name.replace("_", "-") for name in modes[:2])
@@ -157,6 +158,9 @@ def _refuse_ignored_options(parser: ArgumentParser, args: argparse.Namespace) ->
         option = "--" + backend_only[0].replace("_", "-")
         raise InputError(f"{option}: the detector benchmark does not take it; expected it with --backend (the backends' "
                          "benchmark)")
+    if args.profile_when_busy and args.memory_limit:
+        raise InputError("--profile-when-busy: not with --memory-limit, whose run writes no calibration profile (it "
+                         "emulates a smaller device); expected one of the two")
     if args.demo and args.source:
         raise InputError(f"--source {args.source!r}: --demo runs the built-in synthetic scene; expected one of the two")
     mode = "--list-backends" if args.list_backends else "--benchmark" if args.benchmark else None

@@ -410,6 +410,7 @@ def test_memory_limit_too_small_for_batch_256_is_a_failed_cell_with_its_cause(ca
         assert failed["error"].startswith("MemoryError: Unable to allocate") and failed["error"].endswith("during the warm-up passes")
     assert f"failed: {failed['reason']}" in stdout
     assert not (tmp_path / "state" / "profile.json").exists()  # an emulated device is not this machine
+    assert "not writing the calibration profile" in stderr and "--memory-limit emulates a smaller device" in stderr
 
 
 def test_a_hanging_cell_times_out_and_its_child_is_killed(capsys, config_file, tmp_path, test_backends):
@@ -731,6 +732,8 @@ def test_unavailable_backend_is_exit_3_naming_the_extra(capsys, config_file, tmp
         (["--memory-limit", "20000000000000"], "argument --memory-limit: bad value '20000000000000'; expected an integer from 1 to 1048576"),
         (["--detectors", "haar", "--backend", "nosuch"], "unknown backend 'nosuch'"),  # before the detectors run
         (["--detectors", "haar", "--passes", "7"], "--passes: the detector benchmark does not take it"),
+        (["--memory-limit", "512", "--profile-when-busy"], "--profile-when-busy: not with --memory-limit, whose run writes "
+                                                            "no calibration profile"),
         (["--warmup", "-1"], "argument --warmup: bad value '-1'; expected a number of seconds >= 0"),
         (["--warmup", "nan"], "argument --warmup: bad value 'nan'"),
         (["--warmup", "1e300"], "argument --warmup: bad value '1e300'; expected a number of seconds >= 0 and <= 3600"),

@@ -148,6 +148,9 @@ def _benchmark(config, args, first: Callable[[], int] | None) -> int:
     machine = machine_info(peak, load_at_start)
     # A run under --memory-limit emulates a smaller device: its failures say nothing about this one.
     profile_ok = memory_limit is None
+    if not profile_ok:
+        _warn(f"not writing the calibration profile {profile}: --memory-limit emulates a smaller device, and `auto` "
+              "would learn its failures as this machine's")
     busy = _busy(machine["load_average"]["start"], machine["cores"])
     if profile_ok and busy and not getattr(args, "profile_when_busy", False):
         profile_ok = False
