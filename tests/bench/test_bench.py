@@ -749,6 +749,16 @@ def test_bad_input_is_one_line_and_exit_2(capsys, config_file, tmp_path, argv, e
     assert not (tmp_path / "out" / "results.json").exists()
 
 
+def test_a_bad_backend_in_the_config_is_named_as_the_configs(capsys, tmp_path, state_dir):
+    """Without --backend the benchmark runs the config's backend; its mistake named --backend, an
+    option the user never gave."""
+    config = tmp_path / "bad.yaml"
+    config.write_text(f"state_dir: {state_dir}\nbackend: {{name: nosuch}}\n")
+    code, stdout, stderr = bench(capsys, config, tmp_path / "out", "--batches", "1")
+    assert code == 2 and stderr.count("\n") == 1, stderr
+    assert stderr.startswith("tracker: error: config: key 'backend.name': unknown backend 'nosuch'; expected")
+
+
 def test_output_directory_that_cannot_be_created_is_exit_2(capsys, config_file, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")

@@ -44,9 +44,10 @@ DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_WARMUP_S = 1.0
 
 
-def parse_backend_names(text: str) -> tuple[list[str], bool]:
-    """`a,b` or `all` -> (registered names in order, whether `all` was asked)."""
-    return comma_names(text, list(REGISTRY), "--backend", "backend")
+def parse_backend_names(text: str, given_by: str) -> tuple[list[str], bool]:
+    """`a,b` or `all` -> (registered names in order, whether `all` was asked); a mistake is named
+    by `given_by`, the option or config key the text came from."""
+    return comma_names(text, list(REGISTRY), given_by, "backend")
 
 
 def _entries(names: list[str]) -> list[tuple[str, list]]:
@@ -116,7 +117,9 @@ def run_benchmark_command(config, args, first: Callable[[], int] | None = None) 
 
 def _benchmark(config, args, first: Callable[[], int] | None) -> int:
     load_at_start = load_average()  # how busy the machine is besides this command: before its own work
-    names, all_mode = parse_backend_names(args.backend or config.backend.name)
+    # without --backend, the config's backend; a mistake in it is the config's, not an option's
+    requested, given_by = (args.backend, "--backend") if args.backend else (config.backend.name, "config: key 'backend.name'")
+    names, all_mode = parse_backend_names(requested, given_by)
     batches = sorted(set(args.batches))
     passes = args.passes
     timeout_s = float(getattr(args, "timeout", None) or DEFAULT_TIMEOUT_S)
@@ -139,7 +142,7 @@ def _benchmark(config, args, first: Callable[[], int] | None) -> int:
         unavailable["auto"] = probes["auto"].reason or "unavailable"
     columns = _columns(names, probes, args.precision, not all_mode)
     if not columns:
-        raise InputError(f"--backend {args.backend or config.backend.name}: no backend with precision {args.precision!r} can run here")
+        raise InputError(f"{given_by} {requested!r}: no backend with precision {args.precision!r} can run here")
     if first is not None and (code := first()):
         return code
 
