@@ -216,6 +216,27 @@ def test_the_fastest_cells_run_off_interleaved_and_the_profile_takes_their_media
     assert ("auto", 1) not in profile  # auto's own time is never a candidate
 
 
+def test_all_on_a_fresh_machine_runs_auto_on_the_profile_it_writes_first(capsys, config_file, state_dir, tmp_path, load,
+                                                                          monkeypatch):
+    """`auto`'s columns run after the profile is written: a first `--backend all` left auto out
+    ("no calibration profile yet"), as only a run that writes no profile must."""
+    monkeypatch.setattr(bench_command, "REGISTRY", {name: backends.REGISTRY[name] for name in ("caffe-openblas-dl", "auto")})
+    argv = ("--backend", "all", "--precision", "fp32", "--batches", "1", "--passes", "1")
+    load(0.5)
+    code, stdout, stderr = bench(capsys, config_file, tmp_path / "out", *argv)
+    assert code == 0, stderr
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [(r["backend"], r["status"]) for r in doc["rows"]] == [("caffe-openblas-dl", "ok"), ("auto", "ok")]
+    assert doc["unavailable"] == {}
+    (state_dir / "profile.json").unlink()
+    load(9.0)  # busy: the run writes no profile, and auto would time its default
+    code, stdout, stderr = bench(capsys, config_file, tmp_path / "busy", *argv)
+    assert code == 0, stderr
+    doc = json.loads((tmp_path / "busy" / "results.json").read_text())
+    assert [r["backend"] for r in doc["rows"]] == ["caffe-openblas-dl"]
+    assert doc["unavailable"] == {"auto": f"no calibration profile at {state_dir / 'profile.json'}, and this run writes none"}
+
+
 def test_a_runoff_that_fails_leaves_the_cells_medians_in_the_profile(capsys, config_file, state_dir, tmp_path, test_backends,
                                                                       load, monkeypatch):
     """test-segfault-late passes its cell (3 calls) and faults in the runoff's first round."""

@@ -28,7 +28,7 @@ from tracker.bench.report import Column, Results, make_row, prepare_out, quality
 from tracker.bench.runner import Probe, probe_backends, run_cell, run_job
 from tracker.errors import BackendUnavailable, InputError, TrackerError
 from tracker.interrupts import interrupts_held, stop_as_ctrl_c
-from tracker.machine import base_versions, load_average, machine_info, machine_key, memory_mb, sgemm_peak
+from tracker.machine import base_versions, cores, load_average, machine_info, machine_key, memory_mb, sgemm_peak
 from tracker.model.engine import check_net
 from tracker.model.spec import ModelSpec, check_outputs
 
@@ -131,14 +131,20 @@ def _benchmark(config, args, first: Callable[[], int] | None) -> int:
     spec, model_info = _model(config)
     state_dir = Path(config.resolved_state_dir())
     profile = profile_path(state_dir)
+    # Whether the run writes auto's profile (said once the request is checked): not under
+    # --memory-limit, which emulates a smaller device whose failures say nothing about this one, nor
+    # on a busy machine unless --profile-when-busy.
+    busy = _busy(load_at_start, cores())
+    profile_ok = memory_limit is None and not (busy and not getattr(args, "profile_when_busy", False))
 
     probes = probe_backends(_entries(names))
     unavailable = {n: p.reason or "unavailable" for n, p in probes.items() if not p.available}
     if not all_mode and unavailable:
         raise BackendUnavailable(next(iter(unavailable.values())))
-    if all_mode and "auto" in names and probes["auto"].available and not profile.exists():
-        # auto without a profile would only time its documented default; the run writes one
-        probes["auto"] = Probe(False, f"no calibration profile at {profile} yet; run the benchmark once first", probes["auto"].precisions)
+    if all_mode and "auto" in names and probes["auto"].available and not profile_ok and not profile.exists():
+        # auto without a profile would only time its documented default; a run that writes one runs
+        # auto's columns after it has
+        probes["auto"] = Probe(False, f"no calibration profile at {profile}, and this run writes none", probes["auto"].precisions)
         unavailable["auto"] = probes["auto"].reason or "unavailable"
     columns = _columns(names, probes, args.precision, not all_mode)
     if not columns:
@@ -149,14 +155,10 @@ def _benchmark(config, args, first: Callable[[], int] | None) -> int:
     print("benchmark: measuring this machine's sgemm peak ...", file=sys.stderr)
     peak = sgemm_peak()
     machine = machine_info(peak, load_at_start)
-    # A run under --memory-limit emulates a smaller device: its failures say nothing about this one.
-    profile_ok = memory_limit is None
-    if not profile_ok:
+    if memory_limit is not None:
         _warn(f"not writing the calibration profile {profile}: --memory-limit emulates a smaller device, and `auto` "
               "would learn its failures as this machine's")
-    busy = _busy(machine["load_average"]["start"], machine["cores"])
-    if profile_ok and busy and not getattr(args, "profile_when_busy", False):
-        profile_ok = False
+    elif not profile_ok:
         _warn(f"not writing the calibration profile {profile}: {busy}, so `auto` would learn the load, not the "
               "engines; run again on a quiet machine, or add --profile-when-busy to write it anyway")
     settings = {
