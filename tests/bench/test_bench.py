@@ -319,7 +319,7 @@ def test_cells_warm_up_for_the_seconds_asked_before_their_timed_passes(capsys, c
         assert doc["settings"]["warmup_s"] == float(warmup)
         (row,) = doc["rows"]
         assert passes_seen(row["warmup_passes"]) and len(row["pass_ms"]) == 2, row["warmup_passes"]
-        assert f"mean of 2 passes after {float(warmup):g} s of warm-up passes" in stdout
+        assert f"mean of 2 passes after the warm-up (one pass, then {float(warmup):g} s more), on" in stdout
 
 
 def test_a_backend_that_loads_on_its_first_call_still_warms_up_for_the_seconds_asked(capsys, config_file, tmp_path,

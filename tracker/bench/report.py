@@ -244,8 +244,8 @@ class Results:
         means, notes = self._grid("ms_per_image")
         medians, _ = self._grid("median_ms_per_image")
         out = [
-            f"Per-image forward time (ms), mean of {passes} passes after {self.settings['warmup_s']:g} s of warm-up "
-            f"passes, on {m['cpu']} ({m['cores']} cores, {m['arch']}; sgemm peak {m['sgemm_peak_gflops']:.1f} GFLOP/s)",
+            f"Per-image forward time (ms), mean of {passes} passes after the warm-up (one pass, then {self.settings['warmup_s']:g} s "
+            f"more), on {m['cpu']} ({m['cores']} cores, {m['arch']}; sgemm peak {m['sgemm_peak_gflops']:.1f} GFLOP/s)",
             *means,
             "Per-image forward time (ms), median of the same passes",
             *medians,
