@@ -28,6 +28,7 @@ from tracker import backends
 from tracker.backends.base import BackendBase
 from tracker.bench import command as bench_command
 from tracker.cli import main
+from tracker.errors import BackendUnavailable
 from tracker.machine import machine_key
 from tracker.types import Inference
 
@@ -733,6 +734,21 @@ def test_unavailable_backend_is_exit_3_naming_the_extra(capsys, config_file, tmp
     assert not (tmp_path / "out" / "results.json").exists()
 
 
+def test_a_backend_named_explicitly_that_cannot_be_created_here_is_exit_3_after_the_run(capsys, config_file, tmp_path,
+                                                                                        test_backends):
+    """Its runtime checks out, creating it does not (as LiteRT without its XNNPACK delegate): every
+    cell said "unavailable" and the run exited 0."""
+    out = tmp_path / "out"
+    code, stdout, stderr = bench(capsys, config_file, out, "--backend", "caffe-openblas-dl,test-refused", "--batches", "1",
+                                 "--passes", "1")
+    assert code == 3, stderr
+    assert stderr.endswith("tracker: error: BackendUnavailable: backend 'test-refused': no delegate here during loading "
+                           "the backend\n"), stderr
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert [(r["backend"], r["status"]) for r in rows] == [("caffe-openblas-dl", "ok"), ("test-refused", "unavailable")]
+    assert "caffe-openblas-dl" in stdout  # the table was printed first
+
+
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
@@ -954,6 +970,13 @@ class ChecksForAnHour(_Linear):
         time.sleep(3600)
 
 
+class RefusedWhenCreated(_Linear):
+    """Its runtime checks out; creating it is refused."""
+
+    def __init__(self, model, **options):
+        raise BackendUnavailable("backend 'test-refused': no delegate here")
+
+
 class LoadsOnFirstCall(_Linear):
     """Its first call takes 0.5 s (a lazy load, as `auto` creates its engine); the others are a matmul."""
 
@@ -1021,6 +1044,7 @@ TEST_BACKENDS = {
     "test-int8": "Int8Linear",
     "test-close-raises": "CloseRaises",
     "test-lazy": "LoadsOnFirstCall",
+    "test-refused": "RefusedWhenCreated",
     "test-int8-close-raises": "Int8CloseRaises",
 }
 

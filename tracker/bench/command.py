@@ -352,6 +352,11 @@ def _benchmark(config, args, first: Callable[[], int] | None) -> int:
     print("wrote " + ", ".join(str(f) for f in files) + (f"; calibration profile {profile}" if profile_ok and measured else ""))
     if profile_ok and measured:
         print("\n".join(_auto_picks(state_dir, probes)))
+    refused = next((row for row in results.rows if row["status"] == "unavailable"), None)
+    if refused is not None and not all_mode and not interrupted:
+        # a backend named explicitly that its probe passed but that cannot be created here (LiteRT
+        # without its XNNPACK delegate): exit 3 as for one the probe refuses, once all is kept and shown
+        raise BackendUnavailable(refused["error"])
     return 130 if interrupted else 0
 
 
