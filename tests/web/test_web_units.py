@@ -312,7 +312,7 @@ def test_the_speed_tab_says_what_is_wrong_with_a_damaged_record(tmp_path):
     plots that were not written are left out; a results file of the wrong shape or nested past
     Python's recursion cannot be read (it was a 500), and a plot over MAX_PLOT_BYTES is not served."""
     from tracker.bench.profile import last_run_path, record_last_run
-    from tracker.web.speed import MAX_PLOT_BYTES, speed_plot, speed_summary
+    from tracker.web.speed import MAX_PLOT_BYTES, MAX_RESULTS_BYTES, speed_plot, speed_summary
 
     state, out = tmp_path / "state", tmp_path / "out"
     state.mkdir()
@@ -335,6 +335,9 @@ def test_the_speed_tab_says_what_is_wrong_with_a_damaged_record(tmp_path):
     assert speed_summary(state)["benchmark"] is None and "cannot be read; run it again" in speed_summary(state)["why"]
     (out / "results.json").write_text("[" * 100_000 + "]" * 100_000)  # deeper than Python's recursion limit
     assert speed_summary(state)["benchmark"] is None and "cannot be read; run it again" in speed_summary(state)["why"]
+    with open(out / "results.json", "ab") as results:  # a run of many --passes: not damaged, too large
+        results.truncate(MAX_RESULTS_BYTES + 1)
+    assert speed_summary(state)["benchmark"] is None and "over 8 MB" in speed_summary(state)["why"]
     assert speed_plot(state, "log") == b"\x89PNG"
     with open(out / "per_image_ms_log.png", "ab") as plot:
         plot.truncate(MAX_PLOT_BYTES + 1)

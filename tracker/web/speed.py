@@ -55,8 +55,10 @@ def speed_summary(state_dir: Path) -> dict:
         return {"benchmark": None, "why": NO_RUN, "auto": auto}
     results = out / "results.json"
     try:
-        if results.stat().st_size > MAX_RESULTS_BYTES:
-            raise ValueError
+        if results.stat().st_size > MAX_RESULTS_BYTES:  # every pass's time: --passes 10000 over many cells
+            why = (f"the last benchmark's results are over {MAX_RESULTS_BYTES >> 20} MB, more than this page reads "
+                   "(each pass's time is kept: run it with fewer --passes); its tables are in its results.csv")
+            return {"benchmark": None, "why": why, "auto": auto}
         doc = json.loads(results.read_text(encoding="utf-8"))
         rows = [r for r in doc["rows"] if r.get("status") == "ok"]
         batches, columns = doc["settings"]["batches"], [c["label"] for c in doc["settings"]["columns"]]
