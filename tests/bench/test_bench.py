@@ -677,6 +677,8 @@ def test_a_sigterm_while_the_runtimes_are_probed_kills_the_probe_and_exits_130(t
     assert proc.returncode == 130, stderr
     assert not left, "the probe's child outlived the command"
     assert "Traceback" not in stderr
+    if mode == "--benchmark":  # said, as a stop during the first cell is (it was exit 130 without a word)
+        assert stderr.strip().splitlines()[-1].startswith("benchmark: stopped before any cell was measured"), stderr
 
 
 def test_results_that_cannot_be_written_are_a_warning_and_the_table_is_printed(capsys, config_file, tmp_path):
@@ -742,8 +744,9 @@ def test_a_backend_named_explicitly_that_cannot_be_created_here_is_exit_3_after_
     code, stdout, stderr = bench(capsys, config_file, out, "--backend", "caffe-openblas-dl,test-refused", "--batches", "1",
                                  "--passes", "1")
     assert code == 3, stderr
-    assert stderr.endswith("tracker: error: BackendUnavailable: backend 'test-refused': no delegate here during loading "
-                           "the backend\n"), stderr
+    assert stderr.endswith("tracker: error: --backend: test-refused could not be created here (the table's notes above "
+                           "say why); expected backends that run on this machine\n"), stderr
+    assert "test-refused at batch 1: BackendUnavailable: backend 'test-refused': no delegate here" in stdout
     rows = json.loads((out / "results.json").read_text())["rows"]
     assert [(r["backend"], r["status"]) for r in rows] == [("caffe-openblas-dl", "ok"), ("test-refused", "unavailable")]
     assert "caffe-openblas-dl" in stdout  # the table was printed first

@@ -34,8 +34,8 @@ from tracker.model.spec import ModelSpec, check_outputs
 
 SEED = 0  # the benchmark's input batch: np.random.default_rng(SEED), standard normal float32
 DEFAULT_TIMEOUT_S = 600.0
-# Untimed passes before a cell's timed ones, for at least this long (and at least one): the first
-# passes of a fresh process are not its steady state. With one warm-up pass
+# Untimed passes before a cell's timed ones: one, then more for this long after it (a backend may
+# load on its first call): the first passes of a fresh process are not its steady state. With one warm-up pass
 # (docs/benchmark-epyc-genoa-2core/one-warmup-pass/results.json, 30 timed passes) the Caffe
 # engine's batch-1 passes 5-14 took 4.1 falling to 2.0 ms (its thread tuner's first passes on two
 # cores) against 1.5-1.8 after, and ONNX Runtime's passes 3-4 took 0.96 against 0.47-0.57 after:
@@ -137,7 +137,10 @@ def _benchmark(config, args, first: Callable[[], int] | None) -> int:
     busy = _busy(load_at_start, cores())
     profile_ok = memory_limit is None and not (busy and not getattr(args, "profile_when_busy", False))
 
-    probes = probe_backends(_entries(names))
+    try:
+        probes = probe_backends(_entries(names))
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP: the probe's child is killed
+        return _stopped_before_any_cell(out)
     unavailable = {n: p.reason or "unavailable" for n, p in probes.items() if not p.available}
     if not all_mode and unavailable:
         raise BackendUnavailable(next(iter(unavailable.values())))
@@ -148,12 +151,16 @@ def _benchmark(config, args, first: Callable[[], int] | None) -> int:
         unavailable["auto"] = probes["auto"].reason or "unavailable"
     columns = _columns(names, probes, args.precision, not all_mode)
     if not columns:
-        raise InputError(f"{given_by} {requested!r}: no backend with precision {args.precision!r} can run here")
+        raise InputError(f"{given_by}: bad value {requested!r}: no backend with precision {args.precision!r} can run "
+                         "here; expected one that runs on this machine")
     if first is not None and (code := first()):
         return code
 
     print("benchmark: measuring this machine's sgemm peak ...", file=sys.stderr)
-    peak = sgemm_peak()
+    try:
+        peak = sgemm_peak()
+    except KeyboardInterrupt:
+        return _stopped_before_any_cell(out)
     machine = machine_info(peak, load_at_start)
     if memory_limit is not None:
         _warn(f"not writing the calibration profile {profile}: --memory-limit emulates a smaller device, and `auto` "
@@ -334,10 +341,8 @@ def _benchmark(config, args, first: Callable[[], int] | None) -> int:
         interrupted = True
     finally:
         bar.close()
-    if not results.rows:  # stopped before a cell ended: an earlier run's files in --out stay as they are
-        print(f"benchmark: stopped before any cell was measured; nothing written (the files in {out}, if any, are "
-              "an earlier run's)", file=sys.stderr)
-        return 130
+    if not results.rows:
+        return _stopped_before_any_cell(out)
     write_data()
     plots = write_plots()
     try:
@@ -352,12 +357,21 @@ def _benchmark(config, args, first: Callable[[], int] | None) -> int:
     print("wrote " + ", ".join(str(f) for f in files) + (f"; calibration profile {profile}" if profile_ok and measured else ""))
     if profile_ok and measured:
         print("\n".join(_auto_picks(state_dir, probes)))
-    refused = next((row for row in results.rows if row["status"] == "unavailable"), None)
-    if refused is not None and not all_mode and not interrupted:
+    refused = list(dict.fromkeys(row["label"] for row in results.rows if row["status"] == "unavailable"))
+    if refused and not all_mode and not interrupted:
         # a backend named explicitly that its probe passed but that cannot be created here (LiteRT
         # without its XNNPACK delegate): exit 3 as for one the probe refuses, once all is kept and shown
-        raise BackendUnavailable(refused["error"])
+        raise BackendUnavailable(f"--backend: {', '.join(refused)} could not be created here (the table's notes "
+                                 "above say why); expected backends that run on this machine")
     return 130 if interrupted else 0
+
+
+def _stopped_before_any_cell(out: Path) -> int:
+    """Say that the run was stopped before a cell ended (an earlier run's files in `out` stay as
+    they are); the exit code of a stop, 130."""
+    print(f"benchmark: stopped before any cell was measured; nothing written (the files in {out}, if any, are an "
+          "earlier run's)", file=sys.stderr)
+    return 130
 
 
 def _auto_picks(state_dir: Path, probes: dict[str, Probe]) -> list[str]:
