@@ -6,8 +6,9 @@ milliseconds of the monotonic clock:
                 capture queue, then behind a batch of earlier frames that fell due)
     motion_ms, detect_ms   each stage's own time
     batch_wait_ms   from the end of the frame's detection to the start of its batch's backend call:
-                cutting its crops, then waiting in the batcher for other frames' faces (at most
-                batcher.max_wait_ms after the first crop's capture) while later frames are detected;
+                cutting its crops, then waiting in the batcher for other frames' faces (until about
+                batcher.max_wait_ms after the first crop's capture, plus one frame's detection: the
+                deadline is checked between frames) while later frames are detected;
                 a frame without faces waits too when it joined a pending batch
     infer_ms, track_ms, publish_ms   each stage's own time; infer_ms is the time the backend took
                 for the batch that carried the frame's crops (shared by the batch's frames; a batch
