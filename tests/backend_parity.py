@@ -153,6 +153,31 @@ def real_face_crops(testdata: Path) -> np.ndarray:
     return np.stack(x)[:, None]
 
 
+def int8_quality(backend_name: str, model=None, *, crops: np.ndarray | None = None,
+                 threads: int | None = None, **options) -> dict:
+    """tracker.bench.quality.compare() of `backend_name` in int8 against itself in fp32 on `crops`
+    (default: the benchmark's fixed quality set for the model's input shape), plus "set_id" naming
+    the crops. `options` go to both backends (e.g. cache_dir, calibration)."""
+    from tracker.backends import create_backend
+    from tracker.bench.quality import compare, quality_crops
+    from tracker.model.convert import load_graph
+    from tracker.model.convert.calibration import sample_set
+    from tracker.model.spec import default_model
+
+    model = model or default_model()
+    if crops is None:
+        crops, set_id = quality_crops(load_graph(model).input_shape)
+    else:
+        set_id = sample_set(crops).set_id
+    reference = create_backend(backend_name, model, precision="fp32", threads=threads, **options)
+    candidate = create_backend(backend_name, model, precision="int8", threads=threads, **options)
+    try:
+        return {"set_id": set_id, **compare(reference, candidate, crops)}
+    finally:
+        reference.close()
+        candidate.close()
+
+
 def assert_int8_quality(quality: dict, all_crops: bool = False) -> None:
     """int8 bar: top-1 agreement >= 99% (on the crops fp32 decides, see tracker.bench.quality,
     or on all crops for a real classifier) and mean embedding cosine >= 0.99."""

@@ -20,6 +20,7 @@ from backend_parity import (
     assert_int8_quality,
     assert_parity,
     face_inputs,
+    int8_quality,
     lenet,
     mnist,
     real_face_crops,
@@ -28,7 +29,6 @@ from backend_parity import (
 )
 
 from tracker.backends import REGISTRY, backend_class, create_backend
-from tracker.bench.quality import int8_quality
 from tracker.model.spec import default_model
 
 # For each registered backend, the module whose absence makes it unavailable and what its error

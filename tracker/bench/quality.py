@@ -73,27 +73,3 @@ def quality_crops(input_shape: Sequence[int]) -> tuple[np.ndarray, str]:
     channels, height, width = input_shape
     quality_set = sample_set(None, QUALITY_COUNT, QUALITY_SEED)
     return quality_set.make((channels, height, width)), quality_set.set_id
-
-
-def int8_quality(backend_name: str, model=None, *, crops: np.ndarray | None = None,
-                 threads: int | None = None, **options) -> dict:
-    """compare() of `backend_name` in int8 against itself in fp32 on `crops` (default: the fixed
-    quality set for the model's input shape), plus "set_id" naming the crops. `options` go to both
-    backends (e.g. cache_dir, calibration)."""
-    from tracker.backends import create_backend
-    from tracker.model.convert import load_graph
-    from tracker.model.convert.calibration import sample_set
-    from tracker.model.spec import default_model
-
-    model = model or default_model()
-    if crops is None:
-        crops, set_id = quality_crops(load_graph(model).input_shape)
-    else:
-        set_id = sample_set(crops).set_id
-    reference = create_backend(backend_name, model, precision="fp32", threads=threads, **options)
-    candidate = create_backend(backend_name, model, precision="int8", threads=threads, **options)
-    try:
-        return {"set_id": set_id, **compare(reference, candidate, crops)}
-    finally:
-        reference.close()
-        candidate.close()
