@@ -333,6 +333,7 @@ def test_a_backend_that_loads_on_its_first_call_still_warms_up_for_the_seconds_a
     assert code == 0, stderr
     (row,) = json.loads((out / "results.json").read_text())["rows"]
     assert row["status"] == "ok" and row["warmup_passes"] > 1, row
+    assert row["load_s"] >= 0.5, row  # its load is in its first call (it read the constructor's time alone)
 
 
 def test_a_warm_up_longer_than_the_timeout_is_no_hang(capsys, config_file, tmp_path, test_backends):

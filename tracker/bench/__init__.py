@@ -65,7 +65,8 @@ results.json (schema 1):
             "unavailable", passes, warmup_passes (untimed, before them; null unless measured),
             pass_ms: [float] (every timed pass, ms), ms_per_image, median_ms_per_image,
             p50_ms, p95_ms, images_per_s, gflops, peak_fraction (null unless ok), peak_rss_mb,
-            rss_method, rss_processes, load_s, reason (short, for the table), error (cause, one line),
+            rss_method, rss_processes, load_s (s from creating the backend to its first pass's
+            result), reason (short, for the table), error (cause, one line),
             error_detail (cause + tail of the child's output)}]
     quality: [{backend, precision, reference: "fp32", crops, set_id, top1_agreement (0..1),
                decided_crops, decided_gap, top1_agreement_decided (on the crops fp32 decides by

@@ -8,7 +8,7 @@ out-of-memory or a hang costs that cell only, and so that the peak RSS of a cell
 process that ran this batch size alone. Results go back as JSON lines on the inherited pipe FD
 (never stdout: runtimes print there). Messages, in order:
 
-    {"event": "loaded", "load_s": s, "versions": {module: version}}
+    {"event": "loaded", "load_s": s, "versions": {module: version}}   and again after the first pass: see run_cell
     {"event": "progress", "done": k}                 k passes done, the warm-up counted as one (throttled)
     {"event": "result", "pass_ns": [int, ...], "warmup_passes": int, "peak_rss_kb": int, "rss_processes": int,
      "rss_method": str}
@@ -137,9 +137,12 @@ def run_cell(job: dict, channel: _Channel, stage: _Stage) -> None:
     """Load the backend, untimed warm-up passes (one, then more until `warmup_s` seconds have passed
     since it ended), then `passes` timed forward passes of one batch.
 
-    The seconds count from the end of the first pass because a backend may load lazily on its first
-    call (`auto` creates its engine then): counted from before it, the load used up the warm-up,
-    and the engine's first-pass transient fell into the timed passes."""
+    "loaded" is sent once the backend is created and again once its first pass has returned (load_s
+    up to then, the versions of the modules loaded by then), and the warm-up's seconds count from
+    then, because a backend may load lazily on its first call (`auto` creates its engine then):
+    counted from before it, the load used up the warm-up and the engine's first-pass transient fell
+    into the timed passes, and `auto`'s load_s read 0.08 s (its own constructor; TensorFlow's 3 s)
+    beside the versions of no engine."""
     t0 = time.perf_counter()
     backend = _create(job, job["precision"])
     passes = job["passes"]
@@ -150,6 +153,7 @@ def run_cell(job: dict, channel: _Channel, stage: _Stage) -> None:
     rss_method = "vmhwm-reset-after-load" if _reset_peak_rss() else "peak-since-start"
     stage.text = "the warm-up passes"
     backend.infer(x)
+    channel.send(event="loaded", load_s=time.perf_counter() - t0, versions=loaded_versions(backend))  # again: see above
     warmup_passes = 1
     warm_until = time.perf_counter() + job["warmup_s"]
     last_report = time.monotonic()
