@@ -555,3 +555,18 @@ def test_adding_to_a_person_past_the_faces_kept_says_how_many_earlier_ones_are_d
     assert said == ["enroll: 'bob' keeps at most 3 faces: the 2 earliest of the 3 kept before are dropped to make "
                     "room for these"]
     assert np.array_equal(kept("bob"), np.concatenate([before[2:], added]))  # the new faces kept, the earliest gone
+
+
+def test_everything_after_a_double_dash_is_the_name_and_images(tmp_path, testdata, capsys):
+    """`tracker enroll -- alice -photo.jpg` was "unrecognized arguments: -photo.jpg": the intermixed
+    parse dropped the "--" and then took a photo named with a leading dash for an option."""
+    chip = next((testdata / "faces" / "dlib" / "johns" / "John_Simm").glob("*.jpg"))
+    shutil.copy(chip, tmp_path / "-chip.jpg")
+    config = state_config(tmp_path)
+    with contextlib.chdir(tmp_path):
+        code = main(["enroll", "--aligned", "--config", str(config), "--", "Ann", "-chip.jpg"])
+    assert code == 0, capsys.readouterr().err
+    assert (tmp_path / "state" / "people" / "Ann.npz").is_file()
+    with contextlib.chdir(tmp_path):
+        assert main(["enroll", "--config", str(config), "--", "-bob", "-chip.jpg"]) == 2
+    assert capsys.readouterr().err.startswith("tracker: error: enroll: bad name '-bob'")

@@ -258,6 +258,18 @@ def refresh(config: Config, detector: FaceDetector, backend, report=print) -> Re
     return done
 
 
+def _intermixed_arguments(parser, argv: list[str]):
+    """`parser.parse_intermixed_args(argv)`, with every word after a first "--" taken as NAME or an
+    image, as "--" means: parse_intermixed_args (Python 3.11) drops the "--" in its pass over the
+    options and then refused `enroll -- alice -photo.jpg` as an unknown option '-photo.jpg'."""
+    if "--" not in argv:
+        return parser.parse_intermixed_args(argv)
+    cut = argv.index("--")
+    args = parser.parse_intermixed_args(argv[:cut])
+    before = [*([args.name] if args.name is not None else []), *map(str, args.images)]
+    return parser.parse_args(["--", *before, *argv[cut + 1:]], namespace=args)  # positionals only: the options kept
+
+
 def enroll_command(argv: list[str]) -> int:
     from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path, path_to
 
@@ -270,7 +282,7 @@ def enroll_command(argv: list[str]) -> int:
     parser.add_argument("--refresh", action="store_true",
                         help="recompute everyone enrolled with other weights from their kept crops (no NAME)")
     parser.add_argument("--config", type=config_path, help=f"YAML config ({CONFIG_DEFAULT})")
-    args = parser.parse_intermixed_args(argv)  # options after NAME too: `enroll alice --aligned DIR`
+    args = _intermixed_arguments(parser, argv)  # options after NAME too: `enroll alice --aligned DIR`
     if args.refresh == (args.name is not None):
         raise InputError("tracker enroll: expected NAME IMAGE_OR_FOLDER... or --refresh alone")
     if args.refresh and (args.aligned or args.replace):  # it reads no image: the option would be ignored in silence
