@@ -13,6 +13,12 @@ def test_names_that_could_escape_or_clash_are_refused(bad):
         validate_name(bad)
 
 
+def test_a_name_with_a_letter_beyond_ascii_is_refused_saying_ascii_letters():
+    """'Zoë' was refused with "expected 1-64 letters, ...", and ë is a letter."""
+    with pytest.raises(InputError, match=r"bad name 'Zoë'; expected 1-64 ASCII letters \(A-Z, a-z\), digits"):
+        validate_name("Zoë")
+
+
 def test_enrolled_people_are_matched_by_cosine_with_unknown_below_threshold(tmp_path):
     rng = np.random.default_rng(0)
     ann, bob = rng.standard_normal(128), rng.standard_normal(128)

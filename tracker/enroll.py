@@ -274,7 +274,7 @@ def enroll_command(argv: list[str]) -> int:
     from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path, path_to
 
     parser = ArgumentParser(prog="tracker enroll", description="Store a person's face for identification.")
-    parser.add_argument("name", nargs="?", help="the person's name (letters, digits, '_', '.', '-')")
+    parser.add_argument("name", nargs="?", help="the person's name (ASCII letters, digits, '_', '.', '-')")
     parser.add_argument("images", nargs="*", type=path_to("an image file or a folder of images"), help="image files or folders of images")
     parser.add_argument("--aligned", action="store_true", help="each image is a tight face chip (the whole image is the face)")
     parser.add_argument("--replace", action="store_true",

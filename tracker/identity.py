@@ -42,12 +42,13 @@ log = logging.getLogger(__name__)
 
 
 def validate_name(name: str, what: str = "enroll") -> str:
-    """A person's name as a safe file stem: letters, digits, '_', '.', '-', not 'unknown', no '..'.
-    InputError otherwise, its message starting with `what` (where the name came from)."""
+    """A person's name as a safe file stem: ASCII letters and digits, '_', '.', '-', not 'unknown',
+    no '..'. InputError otherwise, its message starting with `what` (where the name came from); it
+    says ASCII: "expected letters" refused 'Zoë', whose ë is one."""
     # fullmatch: with match(), the pattern's "$" also matches before a trailing newline ("x\n")
     if not _NAME.fullmatch(name) or ".." in name or name.lower() == UNKNOWN:
         raise InputError(
-            f"{what}: bad name {name!r}; expected 1-64 letters, digits, '_', '.' or '-', "
+            f"{what}: bad name {name!r}; expected 1-64 ASCII letters (A-Z, a-z), digits, '_', '.' or '-', "
             f"starting with a letter or digit, without '..', and not {UNKNOWN!r}"
         )
     return name

@@ -243,7 +243,7 @@ function eventItem(event) {
       message.textContent = "";
       if (!name.checkValidity()) {
         message.textContent = name.value === "" ? "type who this was first" :
-          `bad name "${name.value}"; expected a letter or digit, then up to 63 letters, digits, _ . or -`;
+          `bad name "${name.value}"; expected a letter or digit, then up to 63 ASCII letters, digits, _ . or -`;
         return;
       }
       button.disabled = true;  // while the guard adds the face; after it has, for good (the server refuses it again too)
