@@ -570,3 +570,14 @@ def test_everything_after_a_double_dash_is_the_name_and_images(tmp_path, testdat
     with contextlib.chdir(tmp_path):
         assert main(["enroll", "--config", str(config), "--", "-bob", "-chip.jpg"]) == 2
     assert capsys.readouterr().err.startswith("tracker: error: enroll: bad name '-bob'")
+
+
+def test_enrolling_from_many_photos_says_how_far_it_is(tmp_path, johns, capsys, monkeypatch):
+    """A folder of 150 phone photos was minutes on a Pi 3 without a word until the end."""
+    import tracker.enroll
+
+    monkeypatch.setattr(tracker.enroll, "PROGRESS_EVERY", 2, raising=False)
+    chips = next(iter(johns.values()))[:5]
+    assert main(["enroll", "ann", *map(str, chips), "--aligned", "--config", str(state_config(tmp_path))]) == 0
+    progress = [line for line in capsys.readouterr().err.splitlines() if "images read" in line]
+    assert progress == ["enroll: 2 of 5 images read", "enroll: 4 of 5 images read"]

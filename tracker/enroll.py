@@ -1,17 +1,17 @@
 """`tracker enroll NAME IMAGE_OR_FOLDER...`: store a person's mean face embedding.
 
 Each image must show exactly one face: an image with none or several, or a file that is not an
-image, is reported on one line and skipped. With `--aligned` each image is taken to be a tight face
-chip (the whole image is the face, as in the synthetic scene's chips): a detector with landmarks
-runs on the chip with a replicated border around it (a tight chip has too little context for it)
-and its largest face is taken; with Haar (no landmarks; it misses or doubles faces on tight chips)
-the whole chip is the box. The faces go through the same detector, crop (`tracker.crops`) and
-backend as the guard, and `tracker.identity.save_person` stores the mean embedding in
-`<state_dir>/people/NAME.npz` with the crop definition, the weights' sha256 and the crops themselves.
-Enrolling a name again adds the new faces to those kept (as the web page's uploads do; past MAX_KEPT
-the earliest make room, and it says how many); `--replace` starts the person afresh from the new
-ones. `tracker enroll --refresh` (and the guard at start) recomputes the people enrolled with other
-weights from those kept crops.
+image, is reported on one line and skipped; a line every PROGRESS_EVERY images says how far it is.
+With `--aligned` each image is taken to be a tight face chip (the whole image is the face, as in
+the synthetic scene's chips): a detector with landmarks runs on the chip with a replicated border
+around it (a tight chip has too little context for it) and its largest face is taken; with Haar (no
+landmarks; it misses or doubles faces on tight chips) the whole chip is the box. The faces go
+through the same detector, crop (`tracker.crops`) and backend as the guard, and
+`tracker.identity.save_person` stores the mean embedding in `<state_dir>/people/NAME.npz` with the
+crop definition, the weights' sha256 and the crops themselves. Enrolling a name again adds the new
+faces to those kept (as the web page's uploads do; past MAX_KEPT the earliest make room, and it
+says how many); `--replace` starts the person afresh from the new ones. `tracker enroll --refresh`
+(and the guard at start) recomputes the people enrolled with other weights from those kept crops.
 """
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ from tracker.types import Box, Detection
 CHIP_PAD = 0.4
 PAD_MAX_WIDTHS = 4  # a photo to pad is first shrunk to at most this many detector widths (see _detect_padded)
 MAX_KEPT = 64  # faces a person's enrolment is made from and keeps, the latest (7.7 kB each)
+# Images between two progress lines of `tracker enroll`: ~13 phone photos a second on a 2-core x86,
+# a few on a Pi 3, where a folder of 150 was minutes without a word.
+PROGRESS_EVERY = 20
 
 
 class AlreadyKept(InputError):
@@ -142,7 +145,8 @@ def central_face(photo: np.ndarray, detector: FaceDetector) -> Detection | None:
 
 
 def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = False, add: bool = False, report=print,
-           backend=None, detector: FaceDetector | None = None, alive=lambda: None) -> Enrolment:
+           backend=None, detector: FaceDetector | None = None, alive=lambda: None,
+           progress=lambda done, total: None) -> Enrolment:
     """Enroll `name` from the images in `inputs` (tight face chips if `aligned`); returns what it
     did (`Enrolment`). Raises InputError when no image gave one face.
     At most the last MAX_KEPT faces are used (and kept for a later refresh); the images beyond
@@ -156,7 +160,9 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
     then done under `identity.people_lock`, so that a change made meanwhile is kept.
     `backend`, `detector`: open ones to use (default: made from `config` for this call).
     `alive`: called before each image (the guard's thread passes its watchdog ping: an upload of
-    large photos holds its loop for tens of seconds on a Pi 3, past the unit's WatchdogSec)."""
+    large photos holds its loop for tens of seconds on a Pi 3, past the unit's WatchdogSec).
+    `progress(done, total)`: called before each image with the images read before it and the
+    number of images (tracker enroll's progress lines)."""
     validate_name(name)
     state_dir = config.resolved_state_dir()
     check_new_name(state_dir, name)
@@ -165,8 +171,9 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
     crop = crop_definition(detector.gives_landmarks)
     found: deque[tuple[Path, np.ndarray]] = deque(maxlen=MAX_KEPT)  # memory for MAX_KEPT faces, however many images
     faces_found = repeated = 0
-    for path in files:
+    for done, path in enumerate(files):
         alive()
+        progress(done, len(files))
         image = read_image(path, reduced=True)  # a phone photo decoded at a fraction of its size
         if image is None:
             report(f"enroll: {path}: not a readable image ({TOO_LARGE_OR_DAMAGED}); skipped")
@@ -258,6 +265,12 @@ def refresh(config: Config, detector: FaceDetector, backend, report=print) -> Re
     return done
 
 
+def _progress_line(done: int, total: int) -> None:
+    """tracker enroll's line on stderr every PROGRESS_EVERY images read."""
+    if done and done % PROGRESS_EVERY == 0:
+        print(f"enroll: {done} of {total} images read", file=sys.stderr, flush=True)
+
+
 def _intermixed_arguments(parser, argv: list[str]):
     """`parser.parse_intermixed_args(argv)`, with every word after a first "--" taken as NAME or an
     image, as "--" means: parse_intermixed_args (Python 3.11) drops the "--" in its pass over the
@@ -304,7 +317,7 @@ def enroll_command(argv: list[str]) -> int:
         return EXIT_UNEXPECTED if done.unwritten else 0
     enrolled = args.name in {p.stem for p in people_files(config.resolved_state_dir())}
     result = enroll(args.name, args.images, config, aligned=args.aligned, add=not args.replace,
-                    report=lambda line: print(line, file=sys.stderr))
+                    report=lambda line: print(line, file=sys.stderr), progress=_progress_line)
     if enrolled and not args.replace:
         before = (f"the {result.dropped} earliest face(s) kept before are dropped (at most {MAX_KEPT} a person), the "
                   "others stay" if result.dropped else "the faces kept before stay")
