@@ -33,10 +33,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path, float_between, int_between, path_to
+from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path, float_between, int_between, path_to, refuse_overwriting
 from tracker.errors import InputError
 from tracker.tracking.metrics import MotMetrics, evaluate
-from tracker.tracking.mot import MotTable, format_rows, read_mot, refuse_overwriting, write_mot
+from tracker.tracking.mot import MotTable, format_rows, read_mot, write_mot
 from tracker.tracking.sort import Tracker, TrackState
 from tracker.types import Box, Detection
 

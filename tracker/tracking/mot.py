@@ -175,15 +175,6 @@ def format_rows(table: MotTable) -> Iterator[str]:
         yield f"{int(f)},{int(i)},{x:.3f},{y:.3f},{max(w, MIN_SIDE):.3f},{max(h, MIN_SIDE):.3f},{c:.3f},-1,-1,-1\n"
 
 
-def refuse_overwriting(out: Path, inputs: dict[str, Path | None]) -> None:
-    """InputError if `out` is one of the `inputs` ({what: path}): writing it would destroy what
-    the command reads."""
-    for what, path in inputs.items():
-        if path is not None and (Path(out).resolve() == Path(path).resolve()
-                                 or (Path(out).exists() and Path(path).exists() and Path(out).samefile(path))):
-            raise InputError(f"output file {str(out)!r} is the {what} file; expected another path (writing it would destroy the {what})")
-
-
 def write_mot(path: Path, table: MotTable) -> None:
     """Write a tracks table, whole or not at all (a full disk left half a file, which the
     evaluation then scored as a run's tracks), or into a device or pipe (/dev/stdout) as it is;

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tracker.arguments import ArgumentParser, float_between, int_between
+from tracker.arguments import ArgumentParser, float_between, int_between, refuse_overwriting
 from tracker.errors import InputError, TrackerError
-from tracker.tracking.mot import MAX_BOXES_PER_FRAME, MAX_PIXELS, MotTable, read_mot, refuse_overwriting, within_bounds, write_mot
+from tracker.tracking.mot import MAX_BOXES_PER_FRAME, MAX_PIXELS, MotTable, read_mot, within_bounds, write_mot
 
 # The rows are held in memory, as Python tuples until the table is built (about 150 bytes each): a
 # few hundred thousand false ones cover any MOTChallenge sequence at any sensible rate.
