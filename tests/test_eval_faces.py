@@ -300,3 +300,15 @@ def test_an_unreadable_photo_counts_as_one_without_a_face_and_is_named(tmp_path,
                      f"eval-faces: {str(damaged[1])!r} is not a readable image (damaged, not an image, over 24 "
                      "megapixels, or a JPEG of over 100 scans): counted as a photo without a face; further ones are only "
                      "counted"]
+
+
+def test_a_json_named_as_the_pairs_file_is_refused_and_the_pairs_kept(tmp_path, lfw, capsys):
+    """`--pairs pairs.txt --json pairs.txt` replaced the pairs file with the figures."""
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text(pairs_text())
+    code = main(["eval-faces", "--pairs", str(pairs), "--images", str(lfw), "--json", str(pairs), "--config",
+                 str(yunet_config(tmp_path))])
+    err = capsys.readouterr().err
+    assert code == 2 and err == (f"tracker: error: output file {str(pairs)!r} is the pairs file; expected another "
+                                 "path (writing it would destroy the pairs)\n"), err
+    assert pairs.read_text() == pairs_text()

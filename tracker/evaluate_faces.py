@@ -218,7 +218,16 @@ def _print_table(report: dict) -> None:
 
 
 def eval_faces_command(argv: list[str]) -> int:
-    from tracker.arguments import CONFIG_DEFAULT, ArgumentParser, config_path, file_to_write, path_to, positive_int, words
+    from tracker.arguments import (
+        CONFIG_DEFAULT,
+        ArgumentParser,
+        config_path,
+        file_to_write,
+        path_to,
+        positive_int,
+        refuse_overwriting,
+        words,
+    )
     from tracker.config import load_config
     from tracker.detect import create_detector
     from tracker.identity import chosen_embedding, identity_threshold
@@ -245,6 +254,8 @@ def eval_faces_command(argv: list[str]) -> int:
         raise InputError("eval-faces: --images applies to --pairs only; --folder names the images itself")
     if args.folder is not None and not args.folder.is_dir():
         raise InputError(f"eval-faces: --folder {str(args.folder)!r} is not a folder; expected <person>/<image> folders")
+    if args.json is not None:  # `--json pairs.txt` replaced the pairs file with the figures
+        refuse_overwriting(args.json, {"pairs": args.pairs, "config": args.config})
     config = load_config(args.config)
     detector = create_detector(config.detect)
     precision = args.precision or config.backend.precision
