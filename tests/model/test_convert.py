@@ -406,3 +406,20 @@ def test_int8_keeps_the_final_softmax_in_float(testdata, quirky):
     no_softmax = type(face)(face.name, face.input, face.ops[3:-1], {**face.shapes},
                             {"prob": "fc2", "embedding": "relu4"}, face.consumers)
     assert int8_float_ops(no_softmax) == ()  # ends at a Dense, and conv2 reads 16 channels
+
+
+def test_convert_command_never_writes_over_the_files_it_converts(tmp_path, quirky, capsys):
+    """`--weights w.caffemodel --out w.caffemodel` replaced the weights (a training's only result,
+    or the shipped ones) with the converted model."""
+    import shutil
+
+    model = ModelSpec(tmp_path / "net.prototxt", tmp_path / "net.caffemodel")
+    shutil.copy(quirky.prototxt, model.prototxt)
+    shutil.copy(quirky.weights, model.weights)
+    for out, what in ((model.weights, "caffemodel"), (model.prototxt, "prototxt")):
+        before = out.read_bytes()
+        assert main(["convert", "--to", "onnx", "--prototxt", str(model.prototxt), "--weights", str(model.weights),
+                     "--cache-dir", str(tmp_path / "cache"), "--out", str(out)]) == 2
+        assert capsys.readouterr().err == (f"tracker: error: output file {str(out)!r} is the {what} file; expected "
+                                           f"another path (writing it would destroy the {what})\n")
+        assert out.read_bytes() == before

@@ -36,7 +36,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from tracker.arguments import ArgumentParser, path_to
+from tracker.arguments import ArgumentParser, path_to, refuse_overwriting
 from tracker.errors import BackendUnavailable, InputError
 from tracker.files import atomic_write, probe_writable
 from tracker.model.convert.cache import default_cache_dir, entry_for, fetch
@@ -229,6 +229,8 @@ def convert_command(argv: list[str]) -> int:
         _check_out(args.out, args.to)
     base = default_model()
     model = ModelSpec(args.prototxt or base.prototxt, args.weights or base.weights, args.probs, args.embedding)
+    if args.out is not None:  # `--weights W --out W` replaced the weights with the converted model
+        refuse_overwriting(args.out, {"caffemodel": model.weights, "prototxt": model.prototxt})
     path = convert(model, args.to, args.precision, calibration=args.calibration, cache_dir=args.cache_dir)
     if args.out is not None:
         def copy_to(tmp: Path) -> None:
