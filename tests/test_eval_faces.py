@@ -312,3 +312,17 @@ def test_a_json_named_as_the_pairs_file_is_refused_and_the_pairs_kept(tmp_path, 
     assert code == 2 and err == (f"tracker: error: output file {str(pairs)!r} is the pairs file; expected another "
                                  "path (writing it would destroy the pairs)\n"), err
     assert pairs.read_text() == pairs_text()
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--backend", "nosuch"], "tracker: error: --backend: unknown backend 'nosuch'; expected one of caffe-openblas, "),
+    (["--backend", "opencv-dnn", "--precision", "int8"], "tracker: error: --precision: backend 'opencv-dnn' has no "
+                                                         "'int8' model; backends with 'int8': "),
+])
+def test_a_backend_or_precision_refused_is_named_as_the_option_given(tmp_path, johns, capsys, args, expected):
+    """They were named as the config's keys ("backend: unknown name 'nosuch'", "precision: ..."),
+    which the user had not written."""
+    code = main(["eval-faces", "--folder", str(next(iter(johns.values()))[0].parent.parent), *args, "--config",
+                 str(yunet_config(tmp_path))])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith(expected), err

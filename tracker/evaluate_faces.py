@@ -257,8 +257,13 @@ def eval_faces_command(argv: list[str]) -> int:
     if args.json is not None:  # `--json pairs.txt` replaced the pairs file with the figures
         refuse_overwriting(args.json, {"pairs": args.pairs, "config": args.config})
     config = load_config(args.config)
-    detector = create_detector(config.detect)
     precision = args.precision or config.backend.precision
+    if args.backend or args.precision:  # refused under the option's name, as the guard's (tracker.cli.effective_config)
+        from tracker.backends import check_request
+
+        check_request(args.backend or config.backend.name, precision, name_from="--backend",
+                      precision_from="--precision" if args.precision else "--backend")
+    detector = create_detector(config.detect)
     backend = open_backend(config, args.backend, precision)  # first: it refuses missing weights in one line
     progress = Progress(0)
     try:
