@@ -264,6 +264,22 @@ def test_a_worker_the_system_cannot_start_for_now_is_a_failure_to_retry(monkeypa
     backend.close()
 
 
+def test_a_worker_without_descriptors_left_is_a_failure_to_retry_and_leaks_none(monkeypatch):
+    """EMFILE from the worker's pipes or its shared memory (the guard out of descriptors for a
+    moment) came out of a restart as a bare OSError, a traceback that stopped the guard, and left
+    the pipes made before it open."""
+    import errno
+
+    def no_descriptor(*args):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(os, "memfd_create", no_descriptor)
+    before = sorted(os.listdir("/proc/self/fd"))
+    with pytest.raises(WorkerFailure, match=r"worker cannot be started now \(Too many open files\)"):
+        faulty("none", transport="shm")
+    assert sorted(os.listdir("/proc/self/fd")) == before
+
+
 def test_a_stop_reaches_a_worker_that_a_restart_is_starting():
     """The stop came while a restart waited for its new worker's start-up (seconds on a Pi): the
     guard waited it out, past systemd's stop timeout, which then killed it before its `left`

@@ -29,10 +29,10 @@ Failure contract (never a hang):
   `RestartingBackend` below turns that into restarts with back-off.
 - a bad interpreter (missing, not executable, or not a Python able to run the child) is an
   InputError (exit 2): it is a value the user or the config supplied. A child the system cannot
-  start for now (no process or memory left: EAGAIN, ENOMEM, EMFILE) is a WorkerFailure, which
-  RestartingBackend retries (exit 2 stopped a guard systemd does not restart for it). A backend
-  whose runtime is missing in the child's interpreter is BackendUnavailable (exit 3), as in
-  process.
+  start for now (no process, descriptor or memory left: EAGAIN, ENOMEM, EMFILE, from its pipes and
+  shared memory too) is a WorkerFailure, which RestartingBackend retries (exit 2 stopped a guard
+  systemd does not restart for it; a bare OSError, a traceback). A backend whose runtime is missing
+  in the child's interpreter is BackendUnavailable (exit 3), as in process.
 
 Bounds: one call at a time (not thread-safe: the pipeline has one inference thread); batches larger
 than `max_batch` (default 256, the largest batch the config and the benchmark allow) are split into
@@ -221,20 +221,28 @@ class WorkerBackend:
 
     def _start(self) -> None:
         per_image = int(np.prod(self.input_shape[1:]))
-        req_r, req_w = os.pipe()
-        rep_r, rep_w = os.pipe()
-        shm_fd = os.memfd_create("tracker-worker", os.MFD_CLOEXEC) if self.transport == "shm" else -1
+        made: list[int] = []  # the descriptors made so far: closed again if one cannot be made
+        try:
+            made += os.pipe()
+            made += os.pipe()
+            if self.transport == "shm":
+                made.append(os.memfd_create("tracker-worker", os.MFD_CLOEXEC))
+        except OSError as err:  # EMFILE, ENFILE, ENOMEM: the system's state at this moment
+            for fd in made:
+                os.close(fd)
+            raise self._cannot_start_now(err) from None
+        req_r, req_w, rep_r, rep_w = made[:4]
+        shm_fd = made[4] if self.transport == "shm" else -1
         child_fds = (req_r, rep_w) + ((shm_fd,) if shm_fd >= 0 else ())
         try:
             self._proc = ChildProcess(
                 [self.python, "-c", _BOOTSTRAP, str(ROOT), str(req_r), str(rep_w), str(shm_fd), json.dumps(self._job)],
                 pass_fds=child_fds, env=self._env)
         except OSError as err:
-            for fd in (req_r, req_w, rep_r, rep_w) + ((shm_fd,) if shm_fd >= 0 else ()):
+            for fd in made:
                 os.close(fd)
             if err.errno not in _BAD_INTERPRETER:
-                cause = f"cannot be started now ({err.strerror or err})"
-                raise WorkerFailure(f"backend {self.name!r} worker {cause}", lost_inputs=0, cause=cause) from None
+                raise self._cannot_start_now(err) from None
             raise InputError(f"worker python {self.python!r} cannot be started ({err.strerror or err}); "
                              f"expected a Python >= 3.9 interpreter") from None
         finally:
@@ -264,6 +272,12 @@ class WorkerBackend:
                 np.frombuffer(self._shm, np.float32, self.max_batch * self.probs_dim, probs_at).reshape(self.max_batch, self.probs_dim),
                 np.frombuffer(self._shm, np.float32, self.max_batch * self.embedding_dim, embedding_at).reshape(self.max_batch, self.embedding_dim),
             )
+
+    def _cannot_start_now(self, err: OSError) -> WorkerFailure:
+        """The failure for a child the system cannot start at this moment (no process, descriptor or
+        memory left), which RestartingBackend retries (see the module docstring)."""
+        cause = f"cannot be started now ({err.strerror or err})"
+        return WorkerFailure(f"backend {self.name!r} worker {cause}", lost_inputs=0, cause=cause)
 
     def interrupt(self) -> None:
         """The caller is stopping: see the module docstring. May be called from a signal handler."""
