@@ -14,7 +14,8 @@ is left behind (a benchmark cell's worker runs in a session of its own, which a 
 group would miss);
 `describe_exit` and `short_exit` say in words how a child ended.
 Child side: `one_line` (an error as one line for the parent), `RUNTIME_MODULES` and
-`loaded_versions` (which runtimes the child's backend loaded, at which versions).
+`loaded_versions` (which runtimes the child's backend loaded, at which versions), `exit_with_parent`
+(a child never outlives its caller).
 
 The standard library only, and Python >= 3.9: the worker's child imports this module on whatever
 interpreter runs it (the MXNet environment's, say), before it says hello and before numpy.
@@ -249,6 +250,20 @@ def _descendants(pid: int) -> list[int]:
 
 
 # ---------------------------------------------------------------------- child side
+
+
+def exit_with_parent(parent: int) -> None:
+    """Start a thread that ends this process (os._exit(1)) within POLL_S once `parent` is no longer
+    its parent: a child runs in a session of its own, so a caller killed outright (SIGKILL, the OOM
+    killer) sends it no signal, and a child inside a hung or long call lived on, reparented to init,
+    until the call ended (an hour, or never). Raises RuntimeError if no thread can be started."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def one_line(err: BaseException) -> str:

@@ -492,6 +492,44 @@ def test_a_dropped_worker_takes_its_child_with_it():
     assert_gone(pid)
 
 
+def running(pid: int) -> bool:
+    """The process exists and has not exited (an orphan's zombie waits for init to reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+def test_a_child_whose_guard_was_killed_does_not_outlive_it():
+    """SIGKILL of the guard (the OOM killer, kill -9 in a terminal) while its worker's call hung:
+    the child, in a session of its own, went on for the hour the call took, reparented to init."""
+    import subprocess
+
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import sys, numpy as np\n"
+        f"sys.path[:0] = [{str(TESTS.parent)!r}]\n"
+        "from tracker.backends.worker import WorkerBackend\n"
+        "from tracker.model.spec import default_model\n"
+        "w = WorkerBackend('faulty', default_model(), target='worker_faults:Faulty', options={'fault': 'hang'},\n"
+        f"                  env={{'PYTHONPATH': {str(TESTS)!r}}})\n"
+        "print(w.pid, flush=True)\n"
+        "w.infer(np.zeros((1, 1, 88, 88), np.float32))\n")], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    try:
+        time.sleep(0.5)  # the call is in the child's hang
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 30  # it polls its parent every second
+        while running(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not running(child)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+        parent.stdout.close()
+
+
 def test_interrupted_call_leaves_no_stale_reply(tmp_path):
     marker = tmp_path / "in-batch"
     w = faulty("wait", marker=marker)

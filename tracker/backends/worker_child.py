@@ -26,6 +26,9 @@ the raw float32 bytes the header announces. Child -> parent:
 Parent -> child:
     {"op": "infer", "n": N}                                [+ N*C*H*W float32 (pipe)]
     {"op": "close"}                                        (or EOF: the parent is gone)
+A parent that is gone (killed outright: no close, no signal reaches the child's own session) is
+also noticed within a second while a call runs or hangs: a thread polls the parent's pid and
+ends the child.
 
 Shared-memory layout (float32, each region 64-byte aligned): input (max_batch, C, H, W), then
 probs (max_batch, P), then embedding (max_batch, D). The child sizes the memfd (ftruncate) once it
@@ -44,7 +47,7 @@ import struct
 import sys
 import time
 
-from tracker.child_process import loaded_versions, one_line
+from tracker.child_process import exit_with_parent, loaded_versions, one_line
 
 _LEN = struct.Struct("<I")
 ALIGN = 64
@@ -107,10 +110,15 @@ def _load(job: dict):
     return cls(model, precision=job["precision"], threads=job["threads"], **job["options"])
 
 
-def serve(job: dict, req_fd: int, rep_fd: int, shm_fd: int) -> int:
-    """Load the backend, warm it up, report ready, then answer requests until close or EOF."""
+def serve(job: dict, req_fd: int, rep_fd: int, shm_fd: int, parent: int) -> int:
+    """Load the backend, warm it up, report ready, then answer requests until close or EOF, or
+    until `parent` (the worker's process) is gone."""
     stage = "load"
     try:
+        # after the hello: a thread that cannot start (TasksMax) is a failure to retry, not a bad interpreter.
+        # The guard killed outright sends nothing to this child's own session, and a hung call never
+        # reads the request pipe's end.
+        exit_with_parent(parent)
         t0 = time.perf_counter()
         import numpy as np
 
@@ -178,6 +186,7 @@ def serve(job: dict, req_fd: int, rep_fd: int, shm_fd: int) -> int:
 
 
 def main(argv: list[str]) -> int:
+    parent = os.getppid()  # first: the parent waits for the hello, so this is the worker's
     req_fd, rep_fd, shm_fd, job = int(argv[0]), int(argv[1]), int(argv[2]), json.loads(argv[3])
     limit = job.get("memory_limit_mb")
     if limit:
@@ -185,4 +194,4 @@ def main(argv: list[str]) -> int:
         resource.setrlimit(resource.RLIMIT_AS, (limit * 2**20, limit * 2**20))
     write_frame(rep_fd, {"event": "hello", "pid": os.getpid(), "python": platform.python_version(),
                          "executable": sys.executable})
-    return serve(job, req_fd, rep_fd, shm_fd)
+    return serve(job, req_fd, rep_fd, shm_fd, parent)
