@@ -492,6 +492,21 @@ def test_a_dropped_worker_takes_its_child_with_it():
     assert_gone(pid)
 
 
+def test_a_closed_worker_dropped_later_signals_nobody(monkeypatch):
+    """The finaliser of a worker closed long before sent SIGKILL to its reaped child's process
+    group id again, which by then could be another's (its condition was always true)."""
+    w = faulty()
+    w.close()
+    signalled = []
+    monkeypatch.setattr(os, "killpg", lambda pgid, signum: signalled.append(pgid))
+    monkeypatch.setattr(os, "kill", lambda pid, signum: signalled.append(pid))
+    del w
+    import gc
+
+    gc.collect()
+    assert signalled == []
+
+
 def running(pid: int) -> bool:
     """The process exists and has not exited (an orphan's zombie waits for init to reap it)."""
     try:

@@ -513,8 +513,9 @@ class WorkerBackend:
         self.close()
 
     def __del__(self):
-        # a worker dropped without close(): never leave its child (or its descriptors) behind
-        if getattr(self, "_proc", None) is not None and getattr(self, "_req", None) is not None:
+        # a worker dropped without close() nor a failure (both reaped its child, whose process group id
+        # may be another's by now): never leave its child (or its descriptors) behind
+        if getattr(self, "_proc", None) is not None and getattr(self, "_dead", "") is None:
             self._proc.kill()
             self._release()
 
