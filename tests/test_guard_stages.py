@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import time
 
 import cv2
 import numpy as np
 import pytest
 
+from tracker.backends.worker import RestartingBackend, WorkerFailure
 from tracker.batcher import Batcher
 from tracker.config import parse_config
 from tracker.errors import BackendFailure
@@ -149,6 +151,29 @@ def test_a_failing_backend_costs_identities_not_frames(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "latency.jsonl").read_text(encoding="utf-8").splitlines()]
     assert len(rows) == FRAMES and rows[-1]["dropped"] == FRAMES
     assert backend.closed and sink.closed
+
+
+def test_a_backend_waiting_for_its_restart_is_said_once_and_its_return_too(tmp_path, caplog):
+    """A worker that died was logged again at every batch until its restart (a line per frame,
+    up to 30 s of back-off: hundreds), and nothing said when it worked again."""
+    class DiesOnItsThirdCall(ByPosition):
+        def infer(self, x):
+            if self.calls == 2:
+                raise WorkerFailure("worker (pid 1): killed by signal 9", cause="killed by signal 9", lost_inputs=len(x))
+            return super().infer(x)
+
+    ticks = iter(range(10**6))  # the clock: a second at each reading, so the restart comes 5 batches on
+    made = iter([DiesOnItsThirdCall(), ByPosition()])
+    restarting = RestartingBackend(lambda: next(made), backoff_initial_s=5.0, clock=lambda: next(ticks))
+    config, stages, sink = fake_stages(tmp_path, restarting, max_batch=2)
+    guard = Guard(config, stages)
+    caplog.set_level(logging.INFO, logger="tracker.pipeline")
+    assert guard.run() == 0
+
+    assert restarting.restarts == 1 and guard.inference_lost >= 3  # the failed batch, and those while it waited
+    said = [r for r in caplog.records if r.name == "tracker.pipeline" and r.getMessage().startswith("backend ")]
+    assert [r.levelname for r in said] == ["ERROR", "INFO"], [r.getMessage() for r in said]
+    assert "killed by signal 9" in said[0].getMessage() and "works again" in said[1].getMessage()
 
 
 def test_stopped_before_it_starts_the_guard_closes_its_stages_and_reads_nothing(tmp_path):

@@ -126,6 +126,7 @@ class Guard:
         self.identity_score = IdentityScore()
         self.frames_processed = 0
         self.inference_lost = 0  # frames whose crops a failed backend call lost
+        self._batches_failed = 0  # batches the backend failed on since it last answered (see _infer)
         self.people_present = 0  # announced (confirmed) tracks not yet ended, after the last frame
         self._last_seq: int | None = None  # the last frame tracked: for the `left` events at the end
         self._last_media_s: float | None = None
@@ -287,13 +288,21 @@ class Guard:
 
     def _infer(self, crops: np.ndarray) -> np.ndarray | None:
         """Embeddings (N, D) float32 for crops (N, C, H, W), in chunks of at most max_batch;
-        None if the backend failed (the failure is logged; the caller counts the frames)."""
+        None if the backend failed (the caller counts the frames). Each failure is logged, but not
+        the batches lost while the backend waits for its restart (`InputsLost.waiting`: a line a
+        frame for up to its 30 s back-off); the first batch it answers after failures says so."""
         step = self.config.batcher.max_batch
         try:
             parts = [self.stages.backend.infer(crops[i:i + step]).embedding for i in range(0, len(crops), step)]
         except BackendFailure as err:
-            log.error("backend %s failed on a batch of %d faces: %s", self.config.backend.name, len(crops), err)
+            self._batches_failed += 1
+            if not getattr(err, "waiting", False):
+                log.error("backend %s failed on a batch of %d faces: %s", self.config.backend.name, len(crops), err)
             return None
+        if self._batches_failed:
+            log.info("backend %s works again: the faces of %d batch(es) were lost meanwhile", self.config.backend.name,
+                     self._batches_failed)
+            self._batches_failed = 0
         return np.concatenate(parts)
 
     def _process(self, batch: Batch[_FrameWork]) -> None:

@@ -525,12 +525,15 @@ class InputsLost(BackendFailure):
 
     lost_inputs: how many inputs (crops) of the call are lost (= len(x) of the call).
     cause: why (the worker's failure, or "restarting: ..." while waiting to restart).
+    waiting: True when no backend was called (it waits for its restart, or is not restarted as the
+    guard stops): the failure is the one an earlier InputsLost reported, not a new one.
     """
 
-    def __init__(self, message: str, *, lost_inputs: int, cause: str):
+    def __init__(self, message: str, *, lost_inputs: int, cause: str, waiting: bool = False):
         super().__init__(message)
         self.lost_inputs = lost_inputs
         self.cause = cause
+        self.waiting = waiting
 
 
 class RestartingBackend:
@@ -608,7 +611,7 @@ class RestartingBackend:
             if wait > 0 or self.stop.requested:
                 when = "not restarted: the guard is stopping" if self.stop.requested else f"restarting in {wait:.3g} s"
                 raise InputsLost(f"backend {self.name!r}: {when}, after: {self.last_cause}; {n} inputs lost",
-                                 lost_inputs=n, cause=f"restarting: {self.last_cause}")
+                                 lost_inputs=n, cause=f"restarting: {self.last_cause}", waiting=True)
             try:
                 self._backend = self._factory()
             except BackendFailure as err:
