@@ -153,6 +153,28 @@ def test_a_failing_backend_costs_identities_not_frames(tmp_path):
     assert backend.closed and sink.closed
 
 
+def test_a_failed_call_costs_only_the_frames_whose_crops_it_held(tmp_path):
+    """A batch past max_batch goes to the backend in chunks; one that failed on its last chunk
+    threw away the embeddings of the chunks before it, and counted their frames as lost."""
+
+    class FailsOnEverySecondCall(ByPosition):
+        def infer(self, x):
+            if self.calls % 2 == 1:
+                self.calls += 1
+                raise BackendFailure("worker died")
+            return super().infer(x)
+
+    backend = FailsOnEverySecondCall()
+    # two faces a frame: each batch is two frames' 4 crops, the first frame's 2 in the first chunk of 3
+    config, stages, sink = fake_stages(tmp_path, backend, max_batch=3)
+    guard = Guard(config, stages)
+    assert guard.run() == 0
+
+    assert backend.calls == FRAMES  # two chunks a batch
+    assert guard.frames_processed == FRAMES and guard.inference_lost == FRAMES // 2
+    assert sorted(e.identity for e in sink.events if e.kind == "left") == ["alice", "bob"]  # from the first frames
+
+
 def test_a_backend_waiting_for_its_restart_is_said_once_and_its_return_too(tmp_path, caplog):
     """A worker that died was logged again at every batch until its restart (a line per frame,
     up to 30 s of back-off: hundreds), and nothing said when it worked again."""

@@ -32,9 +32,16 @@ class Batch(Generic[T]):
     crops: np.ndarray
     counts: tuple[int, ...]
 
-    def split(self, rows: np.ndarray) -> list[np.ndarray]:
-        """Cut a per-crop array (N, ...) back into one array per item."""
-        return np.split(rows, np.cumsum(self.counts)[:-1]) if self.items else []
+    def split(self, rows: np.ndarray) -> list[np.ndarray | None]:
+        """Cut a per-crop array of the first M crops (M, ...), M <= N, back into one array per
+        item; None for an item with a crop past M (a backend that failed part-way through the
+        batch: the items before keep their rows)."""
+        parts: list[np.ndarray | None] = []
+        end = 0
+        for count in self.counts:
+            start, end = end, end + count
+            parts.append(rows[start:end] if end <= len(rows) else None)
+        return parts
 
 
 @dataclass

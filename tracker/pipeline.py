@@ -286,19 +286,22 @@ class Guard:
         return _FrameWork(frame, detections, has_crops, start_ns, _ms(start_ns, after_motion),
                           _ms(after_motion, detected_ns), detected_ns)
 
-    def _infer(self, crops: np.ndarray) -> np.ndarray | None:
-        """Embeddings (N, D) float32 for crops (N, C, H, W), in chunks of at most max_batch;
-        None if the backend failed (the caller counts the frames). Each failure is logged, but not
-        the batches lost while the backend waits for its restart (`InputsLost.waiting`: a line a
-        frame for up to its 30 s back-off); the first batch it answers after failures says so."""
+    def _infer(self, crops: np.ndarray) -> np.ndarray:
+        """Embeddings (M, D) float32 of the first M of crops (N, C, H, W), inferred in chunks of at
+        most max_batch: M = N, or fewer if the backend failed on a chunk (the ones before it are
+        kept; the caller counts the frames of the others). Each failure is logged, but not the
+        batches lost while the backend waits for its restart (`InputsLost.waiting`: a line a frame
+        for up to its 30 s back-off); the first batch it answers after failures says so."""
         step = self.config.batcher.max_batch
+        parts: list[np.ndarray] = []
         try:
-            parts = [self.stages.backend.infer(crops[i:i + step]).embedding for i in range(0, len(crops), step)]
+            for i in range(0, len(crops), step):
+                parts.append(self.stages.backend.infer(crops[i:i + step]).embedding)
         except BackendFailure as err:
             self._batches_failed += 1
             if not getattr(err, "waiting", False):
                 log.error("backend %s failed on a batch of %d faces: %s", self.config.backend.name, len(crops), err)
-            return None
+            return np.concatenate(parts) if parts else np.empty((0, self.stages.embedding_width), np.float32)
         if self._batches_failed:
             log.info("backend %s works again: the faces of %d batch(es) were lost meanwhile", self.config.backend.name,
                      self._batches_failed)
@@ -307,14 +310,14 @@ class Guard:
 
     def _process(self, batch: Batch[_FrameWork]) -> None:
         """Infer a batch's crops, then track each of its frames, in order, with its faces. A frame
-        whose crops the backend failed on is tracked without embeddings and counted as lost."""
+        with a crop the backend failed on is tracked without embeddings and counted as lost."""
         infer_start = time.monotonic_ns()
         embeddings = self._infer(batch.crops) if len(batch.crops) else None
         infer_ms = _ms(infer_start, time.monotonic_ns())
-        if embeddings is None and len(batch.crops):
-            self.inference_lost += sum(1 for n in batch.counts if n)
         per_frame = batch.split(embeddings) if embeddings is not None else [None] * len(batch.items)
         for work, count, rows in zip(batch.items, batch.counts, per_frame):
+            if count and rows is None:
+                self.inference_lost += 1
             if count and rows is not None:
                 matches = self.stages.gallery.match(rows)
                 faces = tuple(Face(d, e, m) for d, e, m in zip(work.detections, rows, matches))
