@@ -431,6 +431,16 @@ class _Flaky:
         self.log.append("closed")
 
 
+def test_a_call_that_fails_as_the_guard_stops_promises_no_restart():
+    """The call a stop cut short said "restart in 0.5 s" in the guard's last error line, though a
+    stopping guard restarts nothing."""
+    backend = RestartingBackend(lambda: _Flaky([], fail=True), backoff_initial_s=0.5, clock=FakeClock())
+    backend.interrupt()
+    with pytest.raises(InputsLost) as lost:
+        backend.infer(batch(1))
+    assert "restart in" not in str(lost.value) and "not restarted: the guard is stopping" in str(lost.value)
+
+
 def test_backoff_doubles_to_its_cap_and_resets_after_success():
     clock, log = FakeClock(), []
     plan = iter([True, True, True, True, False])  # each created backend fails or works

@@ -589,7 +589,8 @@ class RestartingBackend:
         self.last_cause = cause
         delay = self.delay_after(self.consecutive_failures)
         self._next_attempt = self._clock() + delay
-        return InputsLost(f"backend {self.name!r}: {lost} input{'s' if lost != 1 else ''} lost ({err}); restart in {delay:g} s",
+        then = "not restarted: the guard is stopping" if self.stop.requested else f"restart in {delay:g} s"
+        return InputsLost(f"backend {self.name!r}: {lost} input{'s' if lost != 1 else ''} lost ({err}); {then}",
                           lost_inputs=lost, cause=cause)
 
     def interrupt(self) -> None:
