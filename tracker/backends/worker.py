@@ -355,22 +355,28 @@ class WorkerBackend:
                 if self._child.poll() is not None:
                     self._fail_dead(what, lost)
 
+    def _readable(self, deadline: float, what: str, lost: int) -> bool:
+        """Wait up to POLL_S for the reply pipe: True once it has bytes (or its EOF) to read; False
+        after a poll that found none (the child is alive, the watchdog pinged); fails at the deadline,
+        once the child exited with nothing left to read, or when the guard is stopping."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            self._fail(f"timeout after {self._wait_s:g} s during {what}", lost)
+        if select.select([self._rep], [], [], min(remaining, POLL_S))[0]:
+            return True
+        if self._child.exited_with_nothing_to_read(self._rep):
+            self._fail_dead(what, lost)
+        self._still_waiting(what, lost)
+        return False
+
     def _fill(self, count: int, deadline: float, what: str, lost: int) -> None:
         """Read until self._rbuf holds `count` bytes, or fail (EOF: the child died; deadline: timeout)."""
         while len(self._rbuf) < count:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                self._fail(f"timeout after {self._wait_s:g} s during {what}", lost)
-            ready, _, _ = select.select([self._rep], [], [], min(remaining, POLL_S))
-            if ready:
+            if self._readable(deadline, what, lost):
                 chunk = os.read(self._rep, max(65536, count - len(self._rbuf)))
                 if not chunk:
                     self._fail_dead(what, lost)
                 self._rbuf += chunk
-            elif self._child.exited_with_nothing_to_read(self._rep):
-                self._fail_dead(what, lost)
-            else:
-                self._still_waiting(what, lost)
 
     def _await(self, what: str, deadline: float, lost: int, before_hello: bool = False) -> dict:
         try:
@@ -396,19 +402,11 @@ class WorkerBackend:
         del self._rbuf[:take]
         view = view[take:]
         while view:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                self._fail(f"timeout after {self._wait_s:g} s during {what}", lost)
-            ready, _, _ = select.select([self._rep], [], [], min(remaining, POLL_S))
-            if ready:
+            if self._readable(deadline, what, lost):
                 got = os.readv(self._rep, [view])
                 if not got:
                     self._fail_dead(what, lost)
                 view = view[got:]
-            elif self._child.exited_with_nothing_to_read(self._rep):
-                self._fail_dead(what, lost)
-            else:
-                self._still_waiting(what, lost)
 
     def _still_waiting(self, what: str, lost: int) -> None:
         """A poll of the child found no reply yet (see the module docstring)."""
