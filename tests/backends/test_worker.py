@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import worker_faults
+from processes import running
 
 from tracker.backends import create_backend
 from tracker.backends.worker import InputsLost, RestartingBackend, Stop, WorkerBackend, WorkerFailure
@@ -515,15 +516,6 @@ def test_a_closed_worker_dropped_later_signals_nobody(monkeypatch):
 
     gc.collect()
     assert signalled == []
-
-
-def running(pid: int) -> bool:
-    """The process exists and has not exited (an orphan's zombie waits for init to reap it)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
 
 
 def test_a_child_whose_guard_was_killed_does_not_outlive_it():

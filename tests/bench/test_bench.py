@@ -9,6 +9,7 @@ must report each cell with its cause and go on. No timing is asserted: only that
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import ctypes
 import json
@@ -643,6 +644,34 @@ def _jobs(pid: int, mode: str) -> list[int]:
         except FileNotFoundError:  # it ended meanwhile
             pass
     return found
+
+
+def test_a_cell_whose_benchmark_was_killed_does_not_outlive_it(tmp_path, config_file):
+    """SIGKILL of the benchmark (the OOM killer, kill -9) while a cell's child hung (here in its
+    backend's close, after its result): the child, in a session of its own, went on for the hour
+    it hung, reparented to init."""
+    from processes import running
+
+    closing = tmp_path / "closing"
+    proc = benchmark_process(config_file, tmp_path / "out", "HangsInClose", "1", TRACKER_TEST_CLOSING=str(closing))
+    cells: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not closing.exists() and proc.poll() is None:
+            time.sleep(0.05)
+        assert closing.exists(), proc.stderr.read() if proc.poll() is not None else "no cell hung in its close"
+        cells = _jobs(proc.pid, "cell")
+        assert cells
+        proc.kill()
+        proc.communicate(timeout=60)
+        deadline = time.monotonic() + 30  # it polls its parent every second
+        while any(running(pid) for pid in cells) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(running(pid) for pid in cells), "the cell's child outlived the benchmark"
+    finally:
+        for pid in cells:  # the old code's orphan, so that it does not sleep on for an hour
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize("mode", ["--benchmark", "--list-backends"])

@@ -8,7 +8,8 @@ For each backend x precision x batch size (a *cell*): load the backend, one unti
 and more for `--warmup S` seconds after it (default 1: see command.DEFAULT_WARMUP_S for why), then
 `--passes` timed passes on the same seeded random batch (N, C, H, W) float32 (shape from the
 model's input blob). Each cell runs in a fresh child process (tracker.bench.child), so a crash, a
-signal, an out-of-memory or a hang is a failed cell with its cause and the run goes on; and the
+signal, an out-of-memory or a hang is a failed cell with its cause and the run goes on (and a
+benchmark killed outright leaves no cell running: the child ends within a second); and the
 peak RSS of a cell is that of a process that ran this batch size only. `--memory-limit MB` caps the
 memory of the child and its children with a memory cgroup of their own, as physical memory caps a
 small device (tracker.bench.memory_cap; RLIMIT_AS where no cgroup can be made, said in the results);

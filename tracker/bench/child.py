@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-from tracker.child_process import loaded_versions, one_line
+from tracker.child_process import exit_with_parent, loaded_versions, one_line
 
 _PROGRESS_EVERY_S = 0.2
 
@@ -258,6 +258,10 @@ def run_probe(job: dict, channel: _Channel) -> int:
 
 
 def main(argv: list[str]) -> int:
+    # Before the memory limit (its thread's stack would count against it): a benchmark killed
+    # outright (kill -9, the OOM killer) sends this child's own session nothing, and a cell inside a
+    # hung or long pass went on, reparented to init.
+    exit_with_parent(os.getppid())
     fd, job = int(argv[0]), json.loads(argv[1])
     limit = job.get("memory_limit_mb")
     if limit and job.get("memory_cap") == "rlimit-as":
