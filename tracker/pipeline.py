@@ -358,10 +358,12 @@ class Guard:
         the same frames give the same tracks on any machine (6 s of still photos took 0.6 s here).
         Never backwards (`TrackerClock`)."""
         if frame.media_s is not None:
-            return self._clock.seconds(frame.media_s)
-        if not self.stages.source.live:
-            return self._clock.seconds(frame.seq / self.config.source.fps)
-        return self._clock.seconds(frame.t_ns / 1e9)
+            reading_s = frame.media_s
+        elif not self.stages.source.live:
+            reading_s = frame.seq / self.config.source.fps
+        else:
+            reading_s = frame.t_ns / 1e9
+        return self._clock.seconds(reading_s)
 
     def _track_and_publish(self, work: _FrameWork, faces: tuple[Face, ...], batch_size: int, infer_start_ns: int,
                            infer_ms: float) -> None:
