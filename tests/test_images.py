@@ -121,13 +121,15 @@ def test_enrol_skips_a_jpeg_cut_short(tmp_path, johns):
     whole = johns["John_Simm"][0].read_bytes()
     (chips / "a.jpg").write_bytes(whole)
     (chips / "b.jpg").write_bytes(johns["John_Simm"][1].read_bytes()[:3500])
+    (chips / "c.jpg").symlink_to(tmp_path / "moved-away.jpg")  # was called damaged
     config = tmp_path / "tracker.yaml"
     config.write_text(f"state_dir: {str(tmp_path / 'state')!r}\n")
     proc = subprocess.run([*tracker_command(), "enroll", "simm", str(chips), "--aligned", "--config", str(config)],
                           capture_output=True, text=True, env=isolated_env(tmp_path), cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert "b.jpg" in proc.stderr and "damaged" in proc.stderr
-    assert "from 1 image(s) (1 skipped)" in proc.stdout
+    assert "b.jpg: not a readable image (damaged" in proc.stderr
+    assert "c.jpg: not a readable image (a link to a file that does not exist); skipped" in proc.stderr
+    assert "from 1 image(s) (2 skipped)" in proc.stdout
 
 
 def test_a_name_that_is_not_utf8_is_read(tmp_path, johns):
@@ -166,6 +168,28 @@ def test_what_is_not_a_regular_file_is_no_image(tmp_path):
     fifo = tmp_path / "face.jpg"
     os.mkfifo(fifo)
     assert read_image(fifo) is None and read_image(tmp_path) is None
+
+
+def test_an_unreadable_file_is_said_why(tmp_path):
+    """What the commands say of a file read_image refused: a link to a photo since moved, a FIFO or
+    a folder named like a photo were all called "damaged, not an image, ...", which sends a user to
+    look at the bytes of a file that is not there."""
+    from tracker.images import MAX_FILE_BYTES, TOO_LARGE_OR_DAMAGED, unreadable_reason
+
+    (tmp_path / "dangling.jpg").symlink_to(tmp_path / "gone.jpg")
+    os.mkfifo(tmp_path / "fifo.jpg")
+    (tmp_path / "folder.jpg").mkdir()
+    (tmp_path / "notes.jpg").write_text("a note")
+    with open(tmp_path / "huge.jpg", "wb") as f:
+        f.truncate(MAX_FILE_BYTES + 1)
+    reasons = {name: unreadable_reason(tmp_path / name)
+               for name in ("dangling.jpg", "fifo.jpg", "folder.jpg", "notes.jpg", "huge.jpg")}
+    assert all(read_image(tmp_path / name) is None for name in reasons)
+    assert reasons == {"dangling.jpg": "a link to a file that does not exist",
+                       "fifo.jpg": "cannot be opened: not a regular file",
+                       "folder.jpg": "cannot be opened: is a directory",
+                       "notes.jpg": TOO_LARGE_OR_DAMAGED,
+                       "huge.jpg": f"larger than any image it decodes ({MAX_FILE_BYTES // 1_000_000} MB)"}
 
 
 def test_a_file_over_the_bound_is_no_image(tmp_path):

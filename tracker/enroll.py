@@ -42,7 +42,7 @@ from tracker.identity import (
     save_person,
     validate_name,
 )
-from tracker.images import IMAGE_SUFFIXES, TOO_LARGE_OR_DAMAGED, read_image
+from tracker.images import IMAGE_SUFFIXES, read_image, unreadable_reason
 from tracker.preflight import embedding_width, prepare_state_dir
 from tracker.types import Box, Detection
 
@@ -176,7 +176,7 @@ def enroll(name: str, inputs: list[Path], config: Config, *, aligned: bool = Fal
         progress(done, len(files))
         image = read_image(path, reduced=True)  # a phone photo decoded at a fraction of its size
         if image is None:
-            report(f"enroll: {path}: not a readable image ({TOO_LARGE_OR_DAMAGED}); skipped")
+            report(f"enroll: {path}: not a readable image ({unreadable_reason(path)}); skipped")
             continue
         if aligned:
             face = chip_face(image, detector)

@@ -37,7 +37,7 @@ from tracker.enroll import central_face, chip_face, image_files, open_backend
 from tracker.errors import InputError
 from tracker.files import atomic_write
 from tracker.identity import unit_rows
-from tracker.images import TOO_LARGE_OR_DAMAGED, read_image
+from tracker.images import read_image, unreadable_reason
 from tracker.verification import read_pairs, roc_auc, ten_fold_accuracy, threshold_at_far
 
 PROGRESS_EVERY = 500  # photos between two progress lines
@@ -63,7 +63,7 @@ class Progress:
         self.unreadable += 1
         if self.unreadable <= NAMED_UNREADABLE:
             more = "; further ones are only counted" if self.unreadable == NAMED_UNREADABLE else ""
-            print(f"{self.prefix}: {str(path)!r} is not a readable image ({TOO_LARGE_OR_DAMAGED}): counted as a photo "
+            print(f"{self.prefix}: {str(path)!r} is not a readable image ({unreadable_reason(path)}): counted as a photo "
                   f"without a face{more}", file=sys.stderr, flush=True)
 
 

@@ -42,7 +42,7 @@ from tracker.detect import FaceDetector
 from tracker.enroll import chip_face, open_backend, required_image_files
 from tracker.errors import InputError
 from tracker.identity import UNKNOWN, Gallery
-from tracker.images import TOO_LARGE_OR_DAMAGED, read_photo
+from tracker.images import read_photo, unreadable_reason
 from tracker.types import Detection
 
 NEAREST = 3  # enrolled people listed per face
@@ -148,7 +148,7 @@ def identify_command(argv: list[str]) -> int:
         for path in files:
             photo = read_photo(path)  # a large JPEG decoded at a fraction of its size, as tracker enroll does
             if photo is None:
-                print(f"{path}: not a readable image ({TOO_LARGE_OR_DAMAGED})", file=sys.stderr)
+                print(f"{path}: not a readable image ({unreadable_reason(path)})", file=sys.stderr)
                 unreadable.append(path)
                 continue
             image, scale = photo

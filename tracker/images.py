@@ -90,6 +90,28 @@ def read_image(path: Path, flags: int | None = None, reduced: bool = False) -> n
     return None if found is None else found[0]
 
 
+def unreadable_reason(path: Path) -> str:
+    """Why `read_image(path)` or `read_photo(path)` gave None, in words for a message: the file
+    system's reason when the file cannot be opened (a link to a file that does not exist, no
+    permission, a folder, not a regular file), its size when over MAX_FILE_BYTES, otherwise
+    TOO_LARGE_OR_DAMAGED (its bytes did not decode within the bounds). Asked only after a read
+    failed, so a readable photo costs nothing more; a file changed in between gets its new reason."""
+    from tracker.files import open_regular_file
+
+    try:
+        with open_regular_file(path) as file:
+            size = os.fstat(file.fileno()).st_size
+    except ValueError:  # a NUL in the name
+        return "a name with a NUL byte in it"
+    except OSError as error:
+        if path.is_symlink() and not path.exists():
+            return "a link to a file that does not exist"
+        return f"cannot be opened: {error.strerror or error}"
+    if size > MAX_FILE_BYTES:
+        return f"larger than any image it decodes ({MAX_FILE_BYTES // 1_000_000} MB)"
+    return TOO_LARGE_OR_DAMAGED
+
+
 def read_photo(path: Path) -> tuple[np.ndarray, float] | None:
     """A photo to find faces in, as `read_image(path, reduced=True)` decodes it (BGR), and the
     factor (>= 1) from its pixels to the photo's own (boxes found in it times the factor are in

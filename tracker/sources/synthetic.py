@@ -35,7 +35,7 @@ import numpy as np
 
 from tracker import shared_data
 from tracker.errors import InputError
-from tracker.images import IMAGE_SUFFIXES, TOO_LARGE_OR_DAMAGED, read_image
+from tracker.images import IMAGE_SUFFIXES, read_image, unreadable_reason
 from tracker.sources.base import SourceBase
 from tracker.types import Box, Frame
 
@@ -168,7 +168,7 @@ def load_chips(faces_dir: Path | None = None, largest_side: int | None = None) -
         for path in paths:
             image = read_image(path)
             if image is None:
-                raise InputError(f"scene face {str(path)!r}: cannot be decoded ({TOO_LARGE_OR_DAMAGED}); expected a "
+                raise InputError(f"scene face {str(path)!r}: not a readable image ({unreadable_reason(path)}); expected a "
                                  "face image")
             longer = max(image.shape[:2])
             if largest_side is not None and longer > largest_side:

@@ -32,7 +32,7 @@ import numpy as np
 
 from tracker.crops import CROP_SIZE, box_face
 from tracker.errors import InputError
-from tracker.images import IMAGE_SUFFIXES, TOO_LARGE_OR_DAMAGED, read_image
+from tracker.images import IMAGE_SUFFIXES, read_image, unreadable_reason
 from tracker.sources.synthetic import scene_chips
 from tracker.types import Box
 
@@ -104,7 +104,7 @@ def _face_samples(files: list[Path], shape: tuple[int, int, int], count: int, se
     for path in files:
         image = read_image(path, cv2.IMREAD_GRAYSCALE if c == 1 else cv2.IMREAD_COLOR)
         if image is None:
-            raise InputError(f"calibration image {str(path)!r}: cannot decode ({TOO_LARGE_OR_DAMAGED}); expected a "
+            raise InputError(f"calibration image {str(path)!r}: not a readable image ({unreadable_reason(path)}); expected a "
                              "JPEG/PNG/BMP/PGM image")
         images.append(image)
     rng = np.random.default_rng(seed)
