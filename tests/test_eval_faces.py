@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import resource
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -312,6 +313,19 @@ def test_a_json_named_as_the_pairs_file_is_refused_and_the_pairs_kept(tmp_path, 
     assert code == 2 and err == (f"tracker: error: output file {str(pairs)!r} is the pairs file; expected another "
                                  "path (writing it would destroy the pairs)\n"), err
     assert pairs.read_text() == pairs_text()
+
+
+def test_a_json_among_the_photos_is_refused_and_the_photos_kept(tmp_path, johns, capsys):
+    """`--folder people --json people/alice/1.jpg` would replace a photo with the figures."""
+    people = tmp_path / "people"
+    shutil.copytree(next(iter(johns.values()))[0].parent, people / "alice")
+    photo = sorted((people / "alice").iterdir())[0]
+    before = photo.read_bytes()
+    code = main(["eval-faces", "--folder", str(people), "--json", str(photo), "--config", str(yunet_config(tmp_path))])
+    err = capsys.readouterr().err
+    assert code == 2 and err == (f"tracker: error: eval-faces: --json {str(photo)!r} is inside --folder {str(people)!r}; "
+                                 "expected a path outside the photos it reads\n"), err
+    assert photo.read_bytes() == before
 
 
 @pytest.mark.parametrize("args, expected", [

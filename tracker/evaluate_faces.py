@@ -256,6 +256,10 @@ def eval_faces_command(argv: list[str]) -> int:
         raise InputError(f"eval-faces: --folder {str(args.folder)!r} is not a folder; expected <person>/<image> folders")
     if args.json is not None:  # `--json pairs.txt` replaced the pairs file with the figures
         refuse_overwriting(args.json, {"pairs": args.pairs, "config": args.config})
+        for option, photos in (("--images", args.images), ("--folder", args.folder)):
+            if photos is not None and args.json.resolve().is_relative_to(photos.resolve()):  # it could be a photo
+                raise InputError(f"eval-faces: --json {str(args.json)!r} is inside {option} {str(photos)!r}; expected a "
+                                 "path outside the photos it reads")
     config = load_config(args.config)
     precision = args.precision or config.backend.precision
     if args.backend or args.precision:  # refused under the option's name, as the guard's (tracker.cli.effective_config)
