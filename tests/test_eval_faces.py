@@ -141,6 +141,26 @@ def test_folder_of_chips_enrols_every_other_person(tmp_path, lfw, johns):
     assert 0.0 <= report["strangers_unknown"] <= 1.0
 
 
+def test_a_person_to_enrol_without_a_face_is_left_out_and_the_run_goes_on(tmp_path, johns):
+    """The run stopped at such a person, the minutes spent on the people before them lost."""
+    folder = tmp_path / "people"
+    for name, chips in johns.items():
+        (folder / name).mkdir(parents=True)
+        for chip in chips:
+            (folder / name / chip.name).symlink_to(chip.resolve())
+    third = sorted(folder.iterdir())[2]  # enrolled: the 1st, 3rd and 5th
+    for i in range(6):  # sorted before the chips: his first six images show no face
+        (third / f"-blank{i}.jpg").write_bytes(b"not a photo")
+    out = tmp_path / "figures.json"
+    proc = eval_faces(tmp_path, yunet_config(tmp_path), "--folder", folder, "--chips", "--enroll", 6, "--json", out)
+    assert proc.returncode == 0, proc.stderr
+    assert (f"eval-faces: no face found in the first 6 images of {third.name!r}: left out (neither enrolled nor "
+            "probed)") in proc.stderr.splitlines()
+    report = json.loads(out.read_text())
+    assert report["people_enrolled"] == 2 and report["people_left_out"] == 1 and report["photos_unreadable"] == 6
+    assert report["probes_enrolled"] == 2 * (11 - 6) and report["probes_strangers"] == 2 * 11
+
+
 @pytest.mark.parametrize("bad_line, expected", [("John_Simm\t1\t12", "John_Simm_0012.jpg"),  # the johns have 11 chips
                                                 ("Nobody\t1\tJohn_Simm\t2", "Nobody_0001.jpg"),
                                                 ("John_Simm\tone\t2", "expected 'name i j'")])

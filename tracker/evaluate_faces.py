@@ -16,7 +16,9 @@ first N images (the mean embedding, as `tracker enroll`); the rest are strangers
 image of an enrolled person is a probe: rank-1 is the share whose best match is that person, and
 "identified" the share that is also at or above the threshold. Every image of a stranger is a probe
 that should come out `unknown`: the share that does. With `--chips` each image is a tight face chip
-(as `tracker enroll --aligned`). People with fewer than N + 1 images are strangers only.
+(as `tracker enroll --aligned`). People with fewer than N + 1 images are strangers only. A person
+to enrol whose first N images show no face is named on stderr, counted in `people_left_out` and left
+out (neither enrolled nor probed), not the run stopped.
 
 A photo that cannot be read (damaged, not an image) counts as one without a face, is named on
 stderr (the first NAMED_UNREADABLE) and counted in the report's `photos_unreadable`: one bad file
@@ -180,7 +182,9 @@ def identification_report(folder: Path, enroll: int, detector: FaceDetector, bac
     if not gallery_names:
         raise InputError(f"eval-faces: no person in {str(folder)!r} has more than --enroll {enroll} images; "
                          "expected some with enough to enrol and to test")
-    means: list[np.ndarray] = []
+    means: list[np.ndarray] = []  # of the people in `enrolled_names`, in its order
+    enrolled_names: list[str] = []
+    left_out = 0
     probes: list[tuple[np.ndarray, str | None]] = []  # (embedding, true name or None for a stranger)
     progress = progress or Progress(0)
     progress.total = sum(len(files) for files in people.values())  # over the folder, not a person
@@ -188,22 +192,28 @@ def identification_report(folder: Path, enroll: int, detector: FaceDetector, bac
         [embeddings], found = embed_photos(people[name], detector, [backend], chips, progress)
         if name in gallery_names:
             enrolled = embeddings[:enroll][found[:enroll]]
-            if not len(enrolled):
-                raise InputError(f"eval-faces: no face found in the first {enroll} images of {name!r}; "
-                                 "expected enrolment images with one face each")
+            if not len(enrolled):  # left out, not the run stopped: the others' minutes of work are kept
+                left_out += 1
+                print(f"eval-faces: no face found in the first {enroll} images of {name!r}: left out (neither "
+                      "enrolled nor probed)", file=sys.stderr, flush=True)
+                continue
+            enrolled_names.append(name)
             means.append(unit_rows(enrolled.mean(axis=0, keepdims=True))[0])
             probes += [(e, name) for e, f in zip(embeddings[enroll:], found[enroll:]) if f]
         else:
             probes += [(e, None) for e, f in zip(embeddings, found) if f]
+    if not means:
+        raise InputError(f"eval-faces: no face found in the first {enroll} images of any person to enrol in "
+                         f"{str(folder)!r}; expected enrolment images with one face each")
     if not probes:
         raise InputError(f"eval-faces: no face found in any image to test in {str(folder)!r}; expected photos "
                          "with one face each beyond the enrolled ones, or of people not enrolled")
     sims = np.stack([e for e, _ in probes]) @ np.stack(means).T
     best = sims.argmax(axis=1)
-    known = [(gallery_names[j], sims[i, j], truth) for i, (j, (_, truth)) in enumerate(zip(best, probes))]
+    known = [(enrolled_names[j], sims[i, j], truth) for i, (j, (_, truth)) in enumerate(zip(best, probes))]
     members = [(n, s, t) for n, s, t in known if t is not None]
     strangers = [(n, s, t) for n, s, t in known if t is None]
-    return {"people_enrolled": len(gallery_names), "images_enrolled_each": enroll,
+    return {"people_enrolled": len(enrolled_names), "people_left_out": left_out, "images_enrolled_each": enroll,
             "probes_enrolled": len(members), "probes_strangers": len(strangers), "threshold": threshold,
             "rank1": float(np.mean([n == t for n, _, t in members])) if members else None,
             "identified": float(np.mean([n == t and s >= threshold for n, s, t in members])) if members else None,
