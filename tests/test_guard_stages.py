@@ -17,6 +17,7 @@ import cv2
 import numpy as np
 import pytest
 
+from tracker.backends.mirror import MirrorMean
 from tracker.backends.worker import RestartingBackend, WorkerFailure
 from tracker.batcher import Batcher
 from tracker.config import parse_config
@@ -153,7 +154,7 @@ def test_a_failing_backend_costs_identities_not_frames(tmp_path):
     assert backend.closed and sink.closed
 
 
-def test_a_failed_call_costs_only_the_frames_whose_crops_it_held(tmp_path):
+def test_a_failed_call_costs_only_the_frames_whose_crops_it_held(tmp_path, caplog):
     """A batch past max_batch goes to the backend in chunks; one that failed on its last chunk
     threw away the embeddings of the chunks before it, and counted their frames as lost."""
 
@@ -168,7 +169,10 @@ def test_a_failed_call_costs_only_the_frames_whose_crops_it_held(tmp_path):
     # two faces a frame: each batch is two frames' 4 crops, the first frame's 2 in the first chunk of 3
     config, stages, sink = fake_stages(tmp_path, backend, max_batch=3)
     guard = Guard(config, stages)
+    caplog.set_level(logging.ERROR, logger="tracker.pipeline")
     assert guard.run() == 0
+    said = {r.getMessage() for r in caplog.records if r.name == "tracker.pipeline"}
+    assert said == {f"backend {config.backend.name} failed on 1 of a batch's 4 faces: worker died"}, said
 
     assert backend.calls == FRAMES  # two chunks a batch
     assert guard.frames_processed == FRAMES and guard.inference_lost == FRAMES // 2
@@ -196,6 +200,23 @@ def test_a_backend_waiting_for_its_restart_is_said_once_and_its_return_too(tmp_p
     said = [r for r in caplog.records if r.name == "tracker.pipeline" and r.getMessage().startswith("backend ")]
     assert [r.levelname for r in said] == ["ERROR", "INFO"], [r.getMessage() for r in said]
     assert "killed by signal 9" in said[0].getMessage() and "works again" in said[1].getMessage()
+
+
+def test_a_failure_under_the_mirror_counts_faces_and_says_why_the_inputs_are_twice_as_many(tmp_path, caplog):
+    """The line read "a batch of 2 faces: ... 4 inputs lost", the backend counting each face's
+    mirror image (tracker.backends.mirror) as an input of its own."""
+    class DiesOnItsFirstCall(ByPosition):
+        def infer(self, x):
+            raise WorkerFailure("worker (pid 1): killed by signal 9", cause="killed by signal 9", lost_inputs=len(x))
+
+    restarting = RestartingBackend(DiesOnItsFirstCall, backoff_initial_s=5.0)
+    config, stages, sink = fake_stages(tmp_path, MirrorMean(restarting), max_batch=2)
+    guard = Guard(config, stages)
+    caplog.set_level(logging.ERROR, logger="tracker.pipeline")
+    assert guard.run() == 0
+    [said] = [r.getMessage() for r in caplog.records if r.name == "tracker.pipeline"]
+    assert said.startswith(f"backend {config.backend.name} failed on 2 of a batch's 2 faces (each run with its mirror "
+                           f"image): backend {restarting.name!r}: 4 inputs lost ("), said
 
 
 def test_stopped_before_it_starts_the_guard_closes_its_stages_and_reads_nothing(tmp_path):

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from tracker import daemon
+from tracker.backends.mirror import MirrorMean
 from tracker.backends.worker import Stop
 from tracker.batcher import Batch
 from tracker.config import Config
@@ -299,8 +300,10 @@ class Guard:
                 parts.append(self.stages.backend.infer(crops[i:i + step]).embedding)
         except BackendFailure as err:
             self._batches_failed += 1
-            if not getattr(err, "waiting", False):
-                log.error("backend %s failed on a batch of %d faces: %s", self.config.backend.name, len(crops), err)
+            if not getattr(err, "waiting", False):  # the backend's own count is of its inputs: the mirror doubles them
+                mirror = " (each run with its mirror image)" if isinstance(self.stages.backend, MirrorMean) else ""
+                log.error("backend %s failed on %d of a batch's %d faces%s: %s", self.config.backend.name,
+                          len(crops) - sum(len(part) for part in parts), len(crops), mirror, err)
             return np.concatenate(parts) if parts else np.empty((0, self.stages.embedding_width), np.float32)
         if self._batches_failed:
             log.info("backend %s works again: the faces of %d batch(es) were lost meanwhile", self.config.backend.name,
