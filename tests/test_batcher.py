@@ -70,3 +70,32 @@ def test_a_run_of_large_frames_with_few_faces_is_released_at_its_byte_bound():
     assert [i for i, batch in enumerate(released) if batch is not None] == [4, 9]
     assert released[4].items == (0, 1, 2, 3, 4) and released[9].items == (5, 6, 7, 8, 9)
     assert b.flush().items == (10, 11)
+
+
+def releases(batcher: Batcher, gaps_ms: list[int]) -> list[tuple[str, tuple]]:
+    """Frames of one face each at these gaps (ms) as the guard's loop feeds them (the run found
+    due when the next frame is taken, then the frame added): [(how, the items released)]."""
+    released, t_ns = [], 0
+    for seq, gap in enumerate([0, *gaps_ms]):
+        t_ns += gap * 1_000_000
+        for how, batch in (("due", batcher.due(t_ns)), ("add", batcher.add(seq, crops(1), t_ns))):
+            if batch is not None:
+                released.append((how, batch.items))
+    return released
+
+
+def test_a_run_goes_at_once_when_the_next_frame_cannot_come_before_its_deadline():
+    """A camera at 10 frames/s with max_wait_ms 30: every frame with faces waited out the 30 ms,
+    though the next frame comes 100 ms later and can never join its run."""
+    released = releases(Batcher(max_batch=8, max_wait_ms=30), [100] * 11)
+    # until GAPS_KEPT gaps are known each waits for its deadline, found passed by the next frame
+    assert released == [("due", (seq,)) for seq in range(8)] + [("add", (seq,)) for seq in range(8, 12)]
+
+
+def test_frames_that_can_still_join_a_run_keep_it_waiting_whatever_one_late_frame_says():
+    """At 10 ms gaps a run of 30 ms takes three frames, the third released on arrival (the fourth
+    would come at the deadline); one late frame (45 ms) among them does not make the source look
+    slow: the shortest recent gap counts."""
+    released = releases(Batcher(max_batch=8, max_wait_ms=30), [10] * 8 + [45] + [10] * 5)
+    assert released == [("due", (0, 1, 2)), ("due", (3, 4, 5)),  # GAPS_KEPT gaps not known yet
+                        ("add", (6, 7, 8)), ("add", (9, 10, 11)), ("add", (12, 13, 14))]

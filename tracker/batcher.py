@@ -8,6 +8,11 @@ so every frame is complete when its batch returns). Rules, in this order:
   says what each item holds: a run of large frames with few faces is bounded too);
 - otherwise it is released when `max_wait_ms` has passed since the capture time of its first
   frame with crops (`due(now_ns)`), or when nothing is pending but crop-less frames;
+- or at once, when the next frame cannot come before that deadline: captured no sooner than the
+  shortest of the last GAPS_KEPT gaps between frames after this one, it would find the run due
+  already, so waiting for the deadline only adds latency (a camera at 10 frames/s: all of
+  `max_wait_ms` for every frame with faces, for nothing). Until GAPS_KEPT gaps are known, and
+  whenever frames come faster than the deadline, the run waits as above;
 - `flush()` releases whatever is pending (end of stream, shutdown).
 Memory: at most `max_batch - 1` crops and frames of less than `max_frame_bytes` wait, plus one
 frame's worth; frames without crops never wait behind an empty run. Pure: the caller passes the monotonic time; no clock is read here.
@@ -15,12 +20,18 @@ frame's worth; frames without crops never wait behind an empty run. Pure: the ca
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 import numpy as np
 
 T = TypeVar("T")
+
+# Gaps between frames' capture times the early release goes by (see the module docstring): its
+# shortest, so that one late frame (a slow read, a hiccup) does not make the source look slower
+# than it is; eight frames are under a second at a camera's pace.
+GAPS_KEPT = 8
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,8 @@ class Batcher(Generic[T]):
     _counts: list = field(default_factory=list)
     _first_crop_ns: int | None = None
     _frame_bytes: int = 0
+    _last_t_ns: int | None = None  # the capture time of the frame added last
+    _gaps_ns: deque = field(default_factory=lambda: deque(maxlen=GAPS_KEPT))
 
     def __post_init__(self) -> None:
         if self.max_batch < 1 or self.max_wait_ms < 0:
@@ -73,12 +86,22 @@ class Batcher(Generic[T]):
         self._crops.append(crops)
         self._counts.append(len(crops))
         self._frame_bytes += frame_bytes
+        if self._last_t_ns is not None:
+            self._gaps_ns.append(t_ns - self._last_t_ns)
+        self._last_t_ns = t_ns
         if len(crops) and self._first_crop_ns is None:
             self._first_crop_ns = t_ns
         if (self.pending_crops >= self.max_batch or self._frame_bytes >= self.max_frame_bytes
-                or self._first_crop_ns is None):
+                or self._first_crop_ns is None or self._next_frame_too_late(t_ns)):
             return self.flush()
         return None
+
+    def _next_frame_too_late(self, t_ns: int) -> bool:
+        """The next frame after one captured at `t_ns`, at the shortest of the recent gaps, would
+        be captured at or after the pending run's deadline (see the module docstring)."""
+        deadline = self.deadline_ns()
+        return (deadline is not None and len(self._gaps_ns) == GAPS_KEPT
+                and t_ns + min(self._gaps_ns) >= deadline)
 
     def deadline_ns(self) -> int | None:
         """Monotonic time at which the pending run must be released, or None if nothing waits."""
