@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -106,6 +107,32 @@ LWT_CHILD = textwrap.dedent("""
     print("connected", flush=True)
     time.sleep(600)
 """)
+
+
+def test_an_event_that_comes_as_the_guard_connects_does_not_keep_online_out(broker, sinks, tmp_path, monkeypatch):
+    """Forced interleaving: an event comes just as "online" is published on a connect, with a window
+    of one QoS 1 publish (max_inflight 1). "online" was published from paho's thread once the
+    connection was marked up, so the publisher could take the window's last place with the event
+    first: "online" was then never sent, and Home Assistant showed the guard unavailable (the Will's
+    retained "offline") for as long as the connection lasted."""
+    publish_control = MqttSink._publish_control
+    came: list = []
+
+    def event_comes_meanwhile(self, topic, payload):
+        if payload == b"online" and not came:
+            came.append(make_event())
+            self.publish_event(came[0], None)
+            if threading.current_thread().name != "mqtt-publisher":  # the publisher may run meanwhile: let it
+                wait_until(lambda: self._inflight, what="the publisher to send the event")
+        return publish_control(self, topic, payload)
+
+    monkeypatch.setattr(MqttSink, "_publish_control", event_comes_meanwhile)
+    sub = Subscriber(broker, ["tracker/racer/availability", "tracker/racer/events"])
+    open_sink(sinks, broker, tmp_path, "racer", max_inflight=1)
+    messages = sub.wait_for(lambda m: events_of(m, "tracker/racer/events")
+                            and ("tracker/racer/availability", b"online", False) in m)
+    assert [e["id"] for e in events_of(messages, "tracker/racer/events")] == [came[0].id]
+    sub.close()
 
 
 def test_last_will_when_the_guard_is_killed(broker, tmp_path):

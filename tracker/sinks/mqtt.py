@@ -245,6 +245,7 @@ class MqttSink:
         self._snapshot: bytes | None = None
         self._snapshot_due = False
         self._discovery_due = False  # due on each connect (_on_connect)
+        self._online_due = False  # "online" on availability: due on each connect, sent before any event
         self._problems: set[str] = set()  # connection problems logged in this outage (each once)
         self._connected_at = 0.0
         self._short_sessions = 0  # connections in a row that were dropped within _FLAP_S of their CONNACK
@@ -438,12 +439,13 @@ class MqttSink:
             self._snapshot_due = self._snapshot is not None
             self._unwritten.clear()  # paho dropped its unwritten QoS 0 copies when it reconnected
             self._discovery_due = True  # the document, or (discovery off) its removal
-        # "online" takes its place in the window before the publisher may fill it with events
-        self._publish_control(self.topics["availability"], b"online")
+            # Due with the connection itself: the publisher sends it first, in the thread that fills the
+            # window with events (published here, an event coming meanwhile could take the last place in
+            # the window, and "online" was then never sent on this connection)
+            self._online_due = True
+            self._poke()
         if self.config.discovery:
             client.subscribe([(topic, 1) for topic in self._status_topics])
-        with self._wake:
-            self._poke()
         self._connected_at = time.monotonic()
         if not self._problems:
             log.info("mqtt: connected to %s as %s", self._where, self.client_id)
@@ -611,7 +613,8 @@ class MqttSink:
                 if time.monotonic() >= next_expire:
                     next_expire = time.monotonic() + _EXPIRE_EVERY_S
                     self.outbox.expire()
-                if connected:  # events first: under a small packet limit everything that fits goes
+                if connected:  # "online", then events: under a small packet limit everything that fits goes
+                    self._send_online()
                     self._send_events()
                     self._send_state()
                     self._send_discovery()
@@ -662,6 +665,19 @@ class MqttSink:
             elif info.rc == self._mqtt.MQTT_ERR_SUCCESS:
                 self._control[info.mid] = topic
         return True
+
+    def _send_online(self) -> None:
+        """"online" on availability once per connection, ahead of the events: the window is empty
+        when it becomes due (_on_connect), and only this thread fills it."""
+        with self._wake:
+            if not self._online_due:
+                return
+            self._online_due = False
+        if not self._publish_control(self.topics["availability"], b"online"):
+            # no room: a pass begun before the connect sent the discovery document first (a window of
+            # one); tried again after its acknowledgement
+            with self._wake:
+                self._online_due = True
 
     def _send_events(self) -> None:
         with self._wake:
