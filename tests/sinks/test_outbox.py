@@ -299,6 +299,34 @@ def test_an_outbox_opened_on_a_full_disk_is_kept_in_memory(tmp_path, caplog):
         box.close()
 
 
+def test_an_outbox_kept_in_memory_saves_its_unsent_events_into_the_file_at_close(tmp_path, caplog):
+    """A guard started on a full disk keeps its outbox in memory: a clean stop lost its unsent
+    events without a word, and the sink said they were "left in the outbox for the next start".
+    They are saved into the file now, after the file's own, if the disk has room by then; if it
+    still has none, an error says how many are lost."""
+    with tmpfs(tmp_path / "disk", "size=1m") as disk:
+        box = Outbox(disk / "outbox.sqlite3", max_events=3)
+        box.add("earlier", b"earlier run")  # waiting in the file since an earlier run
+        box.close()
+        fill(disk / "filler")
+        in_memory = Outbox(disk / "outbox.sqlite3", max_events=3)
+        for i in range(4):
+            in_memory.add(f"m{i}", b"%d" % i)  # the count bound drops m0
+        in_memory.remove(in_memory.pending()[0][0])  # m1 acknowledged
+        (disk / "filler").unlink()  # room again before the stop
+        in_memory.close()
+        again = Outbox(disk / "outbox.sqlite3", max_events=3)
+        assert [p for _, p in again.pending()] == [b"earlier run", b"2", b"3"] and again.dropped == 1
+        again.close()
+
+        fill(disk / "filler")
+        in_memory = Outbox(disk / "outbox.sqlite3")
+        in_memory.add("lost", b"lost")
+        with caplog.at_level(logging.ERROR, logger="tracker.sinks.outbox"):
+            in_memory.close()  # the disk still full at the stop
+        assert "1 unsent event(s) kept in memory are lost: the file still cannot be opened" in caplog.text
+
+
 def test_unopenable_path_is_one_clear_error(tmp_path):
     (tmp_path / "dir.db").mkdir()
     with pytest.raises(InputError, match="mqtt.outbox.path"):

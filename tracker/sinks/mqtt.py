@@ -392,9 +392,12 @@ class MqttSink:
         stopper.join(timeout=1.0)
         left = len(self.outbox)
         with self._wake:  # a PUBACK that comes later leaves its event for the next start (sent again)
-            self.outbox.close()
+            self.outbox.close()  # (one kept in memory saves its events to the file, or says they are lost)
             self._outbox_closed = True
-        log.info("mqtt: closed (%d event(s) left in the outbox for the next start)", left)
+        if self.outbox.durable:
+            log.info("mqtt: closed (%d event(s) left in the outbox for the next start)", left)
+        else:
+            log.info("mqtt: closed")
 
     # -- paho callbacks (paho's network thread) -------------------------------------------------
 

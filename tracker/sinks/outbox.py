@@ -23,9 +23,10 @@ Contract (the MQTT sink is the only user; this module knows nothing about MQTT):
   -wal/-shm companions), an error is logged, and a new empty outbox is started; `recovered_from`
   then names the renamed file.
 - A file that cannot be opened because the disk is full or failing (SQLite's FULL or IOERR) gives
-  an outbox in memory instead, with an error logged: events then go out while the guard runs but do
-  not survive a restart (`durable` is False); the guard goes on rather than stop for a full disk.
-  Any other failure to open it is the path's fault: InputError.
+  an outbox in memory instead, with an error logged: events then go out while the guard runs
+  (`durable` is False); the guard goes on rather than stop for a full disk. `close()` then saves the
+  events still unsent into the file, for the next start, if the disk takes them by then, and
+  otherwise says how many are lost. Any other failure to open it is the path's fault: InputError.
 Thread-safe: one connection guarded by a lock (the sink's publisher and MQTT network threads share it).
 """
 
@@ -111,14 +112,15 @@ class Outbox:
             if (getattr(err, "sqlite_errorcode", 0) & 0xFF) not in _DISK_TROUBLE:  # a setup problem, not the disk
                 raise InputError(f"outbox {str(self.path)!r}: cannot open ({err}); expected a writable file path "
                                  "(mqtt.outbox.path)") from None
-            log.error("outbox %s: cannot open (%s): the disk is full or failing; events are kept in memory until the "
-                      "guard restarts (they do not survive a restart); free some space", self.path, err)
+            log.error("outbox %s: cannot open (%s): the disk is full or failing; events are kept in memory, saved into "
+                      "the file at a clean stop if the disk has room by then (a crash loses them); free some space",
+                      self.path, err)
             self.durable = False
             self._db = self._open(":memory:")
         except sqlite3.DatabaseError as err:  # not a database, malformed, or not our schema
             self.recovered_from = self._move_aside(err)
             self._db = self._open(self.path)
-        self._dropped = self._read_dropped()
+        self._dropped = _read_dropped(self._db)
         self.expire()
 
     # -- opening and recovery -------------------------------------------------------------------
@@ -158,10 +160,6 @@ class Outbox:
         )
         return target
 
-    def _read_dropped(self) -> int:
-        row = self._db.execute("SELECT value FROM meta WHERE key='dropped'").fetchone()
-        return int(row[0]) if row else 0
-
     # -- the contract ---------------------------------------------------------------------------
 
     @property
@@ -177,18 +175,12 @@ class Outbox:
         """Store one event durably; returns how many older events the count bound dropped."""
         with self._lock:
             reading = self._clock()
-            with self._transaction():
+            with _transaction(self._db):
                 self._db.execute(
                     "INSERT OR IGNORE INTO events (id, created, payload, boot, uptime, trusted) VALUES (?, ?, ?, ?, ?, ?)",
                     (event_id, reading.wall, bytes(payload), reading.boot, reading.uptime, int(reading.synchronized)),
                 )
-                count = self._db.execute("SELECT COUNT(*) FROM events").fetchone()[0]
-                excess = max(0, count - self.max_events)
-                if excess:
-                    self._db.execute(
-                        "DELETE FROM events WHERE seq IN (SELECT seq FROM events ORDER BY seq LIMIT ?)", (excess,)
-                    )
-                    self._store_dropped(self._dropped + excess)
+                excess = _trim(self._db, self.max_events, self._dropped)
             self._dropped += excess  # only once committed: a failed commit dropped nothing
             news: tuple | None = None  # (level, message, args): said once the lock is released
             if excess and self._full_since_dropped is None:
@@ -226,7 +218,7 @@ class Outbox:
                 reading = self._clock()
                 at = {"boot": reading.boot, "uptime": reading.uptime, "wall": reading.wall,
                       "synchronized": reading.synchronized, "age": self.max_age_s}
-                with self._transaction():
+                with _transaction(self._db):
                     # rows of an earlier boot whose stamp was never trustworthy: aged from now on
                     self._db.execute("UPDATE events SET boot = :boot, uptime = :uptime WHERE boot != :boot AND NOT trusted", at)
                     if reading.synchronized:  # this boot's stamps taken before the clock was set, set right
@@ -236,7 +228,7 @@ class Outbox:
                         "DELETE FROM events WHERE CASE WHEN boot = :boot THEN uptime < :uptime - :age "
                         "ELSE created < :wall - :age AND :synchronized END", at).rowcount
                     if gone:
-                        self._store_dropped(self._dropped + gone)
+                        _store_dropped(self._db, self._dropped + gone)
                 self._dropped += gone
         except sqlite3.Error as err:
             if not self._expire_failing:
@@ -249,26 +241,79 @@ class Outbox:
             log.warning("outbox: dropped %d unsent event(s) older than %.0f s", gone, self.max_age_s)
         return gone
 
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        """BEGIN IMMEDIATE ... COMMIT (lock held). On a failure the transaction is rolled back, unless
-        SQLite already has (it does so itself on a full disk), and the failure itself is raised."""
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-            self._db.execute("COMMIT")
-        except BaseException:
-            if self._db.in_transaction:
-                with suppress(sqlite3.Error):  # the failure that got us here is the one to report
-                    self._db.execute("ROLLBACK")
-            raise
-
-    def _store_dropped(self, total: int) -> None:
-        self._db.execute(
-            "INSERT INTO meta (key, value) VALUES ('dropped', ?) ON CONFLICT(key) DO UPDATE SET value = ?",
-            (total, total),
-        )
-
     def close(self) -> None:
+        """Close the database. An outbox kept in memory first saves its unsent events (and its drop
+        count) into the file (`_save_to_file`)."""
         with self._lock:
+            if not self.durable:
+                self._save_to_file()
             self._db.close()
+
+    def _save_to_file(self) -> None:
+        """The memory outbox's unsent events appended to the file's, oldest first, with their ages
+        and ids (lock held): the disk that refused the file at start may take them now (a full disk
+        freed), and they are then sent by the next start, as a durable outbox's are. What the disk
+        still refuses is lost: an error says how many."""
+        columns = _COLUMNS[1:]  # all but seq: the file numbers them after its own
+        rows = self._db.execute(f"SELECT {', '.join(columns)} FROM events ORDER BY seq").fetchall()
+        if not rows and not self._dropped:
+            return
+        try:
+            db = self._open(self.path)
+        except sqlite3.DatabaseError as err:  # still full or failing, or damaged: not moved aside now
+            log.error("outbox %s: %d unsent event(s) kept in memory are lost: the file still cannot be opened (%s)",
+                      self.path, len(rows), err)
+            return
+        try:
+            with _transaction(db):
+                db.executemany(f"INSERT OR IGNORE INTO events ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                               rows)
+                dropped = _read_dropped(db) + self._dropped  # the drops made in memory counted too
+                _store_dropped(db, dropped)
+                _trim(db, self.max_events, dropped)
+        except sqlite3.Error as err:
+            log.error("outbox %s: %d unsent event(s) kept in memory are lost: the file refused them (%s)",
+                      self.path, len(rows), err)
+        else:
+            log.info("outbox %s: %d unsent event(s) kept in memory saved to the file, for the next start",
+                     self.path, len(rows))
+        finally:
+            db.close()
+
+
+@contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """BEGIN IMMEDIATE ... COMMIT on `db` (its lock held). On a failure the transaction is rolled
+    back, unless SQLite already has (it does so itself on a full disk), and the failure itself is raised."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            with suppress(sqlite3.Error):  # the failure that got us here is the one to report
+                db.execute("ROLLBACK")
+        raise
+
+
+def _read_dropped(db: sqlite3.Connection) -> int:
+    row = db.execute("SELECT value FROM meta WHERE key='dropped'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _store_dropped(db: sqlite3.Connection, total: int) -> None:
+    db.execute(
+        "INSERT INTO meta (key, value) VALUES ('dropped', ?) ON CONFLICT(key) DO UPDATE SET value = ?",
+        (total, total),
+    )
+
+
+def _trim(db: sqlite3.Connection, max_events: int, dropped: int) -> int:
+    """Delete the oldest events beyond `max_events` (in a transaction of `db`), storing the drop
+    count, `dropped` so far plus these, if there were any; returns how many it deleted."""
+    count = db.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+    excess = max(0, count - max_events)
+    if excess:
+        db.execute("DELETE FROM events WHERE seq IN (SELECT seq FROM events ORDER BY seq LIMIT ?)", (excess,))
+        _store_dropped(db, dropped + excess)
+    return excess
