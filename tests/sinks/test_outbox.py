@@ -100,6 +100,31 @@ def test_age_bound_within_a_boot(tmp_path):
     reopened.close()
 
 
+def test_events_that_age_out_while_others_wait_are_said_once_not_every_minute(tmp_path, caplog):
+    """A broker down for longer than max_age_s, an event a minute: each minutely expire dropped the
+    event that had just aged out with a warning of its own, a line a minute for the rest of the
+    outage. Said at the first now, and once no event waits any more (the broker back), with the count."""
+    caplog.set_level(logging.INFO, logger="tracker.sinks.outbox")
+    clock = Clock()
+    box = Outbox(tmp_path / "o.db", max_age_s=3600, clock=clock)
+    for minute in range(180):
+        box.add(f"e{minute}", b"%d" % minute)
+        clock.advance(60)
+        box.expire()  # as the sink does every minute
+    assert box.dropped == 120 and len(box) == 60
+    assert [r.getMessage() for r in caplog.records] == [
+        "outbox: dropped 1 unsent event(s) older than 3600 s; those that age out next are dropped too, said once no "
+        "event waits any more"]
+    caplog.clear()
+    for seq, _ in box.pending(limit=100):  # the broker is back and acknowledges them all
+        box.remove(seq)
+    box.expire()
+    box.expire()
+    assert [r.getMessage() for r in caplog.records] == [
+        "outbox: no unsent event waits any more; 120 were dropped for being older than 3600 s since that was said"]
+    box.close()
+
+
 def pending(box: Outbox) -> list[bytes]:
     return [payload for _, payload in box.pending()]
 

@@ -11,7 +11,8 @@ Contract (the MQTT sink is the only user; this module knows nothing about MQTT):
   the oldest rows are deleted and counted in `dropped`, which is kept in the file too, so the count
   survives restarts. A full outbox is said once when it becomes full and once when an event fits
   again (with how many were dropped meanwhile), not at every event it drops (a broker down for
-  days would fill the journal). An event's age is never overestimated, because a Pi without
+  days would fill the journal); so are events that age out while others wait: said at the first,
+  and once no event waits any more (with how many aged out), not at every `expire`. An event's age is never overestimated, because a Pi without
   network has no real time to stamp with (see tracker.clock): each row keeps the boot it was added
   in and the uptime then, beside its wall-clock stamp and whether that stamp came from a
   synchronized clock.
@@ -105,6 +106,7 @@ class Outbox:
         self.durable = True
         self._expire_failing = False  # the last expire() could not write (logged once)
         self._full_since_dropped: int | None = None  # while full (said once): `dropped` when it became full
+        self._aged_out: int | None = None  # while events age out with others waiting (said once): how many so far
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._db = self._open(self.path)
@@ -210,9 +212,10 @@ class Outbox:
 
     def expire(self) -> int:
         """Drop (and count) events older than max_age_s (aged as the module docstring says);
-        returns how many. A disk that refuses the deletion (full) is logged once until it works
-        again, without a traceback: the rows stay, to be dropped by a later call (the sink calls it
-        every minute)."""
+        returns how many. Said as the module docstring says (once while others wait: the sink calls
+        it every minute, and a broker down longer than max_age_s has events age out at most calls).
+        A disk that refuses the deletion (full) is logged once until it works again, without a
+        traceback: the rows stay, to be dropped by a later call."""
         try:
             with self._lock:
                 reading = self._clock()
@@ -230,6 +233,8 @@ class Outbox:
                     if gone:
                         _store_dropped(self._db, self._dropped + gone)
                 self._dropped += gone
+                waiting = (gone or self._aged_out is not None) and self._db.execute(
+                    "SELECT EXISTS (SELECT 1 FROM events)").fetchone()[0]
         except sqlite3.Error as err:
             if not self._expire_failing:
                 log.error("outbox: cannot drop the events older than %.0f s (%s); tried again every minute",
@@ -237,8 +242,16 @@ class Outbox:
             self._expire_failing = True
             return 0
         self._expire_failing = False
-        if gone:
-            log.warning("outbox: dropped %d unsent event(s) older than %.0f s", gone, self.max_age_s)
+        aged_out = (self._aged_out or 0) + gone  # in this episode
+        if gone and self._aged_out is None:
+            log.warning("outbox: dropped %d unsent event(s) older than %.0f s%s", gone, self.max_age_s,
+                        "; those that age out next are dropped too, said once no event waits any more" if waiting else "")
+        if waiting:
+            self._aged_out = aged_out if aged_out else None
+        elif self._aged_out is not None:
+            log.info("outbox: no unsent event waits any more; %d were dropped for being older than %.0f s since "
+                     "that was said", aged_out, self.max_age_s)
+            self._aged_out = None
         return gone
 
     def close(self) -> None:
