@@ -168,6 +168,18 @@ def test_broker_restarts_are_not_blamed_on_another_client(tmp_path, sinks, caplo
     assert "lost the connection" in text or "closed the connection" in text
 
 
+def test_a_mqtt_3_1_1_broker_that_hangs_up_on_a_message_too_large_is_given_as_a_cause(tmp_path, sinks, caplog):
+    """MQTT 3.1.1 does not tell the guard the broker's max_packet_size: mosquitto with 1024 bytes
+    hangs up on the discovery document (about 2 kB) at every connect, and the hint named only
+    another client with the same client id or an ACL. It names a message too large too now."""
+    with Broker(tmp_path / "b", options=("max_packet_size 1024",)) as broker:
+        open_sink(sinks, broker, tmp_path / "state", "attic", protocol="v311", reconnect_max_s=1)
+        assert wait(lambda: any("3 or more times in a row" in r.getMessage() for r in caplog.records))
+    hint = next(r.getMessage() for r in caplog.records if "3 or more times in a row" in r.getMessage())
+    assert "a message of the guard's is larger than the broker accepts (its max_packet_size" in hint
+    assert "mqtt.protocol v5" in hint
+
+
 def fill(disk) -> None:
     with open(disk / "filler", "wb", buffering=0) as f:
         try:

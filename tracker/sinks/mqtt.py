@@ -520,11 +520,16 @@ class MqttSink:
         else:
             self._log_problem(f"lost the connection to {self._where} ({name})")
             if self._short_sessions >= _FLAPS:
+                # MQTT 3.1.1's CONNACK has no Maximum Packet Size: a broker whose limit is below a message
+                # of the guard's (the discovery document is about 2 kB) hangs up each time it is sent
+                too_large = "" if self._v5 else (", or a message of the guard's is larger than the broker accepts (its "
+                                                 "max_packet_size, which MQTT 3.1.1 does not tell clients; with "
+                                                 "mqtt.protocol v5 the guard learns it and keeps to it)")
                 self._log_problem(
                     # no count in the text: _log_problem says each distinct text once per outage
                     f"the broker closed the connection within {_FLAP_S:g} s of accepting it {_FLAPS} or more "
                     f"times in a row without a reason: another client may be using client id {self.client_id!r} "
-                    "(give each guard its own device.id), or the broker's ACL refuses this client's topics",
+                    f"(give each guard its own device.id), or the broker's ACL refuses this client's topics{too_large}",
                     error=True)
 
     def _on_publish(self, client, userdata, mid, reason_code, properties) -> None:
