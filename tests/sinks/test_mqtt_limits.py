@@ -262,6 +262,25 @@ def test_what_the_brokers_acl_refuses_is_said_once_per_topic(tmp_path, sinks, ca
     assert not [m for m in said if "homeassistant/" in m]
 
 
+def test_the_events_the_broker_refused_stay_counted_after_a_restart(tmp_path, sinks):
+    """state.events_dropped is Home Assistant's *Events dropped*, a total_increasing sensor: the
+    events the broker refused were counted from the guard's start only, so a restart took them
+    off again (3 -> 0), which Home Assistant takes for a new meter and adds to its statistics
+    again. They are counted in the outbox file now, as the bounds' drops are."""
+    acl = tmp_path / "acl"
+    acl.write_text("topic readwrite tracker/gate/availability\ntopic readwrite tracker/gate/state\n")  # no events
+    with Broker(tmp_path / "b", options=(f"acl_file {acl}",)) as broker:
+        sink = open_sink(sinks, broker, tmp_path / "state", "gate")
+        assert wait(lambda: sink.connected)
+        for i in range(3):
+            sink.publish_event(make_event(track_id=i), None)
+        wait_until(lambda: len(sink.outbox) == 0, what="the refused events' PUBACKs")
+        assert sink.events_dropped == 3
+        sink.close()
+        again = open_sink(sinks, broker, tmp_path / "state", "gate")
+        assert again.events_dropped == 3
+
+
 def test_a_slow_link_holds_at_most_one_state_and_one_snapshot_in_paho(tmp_path, sinks):
     """State and snapshot are QoS 0, which nothing acknowledges: paho queued every one of them
     while the link was slower than they came (4.9 MB after 105 s of 1 MB faces, and growing). A

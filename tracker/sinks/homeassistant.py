@@ -14,8 +14,9 @@ Components (each tied to `<prefix>/<device>/availability`, payloads online/offli
     fps        sensor  diagnostic, frames per second (state.fps)
     latency    sensor  diagnostic, p95 of the whole-frame latency in ms (state.latency_ms.total_ms.p95)
     dropped    sensor  diagnostic, events that will never be sent (state.events_dropped: the outbox
-                       bounds' drops, kept across restarts, and since the guard started the events
-                       the broker refused, too large for it, or not storable)
+                       bounds' drops and the events the broker refused or that are too large for
+                       it, kept across restarts, so that the count only grows, as Home Assistant's
+                       total_increasing takes it; and, since the guard started, those not storable)
 Required by Home Assistant's device discovery schema: `dev` with identifiers, `o` (origin) with a
 name, `cmps` whose entries each have `p` (platform) and `unique_id`.
 """

@@ -234,8 +234,7 @@ class MqttSink:
         self._inflight: dict[int, int] = {}  # paho mid -> outbox seq, this connection only
         # on_publish calls that beat the recording of their mid: PUBACKs, and QoS 0 publishes written at once
         self._early_acks: dict[int, object] = {}
-        self._refused_events = 0  # events the broker refused (v5 PUBACK reason codes)
-        self._add_failures = 0
+        self._add_failures = 0  # events the outbox could not store (the refused and oversize ones it counts itself)
         self._removals_failing = False  # the outbox refuses to delete acknowledged events (logged once)
         self._state: dict = {}
         self._state_unsent = False  # publish_state gave numbers not yet handed to paho (close() sends them)
@@ -258,7 +257,6 @@ class MqttSink:
         self._max_packet: int | None = None  # the broker's Maximum Packet Size (MQTT 5 CONNACK)
         self._window = config.max_inflight  # events in flight: at most the broker's Receive Maximum too
         self._too_large: dict[str, int] = {}  # topic name -> messages not sent: larger than _max_packet
-        self._oversize_events = 0
         self._inbound_ignored = 0
         self._control: dict[int, str] = {}  # mid -> topic of QoS 1 availability/discovery publishes in flight
         # "state"/"snapshot" -> its QoS 0 publish that paho has not written yet (at most one of each)
@@ -353,9 +351,10 @@ class MqttSink:
 
     @property
     def events_dropped(self) -> int:
-        """Events that will never be sent: outbox bounds, refused by the broker, larger than the
-        broker accepts, or not storable."""
-        return self.outbox.dropped + self._refused_events + self._add_failures + self._oversize_events
+        """Events that will never be sent: dropped by the outbox bounds, refused by the broker or
+        larger than it accepts (all counted in the outbox file, across restarts), and not storable
+        (counted since the guard started: the disk that refused them keeps no count)."""
+        return self.outbox.dropped + self._add_failures
 
     def close(self) -> None:
         """Give in-flight events up to `flush_timeout_s` to be acknowledged (the rest stay in the
@@ -553,16 +552,15 @@ class MqttSink:
             self._poke()
 
     def _acknowledged(self, seq: int, reason_code) -> None:
-        """An event's PUBACK (lock held): delete it; a v5 refusal is counted (the first of a
-        connection logged), not retried, because the broker would refuse it again and hold up every
-        later event. An event the outbox
+        """An event's PUBACK (lock held): delete it; a v5 refusal is deleted as dropped (counted in the
+        outbox; the first of a connection logged), not retried, because the broker would refuse it
+        again and hold up every later event. An event the outbox
         cannot delete (a full disk) stays in it, and is sent again after the next reconnect:
         delivered twice (consumers know it by its id) rather than not at all."""
-        if self._is_refused(self.topics["events"], reason_code, f"event (outbox seq {seq})",
-                            "dropped; further ones are counted in state.events_dropped"):
-            self._refused_events += 1
+        refused = self._is_refused(self.topics["events"], reason_code, f"event (outbox seq {seq})",
+                                   "dropped; further ones are counted in state.events_dropped")
         try:
-            self.outbox.remove(seq)
+            self.outbox.remove(seq, dropped=refused)
         except sqlite3.Error as err:
             if not self._removals_failing:
                 log.error("mqtt: cannot delete acknowledged events from the outbox (%s); they stay in it and are sent "
@@ -696,9 +694,8 @@ class MqttSink:
         for seq, payload in self.outbox.pending(after=cursor, limit=room):
             if not self._fits("event", self.topics["events"], len(payload), qos=1):
                 with self._wake:  # it would never fit: drop it rather than block every later event
-                    self._oversize_events += 1
                     self._cursor = max(self._cursor, seq)
-                self.outbox.remove(seq)
+                self.outbox.remove(seq, dropped=True)
                 log.error("mqtt: event (outbox seq %d) dropped: larger than the broker accepts", seq)
                 continue
             with self._wake:

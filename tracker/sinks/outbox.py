@@ -6,7 +6,9 @@ Contract (the MQTT sink is the only user; this module knows nothing about MQTT):
   event is durable before anything tries to send it. Adding an id that is already there is a no-op.
 - Events keep the order they were added in: `seq` is an increasing integer; `pending(after, limit)`
   returns `(seq, payload)` rows with seq > after, oldest first.
-- `remove(seq)` deletes an event once it is acknowledged.
+- `remove(seq)` deletes an event once it is acknowledged; `remove(seq, dropped=True)` one that will
+  never be sent (the broker refused it, or it is larger than the broker accepts), counted in
+  `dropped` in the same commit.
 - Bounded: at most `max_events` rows and none older than `max_age_s` seconds. Beyond either bound
   the oldest rows are deleted and counted in `dropped`, which is kept in the file too, so the count
   survives restarts. A full outbox is said once when it becomes full and once when an event fits
@@ -166,7 +168,7 @@ class Outbox:
 
     @property
     def dropped(self) -> int:
-        """Events deleted unsent because of the bounds, since the file was created."""
+        """Events deleted unsent (the bounds, `remove(dropped=True)`), since the file was created."""
         return self._dropped
 
     def __len__(self) -> int:
@@ -205,10 +207,20 @@ class Outbox:
             ).fetchall()
         return [(int(seq), bytes(payload)) for seq, payload in rows]
 
-    def remove(self, seq: int) -> bool:
-        """Delete an acknowledged event; False if it was already gone (dropped, or acknowledged twice)."""
+    def remove(self, seq: int, dropped: bool = False) -> bool:
+        """Delete an acknowledged event, or (`dropped`) one that will never be sent, counted in `dropped`
+        in the same commit (so the count survives restarts, as the bounds' drops do, and a deletion
+        the disk refuses counts nothing); False if it was already gone (dropped by a bound, or
+        removed twice: counted once)."""
         with self._lock:
-            return self._db.execute("DELETE FROM events WHERE seq = ?", (seq,)).rowcount > 0
+            if not dropped:
+                return self._db.execute("DELETE FROM events WHERE seq = ?", (seq,)).rowcount > 0
+            with _transaction(self._db):
+                gone = self._db.execute("DELETE FROM events WHERE seq = ?", (seq,)).rowcount
+                if gone:
+                    _store_dropped(self._db, self._dropped + gone)
+            self._dropped += gone
+            return gone > 0
 
     def expire(self) -> int:
         """Drop (and count) events older than max_age_s (aged as the module docstring says);
