@@ -422,6 +422,35 @@ def test_mistakes_in_the_outputs_and_teachers_fail_before_any_photo_is_cut(tmp_p
     assert not list(tmp_path.rglob("crops-*.npz"))
 
 
+@pytest.mark.parametrize("what", ["pairs", "prototxt", "checkpoint"])
+def test_out_naming_a_file_the_run_reads_is_refused_before_any_photo_is_cut(tmp_path, what):
+    """A full run (no --steps, no --limit) wrote its caffemodel over --out whatever it was: `--out
+    pairs.txt` destroyed the pairs file (and the config's prototxt, the net itself) after the training."""
+    from tracker.errors import InputError
+    from tracker.train.command import train_command
+
+    need_lfw()
+    people = tmp_path / "people"
+    for person in ("AJ_Cook", "Aaron_Peirsol"):  # named unlike the teacher's paths: trained on classes alone
+        (people / person).mkdir(parents=True)
+        for i, photo in enumerate(sorted((LFW / "images" / person).iterdir())[:2]):
+            (people / person / f"photo_{i}.jpg").symlink_to(photo)
+    pairs = small_pairs(tmp_path / "pairs.txt")
+    prototxt = tmp_path / "net.prototxt"
+    prototxt.write_bytes(default_model().prototxt.read_bytes())
+    config = tmp_path / "net.yaml"
+    config.write_text(f"model: {{prototxt: {json.dumps(str(prototxt))}}}\n")
+    out = {"pairs": pairs, "prototxt": prototxt, "checkpoint": tmp_path / "work" / "checkpoint.pt"}[what]
+    before = out.read_bytes() if out.exists() else None
+    with pytest.raises(InputError, match=r"^train: --out: ") as err:
+        train_command(["--data", str(people), "--out", str(out), "--work", str(tmp_path / "work"), "--epochs", "1",
+                       "--batch", "2", "--threads", "1", "--pairs", str(pairs), "--pairs-images", str(LFW / "images"),
+                       "--config", str(config)])
+    assert f"is the {what} file; expected another path" in str(err.value) and "\n" not in str(err.value)
+    assert (out.read_bytes() if out.exists() else None) == before
+    assert not list(tmp_path.rglob("crops-*.npz"))
+
+
 class _RunsCode:
     """Pickled as a call of os.mkdir: loading it runs that call unless the loader refuses code."""
 

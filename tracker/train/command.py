@@ -26,8 +26,8 @@ What it does, in order (scripts/train-face-cnn is the command that made the ship
    embedding faces the EMBEDDING way (mirror-mean) and then the other ways, and only then puts it
    in place with its card (`tracker.model.card`: the embedding, the thresholds for a
    THRESHOLD_FAR false-accept rate), the card first. The data sets' names, the teacher files, the
-   pairs file and the --out and --work folders (made if absent) are checked before any work: a
-   mistake there fails at once, not after the training. A trial (--steps, --limit) replaces no
+   pairs file, the --out and --work folders (made if absent) and --out itself (none of the files
+   the run reads) are checked before any work: a mistake there fails at once, not after the training. A trial (--steps, --limit) replaces no
    --out but a trial's (its card says `"trial": true`).
 """
 
@@ -137,6 +137,21 @@ def _written_by_a_trial(weights: Path) -> bool:
     except (ModelError, OSError):  # no card of these weights: not known to be a trial's
         return False
     return isinstance(training, dict) and training.get("trial") is True
+
+
+def _refuse_writing_an_input(out: Path, inputs: dict[str, list]) -> None:
+    """InputError (exit 2) if --out is one of the files the run reads ({what: paths}, None for
+    one not given): the weights are written over it once the training is done, so that `--out
+    pairs.txt` lost the pairs file (and `--out` the prototxt, the net itself) after hours of work.
+    The config's caffemodel is not among them: training in its place is how it is replaced."""
+    from tracker.arguments import refuse_overwriting
+
+    for what, paths in inputs.items():
+        for path in paths:
+            try:
+                refuse_overwriting(out, {what: path})
+            except InputError as err:
+                raise InputError(f"train: --out: {err}") from None
 
 
 def choose_classes(identities: list[str], count: int) -> list[str]:
@@ -332,6 +347,8 @@ def _train(args: argparse.Namespace) -> int:
 
     pairs_images = args.pairs_images or shared_data.locate(DEFAULT_PAIRS_IMAGES, "train", instead="give --pairs-images")
     read_pairs(pairs_file, pairs_images)  # a bad pairs file fails now, not after hours of training
+    _refuse_writing_an_input(out, {"prototxt": [prototxt], "config": [args.config], "pairs": [pairs_file],
+                                   "teacher": args.teacher, "data set list": args.data, "checkpoint": [checkpoint]})
     pairs = (pairs_file, pairs_images)
     threads = args.threads or cores()
     torch.set_num_threads(threads)
