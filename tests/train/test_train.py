@@ -163,6 +163,26 @@ def test_batchnorm_folds_exactly_into_the_exported_weights():
     np.testing.assert_allclose(folded, reference, rtol=1e-5, atol=1e-6)
 
 
+def test_a_layer_without_a_bias_before_a_relu_is_refused_before_any_photo_is_cut(tmp_path):
+    """BatchNorm folds into a bias at export: with `bias_term: false` the export dropped it, and the
+    run failed its parity check only after the whole training, for good (--resume exported the same)."""
+    from tracker.errors import ModelError
+    from tracker.train.command import train_command
+
+    need_lfw()
+    prototxt = tmp_path / "net.prototxt"
+    text = default_model().prototxt.read_text()
+    prototxt.write_text(text.replace("num_output: 16 kernel_size: 7 stride: 1", "num_output: 16 kernel_size: 7 stride: 1 bias_term: false", 1))
+    assert prototxt.read_text() != text
+    (tmp_path / "net.yaml").write_text(f"model: {{prototxt: {json.dumps(str(prototxt))}}}\n")
+    with pytest.raises(ModelError, match=r"^train: layer 'conv1' has no bias \(bias_term: false\) and feeds a ReLU") as err:
+        train_command(["--data", str(LFW / "images"), "--limit", "16", "--teacher", str(LFW / "dlib_descriptors.npz"),
+                       "--out", str(tmp_path / "x.caffemodel"), "--work", str(tmp_path / "work"),
+                       "--config", str(tmp_path / "net.yaml")])
+    assert "expected bias_term true" in str(err.value) and "\n" not in str(err.value)
+    assert not list(tmp_path.rglob("crops-*.npz"))
+
+
 def test_resume_continues_the_same_run_and_refuses_another(trained, tmp_path):
     tmp, _, _ = trained
     work = tmp_path / "work"

@@ -9,6 +9,9 @@ per channel, so `export_netdef` folds it exactly into the preceding layer's weig
 
     scale = gamma / sqrt(running_var + eps);  W' = W * scale (per output);  b' = (b - mean) * scale + beta
 
+so such a layer must have a bias (a prototxt's `bias_term: false` there is a ModelError when the
+module is built: its export dropped b' and failed the parity check only after the training).
+
 The exported net has the prototxt's layers only and runs on every backend as before.
 
 `forward(x)`: x (N, 1, 88, 88) float32 in [0, 1] -> (logits (N, P) before the softmax, embedding
@@ -49,6 +52,10 @@ class TrainableNet(torch.nn.Module):
         feeds_relu = any(isinstance(c, Activation) and c.fn == "relu" for c in graph.consumers.get(op.dst, ()))
         layer: torch.nn.Conv2d | torch.nn.Linear
         norm: torch.nn.BatchNorm2d | torch.nn.BatchNorm1d | None
+        if isinstance(op, (Conv, Dense)) and feeds_relu and op.bias is None:
+            # the BatchNorm's shift (beta - mean * scale) is folded into the bias at export
+            raise ModelError(f"train: layer {op.name!r} has no bias (bias_term: false) and feeds a ReLU; training "
+                             "folds a BatchNorm into such a layer, whose shift needs a bias: expected bias_term true")
         if isinstance(op, Conv):
             o, i, kh, kw = op.weight.shape
             if op.group != 1:
