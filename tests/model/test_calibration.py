@@ -8,6 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
+from test_hardening import without_root_overrides
 
 from tracker.errors import InputError
 from tracker.model.convert.calibration import sample_set
@@ -46,3 +47,18 @@ def test_every_persons_subfolder_gives_some(tmp_path, johns):
     assert spread.set_id == sample_set(alone, count=2, seed=5).set_id  # the same bytes in the same order
 
 
+
+
+def test_an_image_the_user_cannot_read_is_one_line_and_exit_2(tmp_path, johns):
+    """Hashing the set read each image's bytes unguarded: a PermissionError's traceback, exit 1."""
+    folder = tmp_path / "crops"
+    folder.mkdir()
+    chips = [path for files in johns.values() for path in files][:2]
+    for name, chip in zip(("a.jpg", "b.jpg"), chips):
+        shutil.copyfile(chip, folder / name)
+    (folder / "b.jpg").chmod(0)
+    proc = without_root_overrides(tmp_path, "convert", "--to", "onnx", "--precision", "int8", "--calibration",
+                                  str(folder), "--cache-dir", str(tmp_path / "cache"))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"tracker: error: calibration image {str(folder / 'b.jpg')!r}: cannot read "
+                                  "(Permission denied); expected an image file this user can read"), proc.stderr

@@ -66,7 +66,8 @@ class SampleSet:
 def sample_set(source: Path | np.ndarray | None = None, count: int = CALIBRATION_COUNT,
                seed: int = CALIBRATION_SEED) -> SampleSet:
     """Inputs from a folder of face images (default: the scene's chips; see the module docstring), or an
-    array (N, C, H, W) used as it is (count and seed are then ignored)."""
+    array (N, C, H, W) used as it is (count and seed are then ignored). InputError for a folder
+    without images, or one of the images the set uses that cannot be read."""
     if isinstance(source, np.ndarray):
         array = np.ascontiguousarray(source, np.float32)
         digest = hashlib.sha256(str(array.shape).encode() + array.tobytes()).hexdigest()[:16]
@@ -81,7 +82,11 @@ def sample_set(source: Path | np.ndarray | None = None, count: int = CALIBRATION
         path for paths in scene_chips().values() for path in paths), count)
     hashed = hashlib.sha256()
     for path in files:
-        data = path.read_bytes()
+        try:
+            data = path.read_bytes()
+        except OSError as err:  # (a PermissionError was a traceback, exit 1)
+            raise InputError(f"calibration image {str(path)!r}: cannot read ({err.strerror or err}); expected an image "
+                             "file this user can read") from None
         hashed.update(len(data).to_bytes(8, "little") + data)
     set_id = f"faces-{_RECIPE}-{hashed.hexdigest()[:16]}-n{count}-s{seed}"
     return SampleSet(set_id, lambda shape: _face_samples(files, shape, count, seed))
