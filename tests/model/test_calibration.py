@@ -5,7 +5,9 @@ uses cannot stop it, and every person's subfolder gives some."""
 from __future__ import annotations
 
 import shutil
+import tracemalloc
 
+import cv2
 import numpy as np
 import pytest
 from test_hardening import without_root_overrides
@@ -62,3 +64,25 @@ def test_an_image_the_user_cannot_read_is_one_line_and_exit_2(tmp_path, johns):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr.startswith(f"tracker: error: calibration image {str(folder / 'b.jpg')!r}: cannot read "
                                   "(Permission denied); expected an image file this user can read"), proc.stderr
+
+
+def test_large_photos_are_not_all_kept_in_memory(tmp_path, johns):
+    """Every image of the set was decoded and kept at once: 200 camera photos of 16 megapixels took
+    3.3 GB. Now at most KEPT_BYTES (32 MB) of them are kept; the samples are the same as ever."""
+    chip = cv2.imread(str([path for files in johns.values() for path in files][0]))
+    photo = cv2.imencode(".jpg", cv2.resize(chip, (3000, 3000)))[1].tobytes()  # 9 MB decoded grey
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for i in range(12):  # 108 MB decoded in all
+        (folder / f"{i:02d}.jpg").write_bytes(photo)
+    sample = sample_set(folder, count=14, seed=3)
+    tracemalloc.start()
+    try:
+        made = sample.make((1, 88, 88))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64_000_000, peak  # all twelve: over 108 MB
+    (tmp_path / "small").mkdir()
+    shutil.copyfile(folder / "00.jpg", tmp_path / "small" / "00.jpg")
+    np.testing.assert_array_equal(made[0], sample_set(tmp_path / "small", count=1, seed=3).make((1, 88, 88))[0])

@@ -5,8 +5,9 @@ Source: a folder of face images (of the types in tracker.images.IMAGE_SUFFIXES, 
 the real face chips of the synthetic scene (tracker.sources.synthetic.scene_chips: 4 people, read
 from the shared test data); `tracker convert --calibration DIR` (or the
 backend option `calibration`) takes the guard's own crops instead; of a folder of more images than
-the set holds, evenly spaced ones by name are used (each person's subfolder gets its share). Each
-image becomes inputs the
+the set holds, evenly spaced ones by name are used (each person's subfolder gets its share). They
+are decoded one at a time, at most KEPT_BYTES of them kept (a folder of camera photos costs that,
+not the set's count of photos). Each image becomes inputs the
 way tracker.crops makes the guard's: for the face CNN's grey 88 x 88 input, by tracker.crops itself
 (a box crop of the window); for other models (LeNet) the same rule at their size: grey (BT.601),
 resized with area averaging when shrinking, / 255 -> [0, 1].
@@ -40,6 +41,7 @@ CALIBRATION_COUNT = 200
 CALIBRATION_SEED = 1
 QUALITY_COUNT = 200
 QUALITY_SEED = 2
+KEPT_BYTES = 32 << 20  # decoded images kept while a set is made (200 of the guard's crops: 1.5 MB)
 _RECIPE = "v2"  # bump when the sampling below changes (it is part of the set id)
 
 
@@ -102,21 +104,31 @@ def _spread(files: list[Path], count: int) -> list[Path]:
 
 
 def _face_samples(files: list[Path], shape: tuple[int, int, int], count: int, seed: int) -> np.ndarray:
+    """(count, C, H, W) float32: every file once, in order, then random picks among them. The
+    decoded images are kept for those picks up to KEPT_BYTES in all and decoded again beyond it:
+    all of them kept took count photos' worth (200 camera photos of 16 megapixels: 3.3 GB)."""
     c, h, w = shape
     if c not in (1, 3):
         raise InputError(f"calibration: the model's input has {c} channels; expected 1 (grey) or 3 (BGR)")
-    images = []
-    for path in files:
-        image = read_image(path, cv2.IMREAD_GRAYSCALE if c == 1 else cv2.IMREAD_COLOR)
+    kept: dict[int, np.ndarray] = {}
+
+    def decoded(k: int) -> np.ndarray:
+        image = kept.get(k)
         if image is None:
-            raise InputError(f"calibration image {str(path)!r}: not a readable image ({unreadable_reason(path)}); expected a "
-                             "JPEG/PNG/BMP/PGM image")
-        images.append(image)
+            image = read_image(files[k], cv2.IMREAD_GRAYSCALE if c == 1 else cv2.IMREAD_COLOR)
+            if image is None:
+                raise InputError(f"calibration image {str(files[k])!r}: not a readable image "
+                                 f"({unreadable_reason(files[k])}); expected a JPEG/PNG/BMP/PGM image")
+            if sum(i.nbytes for i in kept.values()) + image.nbytes <= KEPT_BYTES:
+                kept[k] = image
+        return image
+
     rng = np.random.default_rng(seed)
     out = np.empty((count, c, h, w), np.float32)
     for i in range(count):  # every image once, then random picks
-        image = images[i] if i < len(images) else images[int(rng.integers(len(images)))]
+        image = decoded(i if i < len(files) else int(rng.integers(len(files))))
         out[i] = _sample(image, (h, w), rng).reshape(h, w, c).transpose(2, 0, 1)
+        del image  # (not alive while the next one is decoded)
     return out
 
 
