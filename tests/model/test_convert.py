@@ -347,6 +347,20 @@ def test_convert_command_int8_onnx_keeps_the_softmax_in_float(tmp_path, testdata
     assert [n.op_type for n in model.graph.node[-2:]] == ["DequantizeLinear", "Softmax"]
 
 
+def test_convert_int8_onnx_says_what_it_converts_and_nothing_of_onnx_runtimes_advice(tmp_path):
+    """ONNX Runtime's quantiser logged "Please consider to run pre-processing before quantization"
+    (and again after it) on the root logger: two WARNING lines a conversion the user cannot act on."""
+    import subprocess
+
+    from test_pipeline_e2e import isolated_env, tracker_command
+
+    proc = subprocess.run([*tracker_command(), "convert", "--to", "onnx", "--precision", "int8", "--cache-dir",
+                           str(tmp_path / "cache")], capture_output=True, text=True, env=isolated_env(tmp_path), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and "INFO tracker.model.convert.cache: converting onnx -> " in lines[0], proc.stderr
+
+
 def test_convert_command_bad_input(tmp_path, capsys):
     assert main(["convert", "--to", "tf", "--precision", "int8", "--cache-dir", str(tmp_path)]) == 2
     assert "target 'tf' has no 'int8' form; targets with 'int8': tflite, onnx" in capsys.readouterr().err

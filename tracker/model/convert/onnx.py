@@ -8,6 +8,8 @@ divisor map for AVE; Flatten of NCHW is Caffe's order already; InnerProduct is G
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -143,11 +145,26 @@ def quantize_int8(graph: Graph, path, samples: np.ndarray, float_ops: tuple[str,
     step_names = _node_names(graph)
     keep = set(float_ops) | {step_names[name, step] for name in float_ops for step in POOL_STEPS if (name, step) in step_names}
     exclude = [n.name for n in model.graph.node if n.name in keep]
-    with tempfile.TemporaryDirectory() as tmp:
-        fp32 = Path(tmp) / "fp32.onnx"
-        onnx.save(model, fp32)
-        quantize_static(str(fp32), str(path), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, nodes_to_exclude=exclude)
+    advice = _PreProcessingAdvice()
+    logging.getLogger().addFilter(advice)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            fp32 = Path(tmp) / "fp32.onnx"
+            onnx.save(model, fp32)
+            quantize_static(str(fp32), str(path), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, nodes_to_exclude=exclude)
+    finally:
+        logging.getLogger().removeFilter(advice)
+
+
+class _PreProcessingAdvice(logging.Filter):
+    """Drops ONNX Runtime's "Please consider (to run) pre-processing before quantization" warnings,
+    which quantize_static logs twice on the root logger for every model not run through its
+    pre-processing script: advice to the code that calls it, which the user of `tracker convert` or
+    of the guard (whose int8 ONNX backend converts on its first start) cannot act on."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "pre-processing before quantization" not in record.getMessage()
 
 
 def _out_of_the_quantisers_way(model: onnx.ModelProto) -> None:
