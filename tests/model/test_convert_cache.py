@@ -194,3 +194,22 @@ def test_a_cache_that_fills_up_while_converting_is_one_line(tmp_path, model):
         with pytest.raises(InputError, match=r"converted-model cache .*: cannot write \(No space left on device\); "
                                              r"expected a writable folder with room"):
             convert(model, "onnx", cache_dir=cache)
+
+
+def test_a_failed_build_leaves_no_folder_it_made(tmp_path, model):
+    """A damaged caffemodel failed its build after its folder (named by its sha256) was made: each
+    try left an empty folder in the cache. One the cache had already is left, with its entries."""
+    from tracker.errors import ModelError
+    from tracker.model.spec import ModelSpec
+
+    cache = tmp_path / "cache"
+    damaged = tmp_path / "damaged.caffemodel"
+    damaged.write_bytes(model.weights.read_bytes()[:1000])
+    with pytest.raises(ModelError, match="is truncated or corrupt"):
+        convert(ModelSpec(model.prototxt, damaged, model.probs, model.embedding), "onnx", cache_dir=cache)
+    assert list(cache.iterdir()) == []
+    built = convert(model, "onnx", cache_dir=cache)
+    (tmp_path / "other.prototxt").write_text("not a net {")  # the same weights' folder, another failing build
+    with pytest.raises(ModelError):
+        convert(ModelSpec(tmp_path / "other.prototxt", model.weights, model.probs, model.embedding), "onnx", cache_dir=cache)
+    assert built.is_file() and sorted(p.name for p in built.parent.iterdir()) == ["onnx-fp32.onnx", "onnx-fp32.onnx.json"]

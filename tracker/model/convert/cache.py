@@ -7,13 +7,15 @@ the sidecar's key equals the wanted key, the checksum matches and the caller's l
 file; otherwise the entry is rebuilt, with one log line saying why (stale: which part of the key
 changed; corrupt: checksum or load failure). A new caffemodel has a new sha256, hence a new
 directory. Files are written to a temporary name in the same directory and renamed into place,
-so a reader (or a crash mid-write) never sees half a model.
+so a reader (or a crash mid-write) never sees half a model; a build that fails leaves no file,
+nor the weights' folder when it made it.
 
 Default cache dir: $TRACKER_CACHE_DIR, else ~/.cache/tracker.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -127,6 +129,7 @@ def fetch(entry: Entry, build: Callable[[Path], None], load: Callable[[Path], T]
         return InputError(f"converted-model cache {str(entry.path.parent)!r}: cannot write ({err.strerror or err}); "
                           "expected a writable folder with room (--cache-dir, or $TRACKER_CACHE_DIR)")
 
+    made = not entry.path.parent.is_dir()
     try:
         make_writable_folder(entry.path.parent)  # before the build: a build's own errors stay its own
     except OSError as err:
@@ -135,8 +138,11 @@ def fetch(entry: Entry, build: Callable[[Path], None], load: Callable[[Path], T]
         atomic_write(entry.path, build)
         meta = {"key": entry.key, "artifact_sha256": sha256_file(entry.path)}
         atomic_write(entry.meta_path, (json.dumps(meta, indent=1) + "\n").encode())
-    except OSError as err:
-        if err.errno not in (errno.ENOSPC, errno.EDQUOT):  # a full disk, which the probe cannot foresee
-            raise
+    except BaseException as err:
+        if made:  # a failed build (a damaged caffemodel) left its weights' folder empty, one a try
+            with contextlib.suppress(OSError):  # (not empty: another process's entry in it since)
+                entry.path.parent.rmdir()
+        if not isinstance(err, OSError) or err.errno not in (errno.ENOSPC, errno.EDQUOT):  # a full disk,
+            raise  # which the probe cannot foresee
         raise unusable(err) from None
     return load(entry.path)
