@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
 import logging
 import os
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from tracker.errors import BackendUnavailable, InputError, ModelError
-from tracker.files import atomic_write, make_writable_folder
+from tracker.files import atomic_write, file_sha256, make_writable_folder
 
 log = logging.getLogger(__name__)
 
@@ -44,16 +43,12 @@ def default_cache_dir() -> Path:
 
 
 def sha256_file(path: Path, what: str = "file") -> str:
-    """Hex sha256 of `path`; ModelError naming `what` if it cannot be read."""
-    digest = hashlib.sha256()
+    """Hex sha256 of `path` (files.file_sha256); ModelError naming `what` if it cannot be read."""
     try:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
+        return file_sha256(path)
     except OSError as err:
         raise ModelError(f"{what} {str(path)!r}: cannot read ({err.strerror or err}); "
                          f"expected a readable file") from None
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
