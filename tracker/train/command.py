@@ -129,7 +129,6 @@ def _writable_folder(folder: Path, what: str) -> None:
 
 def _written_by_a_trial(weights: Path) -> bool:
     """Whether the caffemodel `weights` comes from a trial (--steps, --limit), as its card says."""
-    from tracker.files import file_sha256
     from tracker.model.card import read_card
 
     try:
@@ -618,8 +617,6 @@ def _card(weights: Path, crop_name: str, blob: str, classes: list[str], args, ph
           minutes: float, threads: int, losses: list[float]) -> dict:
     """The card's entries for the staged caffemodel `weights` (tracker.model.card), threshold aside;
     `blob`: the embedding's, on which the thresholds are then measured."""
-    from tracker.files import file_sha256
-
     window = max(1, min(20, len(losses) // 3))  # the loss at the start and at the end, smoothed
     return {"weights_sha256": file_sha256(weights), "crop": crop_name, "embedding": EMBEDDING, "blob": blob,
             "classes": classes,
