@@ -4,6 +4,8 @@ the background, configurable and switchable off."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 import cv2
 import numpy as np
 import pytest
@@ -148,3 +150,24 @@ def test_luma_plane_is_used_and_regions_are_full_frame(scene):
             assert all(any(_overlaps(ra, rb) for rb in b.regions) for ra in a.regions)
             assert max(r.x + r.w for r in b.regions) > 320  # scaled to the 640-wide frame
     assert moving >= 10
+
+
+def test_a_tall_strip_is_reduced_too_and_its_motion_found():
+    """A frame taller than wide was reduced to downscale_width wide only: a 160-pixel-wide strip
+    from a photo folder was compared at full size (160 x 150,000: 330 MB more). Now its height is
+    bounded as the detectors' is (MAX_ASPECT widths)."""
+    strip = np.full((40_000, 160, 3), 90, np.uint8)
+    moved = strip.copy()
+    moved[20_000:25_000] = 200  # 12.5% of it
+    gate = MotionGate()
+    tracemalloc.start()
+    try:
+        assert gate.update(strip).moving  # the first frame
+        motion = gate.update(moved)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000, peak  # compared whole: a 25.6 MB background, and as much again for the difference
+    assert motion.moving and len(motion.regions) == 1
+    region = motion.regions[0]
+    assert region.y <= 20_000 and region.y + region.h >= 25_000 and region.h < 8_000

@@ -1,7 +1,8 @@
 """The motion gate: is anything moving? Cheap enough to run on every frame (well under 1 ms).
 
 Background subtraction at low resolution: the frame is reduced to a `downscale_width`-pixel-wide
-grey image, lightly blurred (so sensor noise does not count), and compared with a running-average
+grey image (at most `MAX_ASPECT` times that high, as `tracker.detection_scale` bounds the
+detectors' frames: so at most 4 x downscale_width^2 pixels), lightly blurred (so sensor noise does not count), and compared with a running-average
 background (`cv2.accumulateWeighted`, `learning_rate` per frame). Pixels differing by more than
 `threshold` grey levels are "changed"; the frame is moving when the changed fraction of the image
 is at least `min_area_fraction`. A running average rather than plain frame differencing keeps a
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
+from tracker.detection_scale import asked_scale
 from tracker.types import Box, Frame
 
 
@@ -93,8 +95,10 @@ class MotionGate:
         luma = getattr(frame, "luma", None)
         source = luma if luma is not None else image
         h, w = source.shape[:2]
-        width = min(self.downscale_width, w)
-        height = max(1, round(h * width / w))
+        # downscale_width wide, or less for a frame taller than MAX_ASPECT of that (as the detectors'
+        # scale: a 160 x 150,000 strip from a photo folder was compared whole, 330 MB); never enlarged
+        scale = min(1.0, asked_scale(w, h, self.downscale_width))
+        width, height = max(1, round(w * scale)), max(1, round(h * scale))
         # Shrink first, then convert: cvtColor touches 16x fewer pixels. Bilinear rather than area
         # averaging (8x cheaper here, ~0.05 ms vs 0.4 ms at 640 -> 160): the blur below does the
         # smoothing that keeps sensor noise under the threshold.
