@@ -382,7 +382,7 @@ def test_a_list_naming_missing_photos_and_an_unusable_pairs_file(tmp_path):
                                   "teacher has a NaN", "teacher paths are one string", "teachers of two lengths", "an earlier run in work",
                                   "resume without a checkpoint", "a trial over trained weights",
                                   "a resumed trial over trained weights", "a teacher too short", "two sets of one name",
-                                  "an embedding blob wider than fc1"])
+                                  "an embedding blob wider than fc1", "teacher is a folder", "a data set that is a FIFO"])
 def test_mistakes_in_the_outputs_and_teachers_fail_before_any_photo_is_cut(tmp_path, case):
     """In-process (the CLI's one line and exit 2 for an InputError are tested with the other
     commands): each mistake used to surface only after the photos were cut or the training ran."""
@@ -424,6 +424,11 @@ def test_mistakes_in_the_outputs_and_teachers_fail_before_any_photo_is_cut(tmp_p
     elif case == "an embedding blob wider than fc1":  # its width was fc1's: a RuntimeError's traceback once the photos were cut
         (tmp_path / "conv3.yaml").write_text("model: {embedding: conv3}\n")
         expected = "--teacher descriptors of 128 values; expected at least 3072 (half the embedding's 6144, model.embedding 'conv3')"
+    elif case == "teacher is a folder":  # was said not to exist
+        args["--teacher"], expected = str(tmp_path), f"--teacher {str(tmp_path)!r} is a folder; expected an .npz"
+    elif case == "a data set that is a FIFO":  # was said not to exist
+        os.mkfifo(tmp_path / "list.txt")
+        expected = f"data set {str(tmp_path / 'list.txt')!r} is not a folder or a regular file; expected a folder"
     elif case == "two sets of one name":  # both sets' Bob would be one person
         for office in ("home", "office"):
             (tmp_path / office / "people" / "Bob").mkdir(parents=True)
@@ -434,6 +439,7 @@ def test_mistakes_in_the_outputs_and_teachers_fail_before_any_photo_is_cut(tmp_p
     extra = {"teachers of two lengths": ["--teacher", str(tmp_path / "t.npz")],
              "resume without a checkpoint": ["--resume"], "a resumed trial over trained weights": ["--resume"],
              "an embedding blob wider than fc1": ["--config", str(tmp_path / "conv3.yaml")],
+             "a data set that is a FIFO": ["--data", str(tmp_path / "list.txt")],
              "two sets of one name": ["--data", str(tmp_path / "home" / "people"),
                                       "--data", str(tmp_path / "office" / "people")]}.get(case, [])
     with pytest.raises(InputError, match=r"^train: ") as err:

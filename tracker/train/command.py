@@ -331,8 +331,10 @@ def _train(args: argparse.Namespace) -> int:
                          "earlier run with the same --work")
     teachers = []
     for teacher_file in args.teacher:
-        if not teacher_file.is_file():
-            raise InputError(f"train: --teacher {str(teacher_file)!r} does not exist; expected an .npz of "
+        if not teacher_file.is_file():  # (a folder was said not to exist)
+            problem = "is a folder" if teacher_file.is_dir() else "is not a regular file" if teacher_file.exists() \
+                else "does not exist"
+            raise InputError(f"train: --teacher {str(teacher_file)!r} {problem}; expected an .npz of "
                              "'paths' and 'descriptor'")
         teachers.append(read_teacher(teacher_file))  # all in memory from here: 7 MB for the LFW set's
     lengths = sorted({len(d) for teacher in teachers for d in teacher.values()})

@@ -89,8 +89,9 @@ def list_samples(source: Path) -> list[Sample]:
         samples = _folder_samples(source)
     elif source.is_file():
         samples = _list_samples(source)
-    else:
-        raise InputError(f"train: data set {str(source)!r} does not exist; expected a folder of "
+    else:  # (a FIFO or a device was said not to exist)
+        problem = "is not a folder or a regular file" if source.exists() else "does not exist"
+        raise InputError(f"train: data set {str(source)!r} {problem}; expected a folder of "
                          "<person>/<image> files or a list file of 'image identity' lines")
     if not samples:
         raise InputError(f"train: data set {str(source)!r} holds no images; expected <person>/<image> "
