@@ -171,3 +171,21 @@ def test_a_tall_strip_is_reduced_too_and_its_motion_found():
     assert motion.moving and len(motion.regions) == 1
     region = motion.regions[0]
     assert region.y <= 20_000 and region.y + region.h >= 25_000 and region.h < 8_000
+
+
+@pytest.mark.parametrize("glitch", [0, 128])
+def test_the_frame_after_a_black_or_grey_one_is_moving(scene, glitch):
+    """The guard carries the faces of the last frame judged moving over still frames. A black or
+    grey frame (a camera's glitch) is moving and has no face; the background takes in 5% of it, so
+    the scene after it was still against the background and "no face" was carried on: a person
+    standing in view was declared gone until they moved. The frame after it differs from it."""
+    gate = MotionGate()
+    still = scene.render(2)[0]
+    for _ in range(5):
+        gate.update(still)
+    assert not gate.update(still).moving
+    assert gate.update(np.full_like(still, glitch)).moving
+    after = gate.update(still)
+    assert after.moving and after.fraction > 0.5
+    assert sum(r.w * r.h for r in after.regions) > 0.5 * scene.width * scene.height
+    assert not gate.update(still).moving  # and still again: its faces are carried

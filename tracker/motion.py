@@ -2,12 +2,20 @@
 
 Background subtraction at low resolution: the frame is reduced to a `downscale_width`-pixel-wide
 grey image (at most `MAX_ASPECT` times that high, as `tracker.detection_scale` bounds the
-detectors' frames: so at most 4 x downscale_width^2 pixels), lightly blurred (so sensor noise does not count), and compared with a running-average
-background (`cv2.accumulateWeighted`, `learning_rate` per frame). Pixels differing by more than
-`threshold` grey levels are "changed"; the frame is moving when the changed fraction of the image
-is at least `min_area_fraction`. A running average rather than plain frame differencing keeps a
-person who stops walking "moving" for a few seconds (until they fade into the background at
-`learning_rate`), so detection does not stop the moment someone stands still.
+detectors' frames: so at most 4 x downscale_width^2 pixels), lightly blurred (so sensor noise does
+not count), and compared with a running-average background (`cv2.accumulateWeighted`,
+`learning_rate` per frame). Pixels differing by more than `threshold` grey levels are "changed";
+the frame is moving when the changed fraction of the image is at least `min_area_fraction`. A
+running average rather than plain frame differencing keeps a person who stops walking "moving" for
+a few seconds (until they fade into the background at `learning_rate`), so detection does not stop
+the moment someone stands still.
+
+A frame the background calls still is also compared, by the same rule, with the last frame judged
+moving: the guard carries that frame's faces over a still frame, so a still frame must look like
+it. One black or grey frame (a camera's glitch, an exposure or IR switch) is moving and finds no
+face; the background takes in only `learning_rate` of it, so the frames after it, the scene as
+before, were still against the background, and carried "no face" for as long as nothing moved: a
+person standing in view was declared gone ("left") and not seen again until they moved.
 
 `update()` returns a `Motion` with the bounding boxes of the changed blobs in full-frame pixels, for
 detection restricted to moving regions. The first frame (and the first after a change of frame
@@ -33,7 +41,8 @@ class Motion:
     moving:   run detection on this frame.
     regions:  bounding boxes of the changed areas in full-frame pixels (empty when not moving;
               the whole frame on a first frame or when the gate is disabled).
-    fraction: fraction of the low-resolution image that changed, in [0, 1].
+    fraction: fraction of the low-resolution image that changed, in [0, 1]: against the background,
+              or against the last frame judged moving for a frame moving only against that one.
     """
 
     moving: bool
@@ -52,6 +61,7 @@ class MotionGate:
         self.min_area_fraction = min_area_fraction
         self.learning_rate = learning_rate
         self._background: np.ndarray | None = None  # (h, w) float32 running average
+        self._last_moving = np.zeros((0, 0), np.uint8)  # (h, w) uint8: the last frame judged moving (set with the background)
         self._key: tuple[int, ...] | None = None  # (full h, full w, small h, small w)
         self._kernel = np.ones((3, 3), np.uint8)
 
@@ -73,14 +83,17 @@ class MotionGate:
         if self._background is None or key != self._key:
             self._background = small.astype(np.float32)
             self._key = key
+            self._last_moving = small
             return Motion(True, whole, 1.0)
         diff = cv2.absdiff(small.astype(np.float32), self._background)
         cv2.accumulateWeighted(small, self._background, self.learning_rate)
-        mask = (diff > self.threshold).view(np.uint8)
-        changed = cv2.countNonZero(mask)
-        fraction = changed / mask.size
-        if changed == 0 or fraction < self.min_area_fraction:
-            return Motion(False, (), fraction)
+        mask, fraction = self._changed(diff)
+        if mask is None:  # still against the background; and against the frame whose faces are carried?
+            mask, since_moving = self._changed(cv2.absdiff(small, self._last_moving))
+            if mask is None:
+                return Motion(False, (), fraction)
+            fraction = since_moving
+        self._last_moving = small
         joined = cv2.dilate(mask, self._kernel)  # join the fragments of one moving thing
         count, _, stats, _ = cv2.connectedComponentsWithStats(joined, connectivity=8)
         sx, sy = full_w / small.shape[1], full_h / small.shape[0]
@@ -89,6 +102,14 @@ class MotionGate:
             for x, y, w, h, _area in stats[1:count]
         )
         return Motion(True, regions, fraction)
+
+    def _changed(self, diff: np.ndarray) -> tuple[np.ndarray | None, float]:
+        """(the uint8 mask of the pixels of `diff` (h, w) over the threshold, or None when they are
+        fewer than min_area_fraction of it; their fraction)."""
+        mask = (diff > self.threshold).view(np.uint8)
+        changed = cv2.countNonZero(mask)
+        fraction = changed / mask.size
+        return (None if changed == 0 or fraction < self.min_area_fraction else mask), fraction
 
     def _small_grey(self, frame: Frame | np.ndarray, image: np.ndarray) -> np.ndarray:
         """The blurred grey image at downscale_width (from the camera's luma plane if it has one)."""
