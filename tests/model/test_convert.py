@@ -361,6 +361,20 @@ def test_convert_int8_onnx_says_what_it_converts_and_nothing_of_onnx_runtimes_ad
     assert len(lines) == 1 and "INFO tracker.model.convert.cache: converting onnx -> " in lines[0], proc.stderr
 
 
+def test_convert_tflite_shows_no_tensorflow_info_lines(tmp_path):
+    """`tracker convert` logs from INFO; TensorFlow's Python logger passed its INFO "Assets written
+    to: /tmp/..." through, one line for each SavedModel the LiteRT converter writes on its way.
+    (The C++ start-up lines of TensorFlow's and absl's are another matter.)"""
+    import subprocess
+
+    from test_pipeline_e2e import isolated_env, tracker_command
+
+    proc = subprocess.run([*tracker_command(), "convert", "--to", "tflite", "--cache-dir", str(tmp_path / "cache")],
+                          capture_output=True, text=True, env=isolated_env(tmp_path), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "converting tflite -> " in proc.stderr and " INFO tensorflow" not in proc.stderr, proc.stderr
+
+
 def test_convert_command_bad_input(tmp_path, capsys):
     assert main(["convert", "--to", "tf", "--precision", "int8", "--cache-dir", str(tmp_path)]) == 2
     assert "target 'tf' has no 'int8' form; targets with 'int8': tflite, onnx" in capsys.readouterr().err

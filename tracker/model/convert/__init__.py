@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import shutil
 import warnings
@@ -117,6 +118,20 @@ def _quiet_stdout():
         yield
 
 
+@contextlib.contextmanager
+def _tensorflow_warnings_only():
+    """TensorFlow's Python logger at WARNING for the block: the LiteRT converter writes a SavedModel
+    on its way and logs "Assets written to: /tmp/..." at INFO for each, which `tracker convert`
+    (logging from INFO, to say what it converts) showed as two lines of its own."""
+    logger = logging.getLogger("tensorflow")
+    before = logger.level
+    logger.setLevel(max(before, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+
+
 def _build_tf(graph, path: Path, precision: str, samples) -> None:
     from tracker.model.convert.keras import build_keras
 
@@ -131,7 +146,7 @@ def _build_tflite(graph, path: Path, precision: str, samples) -> None:
 
     model = build_keras(graph)
     converter = tf.lite.TFLiteConverter.from_keras_model(model)
-    with _quiet_stdout(), warnings.catch_warnings():
+    with _quiet_stdout(), _tensorflow_warnings_only(), warnings.catch_warnings():
         # "Statistics for quantized inputs were expected": the float32 input is quantised by the
         # model's own first op, with ranges from the representative data -- nothing is missing.
         warnings.filterwarnings("ignore", message="Statistics for quantized inputs")
