@@ -276,7 +276,11 @@ def test_resume_takes_the_same_files_named_another_way_for_the_same_run(tmp_path
     assert train_command(["--data", "../sets/lfw-devtrain/images", "--teacher", "../sets/lfw-devtrain/../lfw-devtrain/"
                           "dlib_descriptors.npz", "--steps", "2", "--resume", *common]) == 0
     assert "train: resumed from" in capsys.readouterr().err
-    assert read_card(tmp_path / "x.caffemodel", file_sha256(tmp_path / "x.caffemodel"))["training"]["steps"] == 2
+    training = read_card(tmp_path / "x.caffemodel", file_sha256(tmp_path / "x.caffemodel"))["training"]
+    assert training["steps"] == 2
+    # the card names them as they are, not as typed ("../sets/...": nothing from another folder)
+    assert training["data"] == [str((LFW / "images").resolve())]
+    assert training["teacher"] == [str((LFW / "dlib_descriptors.npz").resolve())]
 
 
 def test_the_crops_key_counts_the_detectors_model_file_through_the_face_cap():
@@ -369,6 +373,7 @@ def test_a_list_naming_missing_photos_and_an_unusable_pairs_file(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "pairs.txt:2: image" in last_line(proc) and "Nobody_0001.jpg" in last_line(proc)
     assert "photos with a central face" not in proc.stderr  # refused before any photo was cut
+    assert not (tmp_path / "work").exists()  # nor made: the folders are made once everything is checked
     good_pairs = small_pairs(tmp_path / "good.txt")  # (LFW's teacher names these photos by other paths: none)
     proc = subprocess.run([*tracker_command(), "train", "--data", str(listing),
                            "--work", str(tmp_path / "work"), "--out", str(tmp_path / "x.caffemodel"), "--steps", "1",

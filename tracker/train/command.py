@@ -25,10 +25,12 @@ What it does, in order (scripts/train-face-cnn is the command that made the ship
    without a threshold would name strangers at the untrained default) through that engine,
    embedding faces the EMBEDDING way (mirror-mean) and then the other ways, and only then puts it
    in place with its card (`tracker.model.card`: the embedding, the thresholds for a
-   THRESHOLD_FAR false-accept rate), the card first. The data sets' names, the teacher files, the
-   pairs file, the --out and --work folders (made if absent) and --out itself (none of the files
-   the run reads) are checked before any work: a mistake there fails at once, not after the training. A trial (--steps, --limit) replaces no
-   --out but a trial's (its card says `"trial": true`).
+   THRESHOLD_FAR false-accept rate), the card first; the card names the data and teachers by
+   their resolved paths. The data sets' names, the teacher files, the pairs file, --out itself
+   (none of the files the run reads) and the --out and --work folders (made if absent, once the
+   rest is checked) are checked before any work: a mistake there fails at once, not after the
+   training. A trial (--steps, --limit) replaces no --out but a trial's (its card says
+   `"trial": true`).
 """
 
 from __future__ import annotations
@@ -320,8 +322,6 @@ def _train(args: argparse.Namespace) -> int:
     if (args.steps or args.limit) and out.exists() and not _written_by_a_trial(out):
         raise InputError(f"train: --out {str(out)!r} exists, and a trial (--steps, --limit) does not replace trained "
                          "weights; expected another --out for the trial")
-    _writable_folder(out.parent, "--out's folder")
-    _writable_folder(args.work, "--work")
     checkpoint = args.work / "checkpoint.pt"
     if not args.resume and checkpoint.exists():  # a fresh run would write over it at its first epoch
         raise InputError(f"train: {str(checkpoint)!r} holds an earlier run; expected --resume to continue it, or "
@@ -350,6 +350,8 @@ def _train(args: argparse.Namespace) -> int:
     read_pairs(pairs_file, pairs_images)  # a bad pairs file fails now, not after hours of training
     _refuse_writing_an_input(out, {"prototxt": [prototxt], "config": [args.config], "pairs": [pairs_file],
                                    "teacher": args.teacher, "data set list": args.data, "checkpoint": [checkpoint]})
+    _writable_folder(out.parent, "--out's folder")  # made last: a mistake found above leaves no empty folder
+    _writable_folder(args.work, "--work")
     pairs = (pairs_file, pairs_images)
     threads = args.threads or cores()
     torch.set_num_threads(threads)
@@ -622,7 +624,8 @@ def _card(weights: Path, crop_name: str, blob: str, classes: list[str], args, ph
     window = max(1, min(20, len(losses) // 3))  # the loss at the start and at the end, smoothed
     return {"weights_sha256": file_sha256(weights), "crop": crop_name, "embedding": EMBEDDING, "blob": blob,
             "classes": classes,
-            "training": {"data": [str(p) for p in args.data], "teacher": [str(p) for p in args.teacher],
+            "training": {"data": [str(p.resolve()) for p in args.data],  # as typed, a relative path meant nothing later
+                         "teacher": [str(p.resolve()) for p in args.teacher],
                          "trial": bool(args.steps or args.limit), "photos": photos, "epochs": epoch,
                          "steps": step, "batch": args.batch,
                          "lr": args.lr, "seed": args.seed, "minutes": round(minutes, 1), "threads": threads,
