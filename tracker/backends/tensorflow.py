@@ -19,13 +19,15 @@ from tracker.backends.registry import missing_runtime
 from tracker.machine import cores
 from tracker.model.convert import convert
 from tracker.model.spec import ModelSpec
+from tracker.native_stderr import TENSORFLOW_START_UP, left_out
 from tracker.types import Inference
 
 log = logging.getLogger(__name__)
 
 
 def import_tensorflow():
-    """tensorflow, imported with its C++ info/warning chatter off unless the user set the level."""
+    """tensorflow, imported with its C++ info/warning chatter off unless the user set the level
+    (absl's start-up lines come regardless: callers leave them out with tracker.native_stderr)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
@@ -41,12 +43,18 @@ class TFVanilla(BackendBase):
     @classmethod
     def check_runtime(cls) -> None:
         try:
-            import_tensorflow()
+            with left_out(TENSORFLOW_START_UP):
+                import_tensorflow()
             import keras  # noqa: F401
         except ImportError as err:
             raise missing_runtime(cls.name, err.name or "tensorflow", err) from None
 
     def __init__(self, model: ModelSpec, *, precision: str = "fp32", threads: int | None = None, **options):
+        # TensorFlow's C++ start-up lines come at its import and its runtime's start (in the load)
+        with left_out(TENSORFLOW_START_UP):
+            self._start(model, precision, threads, options)
+
+    def _start(self, model: ModelSpec, precision: str, threads: int | None, options: dict) -> None:
         tf = import_tensorflow()
         import keras
 

@@ -41,6 +41,7 @@ from tracker.arguments import ArgumentParser, path_to, refuse_overwriting
 from tracker.errors import BackendUnavailable, InputError
 from tracker.files import atomic_write, probe_writable
 from tracker.model.convert.cache import default_cache_dir, entry_for, fetch
+from tracker.native_stderr import TENSORFLOW_START_UP, left_out
 
 T = TypeVar("T")
 
@@ -71,8 +72,8 @@ def require_runtime(target: str, precision: str = "fp32") -> None:
     a cached .tflite with ai-edge-litert, without TensorFlow's ~0.5 GB)."""
     _, _, extra, modules, int8_modules = TARGETS[target]
     for module in modules + (int8_modules if precision == "int8" else ()):
-        if module == "tensorflow":  # fewer of TF's C++ info/warning lines, unless the user set a level (some of
-            # its start-up lines, absl's and XLA's, come regardless: harmless, and not worth hiding stderr for)
+        if module == "tensorflow":  # fewer of TF's C++ info/warning lines, unless the user set a level (absl's
+            # start-up lines come regardless: `convert` builds with them left out, tracker.native_stderr)
             os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         try:
             __import__(module)
@@ -106,8 +107,9 @@ def convert(model, target: str, precision: str = "fp32", *,
     builders = {"tf": _build_tf, "tflite": _build_tflite, "onnx": _build_onnx}
 
     def build(path: Path) -> None:
-        require_runtime(target, precision)
-        builders[target](load_graph(model), path, precision, samples)
+        with left_out(TENSORFLOW_START_UP):  # TensorFlow's, when the target needs it: its import and start
+            require_runtime(target, precision)
+            builders[target](load_graph(model), path, precision, samples)
     return fetch(entry, build, load or (lambda path: path))
 
 
