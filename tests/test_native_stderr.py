@@ -48,3 +48,12 @@ def test_a_child_started_in_the_block_keeps_its_stderr_after_it(capfd):
             break
         threading.Event().wait(0.05)
     assert err == "from the child\n"
+
+
+def test_a_process_without_stderr_runs_the_block_as_it_is(tmp_path):
+    """Started with 2>&- (no descriptor 2): the block runs, unfiltered, rather than fail."""
+    script = ("import os\nfrom tracker.native_stderr import TENSORFLOW_START_UP, left_out\n"
+              "with left_out(TENSORFLOW_START_UP):\n    print('ran')\n")
+    proc = subprocess.run([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, timeout=60,
+                          stderr=subprocess.DEVNULL, preexec_fn=lambda: os.close(2))
+    assert proc.returncode == 0 and proc.stdout == "ran\n"

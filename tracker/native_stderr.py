@@ -37,10 +37,15 @@ _DRAIN_S = 2.0
 @contextlib.contextmanager
 def left_out(noise: re.Pattern[bytes]) -> Iterator[None]:
     """Descriptor 2 through the filter for the block (see the module docstring): every line that
-    does not start with a match of `noise` reaches the real stderr. Not reentrant."""
-    sys.stderr.flush()
+    does not start with a match of `noise` reaches the real stderr. A process without descriptor 2
+    runs the block as it is."""
+    _flush_stderr()
+    try:
+        real = os.dup(2)
+    except OSError:  # no stderr at all (started with 2>&-): nothing to filter
+        yield
+        return
     read_end, write_end = os.pipe()
-    real = os.dup(2)
     os.dup2(write_end, 2)
     os.close(write_end)
     thread = threading.Thread(target=_pass_on, args=(read_end, real, noise), name="stderr-filter", daemon=True)
@@ -48,11 +53,17 @@ def left_out(noise: re.Pattern[bytes]) -> Iterator[None]:
     try:
         yield
     finally:
-        sys.stderr.flush()
+        _flush_stderr()
         restored = os.dup(real)  # the thread owns `real` and closes it when the pipe ends
         os.dup2(restored, 2)  # the pipe's write end held by descriptor 2 is closed here
         os.close(restored)
         thread.join(_DRAIN_S)
+
+
+def _flush_stderr() -> None:
+    """Python's own buffered stderr written out (None in a process started without descriptor 2)."""
+    if sys.stderr is not None:
+        sys.stderr.flush()
 
 
 def _pass_on(read_end: int, real: int, noise: re.Pattern[bytes]) -> None:
