@@ -340,10 +340,20 @@ def test_a_source_that_fails_for_good_still_gets_every_left_announced(tmp_path, 
 # -- bad input through the CLI ------------------------------------------------------------------
 
 
-def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    config = write_config(tmp_path, sinks={"console": False})
+def run_cli(tmp_path: Path, *args: str, **sections) -> subprocess.CompletedProcess:
+    """The guard run on `args` with the console sink off and these config `sections`."""
+    config = write_config(tmp_path, sinks={"console": False}, **sections)
     return subprocess.run([*tracker_command(), "--config", str(config), *args], capture_output=True, text=True,
                           env=isolated_env(tmp_path), cwd=tmp_path, timeout=300)
+
+
+def room_and_face(testdata: Path) -> tuple[np.ndarray, np.ndarray]:
+    """An empty room (640 x 480 BGR, blurred noise: still to the motion gate) and a face to put in
+    it (220 x 200 BGR, the astronaut's)."""
+    rng = np.random.default_rng(0)
+    room = cv2.GaussianBlur(cv2.add(np.full((480, 640, 3), 120, np.uint8),
+                                    rng.integers(0, 20, (480, 640, 3), dtype=np.uint8)), (5, 5), 0)
+    return room, cv2.imread(str(testdata / "faces" / "skimage" / "astronaut.png"))[20:240, 120:320]
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
@@ -399,11 +409,9 @@ def test_a_face_seen_once_before_the_scene_goes_still_is_no_person(tmp_path, tes
     a hit, and the guard announced someone who stayed until something moved. (The tracker now
     confirms no track on carried faces, tests/tracking; and the frame after the face, which differs
     from it, is searched again, so nothing is carried at all.)"""
-    rng = np.random.default_rng(0)
-    room = cv2.GaussianBlur(cv2.add(np.full((480, 640, 3), 120, np.uint8),
-                                    rng.integers(0, 20, (480, 640, 3), dtype=np.uint8)), (5, 5), 0)
+    room, face = room_and_face(testdata)
     with_face = room.copy()
-    with_face[130:350, 220:420] = cv2.imread(str(testdata / "faces" / "skimage" / "astronaut.png"))[20:240, 120:320]
+    with_face[130:350, 220:420] = face
     folder = tmp_path / "frames"
     folder.mkdir()
     for i in range(15):
@@ -417,16 +425,12 @@ def test_a_face_seen_once_before_the_scene_goes_still_is_no_person(tmp_path, tes
     assert not events.exists() or events.read_text() == ""
 
 
-
 def test_a_folder_is_tracked_on_its_frame_clock_not_on_how_fast_it_was_processed(tmp_path, testdata):
     """A face, 12 photos of the empty room, the face again, played at 1 fps: 12 s apart, past the
     10 s re-identification window, so the face comes back as a second person. The tracker's clock
     was the processing time, in which the 12 photos took a fraction of a second: the face rejoined
     its first track, and how many people a folder held depended on the machine's speed."""
-    rng = np.random.default_rng(0)
-    room = cv2.GaussianBlur(cv2.add(np.full((480, 640, 3), 120, np.uint8),
-                                    rng.integers(0, 20, (480, 640, 3), dtype=np.uint8)), (5, 5), 0)
-    face = cv2.imread(str(testdata / "faces" / "skimage" / "astronaut.png"))[20:240, 120:320]
+    room, face = room_and_face(testdata)
     folder = tmp_path / "frames"
     folder.mkdir()
     for i in range(24):
@@ -434,9 +438,7 @@ def test_a_folder_is_tracked_on_its_frame_clock_not_on_how_fast_it_was_processed
         if not 6 <= i < 18:  # the face moves a little, so the motion gate lets it be detected
             image[130:350, 200 + 6 * (i % 6):400 + 6 * (i % 6)] = face
         cv2.imwrite(str(folder / f"f{i:02d}.png"), image)
-    config = write_config(tmp_path, sinks={"console": False}, source={"fps": 1.0})
-    proc = subprocess.run([*tracker_command(), "--config", str(config), "--source", str(folder)], capture_output=True,
-                          text=True, env=isolated_env(tmp_path), cwd=tmp_path, timeout=300)
+    proc = run_cli(tmp_path, "--source", str(folder), source={"fps": 1.0})
     assert proc.returncode == 0, proc.stderr[-2000:]
     events = [json.loads(line) for line in (tmp_path / "state" / "events.jsonl").read_text().splitlines()]
     assert [(e["kind"], e["track_id"]) for e in events if e["kind"] != "identified"] == [
@@ -450,10 +452,7 @@ def test_a_person_standing_still_through_a_black_or_grey_frame_stays(tmp_path, t
     black or grey frame (a camera's glitch). The glitch is motion and has no face; the background
     took in 5% of it, so the still frames after it were still against the background, their faces
     were the glitch's (none), and the guard said the person left while they stood there."""
-    rng = np.random.default_rng(0)
-    room = cv2.GaussianBlur(cv2.add(np.full((480, 640, 3), 120, np.uint8),
-                                    rng.integers(0, 20, (480, 640, 3), dtype=np.uint8)), (5, 5), 0)
-    face = cv2.imread(str(testdata / "faces" / "skimage" / "astronaut.png"))[20:240, 120:320]
+    room, face = room_and_face(testdata)
     folder = tmp_path / "frames"
     folder.mkdir()
     for i in range(80):
@@ -464,9 +463,7 @@ def test_a_person_standing_still_through_a_black_or_grey_frame_stays(tmp_path, t
         if i == 60:
             image = np.full_like(room, glitch)
         cv2.imwrite(str(folder / f"f{i:02d}.png"), image)
-    config = write_config(tmp_path, sinks={"console": False}, tracking={"max_age": 3, "reid_window_s": 0.5})
-    proc = subprocess.run([*tracker_command(), "--config", str(config), "--source", str(folder)], capture_output=True,
-                          text=True, env=isolated_env(tmp_path), cwd=tmp_path, timeout=300)
+    proc = run_cli(tmp_path, "--source", str(folder), tracking={"max_age": 3, "reid_window_s": 0.5})
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [json.loads(line) for line in (tmp_path / "state" / "latency.jsonl").read_text().splitlines()]
     assert rows[60]["faces"] == 0 and all(r["faces"] == 1 for r in rows[61:]), [r["faces"] for r in rows]
