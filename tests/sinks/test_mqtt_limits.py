@@ -18,6 +18,7 @@ from test_mqtt import events_of, open_sink
 from tmpfs import tmpfs
 
 from tracker.sinks.mqtt import CLIENT_MAX_PACKET, MAX_SNAPSHOT_BYTES, publish_packet_size
+from tracker.sinks.outbox import Outbox
 
 
 @pytest.fixture
@@ -215,29 +216,31 @@ def test_acknowledgements_the_full_disk_keeps_from_the_outbox_stop_no_delivery(t
             sinks.remove(sink)
 
 
-def test_a_full_disk_drops_and_counts_events_and_the_guard_goes_on(tmp_path, sinks, caplog):
-    """The outbox on a 1 MB file system that fills up: the event that cannot be stored is logged
-    once and counted in events_dropped, publish_event never raises, and once there is room again
-    events are stored and delivered."""
+def test_events_the_full_disk_refuses_reach_the_broker_and_the_guard_goes_on(tmp_path, sinks, caplog):
+    """The outbox on a 1 MB file system that fills while the guard runs, the broker connected: each
+    event the file refused was dropped and counted in events_dropped. They are delivered now (the
+    outbox goes on in memory, said once), publish_event never raises, nothing is counted as
+    dropped, and at the stop the file is written again: no event waits in it, all were delivered."""
     with tmpfs(tmp_path / "disk", "size=1m") as disk:
         with Broker(tmp_path / "b") as broker:
-            sink = open_sink(sinks, broker, disk, "cellar")
-            fill(disk)
-            filler = disk / "filler"
-            for _ in range(3):
-                sink.publish_event(make_event(), None)  # never raises
-            assert sink.events_dropped == 3  # each counted once (a failed commit drops no older event)
-            errors = [r for r in caplog.records if "could not store event" in r.getMessage()]
-            assert len(errors) == 1 and "(database or disk is full)" in errors[0].getMessage()
-            filler.unlink()
             sub = Subscriber(broker, ["tracker/cellar/events"])
-            event = make_event()
-            sink.publish_event(event, None)
-            assert event.id in [e["id"] for e in events_of(sub.wait_for(
-                lambda m: event.id in [json.loads(p)["id"] for _, p, _ in m]), "tracker/cellar/events")]
+            sink = open_sink(sinks, broker, disk, "cellar")
+            assert wait(lambda: sink.connected)
+            fill(disk)
+            events = [make_event() for _ in range(3)]
+            for event in events:
+                sink.publish_event(event, None)  # never raises
+            sub.wait_for(lambda m: {e.id for e in events} <= {json.loads(p)["id"] for _, p, _ in m})
+            assert sink.events_dropped == 0 and not sink.outbox.durable
+            assert caplog.text.count("the disk refuses writes (database or disk is full)") == 1
+            wait_until(lambda: len(sink.outbox) == 0, what="the PUBACKs")
+            (disk / "filler").unlink()
             sub.close()
             sink.close()
             sinks.remove(sink)
+        outbox = Outbox(disk / "outbox.sqlite3")
+        assert outbox.durable and len(outbox) == 0 and outbox.dropped == 0
+        outbox.close()
 
 
 def test_what_the_brokers_acl_refuses_is_said_once_per_topic(tmp_path, sinks, caplog):

@@ -15,7 +15,7 @@ from tmpfs import tmpfs
 
 from tracker.clock import Reading, now
 from tracker.errors import InputError
-from tracker.sinks.outbox import Outbox
+from tracker.sinks.outbox import FILE_RETRY_S, Outbox
 
 
 class Clock:
@@ -282,18 +282,15 @@ def fill(path) -> None:
                     f.write(chunk)
 
 
-def test_a_full_disk_is_reported_as_such_and_nothing_it_kept_is_counted_as_dropped(tmp_path, caplog):
-    """SQLite rolls a transaction back itself on a full disk: the error raised is that one (not a
-    failed ROLLBACK's), and no drop is counted that the commit did not make; the minutely expiry
-    says so once (it was a traceback a minute)."""
+def test_an_age_bound_the_full_disk_refuses_is_said_once_and_applied_once_there_is_room(tmp_path, caplog):
+    """The minutely expiry on a full disk was a traceback a minute: it is said once, nothing is
+    counted as dropped that the disk kept, and the bound is applied once there is room."""
     clock = Clock()
     with tmpfs(tmp_path / "disk", "size=1m") as disk:
         box = Outbox(disk / "outbox.sqlite3", max_events=2, max_age_s=60, clock=clock)
         for event_id in ("a", "b"):
             box.add(event_id, b"x" * 100)
         fill(disk / "filler")
-        with pytest.raises(sqlite3.OperationalError, match="database or disk is full"):
-            box.add("c", b"x" * 100_000)  # would drop "a"
         clock.advance(120)
         with caplog.at_level(logging.ERROR, logger="tracker.sinks.outbox"):
             assert [box.expire() for _ in range(3)] == [0, 0, 0]  # the guard tries every minute
@@ -303,6 +300,64 @@ def test_a_full_disk_is_reported_as_such_and_nothing_it_kept_is_counted_as_dropp
         assert box.expire() == 2 and box.dropped == 2
         box.close()
         assert Outbox(disk / "outbox.sqlite3", clock=clock).dropped == 2
+
+
+def test_events_the_disk_refuses_while_running_are_kept_in_memory_and_go_back_into_the_file(tmp_path, caplog):
+    """The disk filled while the guard ran: each event the file refused was dropped and counted,
+    though the broker could still take it. The outbox now goes on in memory, a copy of the file
+    (same seq numbers, the count bound and the drop count kept; SQLite's own rollback of the
+    refused commit counts nothing), says so once, tries the file again at most every FILE_RETRY_S,
+    and once the disk takes it the file holds exactly the unsent events again, said once."""
+    clock = Clock()
+    with tmpfs(tmp_path / "disk", "size=1m") as disk:
+        box = Outbox(disk / "outbox.sqlite3", max_events=3, clock=clock)
+        for event_id in ("a", "b", "c"):
+            box.add(event_id, event_id.encode())
+        fill(disk / "filler")
+        with caplog.at_level(logging.INFO, logger="tracker.sinks.outbox"):
+            assert box.add("d", b"d") == 1  # refused by the file; in memory, where the bound drops "a"
+            assert not box.durable and box.dropped == 1
+            assert box.pending() == [(2, b"b"), (3, b"c"), (4, b"d")]
+            assert box.remove(2)  # "b" acknowledged
+            box.add("e", b"e")
+            (disk / "filler").unlink()  # room again, but the file is not tried at every event
+            clock.advance(FILE_RETRY_S / 2)
+            box.add("f", b"f")  # the bound drops "c"
+            assert not box.durable
+            clock.advance(FILE_RETRY_S / 2)
+            box.expire()  # the sink's minutely call
+            assert box.durable
+            box.add("g", b"g")  # into the file again: the bound drops "d"
+        said = [r.getMessage() for r in caplog.records if "the disk" in r.getMessage()]  # (not the bound's)
+        assert len(said) == 2, said
+        assert "the disk refuses writes (database or disk is full): events are kept in memory" in said[0]
+        assert "the disk takes writes again: the 3 unsent event(s) kept in memory are in the file again" in said[1]
+        box.close()
+        again = Outbox(disk / "outbox.sqlite3", clock=clock)
+        assert again.pending() == [(5, b"e"), (6, b"f"), (7, b"g")] and again.dropped == 3
+        again.close()
+
+
+def test_events_the_disk_refuses_until_close_are_saved_then_or_said_lost(tmp_path, caplog):
+    """The disk still refuses the file when the guard stops: the events only memory held are said
+    lost, and the file keeps what it had; with room by then, close() saves them for the next start."""
+    with tmpfs(tmp_path / "disk", "size=1m") as disk:
+        box = Outbox(disk / "outbox.sqlite3")
+        box.add("a", b"a")
+        fill(disk / "filler")
+        box.add("b", b"b")
+        box.add("c", b"c")
+        with caplog.at_level(logging.ERROR, logger="tracker.sinks.outbox"):
+            box.close()
+        assert "2 unsent event(s) kept in memory are lost: the disk still refuses writes" in caplog.text
+        (disk / "filler").unlink()
+        box = Outbox(disk / "outbox.sqlite3")
+        assert box.pending() == [(1, b"a")]
+        fill(disk / "filler")
+        box.add("d", b"d")
+        (disk / "filler").unlink()
+        box.close()
+        assert Outbox(disk / "outbox.sqlite3").pending() == [(1, b"a"), (2, b"d")]
 
 
 def test_an_outbox_opened_on_a_full_disk_is_kept_in_memory(tmp_path, caplog):

@@ -23,7 +23,8 @@ returns; a publisher thread hands pending events to paho in outbox order, at mos
 a time, and deletes each one when its PUBACK arrives (on_publish with its message id). On every
 (re)connect paho's own unacknowledged copies are dropped and the publisher starts again from the
 oldest pending event, so the outbox is the single queue that survives outages and restarts; a
-consumer may see an event twice (de-duplicate by `id`) but never miss one the outbox kept.
+consumer may see an event twice (de-duplicate by `id`) but never miss one the outbox kept. A full
+or failing disk does not stop delivery: the outbox then keeps its events in memory (outbox.py).
 
 MQTT 5 is the default (`mqtt.protocol: v5`) because its PUBACK carries a reason code: a broker that
 refuses an event (e.g. an ACL) says so, and the event is counted and logged instead of being taken for
@@ -308,13 +309,15 @@ class MqttSink:
     # -- the sink API (pipeline thread) ---------------------------------------------------------
 
     def publish_event(self, event: Event, snapshot_jpeg: bytes | None = None) -> None:
-        """Make `event` durable in the outbox (one SQLite commit) and wake the publisher. The JPEG, if
-        any, replaces the retained snapshot. Never raises for a disk or broker problem: an event that
-        cannot be stored is logged and counted in state.events_dropped."""
+        """Make `event` durable in the outbox (one SQLite commit; in memory while the disk is full
+        or failing, outbox.py) and wake the publisher. The JPEG, if any, replaces the retained
+        snapshot. Never raises for a disk or broker problem: an event the outbox refuses all the same
+        (an error that is not the disk's, or a disk that fails while its file is copied to memory)
+        is logged and counted in state.events_dropped."""
         payload = json.dumps(event_payload(event), separators=(",", ":")).encode()
         try:
             self.outbox.add(event.id, payload)
-        except Exception as err:  # sqlite3.Error or OSError (disk full, file removed): keep guarding
+        except Exception as err:  # sqlite3.Error or OSError: keep guarding
             with self._lock:
                 self._add_failures += 1
                 first = self._add_failures == 1

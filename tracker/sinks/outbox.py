@@ -25,11 +25,19 @@ Contract (the MQTT sink is the only user; this module knows nothing about MQTT):
 - A file that is not a healthy SQLite database is renamed `<name>.corrupt-<UTC timestamp>` (with its
   -wal/-shm companions), an error is logged, and a new empty outbox is started; `recovered_from`
   then names the renamed file.
-- A file that cannot be opened because the disk is full or failing (SQLite's FULL or IOERR) gives
-  an outbox in memory instead, with an error logged: events then go out while the guard runs
-  (`durable` is False); the guard goes on rather than stop for a full disk. `close()` then saves the
-  events still unsent into the file, for the next start, if the disk takes them by then, and
-  otherwise says how many are lost. Any other failure to open it is the path's fault: InputError.
+- A disk that is full or failing (SQLite's FULL or IOERR) loses no event while it can still be
+  sent: the outbox is kept in memory instead (`durable` False; a crash loses what only memory
+  holds), within the same bounds, and events go out as usual. Said once when it happens and once
+  when it is over, not at every event:
+  - when the file cannot be opened at start, the memory outbox starts empty (the file's own events
+    wait there for a later start); `close()` saves the events still unsent into the file, for the
+    next start, if the disk takes them by then, and otherwise says how many are lost;
+  - when `add` cannot write the file while the guard runs, the memory outbox starts as a copy of
+    the file (same seq numbers, so a caller's cursor stays valid) and takes the event. The whole
+    outbox is written back into the file once the disk takes it: tried by `add` and `expire` at
+    most every FILE_RETRY_S seconds (a write that fails costs a full copy), and by `close()`, which
+    otherwise says how many events only memory held and are lost.
+  Any other failure to open it is the path's fault: InputError.
 Thread-safe: one connection guarded by a lock (the sink's publisher and MQTT network threads share it).
 """
 
@@ -69,6 +77,7 @@ _COLUMNS = _FIRST_COLUMNS + [column.split()[0] for column in _BOOT_COLUMNS]
 
 
 _DISK_TROUBLE = {10, 13}  # SQLite's primary result codes IOERR and FULL
+FILE_RETRY_S = 60.0  # while the disk refuses the file at run time: how often the outbox tries it again
 _TABLES = {"events", "meta", "sqlite_sequence"}  # an outbox's (sqlite_sequence: AUTOINCREMENT's)
 
 
@@ -106,6 +115,10 @@ class Outbox:
         self._lock = threading.Lock()
         self.recovered_from: Path | None = None
         self.durable = True
+        # while the disk refuses writes at run time: the file's connection, written back into every
+        # FILE_RETRY_S (from `_retry_at`, the clock's uptime)
+        self._refusing_file: sqlite3.Connection | None = None
+        self._retry_at = 0.0
         self._expire_failing = False  # the last expire() could not write (logged once)
         self._full_since_dropped: int | None = None  # while full (said once): `dropped` when it became full
         self._aged_out: int | None = None  # while events age out with others waiting (said once): how many so far
@@ -113,7 +126,7 @@ class Outbox:
         try:
             self._db = self._open(self.path)
         except sqlite3.OperationalError as err:
-            if (getattr(err, "sqlite_errorcode", 0) & 0xFF) not in _DISK_TROUBLE:  # a setup problem, not the disk
+            if not _disk_trouble(err):  # a setup problem, not the disk
                 raise InputError(f"outbox {str(self.path)!r}: cannot open ({err}); expected a writable file path "
                                  "(mqtt.outbox.path)") from None
             log.error("outbox %s: cannot open (%s): the disk is full or failing; events are kept in memory, saved into "
@@ -176,15 +189,18 @@ class Outbox:
             return self._db.execute("SELECT COUNT(*) FROM events").fetchone()[0]
 
     def add(self, event_id: str, payload: bytes) -> int:
-        """Store one event durably; returns how many older events the count bound dropped."""
+        """Store one event, durably unless the disk refuses it (then in memory, as the module
+        docstring says); returns how many older events the count bound dropped."""
         with self._lock:
             reading = self._clock()
-            with _transaction(self._db):
-                self._db.execute(
-                    "INSERT OR IGNORE INTO events (id, created, payload, boot, uptime, trusted) VALUES (?, ?, ?, ?, ?, ?)",
-                    (event_id, reading.wall, bytes(payload), reading.boot, reading.uptime, int(reading.synchronized)),
-                )
-                excess = _trim(self._db, self.max_events, self._dropped)
+            self._retry_file(reading)
+            try:
+                excess = self._insert(event_id, payload, reading)
+            except sqlite3.OperationalError as err:
+                if not (self.durable and _disk_trouble(err)):
+                    raise
+                self._keep_in_memory(err, reading)
+                excess = self._insert(event_id, payload, reading)
             self._dropped += excess  # only once committed: a failed commit dropped nothing
             news: tuple | None = None  # (level, message, args): said once the lock is released
             if excess and self._full_since_dropped is None:
@@ -198,6 +214,56 @@ class Outbox:
         if news is not None:
             log.log(*news)
         return excess
+
+    def _insert(self, event_id: str, payload: bytes, reading: Reading) -> int:
+        """One event added and the count bound applied, in one commit (lock held); returns how many
+        older events the bound dropped."""
+        with _transaction(self._db):
+            self._db.execute(
+                "INSERT OR IGNORE INTO events (id, created, payload, boot, uptime, trusted) VALUES (?, ?, ?, ?, ?, ?)",
+                (event_id, reading.wall, bytes(payload), reading.boot, reading.uptime, int(reading.synchronized)),
+            )
+            return _trim(self._db, self.max_events, self._dropped)
+
+    def _keep_in_memory(self, err: sqlite3.Error, reading: Reading) -> None:
+        """The disk refused a write to the file (lock held): go on with a copy of the file in memory
+        (its events, seq numbers and drop count), the file kept open to write the copy back into."""
+        memory = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        try:
+            self._db.backup(memory)  # reads only: a full disk allows it
+        except sqlite3.Error:
+            memory.close()
+            raise err from None  # the write's failure is the one to report
+        self._refusing_file, self._db = self._db, memory
+        self.durable = False
+        self._retry_at = reading.uptime + FILE_RETRY_S
+        log.error("outbox %s: the disk refuses writes (%s): events are kept in memory (at most %d) and sent as usual, "
+                  "written back into the file once the disk takes them (tried every %.0f s; a crash loses them); "
+                  "free some space", self.path, err, self.max_events, FILE_RETRY_S)
+
+    def _retry_file(self, reading: Reading) -> None:
+        """Write the memory outbox back into the file that refused a write, if the last try was
+        FILE_RETRY_S ago, and go on with the file if the disk takes it (lock held)."""
+        if self._refusing_file is None or reading.uptime < self._retry_at:
+            return
+        self._retry_at = reading.uptime + FILE_RETRY_S
+        if self._write_back(self._refusing_file):
+            log.info("outbox %s: the disk takes writes again: the %d unsent event(s) kept in memory are in the file "
+                     "again", self.path, self._db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+
+    def _write_back(self, file: sqlite3.Connection) -> bool:
+        """The memory outbox copied over `file`, the file that refused a write, in one commit (lock
+        held): the file then holds exactly the unsent events and the drop count, and is the outbox
+        again. False (and nothing changed) if the disk still refuses it."""
+        try:
+            self._db.backup(file)
+        except sqlite3.Error as err:
+            log.debug("outbox %s: the disk still refuses writes (%s)", self.path, err)
+            return False
+        self._db.close()
+        self._db, self._refusing_file = file, None
+        self.durable = True
+        return True
 
     def pending(self, after: int = 0, limit: int = 100) -> list[tuple[int, bytes]]:
         """Up to `limit` events with seq > `after`, oldest first, as (seq, payload)."""
@@ -231,6 +297,7 @@ class Outbox:
         try:
             with self._lock:
                 reading = self._clock()
+                self._retry_file(reading)
                 at = {"boot": reading.boot, "uptime": reading.uptime, "wall": reading.wall,
                       "synchronized": reading.synchronized, "age": self.max_age_s}
                 with _transaction(self._db):
@@ -268,11 +335,31 @@ class Outbox:
 
     def close(self) -> None:
         """Close the database. An outbox kept in memory first saves its unsent events (and its drop
-        count) into the file (`_save_to_file`)."""
+        count) into the file: all of them over the file's copy if the disk refused a write at run
+        time (`_write_back`), else appended to the file's own (`_save_to_file`)."""
         with self._lock:
-            if not self.durable:
+            if self._refusing_file is not None:
+                self._close_refusing_file(self._refusing_file)
+            elif not self.durable:
                 self._save_to_file()
             self._db.close()
+
+    def _close_refusing_file(self, file: sqlite3.Connection) -> None:
+        """At close, the memory outbox written back into `file`, which refused a write at run time
+        (lock held); if the disk still refuses it, an error says how many unsent events only memory
+        held, if any: they are lost (the file keeps what it held then: sent again by the next start,
+        the delivered ones too)."""
+        if self._write_back(file):
+            log.info("outbox %s: %d unsent event(s) kept in memory saved to the file, for the next start",
+                     self.path, self._db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+            return
+        file_last = file.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
+        lost = self._db.execute("SELECT COUNT(*) FROM events WHERE seq > ?", (file_last,)).fetchone()[0]
+        if lost:
+            log.error("outbox %s: %d unsent event(s) kept in memory are lost: the disk still refuses writes",
+                      self.path, lost)
+        file.close()
+        self._refusing_file = None
 
     def _save_to_file(self) -> None:
         """The memory outbox's unsent events appended to the file's, oldest first, with their ages
@@ -319,6 +406,11 @@ def _transaction(db: sqlite3.Connection) -> Iterator[None]:
             with suppress(sqlite3.Error):  # the failure that got us here is the one to report
                 db.execute("ROLLBACK")
         raise
+
+
+def _disk_trouble(err: sqlite3.Error) -> bool:
+    """Whether SQLite's `err` is the disk's (full or failing), not the file's or the caller's."""
+    return (getattr(err, "sqlite_errorcode", 0) & 0xFF) in _DISK_TROUBLE
 
 
 def _read_dropped(db: sqlite3.Connection) -> int:
