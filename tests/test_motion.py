@@ -189,3 +189,18 @@ def test_the_frame_after_a_black_or_grey_one_is_moving(scene, glitch):
     assert after.moving and after.fraction > 0.5
     assert sum(r.w * r.h for r in after.regions) > 0.5 * scene.width * scene.height
     assert not gate.update(still).moving  # and still again: its faces are carried
+
+
+def test_a_still_scene_under_flickering_light_stays_still():
+    """The background averages out a flicker; two frames of it in a row differ by up to twice its
+    amplitude. Comparing every still frame with the last moving one (kept from the last frame that
+    fired on that comparison) made a still scene move on two frames of three, each a whole-frame
+    search."""
+    rng = np.random.default_rng(0)
+    still = cv2.GaussianBlur(rng.integers(60, 190, (480, 640), dtype=np.uint8), (31, 31), 0)
+    gate = MotionGate()
+    moving = []
+    for k in range(200):  # a 3-frame cycle of +13, -6, -6 grey levels
+        level = int(round(13 * np.cos(2 * np.pi * k / 3)))
+        moving.append(gate.update(np.clip(still.astype(np.int16) + level, 0, 255).astype(np.uint8)).moving)
+    assert not any(moving[50:]), sum(moving[50:])

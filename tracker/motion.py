@@ -10,12 +10,15 @@ running average rather than plain frame differencing keeps a person who stops wa
 a few seconds (until they fade into the background at `learning_rate`), so detection does not stop
 the moment someone stands still.
 
-A frame the background calls still is also compared, by the same rule, with the last frame judged
-moving: the guard carries that frame's faces over a still frame, so a still frame must look like
-it. One black or grey frame (a camera's glitch, an exposure or IR switch) is moving and finds no
-face; the background takes in only `learning_rate` of it, so the frames after it, the scene as
-before, were still against the background, and carried "no face" for as long as nothing moved: a
-person standing in view was declared gone ("left") and not seen again until they moved.
+The first frame the background calls still after one it called moving is also compared, by the
+same rule, with that last moving frame: the guard carries that frame's faces over the still frames
+that follow, so the first of them must look like it. One black or grey frame (a camera's glitch,
+an exposure or IR switch) is moving and finds no face; the background takes in only
+`learning_rate` of it, so the frames after it, the scene as before, were still against the
+background, and carried "no face" for as long as nothing moved: a person standing in view was
+declared gone ("left") and not seen again until they moved. Only that first still frame: compared
+frame to frame, a still scene under flickering light (or a noisy luma plane) moved on most frames,
+which the running average exists to avoid.
 
 `update()` returns a `Motion` with the bounding boxes of the changed blobs in full-frame pixels, for
 detection restricted to moving regions. The first frame (and the first after a change of frame
@@ -42,7 +45,7 @@ class Motion:
     regions:  bounding boxes of the changed areas in full-frame pixels (empty when not moving;
               the whole frame on a first frame or when the gate is disabled).
     fraction: fraction of the low-resolution image that changed, in [0, 1]: against the background,
-              or against the last frame judged moving for a frame moving only against that one.
+              or, for the first still frame after a moving one that differs from it, against that one.
     """
 
     moving: bool
@@ -61,7 +64,9 @@ class MotionGate:
         self.min_area_fraction = min_area_fraction
         self.learning_rate = learning_rate
         self._background: np.ndarray | None = None  # (h, w) float32 running average
-        self._last_moving = np.zeros((0, 0), np.uint8)  # (h, w) uint8: the last frame judged moving (set with the background)
+        # (h, w) uint8: the last frame that moved against the background, until the first still frame
+        # after it has been compared with it (see the module docstring); None meanwhile
+        self._last_moving: np.ndarray | None = None
         self._key: tuple[int, ...] | None = None  # (full h, full w, small h, small w)
         self._kernel = np.ones((3, 3), np.uint8)
 
@@ -88,12 +93,16 @@ class MotionGate:
         diff = cv2.absdiff(small.astype(np.float32), self._background)
         cv2.accumulateWeighted(small, self._background, self.learning_rate)
         mask, fraction = self._changed(diff)
-        if mask is None:  # still against the background; and against the frame whose faces are carried?
-            mask, since_moving = self._changed(cv2.absdiff(small, self._last_moving))
+        if mask is None:  # still against the background; the first such frame: like the one whose faces it carries?
+            last_moving, self._last_moving = self._last_moving, None
+            if last_moving is None:
+                return Motion(False, (), fraction)
+            mask, since_moving = self._changed(cv2.absdiff(small, last_moving))
             if mask is None:
                 return Motion(False, (), fraction)
             fraction = since_moving
-        self._last_moving = small
+        else:
+            self._last_moving = small
         joined = cv2.dilate(mask, self._kernel)  # join the fragments of one moving thing
         count, _, stats, _ = cv2.connectedComponentsWithStats(joined, connectivity=8)
         sx, sy = full_w / small.shape[1], full_h / small.shape[0]
