@@ -119,6 +119,7 @@ class Outbox:
         # FILE_RETRY_S (from `_retry_at`, the clock's uptime)
         self._refusing_file: sqlite3.Connection | None = None
         self._retry_at = 0.0
+        self._dropped_in_file = 0  # an outbox kept in memory from the start: the file's drop count then
         self._expire_failing = False  # the last expire() could not write (logged once)
         self._full_since_dropped: int | None = None  # while full (said once): `dropped` when it became full
         self._aged_out: int | None = None  # while events age out with others waiting (said once): how many so far
@@ -134,6 +135,9 @@ class Outbox:
                       self.path, err)
             self.durable = False
             self._db = self._open(":memory:")
+            # the count goes on from the file's (Home Assistant's total_increasing must never see it fall)
+            self._dropped_in_file = _dropped_read_only(self.path)
+            _store_dropped(self._db, self._dropped_in_file)
         except sqlite3.DatabaseError as err:  # not a database, malformed, or not our schema
             self.recovered_from = self._move_aside(err)
             self._db = self._open(self.path)
@@ -380,7 +384,8 @@ class Outbox:
             with _transaction(db):
                 db.executemany(f"INSERT OR IGNORE INTO events ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
                                rows)
-                dropped = _read_dropped(db) + self._dropped  # the drops made in memory counted too
+                # the drops made in memory counted too (the memory's count started from the file's)
+                dropped = _read_dropped(db) + self._dropped - self._dropped_in_file
                 _store_dropped(db, dropped)
                 _trim(db, self.max_events, dropped)
         except sqlite3.Error as err:
@@ -411,6 +416,22 @@ def _transaction(db: sqlite3.Connection) -> Iterator[None]:
 def _disk_trouble(err: sqlite3.Error) -> bool:
     """Whether SQLite's `err` is the disk's (full or failing), not the file's or the caller's."""
     return (getattr(err, "sqlite_errorcode", 0) & 0xFF) in _DISK_TROUBLE
+
+
+def _dropped_read_only(path: Path) -> int:
+    """The drop count in the outbox file at `path`, read without writing anything (the disk refuses
+    writes; a WAL database opened read-only still needs its -shm file, so as an immutable file if
+    that fails: a cleanly closed outbox has nothing in its -wal); 0 if it cannot be read at all."""
+    for mode in ("mode=ro", "immutable=1"):
+        try:
+            db = sqlite3.connect(f"{path.absolute().as_uri()}?{mode}", uri=True)
+            try:
+                return _read_dropped(db)
+            finally:
+                db.close()
+        except sqlite3.Error:
+            continue
+    return 0
 
 
 def _read_dropped(db: sqlite3.Connection) -> int:
