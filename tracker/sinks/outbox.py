@@ -332,8 +332,8 @@ class Outbox:
         if waiting:
             self._aged_out = aged_out if aged_out else None
         elif self._aged_out is not None:
-            log.info("outbox: no unsent event waits any more; %d were dropped for being older than %.0f s since "
-                     "that was said", aged_out, self.max_age_s)
+            log.info("outbox: no unsent event waits any more; %d were dropped in all (the first said above) for "
+                     "being older than %.0f s", aged_out, self.max_age_s)
             self._aged_out = None
         return gone
 
