@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 
-from tracker.native_stderr import TENSORFLOW_START_UP, left_out
+from tracker.native_stderr import TENSORFLOW_START_UP, left_out, tensorflow_start_up_left_out
 
 # as TensorFlow 2.x wrote them on this project's x86-64 machines at `import tensorflow`
 NOISE = (b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
@@ -57,3 +57,13 @@ def test_a_process_without_stderr_runs_the_block_as_it_is(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, timeout=60,
                           stderr=subprocess.DEVNULL, preexec_fn=lambda: os.close(2))
     assert proc.returncode == 0 and proc.stdout == "ran\n"
+
+
+def test_a_user_who_asks_tensorflow_for_its_info_lines_gets_every_line(capfd, monkeypatch):
+    """TF_CPP_MIN_LOG_LEVEL=0 or 1 is a request for them: the filter stood in its way (and left the
+    continuation of a line it dropped, alone)."""
+    for level, expected in (("0", NOISE), ("1", NOISE), ("2", b"")):
+        monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", level)
+        with tensorflow_start_up_left_out():
+            os.write(2, NOISE)
+        assert capfd.readouterr().err == expected.decode(), level

@@ -7,6 +7,11 @@ lines about oneDNN and the CUDA drivers (twice), then, on a machine without a GP
 the tf-vanilla backend, the last of them an E that reads, in a guard's journal, as a fault that is
 none. Python's own settings cannot reach them: they are written by C++ to the descriptor.
 
+`tensorflow_start_up_left_out()` is the block for TensorFlow's import and start: those lines left
+out, unless the user asked TensorFlow for its INFO or WARNING lines (TF_CPP_MIN_LOG_LEVEL 0 or 1),
+who then gets every line. (With the level at 2, as the project sets it unless told otherwise, the
+only INFO and WARNING lines absl writes are those before its initialisation.)
+
 `left_out(noise)` points descriptor 2 at a pipe for the block; a thread passes each line on to the
 real stderr as soon as it is whole, but those that `noise` matches. Nothing is held back or lost:
 the process's other threads (its own log lines) go through as they are written, and a child started
@@ -32,6 +37,14 @@ TENSORFLOW_START_UP = re.compile(rb"(WARNING: All log messages before absl::Init
 _MAX_LINE = 64 << 10
 # how long the end of the block waits for the lines written just before it to be passed on
 _DRAIN_S = 2.0
+
+
+def tensorflow_start_up_left_out() -> contextlib.AbstractContextManager:
+    """`left_out(TENSORFLOW_START_UP)`, or nothing done when TF_CPP_MIN_LOG_LEVEL asks for
+    TensorFlow's INFO or WARNING lines (0 or 1; see the module docstring)."""
+    if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "").strip() in ("0", "1"):
+        return contextlib.nullcontext()
+    return left_out(TENSORFLOW_START_UP)
 
 
 @contextlib.contextmanager
