@@ -93,7 +93,7 @@ class MotionGate:
         diff = cv2.absdiff(small.astype(np.float32), self._background)
         cv2.accumulateWeighted(small, self._background, self.learning_rate)
         mask, fraction = self._changed(diff)
-        if mask is None:  # still against the background; the first such frame: like the one whose faces it carries?
+        if mask is None:  # still against the background; if the first since a moving frame, also like it?
             last_moving, self._last_moving = self._last_moving, None
             if last_moving is None:
                 return Motion(False, (), fraction)

@@ -14,10 +14,10 @@ Contract (the MQTT sink is the only user; this module knows nothing about MQTT):
   survives restarts. A full outbox is said once when it becomes full and once when an event fits
   again (with how many were dropped meanwhile), not at every event it drops (a broker down for
   days would fill the journal); so are events that age out while others wait: said at the first,
-  and once no event waits any more (with how many aged out), not at every `expire`. An event's age is never overestimated, because a Pi without
-  network has no real time to stamp with (see tracker.clock): each row keeps the boot it was added
-  in and the uptime then, beside its wall-clock stamp and whether that stamp came from a
-  synchronized clock.
+  and once no event waits any more (with how many aged out), not at every `expire`. An event's age
+  is never overestimated, because a Pi without network has no real time to stamp with (see
+  tracker.clock): each row keeps the boot it was added in and the uptime then, beside its
+  wall-clock stamp and whether that stamp came from a synchronized clock.
   Within one boot the age is the uptime since; a stamp taken unsynchronized is corrected from the
   uptime once the clock is synchronized; a row of an earlier boot is aged by its wall-clock stamp
   while the clock is synchronized, and if that stamp was never trustworthy, from the moment this
