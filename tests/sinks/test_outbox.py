@@ -410,6 +410,7 @@ def test_an_outbox_kept_in_memory_saves_its_unsent_events_into_the_file_at_close
         with caplog.at_level(logging.ERROR, logger="tracker.sinks.outbox"):
             in_memory.close()  # the disk still full at the stop
         assert "1 unsent event(s) kept in memory are lost: the file still cannot be opened" in caplog.text
+        in_memory.close()  # again: nothing (it read its closed database: ProgrammingError)
 
 
 def test_unopenable_path_is_one_clear_error(tmp_path):

@@ -120,6 +120,7 @@ class Outbox:
         self._refusing_file: sqlite3.Connection | None = None
         self._retry_at = 0.0
         self._dropped_in_file = 0  # an outbox kept in memory from the start: the file's drop count then
+        self._closed = False
         self._expire_failing = False  # the last expire() could not write (logged once)
         self._full_since_dropped: int | None = None  # while full (said once): `dropped` when it became full
         self._aged_out: int | None = None  # while events age out with others waiting (said once): how many so far
@@ -340,8 +341,12 @@ class Outbox:
     def close(self) -> None:
         """Close the database. An outbox kept in memory first saves its unsent events (and its drop
         count) into the file: all of them over the file's copy if the disk refused a write at run
-        time (`_write_back`), else appended to the file's own (`_save_to_file`)."""
+        time (`_write_back`), else appended to the file's own (`_save_to_file`). Closing again does
+        nothing (an outbox kept in memory would read its closed database)."""
         with self._lock:
+            if self._closed:
+                return
+            self._closed = True
             if self._refusing_file is not None:
                 self._close_refusing_file(self._refusing_file)
             elif not self.durable:
