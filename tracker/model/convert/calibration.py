@@ -107,8 +107,8 @@ def _face_samples(files: list[Path], shape: tuple[int, int, int], count: int, se
     """(count, C, H, W) float32: every file once, in order, then random picks among them. The
     decoded images are kept for those picks up to KEPT_BYTES in all and decoded again beyond it:
     all of them kept took count photos' worth (200 camera photos of 16 megapixels: 3.3 GB). Memory
-    bought with time: ten such photos for 200 samples took 9.9 s instead of 6.3 s (163 decodes);
-    a folder of the guard's crops is kept whole."""
+    bought with time: a photo past the bound is decoded again at each pick (ten such photos for 200
+    samples: 163 decodes instead of 10); a folder of the guard's crops is kept whole."""
     c, h, w = shape
     if c not in (1, 3):
         raise InputError(f"calibration: the model's input has {c} channels; expected 1 (grey) or 3 (BGR)")
