@@ -68,7 +68,8 @@ def _main_parser() -> ArgumentParser:
                    help="backend name; with --benchmark a comma list or 'all'")
     p.add_argument("--precision", choices=("fp32", "int8"), help="model precision (default from config)")
     p.add_argument("--source", type=words("a source: 'synthetic', a camera, a URL, a video file or an image folder"),
-                   help="override source: 'synthetic', a device index or /dev/videoN, a URL, a video file or an image folder")
+                   help="override source: 'synthetic', 'picamera2' or 'picamera2:N', a device index or /dev/videoN, a URL, "
+                        "a video file or an image folder")
     p.add_argument("--demo", action="store_true",
                    help="run on the built-in synthetic scene instead of the camera (the config's MQTT and web page "
                         "still apply; state in <state_dir>/demo)")
