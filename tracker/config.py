@@ -226,12 +226,20 @@ class LatencyConfig(Section):
     # a day at most (1e300 overflowed the timer); a second at least (1e-300 logged a report every frame)
     report_every_s: StrictFloat = Field(10.0, ge=1.0, le=86_400)
 
+    def log_path(self, state_dir: Path) -> Path:
+        """The latency log: `path`, or latency.jsonl in the guard's `state_dir` (its demo's for --demo)."""
+        return self.path or Path(state_dir) / "latency.jsonl"
+
 
 class SinksConfig(Section):
     console: StrictBool = True
     jsonl: FilePath | None = None  # default: <state_dir>/events.jsonl
     jsonl_max_bytes: StrictInt = Field(10_000_000, ge=10_000, le=MAX_LOG_BYTES)
     jsonl_backups: StrictInt = Field(3, ge=0, le=100)
+
+    def events_path(self, state_dir: Path) -> Path:
+        """The events log: `jsonl`, or events.jsonl in the guard's `state_dir` (its demo's for --demo)."""
+        return self.jsonl or Path(state_dir) / "events.jsonl"
 
 
 class TLSConfig(Section):

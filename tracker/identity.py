@@ -131,6 +131,11 @@ def unit_rows(rows: np.ndarray) -> np.ndarray:
     return (rows / np.maximum(norms, 1e-12)).astype(np.float32)
 
 
+def people_folder(state_dir: Path) -> Path:
+    """Where the enrolled people are kept: one `<name>.npz` each, in `<state_dir>/people`."""
+    return Path(state_dir) / "people"
+
+
 @contextmanager
 def people_lock(state_dir: Path) -> Iterator[None]:
     """Hold `<state_dir>/people/.lock` (flock, exclusive; waits for the holder). Every change to a
@@ -141,7 +146,7 @@ def people_lock(state_dir: Path) -> Iterator[None]:
     write. Whoever holds it is the only writer, so a temporary file left there (a write killed
     between its start and its rename, `.NAME.<pid>.<random>.tmp.npz`) is deleted: a face the user
     removed must not stay on the disk. TrackerError if the folder cannot be made or locked."""
-    folder = Path(state_dir) / "people"
+    folder = people_folder(state_dir)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -165,7 +170,7 @@ def save_person(state_dir: Path, name: str, embeddings: np.ndarray, model_key: s
     uint8) so that `refresh_people` can recompute the mean for other weights. Returns the file.
     Called under `people_lock`."""
     validate_name(name)
-    folder = Path(state_dir) / "people"
+    folder = people_folder(state_dir)
     mean = unit_rows(unit_rows(np.asarray(embeddings, np.float32)).mean(axis=0))
     path = folder / f"{name}.npz"
     extra = {}
@@ -203,7 +208,7 @@ def people_stamp(state_dir: Path) -> PeopleStamp | None:
     stamp was taken moves again when the copy ends (the folder's time did not, and the person
     stayed unreadable). None without a folder to list. One listing and a stat per person file: for a
     running guard to see, within its one-second poll, a `tracker enroll` or a copy made beside it."""
-    folder = Path(state_dir) / "people"
+    folder = people_folder(state_dir)
     try:
         folder_time = os.stat(folder).st_mtime_ns
         with os.scandir(folder) as entries:
@@ -226,7 +231,7 @@ def people_files(state_dir: Path) -> list[Path]:
     as `validate_name` allows (the temporary file of a write a crash interrupted, `.NAME.*.npz`, is
     not a person). No folder: nobody. InputError for a folder that cannot be read (glob said
     nobody, and every face was unknown without a word)."""
-    folder = Path(state_dir) / "people"
+    folder = people_folder(state_dir)
     try:
         names = os.listdir(folder)
     except FileNotFoundError:
@@ -282,7 +287,7 @@ def kept_crops(state_dir: Path, name: str, crop: str) -> np.ndarray | None:
     if nobody of that name is enrolled. InputError if they are, but their faces cannot be added to:
     a file that cannot be read, or one enrolled without kept faces or from another crop definition
     than `crop` (adding to it would replace the whole enrolment by the new faces)."""
-    path = Path(state_dir) / "people" / f"{validate_name(name)}.npz"
+    path = people_folder(state_dir) / f"{validate_name(name)}.npz"
     try:
         person = read_person(path, chips=True)
     except FileNotFoundError:
@@ -305,7 +310,7 @@ def person_chip(state_dir: Path, name: str) -> np.ndarray | None:
     """The first face chip person `name` was enrolled from, (88, 88) grey uint8, or None (not
     enrolled, unreadable, or enrolled without kept crops)."""
     try:
-        with load_npz(Path(state_dir) / "people" / f"{validate_name(name)}.npz") as data:
+        with load_npz(people_folder(state_dir) / f"{validate_name(name)}.npz") as data:
             return data["chips"][0] if "chips" in data.files and len(data["chips"]) else None
     except NPZ_UNREADABLE:
         return None
@@ -313,7 +318,7 @@ def person_chip(state_dir: Path, name: str) -> np.ndarray | None:
 
 def remove_person(state_dir: Path, name: str) -> bool:
     """Forget person `name` (their file and kept crops); False if nobody of that name is enrolled."""
-    path = Path(state_dir) / "people" / f"{validate_name(name)}.npz"
+    path = people_folder(state_dir) / f"{validate_name(name)}.npz"
     with people_lock(state_dir):
         try:
             path.unlink()

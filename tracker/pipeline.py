@@ -150,7 +150,7 @@ class Guard:
         fails for good) still gets the flush and the `left` events first, then propagates."""
         cfg, stages = self.config, self.stages
         try:
-            log.info("guard: %s, detector %s at %d px%s, backend %s (%s), %d people enrolled, state in %s",
+            log.info("guard: %s, detector %s at %d px%s, backend %s (%s), people enrolled: %d, state in %s",
                      stages.source.description, stages.detector.name, cfg.detect.detect_width,
                      " (moving regions)" if cfg.detect.regions else "", cfg.backend.name, cfg.backend.precision,
                      len(stages.gallery.names), stages.state_dir)

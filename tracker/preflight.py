@@ -206,8 +206,8 @@ def check_runnable(config, config_path: Path | None = None) -> str:
         if (folder.is_symlink() or folder.exists()) and not folder.is_dir():
             raise InputError(f"config: key 'state_dir': {str(folder)!r} is not a folder; expected a folder for {holds}, "
                              "or nothing there")
-    files = {"latency.path": (config.latency.path or state_dir / "latency.jsonl", config.latency.backups),
-             "sinks.jsonl": (config.sinks.jsonl or state_dir / "events.jsonl", config.sinks.jsonl_backups)}
+    files = {"latency.path": (config.latency.log_path(state_dir), config.latency.backups),
+             "sinks.jsonl": (config.sinks.events_path(state_dir), config.sinks.jsonl_backups)}
     if config.mqtt.enabled:
         files["mqtt.outbox.path"] = (config.mqtt.outbox.path or state_dir / "outbox.sqlite3", 0)
     for key, (path, _) in files.items():

@@ -179,7 +179,7 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
         if web is not None:
             opened.callback(web.close)
             sinks.append(web)
-        latency_log = LatencyLog(config.latency.path or state_dir / "latency.jsonl", config.latency.max_bytes,
+        latency_log = LatencyLog(config.latency.log_path(state_dir), config.latency.max_bytes,
                                  config.latency.backups)
         opened.callback(latency_log.close)
         detector = create_detector(config.detect)
@@ -238,7 +238,7 @@ def _open_sinks(config: Config, state_dir: Path) -> list[Sink]:
     sinks: list[Sink] = []
     if config.sinks.console:
         sinks.append(ConsoleSink())
-    sinks.append(JsonlSink(config.sinks.jsonl or state_dir / "events.jsonl", config.sinks.jsonl_max_bytes,
+    sinks.append(JsonlSink(config.sinks.events_path(state_dir), config.sinks.jsonl_max_bytes,
                            config.sinks.jsonl_backups))
     if config.mqtt.enabled:
         from tracker.sinks.mqtt import MqttSink
@@ -255,7 +255,7 @@ def _open_web(config: Config, state_dir: Path, benchmark_dir: Path) -> WebServer
     from tracker.passwords import web_password
     from tracker.web.server import WebServer
 
-    server = WebServer(config, state_dir, config.sinks.jsonl or state_dir / "events.jsonl", web_password(config.web),
+    server = WebServer(config, state_dir, config.sinks.events_path(state_dir), web_password(config.web),
                        benchmark_dir)
     if server.start():
         return server
