@@ -1,15 +1,17 @@
-"""Start-up lines a native library writes straight to file descriptor 2, left out for a block.
+"""Lines a native library writes straight to file descriptor 2, left out for a block.
 
 TensorFlow's C++ side logs through absl before TF_CPP_MIN_LOG_LEVEL takes effect: at each import,
 "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR" and INFO
 lines about oneDNN and the CUDA drivers (twice), then, on a machine without a GPU, an ERROR line
 "failed call to cuInit". Seven lines at every `tracker convert --to tf/tflite` and every start of
 the tf-vanilla backend, the last of them an E that reads, in a guard's journal, as a fault that is
-none. Python's own settings cannot reach them: they are written by C++ to the descriptor.
+none; and the LiteRT converter's quantiser prints "fully_quantize: 0, inference_type: 6, ..." twice
+for an int8 model. Python's own settings cannot reach them: they are written by C++ to the
+descriptor.
 
-`tensorflow_start_up_left_out()` is the block for TensorFlow's import and start: those lines left
-out, unless the user asked TensorFlow for its INFO or WARNING lines (TF_CPP_MIN_LOG_LEVEL 0 or 1),
-who then gets every line. (With the level at 2, as the project sets it unless told otherwise, the
+`tensorflow_chatter_left_out()` is the block for TensorFlow's import, start and conversions: those
+lines left out, unless the user asked TensorFlow for its INFO or WARNING lines
+(TF_CPP_MIN_LOG_LEVEL 0 or 1), who then gets every line. (With the level at 2, as the project sets it unless told otherwise, the
 only INFO and WARNING lines absl writes are those before its initialisation.)
 
 `left_out(noise)` points descriptor 2 at a pipe for the block; a thread passes each line on to the
@@ -29,22 +31,24 @@ import threading
 from collections.abc import Iterator
 
 # absl's INFO and WARNING lines ("I0000 00:00:1796682738.811752   23153 port.cc:153] ..."), its
-# notice before InitializeLog, and CUDA's "failed call to cuInit" on a machine without a GPU
-TENSORFLOW_START_UP = re.compile(rb"(WARNING: All log messages before absl::InitializeLog\(\) is called"
-                                 rb"|[IW]\d{4} [\d:.]+ +\d+ \w+\.cc:\d+\]"
-                                 rb"|E\d{4} [\d:.]+ +\d+ \w+\.cc:\d+\] failed call to cuInit)")
+# notice before InitializeLog, CUDA's "failed call to cuInit" on a machine without a GPU, and the
+# LiteRT quantiser's settings line
+TENSORFLOW_CHATTER = re.compile(rb"(WARNING: All log messages before absl::InitializeLog\(\) is called"
+                                rb"|[IW]\d{4} [\d:.]+ +\d+ \w+\.cc:\d+\]"
+                                rb"|E\d{4} [\d:.]+ +\d+ \w+\.cc:\d+\] failed call to cuInit"
+                                rb"|fully_quantize: \d+, inference_type: \d+, )")
 # a line longer than this without its newline is passed on in parts (the buffer stays bounded)
 _MAX_LINE = 64 << 10
 # how long the end of the block waits for the lines written just before it to be passed on
 _DRAIN_S = 2.0
 
 
-def tensorflow_start_up_left_out() -> contextlib.AbstractContextManager:
-    """`left_out(TENSORFLOW_START_UP)`, or nothing done when TF_CPP_MIN_LOG_LEVEL asks for
+def tensorflow_chatter_left_out() -> contextlib.AbstractContextManager:
+    """`left_out(TENSORFLOW_CHATTER)`, or nothing done when TF_CPP_MIN_LOG_LEVEL asks for
     TensorFlow's INFO or WARNING lines (0 or 1; see the module docstring)."""
     if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "").strip() in ("0", "1"):
         return contextlib.nullcontext()
-    return left_out(TENSORFLOW_START_UP)
+    return left_out(TENSORFLOW_CHATTER)
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ from tracker.backends.registry import missing_runtime
 from tracker.machine import cores
 from tracker.model.convert import convert
 from tracker.model.spec import ModelSpec
-from tracker.native_stderr import tensorflow_start_up_left_out
+from tracker.native_stderr import tensorflow_chatter_left_out
 from tracker.types import Inference
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ class TFVanilla(BackendBase):
     @classmethod
     def check_runtime(cls) -> None:
         try:
-            with tensorflow_start_up_left_out():
+            with tensorflow_chatter_left_out():
                 import_tensorflow()
             import keras  # noqa: F401
         except ImportError as err:
@@ -51,7 +51,7 @@ class TFVanilla(BackendBase):
 
     def __init__(self, model: ModelSpec, *, precision: str = "fp32", threads: int | None = None, **options):
         # TensorFlow's C++ start-up lines come at its import and its runtime's start (in the load)
-        with tensorflow_start_up_left_out():
+        with tensorflow_chatter_left_out():
             self._start(model, precision, threads, options)
 
     def _start(self, model: ModelSpec, precision: str, threads: int | None, options: dict) -> None:

@@ -41,7 +41,7 @@ from tracker.arguments import ArgumentParser, path_to, refuse_overwriting
 from tracker.errors import BackendUnavailable, InputError
 from tracker.files import atomic_write, probe_writable
 from tracker.model.convert.cache import default_cache_dir, entry_for, fetch
-from tracker.native_stderr import tensorflow_start_up_left_out
+from tracker.native_stderr import tensorflow_chatter_left_out
 
 T = TypeVar("T")
 
@@ -107,7 +107,7 @@ def convert(model, target: str, precision: str = "fp32", *,
     builders = {"tf": _build_tf, "tflite": _build_tflite, "onnx": _build_onnx}
 
     def build(path: Path) -> None:
-        with tensorflow_start_up_left_out():  # TensorFlow's, when the target needs it: its import and start
+        with tensorflow_chatter_left_out():  # TensorFlow's, when the target needs it: its import and start
             require_runtime(target, precision)
             builders[target](load_graph(model), path, precision, samples)
     return fetch(entry, build, load or (lambda path: path))
