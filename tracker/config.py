@@ -275,6 +275,10 @@ class OutboxConfig(Section):
     max_events: StrictInt = Field(10_000, ge=1, le=100_000)
     max_age_s: StrictFloat = Field(7 * 24 * 3600, gt=0, le=366 * 24 * 3600)
 
+    def file_path(self, state_dir: Path) -> Path:
+        """The outbox's file: `path`, or outbox.sqlite3 in the guard's `state_dir` (its demo's for --demo)."""
+        return self.path or Path(state_dir) / "outbox.sqlite3"
+
 
 _HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?")
 _DIGIT_LABELS = re.compile(r"[0-9]+(\.[0-9]+)*\.?")

@@ -196,20 +196,21 @@ def check_runnable(config, config_path: Path | None = None) -> str:
     """Everything the guard would refuse at start-up, refused now (see module docstring); returns
     the detector's name. `config_path`: the file `config` was read from (None: none), which no
     file the guard writes may be."""
+    from tracker.identity import people_folder
+
     detector = check_inference(config)
     state_dir = config.resolved_state_dir()
     check_directory("state_dir", state_dir)
     # tracker.stages: the events' snapshots (the guard goes on without them if unwritable); tracker.identity:
     # the enrolled people, which the guard's start reads and refuses if it cannot
-    for name, holds in (("snapshots", "the snapshots"), ("people", "the enrolled people")):
-        folder = state_dir / name
+    for folder, holds in ((state_dir / "snapshots", "the snapshots"), (people_folder(state_dir), "the enrolled people")):
         if (folder.is_symlink() or folder.exists()) and not folder.is_dir():
             raise InputError(f"config: key 'state_dir': {str(folder)!r} is not a folder; expected a folder for {holds}, "
                              "or nothing there")
     files = {"latency.path": (config.latency.log_path(state_dir), config.latency.backups),
              "sinks.jsonl": (config.sinks.events_path(state_dir), config.sinks.jsonl_backups)}
     if config.mqtt.enabled:
-        files["mqtt.outbox.path"] = (config.mqtt.outbox.path or state_dir / "outbox.sqlite3", 0)
+        files["mqtt.outbox.path"] = (config.mqtt.outbox.file_path(state_dir), 0)
     for key, (path, _) in files.items():
         # SQLite opens no device: on /dev/null the outbox went to memory, blaming the disk
         is_log = key != "mqtt.outbox.path"

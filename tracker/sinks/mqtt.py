@@ -223,8 +223,7 @@ class MqttSink:
         password = read_password(config)
         context = tls_context(config)
 
-        outbox_path = config.outbox.path or Path(state_dir) / "outbox.sqlite3"
-        self.outbox = Outbox(outbox_path, config.outbox.max_events, config.outbox.max_age_s)
+        self.outbox = Outbox(config.outbox.file_path(state_dir), config.outbox.max_events, config.outbox.max_age_s)
 
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -294,7 +293,7 @@ class MqttSink:
 
         pending = len(self.outbox)
         if pending:
-            log.info("mqtt: %d event(s) from a previous run wait in the outbox %s", pending, outbox_path)
+            log.info("mqtt: %d event(s) from a previous run wait in the outbox %s", pending, self.outbox.path)
         if self._v5:
             limits = Properties(PacketTypes.CONNECT)
             limits.MaximumPacketSize = CLIENT_MAX_PACKET

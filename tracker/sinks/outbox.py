@@ -426,7 +426,8 @@ def _disk_trouble(err: sqlite3.Error) -> bool:
 def _dropped_read_only(path: Path) -> int:
     """The drop count in the outbox file at `path`, read without writing anything (the disk refuses
     writes; a WAL database opened read-only still needs its -shm file, so as an immutable file if
-    that fails: a cleanly closed outbox has nothing in its -wal); 0 if it cannot be read at all."""
+    that fails: a cleanly closed outbox has nothing in its -wal); 0 if it cannot be read at all, or
+    (missed) when a crash left the count in the -wal and its -shm is gone too."""
     for mode in ("mode=ro", "immutable=1"):
         try:
             db = sqlite3.connect(f"{path.absolute().as_uri()}?{mode}", uri=True)
