@@ -377,7 +377,7 @@ class Outbox:
         still refuses is lost: an error says how many."""
         columns = _COLUMNS[1:]  # all but seq: the file numbers them after its own
         rows = self._db.execute(f"SELECT {', '.join(columns)} FROM events ORDER BY seq").fetchall()
-        if not rows and not self._dropped:
+        if not rows and self._dropped == self._dropped_in_file:  # nothing the file does not hold already
             return
         try:
             db = self._open(self.path)
