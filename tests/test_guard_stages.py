@@ -209,7 +209,7 @@ def test_a_failure_under_the_mirror_counts_faces_and_says_why_the_inputs_are_twi
         def infer(self, x):
             raise WorkerFailure("worker (pid 1): killed by signal 9", cause="killed by signal 9", lost_inputs=len(x))
 
-    restarting = RestartingBackend(DiesOnItsFirstCall, backoff_initial_s=5.0)
+    restarting = RestartingBackend(DiesOnItsFirstCall, backoff_initial_s=5.0, clock=lambda: 0.0)  # never restarted
     config, stages, sink = fake_stages(tmp_path, MirrorMean(restarting), max_batch=2)
     guard = Guard(config, stages)
     caplog.set_level(logging.ERROR, logger="tracker.pipeline")
