@@ -148,14 +148,17 @@ def file_to_write(what: str):
     return parse
 
 
-def refuse_overwriting(out: Path, inputs: dict[str, Path | None]) -> None:
-    """InputError if `out` is one of the `inputs` ({what: path}): writing it would destroy what
-    the command reads (eval-mot's tracks over its detections, eval-faces' JSON over its
-    pairs file, convert's model over the caffemodel it converts)."""
-    for what, path in inputs.items():
-        if path is not None and (Path(out).resolve() == Path(path).resolve()
-                                 or (Path(out).exists() and Path(path).exists() and Path(out).samefile(path))):
-            raise InputError(f"output file {str(out)!r} is the {what} file; expected another path (writing it would destroy the {what})")
+def refuse_overwriting(out: Path, inputs: dict[str, Path | Sequence[Path] | None]) -> None:
+    """InputError if `out` is one of the `inputs` ({what: a path, several, or None for one not
+    given}): writing it would destroy what the command reads (eval-mot's tracks over its
+    detections, eval-faces' JSON over its pairs file, convert's model over the caffemodel it
+    converts, train's weights over a teacher)."""
+    for what, given in inputs.items():
+        for path in [given] if isinstance(given, (str, Path)) else given or ():
+            if Path(out).resolve() == Path(path).resolve() or (Path(out).exists() and Path(path).exists()
+                                                               and Path(out).samefile(path)):
+                raise InputError(f"output file {str(out)!r} is the {what} file; expected another path (writing it "
+                                 f"would destroy the {what})")
 
 
 config_path = path_to("a YAML config file")  # argparse type of every command's --config

@@ -140,21 +140,6 @@ def _written_by_a_trial(weights: Path) -> bool:
     return isinstance(training, dict) and training.get("trial") is True
 
 
-def _refuse_writing_an_input(out: Path, inputs: dict[str, list]) -> None:
-    """InputError (exit 2) if --out is one of the files the run reads ({what: paths}, None for
-    one not given): the weights are written over it once the training is done, so that `--out
-    pairs.txt` lost the pairs file (and `--out` the prototxt, the net itself) after hours of work.
-    The config's caffemodel is not among them: training in its place is how it is replaced."""
-    from tracker.arguments import refuse_overwriting
-
-    for what, paths in inputs.items():
-        for path in paths:
-            try:
-                refuse_overwriting(out, {what: path})
-            except InputError as err:
-                raise InputError(f"train: --out: {err}") from None
-
-
 def choose_classes(identities: list[str], count: int) -> list[str]:
     """The `count` identities with the most photos (ties broken by name), best-populated first."""
     counts = Counter(identities)
@@ -348,8 +333,15 @@ def _train(args: argparse.Namespace) -> int:
 
     pairs_images = args.pairs_images or shared_data.locate(DEFAULT_PAIRS_IMAGES, "train", instead="give --pairs-images")
     read_pairs(pairs_file, pairs_images)  # a bad pairs file fails now, not after hours of training
-    _refuse_writing_an_input(out, {"prototxt": [prototxt], "config": [args.config], "pairs": [pairs_file],
-                                   "teacher": args.teacher, "data set list": args.data, "checkpoint": [checkpoint]})
+    from tracker.arguments import refuse_overwriting
+
+    try:  # the weights are written over --out once the training is done: `--out pairs.txt` lost the pairs
+        # file (and the prototxt, the net itself) after hours of work; the config's caffemodel is not
+        # among them, as training in its place is how it is replaced
+        refuse_overwriting(out, {"prototxt": prototxt, "config": args.config, "pairs": pairs_file,
+                                 "teacher": args.teacher, "data set list": args.data, "checkpoint": checkpoint})
+    except InputError as err:
+        raise InputError(f"train: --out: {err}") from None
     _writable_folder(out.parent, "--out's folder")  # made last: a mistake found above leaves no empty folder
     _writable_folder(args.work, "--work")
     pairs = (pairs_file, pairs_images)
