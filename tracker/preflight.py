@@ -197,13 +197,14 @@ def check_runnable(config, config_path: Path | None = None) -> str:
     the detector's name. `config_path`: the file `config` was read from (None: none), which no
     file the guard writes may be."""
     from tracker.identity import people_folder
+    from tracker.snapshots import snapshots_folder
 
     detector = check_inference(config)
     state_dir = config.resolved_state_dir()
     check_directory("state_dir", state_dir)
     # tracker.stages: the events' snapshots (the guard goes on without them if unwritable); tracker.identity:
     # the enrolled people, which the guard's start reads and refuses if it cannot
-    for folder, holds in ((state_dir / "snapshots", "the snapshots"), (people_folder(state_dir), "the enrolled people")):
+    for folder, holds in ((snapshots_folder(state_dir), "the snapshots"), (people_folder(state_dir), "the enrolled people")):
         if (folder.is_symlink() or folder.exists()) and not folder.is_dir():
             raise InputError(f"config: key 'state_dir': {str(folder)!r} is not a folder; expected a folder for {holds}, "
                              "or nothing there")

@@ -24,6 +24,12 @@ from tracker.types import Box
 log = logging.getLogger(__name__)
 
 
+def snapshots_folder(state_dir: Path) -> Path:
+    """Where the guard keeps its snapshots (SnapshotStore) and the page serves them from:
+    `<state_dir>/snapshots`."""
+    return Path(state_dir) / "snapshots"
+
+
 class SnapshotStore:
     def __init__(self, folder: Path, keep: int = 200, side: int = 160, quality: int = 85):
         self.folder = Path(folder)

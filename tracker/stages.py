@@ -46,7 +46,7 @@ from tracker.preflight import embedding_width, guard_model, lock_state_dir, prep
 from tracker.sinks import Sink
 from tracker.sinks.console import ConsoleSink
 from tracker.sinks.jsonl import JsonlSink
-from tracker.snapshots import SnapshotStore
+from tracker.snapshots import SnapshotStore, snapshots_folder
 from tracker.sources import Source, make_source
 from tracker.tracking import Tracker
 
@@ -205,7 +205,7 @@ def build_stages(config: Config, *, source_spec: str | None = None, realtime: bo
             votes=IdentityVotes(config.identity.min_faces, config.identity.margin),
             tracker=Tracker.from_config(config.tracking, reid_threshold=reid_threshold(config, card)),
             events=EventMaker(),
-            snapshots=SnapshotStore(state_dir / "snapshots"),
+            snapshots=SnapshotStore(snapshots_folder(state_dir)),
             sinks=sinks,
             latency_log=latency_log,
             embedding_width=width,

@@ -71,6 +71,7 @@ from tracker.enroll import AlreadyKept, enroll
 from tracker.errors import BackendFailure, InputError, TrackerError
 from tracker.identity import UNKNOWN, people_files, person_chip, remove_person, validate_name
 from tracker.passwords import loopback
+from tracker.snapshots import snapshots_folder
 from tracker.types import Event
 from tracker.web import auth, event_log
 from tracker.web.jobs import Busy, GuardJobs
@@ -128,7 +129,7 @@ class WebServer:
         self.state_dir = state_dir
         self.benchmark_dir = benchmark_dir or state_dir  # where `tracker --benchmark` records its runs
         self.events_path = events_path
-        self.snapshots_dir = state_dir / "snapshots"
+        self.snapshots_dir = snapshots_folder(state_dir)
         self.password = password
         self.host, self.port = config.web.host_port
         self.live = LiveFeed(config.web.stream_fps, config.web.stream_width, config.web.max_viewers)
