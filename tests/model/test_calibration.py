@@ -66,6 +66,21 @@ def test_an_image_the_user_cannot_read_is_one_line_and_exit_2(tmp_path, johns):
                                   "(Permission denied); expected an image file this user can read"), proc.stderr
 
 
+def test_a_file_over_the_image_bound_is_refused_before_it_is_read_whole(tmp_path, johns):
+    """Hashing the set read each file whole, however large (read_image refuses one over
+    MAX_FILE_BYTES only afterwards): it is read as read_image reads it, and refused at once."""
+    from tracker.images import MAX_FILE_BYTES
+
+    folder = tmp_path / "crops"
+    folder.mkdir()
+    shutil.copyfile([path for files in johns.values() for path in files][0], folder / "a.jpg")
+    with open(folder / "b.jpg", "wb") as f:
+        f.truncate(MAX_FILE_BYTES + 1)  # sparse: no disk used
+    with pytest.raises(InputError, match=rf"^calibration image '.*b.jpg': cannot read \(larger than {MAX_FILE_BYTES} "
+                                         r"bytes\); expected an image file"):
+        sample_set(folder, count=2)
+
+
 def test_large_photos_are_not_all_kept_in_memory(tmp_path, johns):
     """Every image of the set was decoded and kept at once: 200 camera photos of 16 megapixels took
     3.3 GB. Now at most KEPT_BYTES (32 MB) of them are kept; the samples are the same as ever."""

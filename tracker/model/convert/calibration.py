@@ -33,7 +33,8 @@ import numpy as np
 
 from tracker.crops import CROP_SIZE, box_face
 from tracker.errors import InputError
-from tracker.images import IMAGE_SUFFIXES, read_image, unreadable_reason
+from tracker.files import read_regular_file
+from tracker.images import IMAGE_SUFFIXES, MAX_FILE_BYTES, read_image, unreadable_reason
 from tracker.sources.synthetic import scene_chips
 from tracker.types import Box
 
@@ -84,8 +85,8 @@ def sample_set(source: Path | np.ndarray | None = None, count: int = CALIBRATION
         path for paths in scene_chips().values() for path in paths), count)
     hashed = hashlib.sha256()
     for path in files:
-        try:
-            data = path.read_bytes()
+        try:  # as read_image reads it: regular files, bounded (a 4 GB file named .jpg was read whole)
+            data = read_regular_file(path, MAX_FILE_BYTES)
         except OSError as err:  # (a PermissionError was a traceback, exit 1)
             raise InputError(f"calibration image {str(path)!r}: cannot read ({err.strerror or err}); expected an image "
                              "file this user can read") from None
